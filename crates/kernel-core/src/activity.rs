@@ -1,0 +1,288 @@
+//! The one activity entry point's types: [`Activity`], [`ActivityContext`], [`StepOutcome`],
+//! [`ActivityError`].
+
+use crate::model::{ErrorClass, Millis, Resume, StepError};
+use crate::ports::{SignalSender, StreamHandle};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// Business code of one step (or finalizer). Runs at least once (K-3.5): make its side
+/// effects idempotent, e.g. with [`ActivityContext::idempotency_key`].
+#[async_trait::async_trait]
+pub trait Activity: Send + Sync + 'static {
+    /// Run one invocation.
+    async fn run(&self, ctx: ActivityContext) -> Result<StepOutcome, ActivityError>;
+}
+
+#[async_trait::async_trait]
+impl<F, Fut> Activity for F
+where
+    F: Fn(ActivityContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<StepOutcome, ActivityError>> + Send + 'static,
+{
+    async fn run(&self, ctx: ActivityContext) -> Result<StepOutcome, ActivityError> {
+        (self)(ctx).await
+    }
+}
+
+/// An activity failure with its class (K-7, K-17.2).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{class:?}: {message}")]
+pub struct ActivityError {
+    /// Classification.
+    pub class: ErrorClass,
+    /// Message (truncated by the engine before it is stored).
+    pub message: String,
+}
+
+impl ActivityError {
+    /// Timeout, rate limit, unavailable: retried with backoff.
+    pub fn transient(m: impl Into<String>) -> Self {
+        ActivityError { class: ErrorClass::Transient, message: m.into() }
+    }
+    /// Never retried.
+    pub fn permanent(m: impl Into<String>) -> Self {
+        ActivityError { class: ErrorClass::Permanent, message: m.into() }
+    }
+    /// The call may have happened: retried, and the next attempt must query first.
+    pub fn unknown_outcome(m: impl Into<String>) -> Self {
+        ActivityError { class: ErrorClass::UnknownOutcome, message: m.into() }
+    }
+    /// The business object no longer wants this work: the workflow is canceled.
+    pub fn canceled(m: impl Into<String>) -> Self {
+        ActivityError { class: ErrorClass::Canceled, message: m.into() }
+    }
+}
+
+/// A signal wait requested by an activity (K-9).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SignalWaitSpec {
+    /// Signal type.
+    pub signal_type: String,
+    /// Which business object.
+    pub wait_key: String,
+    /// Round of waiting (K-9.6).
+    pub generation: u64,
+    /// Poll fallback delay (K-9.5).
+    pub poll_after_ms: Option<Millis>,
+    /// Checkpoint saved with the wait.
+    pub checkpoint: Option<Value>,
+}
+
+impl SignalWaitSpec {
+    /// Generation of this wait.
+    pub fn generation(mut self, g: u64) -> Self {
+        self.generation = g;
+        self
+    }
+    /// Also resume after `ms` even without a signal.
+    pub fn poll_after_ms(mut self, ms: Millis) -> Self {
+        self.poll_after_ms = Some(ms);
+        self
+    }
+    /// Save a checkpoint with the wait.
+    pub fn checkpoint(mut self, v: Value) -> Self {
+        self.checkpoint = Some(v);
+        self
+    }
+}
+
+/// What an invocation asks the engine to do next (K-7.4).
+#[derive(Debug, Clone, PartialEq)]
+pub enum StepOutcome {
+    /// Done: commit the output with the step (`CompleteStep`).
+    Complete(Value),
+    /// Durable sleep: release the worker until `now + delay_ms` (`SuspendClaim`).
+    Sleep {
+        /// Delay from now.
+        delay_ms: Millis,
+        /// Saved for the next entry.
+        checkpoint: Option<Value>,
+    },
+    /// Wait for a signal (`SuspendClaim`).
+    WaitForSignal(SignalWaitSpec),
+    /// Hand the worker back and run again soon, from the checkpoint.
+    Yield {
+        /// Saved for the next entry.
+        checkpoint: Option<Value>,
+    },
+}
+
+impl StepOutcome {
+    /// `Complete(output)`.
+    pub fn complete(output: Value) -> Self {
+        StepOutcome::Complete(output)
+    }
+    /// `Sleep` with a checkpoint.
+    pub fn sleep(delay_ms: Millis, checkpoint: Value) -> Self {
+        StepOutcome::Sleep { delay_ms, checkpoint: Some(checkpoint) }
+    }
+    /// `Yield` with a checkpoint.
+    pub fn yield_with(checkpoint: Value) -> Self {
+        StepOutcome::Yield { checkpoint: Some(checkpoint) }
+    }
+    /// Start a signal wait (returns a builder convertible with `.into()`).
+    pub fn wait_for_signal(signal_type: impl Into<String>, wait_key: impl Into<String>) -> SignalWaitSpec {
+        SignalWaitSpec {
+            signal_type: signal_type.into(),
+            wait_key: wait_key.into(),
+            generation: 0,
+            poll_after_ms: None,
+            checkpoint: None,
+        }
+    }
+}
+
+impl From<SignalWaitSpec> for StepOutcome {
+    fn from(s: SignalWaitSpec) -> Self {
+        StepOutcome::WaitForSignal(s)
+    }
+}
+
+/// Everything an invocation may know. Cheap to clone.
+#[derive(Clone)]
+pub struct ActivityContext {
+    pub(crate) workflow_id: Arc<str>,
+    pub(crate) workflow_type: Arc<str>,
+    pub(crate) biz_key: Arc<str>,
+    pub(crate) step_name: Arc<str>,
+    pub(crate) step_index: usize,
+    pub(crate) input: Arc<Value>,
+    pub(crate) outputs: Arc<BTreeMap<String, Value>>,
+    pub(crate) prepared: Arc<Value>,
+    pub(crate) attempt: u32,
+    pub(crate) workflow_run: u32,
+    pub(crate) checkpoint: Option<Value>,
+    pub(crate) resume: Option<Resume>,
+    pub(crate) previous_error: Option<StepError>,
+    pub(crate) claim_token: Arc<str>,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) signals: SignalSender,
+    pub(crate) stream: Option<StreamHandle>,
+    pub(crate) now: Millis,
+}
+
+impl std::fmt::Debug for ActivityContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ActivityContext")
+            .field("workflow_id", &self.workflow_id)
+            .field("step", &self.step_name)
+            .field("attempt", &self.attempt)
+            .field("workflow_run", &self.workflow_run)
+            .finish_non_exhaustive()
+    }
+}
+
+/// K-17.1: `workflowId ∥ activityType ∥ logicalAttempt`, length-prefixed so that no two
+/// distinct triples encode alike.
+pub fn idempotency_key(workflow_id: &str, activity_type: &str, logical_attempt: u32) -> String {
+    format!("{}:{}|{}:{}|{}", workflow_id.len(), workflow_id, activity_type.len(), activity_type, logical_attempt)
+}
+
+impl ActivityContext {
+    /// Workflow id.
+    pub fn workflow_id(&self) -> &str {
+        &self.workflow_id
+    }
+    /// Workflow type.
+    pub fn workflow_type(&self) -> &str {
+        &self.workflow_type
+    }
+    /// Business key.
+    pub fn biz_key(&self) -> &str {
+        &self.biz_key
+    }
+    /// Step name (the activity type of K-17.1).
+    pub fn step_name(&self) -> &str {
+        &self.step_name
+    }
+    /// Step index.
+    pub fn step_index(&self) -> usize {
+        self.step_index
+    }
+    /// The instance input (exact snapshot).
+    pub fn input(&self) -> &Value {
+        &self.input
+    }
+    /// Outputs of completed steps, as of the start of this wave.
+    pub fn outputs(&self) -> &BTreeMap<String, Value> {
+        &self.outputs
+    }
+    /// Output of a completed step.
+    pub fn output(&self, step: &str) -> Option<&Value> {
+        self.outputs.get(step)
+    }
+    /// What PrepareContext rebuilt from the input at claim start (K-2.3).
+    pub fn prepared(&self) -> &Value {
+        &self.prepared
+    }
+    /// Physical attempt (real entries including this one).
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+    /// Logical attempt = `workflow_run` (K-17.1).
+    pub fn workflow_run(&self) -> u32 {
+        self.workflow_run
+    }
+    /// Idempotency key for external side effects (K-17.1): stable across physical retries,
+    /// suspensions and crashes of one round; new for a replayed round.
+    pub fn idempotency_key(&self) -> String {
+        idempotency_key(&self.workflow_id, &self.step_name, self.workflow_run)
+    }
+    /// Checkpoint saved by the last suspend or yield of this step.
+    pub fn checkpoint(&self) -> Option<&Value> {
+        self.checkpoint.as_ref()
+    }
+    /// Why the step resumed, if it was waiting.
+    pub fn resume(&self) -> Option<&Resume> {
+        self.resume.as_ref()
+    }
+    /// The error of the previous attempt. When its class is
+    /// [`ErrorClass::UnknownOutcome`], query the external system before acting again.
+    pub fn previous_error(&self) -> Option<&StepError> {
+        self.previous_error.as_ref()
+    }
+    /// Whether the previous attempt ended with an unknown outcome (K-17.2).
+    pub fn must_query_before_retry(&self) -> bool {
+        self.previous_error.as_ref().is_some_and(|e| e.class == ErrorClass::UnknownOutcome)
+    }
+    /// Business fencing token from `input.fencing_token` (K-12).
+    pub fn fencing_token(&self) -> Option<&str> {
+        self.input.get("fencing_token").and_then(Value::as_str)
+    }
+    /// Suffix of the claim token, for logs.
+    pub fn claim_token(&self) -> &str {
+        &self.claim_token
+    }
+    /// Cancelled on timeout, claim loss and shutdown timeout; pass it to every I/O call.
+    pub fn cancellation(&self) -> &CancellationToken {
+        &self.cancel
+    }
+    /// Deliver signals (fan-out, K-10).
+    pub fn signals(&self) -> &SignalSender {
+        &self.signals
+    }
+    /// The client stream of a streaming step.
+    pub fn stream(&self) -> Option<&StreamHandle> {
+        self.stream.as_ref()
+    }
+    /// Clock reading when the invocation started. Orchestration decisions must not depend
+    /// on it unless it is recorded in an output or checkpoint (K-17.4a).
+    pub fn now(&self) -> Millis {
+        self.now
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idempotency_key_is_unambiguous() {
+        assert_eq!(idempotency_key("wf-42", "transcribe", 0), "5:wf-42|10:transcribe|0");
+        assert_ne!(idempotency_key("a|1:b", "c", 0), idempotency_key("a", "b|1:c", 0));
+    }
+}

@@ -1,0 +1,571 @@
+//! Definitions, plans, fingerprints (K-4) and the readiness rule (K-4.4).
+//!
+//! A [`Plan`] is the persisted protocol of a workflow type: ordered step names and their
+//! effective dependencies. A [`Definition`] adds the callables and policies a worker needs.
+//! Publishers register plans, workers register definitions (K-4.1).
+
+use crate::activity::Activity;
+use crate::error::{Error, Result};
+use crate::model::{Millis, Step, StepStatus};
+use crate::validate;
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// What happens when a step fails for good (K-7.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnFailed {
+    /// Fail the workflow (default).
+    #[default]
+    Stop,
+    /// Skip the step and continue with the next wave.
+    Skip,
+}
+
+/// How long to wait before a retry (K-7.4). Persisted as `claimable_time`, never slept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryPolicy {
+    /// Retry at once (seed 000's behaviour).
+    Immediate,
+    /// `random(0, min(cap, base × 2^(attempt−1)))`: exponential backoff with full jitter.
+    Exponential {
+        /// Base delay.
+        base_ms: Millis,
+        /// Upper bound.
+        cap_ms: Millis,
+    },
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy::Exponential { base_ms: 1_000, cap_ms: 60_000 }
+    }
+}
+
+impl RetryPolicy {
+    /// Delay before the retry that follows physical attempt `attempt` (1-based), with the
+    /// jitter drawn from `random` (full range of u64).
+    pub fn delay_ms(&self, attempt: u32, random: u64) -> Millis {
+        match *self {
+            RetryPolicy::Immediate => 0,
+            RetryPolicy::Exponential { base_ms, cap_ms } => {
+                let exp = attempt.saturating_sub(1).min(30);
+                let ceiling = base_ms.saturating_mul(1i64 << exp).min(cap_ms).max(0);
+                if ceiling == 0 {
+                    0
+                } else {
+                    (random % (ceiling as u64 + 1)) as Millis
+                }
+            }
+        }
+    }
+}
+
+/// One step of a [`Definition`].
+#[derive(Clone)]
+pub struct StepDef {
+    pub(crate) name: String,
+    pub(crate) activity: Arc<dyn Activity>,
+    pub(crate) timeout_ms: Millis,
+    pub(crate) max_retry: u32,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) resource: Option<String>,
+    pub(crate) on_failed: OnFailed,
+    pub(crate) depends_on: Option<Vec<String>>,
+    pub(crate) streaming: bool,
+}
+
+impl std::fmt::Debug for StepDef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StepDef")
+            .field("name", &self.name)
+            .field("timeout_ms", &self.timeout_ms)
+            .field("max_retry", &self.max_retry)
+            .field("resource", &self.resource)
+            .field("depends_on", &self.depends_on)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StepDef {
+    /// A step running `activity`, with a 60 s timeout, no retries, no resource.
+    pub fn new(name: impl Into<String>, activity: impl Activity) -> Self {
+        StepDef {
+            name: name.into(),
+            activity: Arc::new(activity),
+            timeout_ms: 60_000,
+            max_retry: 0,
+            retry: RetryPolicy::default(),
+            resource: None,
+            on_failed: OnFailed::Stop,
+            depends_on: None,
+            streaming: false,
+        }
+    }
+    /// Per-invocation timeout (a fresh window per entry, K-7.3).
+    pub fn timeout_ms(mut self, ms: Millis) -> Self {
+        self.timeout_ms = ms;
+        self
+    }
+    /// Retries after the first attempt.
+    pub fn max_retry(mut self, n: u32) -> Self {
+        self.max_retry = n;
+        self
+    }
+    /// Retry delay policy.
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
+        self
+    }
+    /// A traffic resource whose permit is acquired before every entry (K-14).
+    pub fn resource(mut self, name: impl Into<String>) -> Self {
+        self.resource = Some(name.into());
+        self
+    }
+    /// Failure policy.
+    pub fn on_failed(mut self, p: OnFailed) -> Self {
+        self.on_failed = p;
+        self
+    }
+    /// Explicit dependencies (DAG). Without it, the step depends on the previous one.
+    pub fn depends_on<I: IntoIterator<Item = S>, S: Into<String>>(mut self, deps: I) -> Self {
+        self.depends_on = Some(deps.into_iter().map(Into::into).collect());
+        self
+    }
+    /// The step writes a client stream, reset before a re-execution (K-16).
+    pub fn streaming(mut self) -> Self {
+        self.streaming = true;
+        self
+    }
+    /// Step name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// Traffic resource.
+    pub fn resource_name(&self) -> Option<&str> {
+        self.resource.as_deref()
+    }
+    /// Timeout.
+    pub fn get_timeout_ms(&self) -> Millis {
+        self.timeout_ms
+    }
+    /// Retries after the first attempt.
+    pub fn get_max_retry(&self) -> u32 {
+        self.max_retry
+    }
+    /// Retry policy.
+    pub fn retry_policy(&self) -> RetryPolicy {
+        self.retry
+    }
+    /// Failure policy.
+    pub fn get_on_failed(&self) -> OnFailed {
+        self.on_failed
+    }
+    /// Whether the step streams.
+    pub fn is_streaming(&self) -> bool {
+        self.streaming
+    }
+    /// The activity.
+    pub fn activity(&self) -> &Arc<dyn Activity> {
+        &self.activity
+    }
+}
+
+/// A step of a [`Plan`]: name and effective dependencies (indices, sorted).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanStep {
+    /// Step name.
+    pub name: String,
+    /// Indices of the steps it depends on.
+    pub deps: Vec<usize>,
+}
+
+/// The persisted protocol of a workflow type (K-4.1): no callables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    workflow_type: String,
+    steps: Vec<PlanStep>,
+    fingerprint: String,
+}
+
+impl Plan {
+    /// Build and validate a plan from `(name, explicit deps)` pairs; `None` deps means
+    /// "the previous step".
+    pub fn new(workflow_type: &str, steps: &[(String, Option<Vec<String>>)]) -> Result<Plan> {
+        validate::identifier("workflow_type", workflow_type)?;
+        if steps.is_empty() {
+            return Err(Error::invalid("steps", "a definition needs at least one step"));
+        }
+        if steps.len() > STEPS_MAX {
+            return Err(Error::invalid("steps", format_args!("more than {STEPS_MAX} steps")));
+        }
+        let mut index: HashMap<&str, usize> = HashMap::new();
+        for (i, (name, _)) in steps.iter().enumerate() {
+            validate::key_name(&format!("steps[{i}].name"), name)?;
+            if index.insert(name.as_str(), i).is_some() {
+                return Err(Error::invalid(format!("steps[{i}].name"), format_args!("duplicate step name `{name}`")));
+            }
+        }
+        let mut out = Vec::with_capacity(steps.len());
+        for (i, (name, deps)) in steps.iter().enumerate() {
+            let mut d: Vec<usize> = match deps {
+                None => if i == 0 { vec![] } else { vec![i - 1] },
+                Some(list) => {
+                    let mut v = Vec::new();
+                    for dep in list {
+                        let j = *index.get(dep.as_str()).ok_or_else(|| {
+                            Error::invalid(format!("steps[{i}].depends_on"), format_args!("unknown step `{dep}`"))
+                        })?;
+                        if j == i {
+                            return Err(Error::invalid(format!("steps[{i}].depends_on"), "a step cannot depend on itself"));
+                        }
+                        v.push(j);
+                    }
+                    v
+                }
+            };
+            d.sort_unstable();
+            d.dedup();
+            out.push(PlanStep { name: name.clone(), deps: d });
+        }
+        detect_cycle(&out)?;
+        let fingerprint = fingerprint(workflow_type, &out);
+        Ok(Plan { workflow_type: workflow_type.to_string(), steps: out, fingerprint })
+    }
+
+    /// Workflow type.
+    pub fn workflow_type(&self) -> &str {
+        &self.workflow_type
+    }
+    /// Steps in order.
+    pub fn steps(&self) -> &[PlanStep] {
+        &self.steps
+    }
+    /// SHA-256 fingerprint, lowercase hex (K-4.2).
+    pub fn fingerprint(&self) -> &str {
+        &self.fingerprint
+    }
+    /// Fresh pending steps for a new instance.
+    pub fn initial_steps(&self) -> Vec<Step> {
+        self.steps.iter().map(|s| Step::pending(s.name.clone())).collect()
+    }
+
+    /// Ready step indices (K-4.4): every non-terminal, non-waiting step whose dependencies
+    /// are all completed or skipped. `running` is ready (a crashed worker's leftover).
+    pub fn ready(&self, steps: &[Step]) -> Vec<usize> {
+        let done = |i: usize| steps.get(i).is_some_and(|s| matches!(s.status, StepStatus::Completed | StepStatus::Skipped));
+        self.steps
+            .iter()
+            .enumerate()
+            .filter(|(i, p)| {
+                steps.get(*i).is_some_and(|s| matches!(s.status, StepStatus::Pending | StepStatus::Running))
+                    && p.deps.iter().all(|d| done(*d))
+            })
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    /// Every step completed or skipped.
+    pub fn all_done(&self, steps: &[Step]) -> bool {
+        steps.len() == self.steps.len()
+            && steps.iter().all(|s| matches!(s.status, StepStatus::Completed | StepStatus::Skipped))
+    }
+}
+
+/// Upper bound on steps per definition.
+pub const STEPS_MAX: usize = 256;
+
+fn detect_cycle(steps: &[PlanStep]) -> Result<()> {
+    // Iterative DFS with colours; the plan is small (≤ STEPS_MAX).
+    let n = steps.len();
+    let mut colour = vec![0u8; n];
+    for start in 0..n {
+        if colour[start] != 0 {
+            continue;
+        }
+        let mut stack = vec![(start, 0usize)];
+        colour[start] = 1;
+        while let Some((node, next)) = stack.pop() {
+            if let Some(&dep) = steps[node].deps.get(next) {
+                stack.push((node, next + 1));
+                match colour[dep] {
+                    0 => {
+                        colour[dep] = 1;
+                        stack.push((dep, 0));
+                    }
+                    1 => {
+                        return Err(Error::invalid(
+                            format!("steps[{node}].depends_on"),
+                            format_args!("dependency cycle through `{}`", steps[dep].name),
+                        ))
+                    }
+                    _ => {}
+                }
+            } else {
+                colour[node] = 2;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn put(h: &mut Sha256, bytes: &[u8]) {
+    h.update((bytes.len() as u32).to_be_bytes());
+    h.update(bytes);
+}
+
+/// K-4.2: SHA-256 over the length-prefixed type, then per step in order its length-prefixed
+/// name, the count of its effective dependencies and their length-prefixed names sorted.
+/// Activities, timeouts, retries and resources are deliberately excluded.
+pub fn fingerprint(workflow_type: &str, steps: &[PlanStep]) -> String {
+    let mut h = Sha256::new();
+    put(&mut h, workflow_type.as_bytes());
+    h.update((steps.len() as u32).to_be_bytes());
+    for s in steps {
+        put(&mut h, s.name.as_bytes());
+        let mut deps: Vec<&str> = s.deps.iter().map(|d| steps[*d].name.as_str()).collect();
+        deps.sort_unstable();
+        h.update((deps.len() as u32).to_be_bytes());
+        for d in deps {
+            put(&mut h, d.as_bytes());
+        }
+    }
+    hex::encode(h.finalize())
+}
+
+/// A workflow type with its callables: what a worker registers.
+#[derive(Clone)]
+pub struct Definition {
+    plan: Plan,
+    steps: Vec<StepDef>,
+    success_finalizer: Option<Arc<dyn Activity>>,
+    failure_finalizer: Option<Arc<dyn Activity>>,
+}
+
+impl std::fmt::Debug for Definition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Definition").field("plan", &self.plan).field("steps", &self.steps).finish_non_exhaustive()
+    }
+}
+
+/// Builder of a [`Definition`].
+pub struct DefinitionBuilder {
+    workflow_type: String,
+    steps: Vec<StepDef>,
+    success_finalizer: Option<Arc<dyn Activity>>,
+    failure_finalizer: Option<Arc<dyn Activity>>,
+}
+
+impl DefinitionBuilder {
+    /// Append a step.
+    pub fn step(mut self, s: StepDef) -> Self {
+        self.steps.push(s);
+        self
+    }
+    /// Idempotent business close-out run before `completed` (K-8).
+    pub fn success_finalizer(mut self, a: impl Activity) -> Self {
+        self.success_finalizer = Some(Arc::new(a));
+        self
+    }
+    /// Idempotent failure close-out run in `failing`, before `failed` (K-8).
+    pub fn failure_finalizer(mut self, a: impl Activity) -> Self {
+        self.failure_finalizer = Some(Arc::new(a));
+        self
+    }
+    /// Validate: identifier rules, unique names, known dependencies, no cycles, positive
+    /// timeouts, resource names.
+    pub fn build(self) -> Result<Definition> {
+        let pairs: Vec<(String, Option<Vec<String>>)> =
+            self.steps.iter().map(|s| (s.name.clone(), s.depends_on.clone())).collect();
+        let plan = Plan::new(&self.workflow_type, &pairs)?;
+        for (i, s) in self.steps.iter().enumerate() {
+            validate::positive_ms(&format!("steps[{i}].timeout_ms"), s.timeout_ms)?;
+            if let Some(r) = &s.resource {
+                validate::key_name(&format!("steps[{i}].resource"), r)?;
+            }
+            if let RetryPolicy::Exponential { base_ms, cap_ms } = s.retry {
+                validate::positive_ms(&format!("steps[{i}].retry.base_ms"), base_ms)?;
+                validate::positive_ms(&format!("steps[{i}].retry.cap_ms"), cap_ms)?;
+            }
+        }
+        Ok(Definition {
+            plan,
+            steps: self.steps,
+            success_finalizer: self.success_finalizer,
+            failure_finalizer: self.failure_finalizer,
+        })
+    }
+}
+
+impl Definition {
+    /// Start building a definition of `workflow_type`.
+    pub fn builder(workflow_type: impl Into<String>) -> DefinitionBuilder {
+        DefinitionBuilder { workflow_type: workflow_type.into(), steps: vec![], success_finalizer: None, failure_finalizer: None }
+    }
+    /// The plan (no callables).
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+    /// Workflow type.
+    pub fn workflow_type(&self) -> &str {
+        self.plan.workflow_type()
+    }
+    /// Steps.
+    pub fn steps(&self) -> &[StepDef] {
+        &self.steps
+    }
+    /// Success finalizer.
+    pub fn success_finalizer(&self) -> Option<&Arc<dyn Activity>> {
+        self.success_finalizer.as_ref()
+    }
+    /// Failure finalizer.
+    pub fn failure_finalizer(&self) -> Option<&Arc<dyn Activity>> {
+        self.failure_finalizer.as_ref()
+    }
+}
+
+/// Plans by type (publisher side).
+#[derive(Debug, Clone, Default)]
+pub struct PlanRegistry {
+    plans: BTreeMap<String, Plan>,
+}
+
+impl PlanRegistry {
+    /// Register (or replace) a plan.
+    pub fn register(&mut self, plan: Plan) {
+        self.plans.insert(plan.workflow_type().to_string(), plan);
+    }
+    /// Look up a plan.
+    pub fn get(&self, workflow_type: &str) -> Result<&Plan> {
+        self.plans.get(workflow_type).ok_or_else(|| Error::UnregisteredType(workflow_type.to_string()))
+    }
+}
+
+/// Definitions by type (worker side).
+#[derive(Debug, Clone, Default)]
+pub struct DefinitionRegistry {
+    defs: BTreeMap<String, Arc<Definition>>,
+}
+
+impl DefinitionRegistry {
+    /// Register a definition; a second one for the same type is an error.
+    pub fn register(&mut self, def: Definition) -> Result<()> {
+        let t = def.workflow_type().to_string();
+        if self.defs.contains_key(&t) {
+            return Err(Error::invalid("workflow_type", format_args!("`{t}` is already registered")));
+        }
+        self.defs.insert(t, Arc::new(def));
+        Ok(())
+    }
+    /// Look up a definition.
+    pub fn get(&self, workflow_type: &str) -> Option<&Arc<Definition>> {
+        self.defs.get(workflow_type)
+    }
+    /// Registered types, sorted.
+    pub fn types(&self) -> Vec<String> {
+        self.defs.keys().cloned().collect()
+    }
+    /// All plans (for a publisher in the same process).
+    pub fn plans(&self) -> PlanRegistry {
+        let mut r = PlanRegistry::default();
+        for d in self.defs.values() {
+            r.register(d.plan().clone());
+        }
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(t: &str, steps: &[(&str, Option<&[&str]>)]) -> Result<Plan> {
+        let v: Vec<(String, Option<Vec<String>>)> = steps
+            .iter()
+            .map(|(n, d)| (n.to_string(), d.map(|d| d.iter().map(|s| s.to_string()).collect())))
+            .collect();
+        Plan::new(t, &v)
+    }
+
+    /// Golden values: a change here is a change of the persisted protocol (K-4.2). They
+    /// were cross-checked with an independent Python `hashlib` implementation of the
+    /// encoding documented on [`fingerprint`].
+    #[test]
+    fn fingerprint_golden_values() {
+        let linear = plan("live_summary", &[("preprocess", None), ("transcribe", None), ("compose", None), ("finalize", None)]).unwrap();
+        assert_eq!(linear.fingerprint(), "6f77bb7b30b9dcdd5589a3f5cba19a9f5011b04e79d08845be105ae6e0dd4319");
+        let dag = plan("dag", &[("fetch", None), ("left", Some(&["fetch"])), ("right", Some(&["fetch"])), ("join", Some(&["right", "left"]))]).unwrap();
+        assert_eq!(dag.fingerprint(), "cd781fcd8c58f0dcccaf933c5a4978acd8ab94388975edbdae6a95bef5a29b9a");
+    }
+
+    #[test]
+    fn fingerprint_ignores_dep_order_and_counts_implicit_deps() {
+        let a = plan("t", &[("a", None), ("b", Some(&[])), ("c", Some(&["a", "b"]))]).unwrap();
+        let b = plan("t", &[("a", None), ("b", Some(&[])), ("c", Some(&["b", "a"]))]).unwrap();
+        assert_eq!(a.fingerprint(), b.fingerprint());
+        let implicit = plan("t", &[("a", None), ("b", None)]).unwrap();
+        let explicit = plan("t", &[("a", None), ("b", Some(&["a"]))]).unwrap();
+        assert_eq!(implicit.fingerprint(), explicit.fingerprint());
+        let root = plan("t", &[("a", None), ("b", Some(&[]))]).unwrap();
+        assert_ne!(implicit.fingerprint(), root.fingerprint());
+        // Length prefixes make "ab"+"c" differ from "a"+"bc".
+        let x = plan("t", &[("ab", None), ("c", None)]).unwrap();
+        let y = plan("t", &[("a", None), ("bc", None)]).unwrap();
+        assert_ne!(x.fingerprint(), y.fingerprint());
+    }
+
+    #[test]
+    fn plan_rejects_bad_shapes() {
+        assert!(matches!(plan("t", &[("a", None), ("a", None)]), Err(Error::InvalidInput { .. })));
+        assert!(matches!(plan("t", &[("a", Some(&["zz"]))]), Err(Error::InvalidInput { .. })));
+        assert!(matches!(plan("t", &[("a", Some(&["b"])), ("b", Some(&["a"]))]), Err(Error::InvalidInput { .. })));
+        assert!(matches!(plan("t", &[("a", Some(&["a"]))]), Err(Error::InvalidInput { .. })));
+        assert!(matches!(plan("t", &[("$a", None)]), Err(Error::InvalidInput { .. })));
+        assert!(matches!(plan("t", &[("a.b", None)]), Err(Error::InvalidInput { .. })));
+        assert!(matches!(plan("", &[("a", None)]), Err(Error::InvalidInput { .. })));
+        assert!(matches!(plan("t", &[]), Err(Error::InvalidInput { .. })));
+    }
+
+    fn st(statuses: &[StepStatus]) -> Vec<Step> {
+        statuses.iter().enumerate().map(|(i, s)| Step { status: *s, ..Step::pending(format!("s{i}")) }).collect()
+    }
+
+    fn check(p: &Plan, statuses: &[StepStatus], expect: &[usize]) {
+        assert_eq!(p.ready(&st(statuses)), expect, "statuses {statuses:?}");
+    }
+
+    #[test]
+    fn readiness_linear_and_dag() {
+        use StepStatus::*;
+        let lin = plan("t", &[("s0", None), ("s1", None), ("s2", None)]).unwrap();
+        check(&lin, &[Pending, Pending, Pending], &[0]);
+        check(&lin, &[Completed, Pending, Pending], &[1]);
+        check(&lin, &[Completed, Running, Pending], &[1]);
+        check(&lin, &[Completed, Waiting, Pending], &[]);
+        check(&lin, &[Completed, Failed, Pending], &[]);
+        check(&lin, &[Skipped, Completed, Pending], &[2]);
+        check(&lin, &[Completed, Completed, Completed], &[]);
+        // Diamond: s0 → {s1, s2} → s3
+        let dag = plan("t", &[("s0", None), ("s1", Some(&["s0"])), ("s2", Some(&["s0"])), ("s3", Some(&["s1", "s2"]))]).unwrap();
+        check(&dag, &[Pending, Pending, Pending, Pending], &[0]);
+        check(&dag, &[Completed, Pending, Pending, Pending], &[1, 2]);
+        check(&dag, &[Completed, Completed, Running, Pending], &[2]);
+        check(&dag, &[Completed, Completed, Skipped, Pending], &[3]);
+        // Two roots run in the first wave.
+        let roots = plan("t", &[("s0", Some(&[])), ("s1", Some(&[])), ("s2", Some(&["s0", "s1"]))]).unwrap();
+        check(&roots, &[Pending, Pending, Pending], &[0, 1]);
+    }
+
+    #[test]
+    fn retry_policy_bounds() {
+        let p = RetryPolicy::Exponential { base_ms: 1000, cap_ms: 60_000 };
+        for a in 1..40 {
+            for r in [0u64, 1, 12345, u64::MAX] {
+                let d = p.delay_ms(a, r);
+                let ceiling = (1000i64 << (a - 1).min(30)).min(60_000);
+                assert!((0..=ceiling).contains(&d), "attempt {a}: {d}");
+            }
+        }
+        assert_eq!(RetryPolicy::Immediate.delay_ms(3, 99), 0);
+    }
+}

@@ -1,0 +1,107 @@
+use crate::error::{Error, Result};
+use crate::model::Millis;
+use crate::validate;
+
+/// Engine settings. Every limit is explicit; units are in the name.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Name of this worker in logs, spans and observations.
+    pub worker_id: String,
+    /// Local worker slots (claims running at once).
+    pub worker_slots: usize,
+    /// Claim lease (K-6.2).
+    pub lease_ms: Millis,
+    /// Heartbeat interval; must be < `lease_ms` (K-6.3 suggests lease/3).
+    pub heartbeat_ms: Millis,
+    /// Poll interval of the ready queue when no wakeup arrives (K-13).
+    pub poll_interval_ms: Millis,
+    /// Rebuild scan + timer activation interval (K-13, K-9.2).
+    pub rebuild_interval_ms: Millis,
+    /// Pending-signal repair interval (K-9.4).
+    pub signal_repair_interval_ms: Millis,
+    /// Stale candidates tried per scheduling round (K-6.1).
+    pub candidates_per_round_max: usize,
+    /// Push-back delay on a fingerprint mismatch (K-4.3).
+    pub fingerprint_pushback_ms: Millis,
+    /// Delay before retrying a step whose permit was denied (or errored: fail closed).
+    pub permit_retry_ms: Millis,
+    /// Permit renewal interval while an activity holds it.
+    pub permit_renew_ms: Millis,
+    /// Delay after a finalizer error (K-8).
+    pub finalizer_retry_ms: Millis,
+    /// Timeout of one finalizer invocation.
+    pub finalizer_timeout_ms: Millis,
+    /// Largest serialized input, output or checkpoint.
+    pub payload_bytes_max: usize,
+    /// Longest stored error message.
+    pub error_message_bytes_max: usize,
+    /// Rows per scan page.
+    pub scan_page_size: usize,
+    /// Pages per rebuild / repair pass.
+    pub scan_pages_max: usize,
+    /// How long graceful shutdown waits for running claims (K-6.6).
+    pub shutdown_timeout_ms: Millis,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            worker_id: "worker".into(),
+            worker_slots: 8,
+            lease_ms: 30_000,
+            heartbeat_ms: 10_000,
+            poll_interval_ms: 5_000,
+            rebuild_interval_ms: 30_000,
+            signal_repair_interval_ms: 30_000,
+            candidates_per_round_max: 8,
+            fingerprint_pushback_ms: 3_600_000,
+            permit_retry_ms: 1_000,
+            permit_renew_ms: 10_000,
+            finalizer_retry_ms: 5_000,
+            finalizer_timeout_ms: 60_000,
+            payload_bytes_max: 64 * 1024,
+            error_message_bytes_max: 2_048,
+            scan_page_size: 100,
+            scan_pages_max: 10,
+            shutdown_timeout_ms: 60_000,
+        }
+    }
+}
+
+impl EngineConfig {
+    /// Check every field; the first violation is returned as a typed error.
+    pub fn validate(&self) -> Result<()> {
+        validate::identifier("worker_id", &self.worker_id)?;
+        for (f, v) in [
+            ("lease_ms", self.lease_ms),
+            ("heartbeat_ms", self.heartbeat_ms),
+            ("poll_interval_ms", self.poll_interval_ms),
+            ("rebuild_interval_ms", self.rebuild_interval_ms),
+            ("signal_repair_interval_ms", self.signal_repair_interval_ms),
+            ("fingerprint_pushback_ms", self.fingerprint_pushback_ms),
+            ("permit_retry_ms", self.permit_retry_ms),
+            ("permit_renew_ms", self.permit_renew_ms),
+            ("finalizer_retry_ms", self.finalizer_retry_ms),
+            ("finalizer_timeout_ms", self.finalizer_timeout_ms),
+            ("shutdown_timeout_ms", self.shutdown_timeout_ms),
+        ] {
+            validate::positive_ms(f, v)?;
+        }
+        if self.heartbeat_ms >= self.lease_ms {
+            return Err(Error::invalid("heartbeat_ms", format_args!("{} must be < lease_ms {}", self.heartbeat_ms, self.lease_ms)));
+        }
+        for (f, v) in [
+            ("worker_slots", self.worker_slots),
+            ("candidates_per_round_max", self.candidates_per_round_max),
+            ("payload_bytes_max", self.payload_bytes_max),
+            ("error_message_bytes_max", self.error_message_bytes_max),
+            ("scan_page_size", self.scan_page_size),
+            ("scan_pages_max", self.scan_pages_max),
+        ] {
+            if v == 0 {
+                return Err(Error::invalid(f, "must be > 0"));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,525 @@
+//! The engine: wires the pure core to the ports (K-5 … K-10, K-13).
+//!
+//! - [`Publisher::start_or_resume`]: the idempotent entry (K-5).
+//! - [`Engine::tick`]: one scheduling round (K-6.7) that runs the claim it wins to its end.
+//! - [`Engine::maintain`]: timer activation and the rebuild scan (K-9.2, K-13).
+//! - [`Engine::spawn`]: the background worker with slots, wakeups, polling and graceful
+//!   shutdown (K-6.6).
+
+mod claim;
+mod config;
+mod publisher;
+mod signals;
+
+pub use config::EngineConfig;
+pub use publisher::{Publisher, StartOutcome, StartRequest};
+
+use crate::definition::{Definition, DefinitionRegistry};
+use crate::error::{Error, Result};
+use crate::model::{Millis, Priority, WorkflowInstance};
+use crate::ports::*;
+use crate::transition::{Guard, Transition, TransitionKind};
+use serde_json::Value;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+/// Rebuilds the execution context (tenant, user identity) from the persisted input at the
+/// start of each claim (K-2.3). Deterministic, no external I/O.
+pub type PrepareContext = Arc<dyn Fn(&WorkflowInstance) -> std::result::Result<Value, String> + Send + Sync>;
+
+/// The adapters an engine runs on.
+#[derive(Clone)]
+pub struct Ports {
+    /// Durable instances.
+    pub store: Arc<DynStore>,
+    /// Durable signal inbox.
+    pub inbox: Arc<DynInbox>,
+    /// Ready lanes.
+    pub queue: Arc<DynQueue>,
+    /// Wakeup doorbell.
+    pub wakeup: Arc<DynWakeup>,
+    /// Traffic permits.
+    pub permits: Arc<DynPermits>,
+    /// Time.
+    pub clock: Arc<DynClock>,
+    /// Tokens and jitter.
+    pub ids: Arc<DynIds>,
+    /// Ops projection.
+    pub observer: Arc<DynObservationSink>,
+    /// Client progress streams.
+    pub stream: Arc<DynStreamSink>,
+}
+
+impl std::fmt::Debug for Ports {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Ports")
+    }
+}
+
+/// What one scheduling round did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RoundOutcome {
+    /// Claimed and ran this instance; the claim ended as described.
+    Ran {
+        /// Instance.
+        workflow_id: String,
+        /// How the claim ended.
+        end: ClaimEnd,
+    },
+    /// Nothing claimable (after trying `stale` stale candidates).
+    Idle {
+        /// Candidates popped whose claim missed.
+        stale: usize,
+    },
+    /// No free local slot.
+    NoSlot,
+}
+
+/// How a claim ended (K-6.5).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimEnd {
+    /// Reached completed / failed / canceled.
+    Terminal(crate::model::WorkflowStatus),
+    /// Suspended on a timer or a signal.
+    Suspended,
+    /// Yielded.
+    Yielded,
+    /// Released for a retry, a permit wait, a finalizer retry or shutdown.
+    Released,
+    /// Pushed back on a fingerprint mismatch.
+    PushedBack,
+    /// A token-guarded write missed (another worker owns it now).
+    ClaimLost,
+    /// A write's outcome was uncertain; the lease is left to expire.
+    Uncertain,
+}
+
+/// What [`Engine::maintain`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MaintenanceReport {
+    /// Due waits activated.
+    pub activated: usize,
+    /// Candidates re-enqueued by the rebuild scan.
+    pub enqueued: usize,
+    /// Pending signals repaired.
+    pub signals_repaired: usize,
+}
+
+pub(crate) struct Inner {
+    pub(crate) ports: Ports,
+    pub(crate) defs: DefinitionRegistry,
+    pub(crate) types: Vec<String>,
+    pub(crate) config: EngineConfig,
+    pub(crate) prepare: Option<PrepareContext>,
+    pub(crate) slots: Arc<Semaphore>,
+    /// Stop taking new work and stop between waves.
+    pub(crate) stopping: CancellationToken,
+    /// Hard stop after a shutdown timeout: activities are cancelled, leases left to expire.
+    pub(crate) killed: CancellationToken,
+    pub(crate) next_repair_at: AtomicI64,
+    pub(crate) repair_cursor: Mutex<Option<String>>,
+    pub(crate) rebuild_cursor: Mutex<Option<String>>,
+    pub(crate) repair_failed: AtomicBool,
+}
+
+/// A worker engine. Cheap to clone.
+#[derive(Clone)]
+pub struct Engine {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("worker_id", &self.inner.config.worker_id).field("types", &self.inner.types).finish()
+    }
+}
+
+/// Builder of an [`Engine`].
+pub struct EngineBuilder {
+    ports: Ports,
+    config: EngineConfig,
+    defs: DefinitionRegistry,
+    prepare: Option<PrepareContext>,
+    error: Option<Error>,
+}
+
+impl EngineBuilder {
+    /// Settings (validated in [`build`](Self::build)).
+    pub fn config(mut self, c: EngineConfig) -> Self {
+        self.config = c;
+        self
+    }
+    /// Register a definition.
+    pub fn register(mut self, d: Definition) -> Self {
+        if let Err(e) = self.defs.register(d) {
+            self.error.get_or_insert(e);
+        }
+        self
+    }
+    /// Install the PrepareContext hook (K-2.3).
+    pub fn prepare_context(mut self, f: PrepareContext) -> Self {
+        self.prepare = Some(f);
+        self
+    }
+    /// Validate and build.
+    pub fn build(self) -> Result<Engine> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        self.config.validate()?;
+        let types = self.defs.types();
+        Ok(Engine {
+            inner: Arc::new(Inner {
+                slots: Arc::new(Semaphore::new(self.config.worker_slots)),
+                ports: self.ports,
+                defs: self.defs,
+                types,
+                config: self.config,
+                prepare: self.prepare,
+                stopping: CancellationToken::new(),
+                killed: CancellationToken::new(),
+                next_repair_at: AtomicI64::new(i64::MIN),
+                repair_cursor: Mutex::new(None),
+                rebuild_cursor: Mutex::new(None),
+                repair_failed: AtomicBool::new(false),
+            }),
+        })
+    }
+}
+
+impl Engine {
+    /// Start building an engine on `ports`.
+    pub fn builder(ports: Ports) -> EngineBuilder {
+        EngineBuilder { ports, config: EngineConfig::default(), defs: DefinitionRegistry::default(), prepare: None, error: None }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &EngineConfig {
+        &self.inner.config
+    }
+
+    /// The ports.
+    pub fn ports(&self) -> &Ports {
+        &self.inner.ports
+    }
+
+    /// A publisher that knows the plans of every registered definition.
+    pub fn publisher(&self) -> Publisher {
+        Publisher::new(self.inner.ports.clone(), self.inner.defs.plans(), self.inner.config.payload_bytes_max)
+    }
+
+    /// A cloneable signal sender backed by this engine.
+    pub fn signal_sender(&self) -> SignalSender {
+        SignalSender::new(Arc::new(signals::Delivery { inner: self.inner.clone() }))
+    }
+
+    /// Deliver a signal (K-9.3).
+    pub async fn deliver_signal(&self, signal: Signal) -> Result<DeliverOutcome> {
+        signals::deliver(&self.inner, signal).await
+    }
+
+    /// Cancel / supersede (K-8): `running|waiting|failing → canceled`; no token needed.
+    /// Returns whether this call changed anything (idempotent).
+    pub async fn cancel(&self, workflow_id: &str) -> Result<bool> {
+        crate::validate::identifier("workflow_id", workflow_id)?;
+        let now = self.inner.ports.clock.now();
+        let t = Transition::supersede(now);
+        match self.inner.ports.store.apply(workflow_id, &Guard::Active, &t).await? {
+            WriteOutcome::Applied { revision } => {
+                if let Some(inst) = self.inner.ports.store.get(workflow_id).await.ok().flatten() {
+                    observe(&self.inner, &inst, &t, revision, None);
+                }
+                Ok(true)
+            }
+            WriteOutcome::Missed => Ok(false),
+        }
+    }
+
+    /// One scheduling round (K-6.7): repair signals when due, take a slot, pop ≤ N
+    /// candidates, claim, and run the claim won to its end. Falls back to the store when
+    /// the queue errors, or is empty after a failed repair.
+    pub async fn tick(&self) -> Result<RoundOutcome> {
+        let Ok(permit) = self.inner.slots.clone().try_acquire_owned() else {
+            return Ok(RoundOutcome::NoSlot);
+        };
+        let out = match self.claim_next().await? {
+            ClaimAttempt::Won(inst) => {
+                let id = inst.workflow_id.clone();
+                let end = claim::run(self.inner.clone(), inst).await;
+                RoundOutcome::Ran { workflow_id: id, end }
+            }
+            ClaimAttempt::None { stale } => RoundOutcome::Idle { stale },
+        };
+        drop(permit);
+        Ok(out)
+    }
+
+    async fn claim_next(&self) -> Result<ClaimAttempt> {
+        let inner = &self.inner;
+        let now = inner.ports.clock.now();
+        if now >= inner.next_repair_at.load(Ordering::Relaxed) {
+            inner.next_repair_at.store(now + inner.config.signal_repair_interval_ms, Ordering::Relaxed);
+            let failed = signals::repair(inner, 1).await.is_err();
+            inner.repair_failed.store(failed, Ordering::Relaxed);
+        }
+        let mut stale = 0;
+        let mut fallback = false;
+        for _ in 0..inner.config.candidates_per_round_max {
+            let now = inner.ports.clock.now();
+            match inner.ports.queue.pop_due(now).await {
+                Ok(Some(id)) => {
+                    if crate::validate::identifier("workflow_id", &id).is_err() {
+                        stale += 1;
+                        continue;
+                    }
+                    let spec = self.claim_spec(now);
+                    match inner.ports.store.claim(&id, &spec).await {
+                        Ok(Some(inst)) => return Ok(ClaimAttempt::Won(inst)),
+                        Ok(None) => stale += 1,
+                        Err(e) => {
+                            tracing::warn!(worker = %inner.config.worker_id, error = %e, "claim failed");
+                            return Ok(ClaimAttempt::None { stale });
+                        }
+                    }
+                }
+                Ok(None) => {
+                    fallback = stale == 0 && inner.repair_failed.load(Ordering::Relaxed);
+                    break;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "ready queue unavailable; claiming from the store");
+                    fallback = true;
+                    break;
+                }
+            }
+        }
+        if fallback {
+            let spec = self.claim_spec(inner.ports.clock.now());
+            if let Some(inst) = inner.ports.store.claim_any(&spec).await? {
+                return Ok(ClaimAttempt::Won(inst));
+            }
+        }
+        Ok(ClaimAttempt::None { stale })
+    }
+
+    fn claim_spec(&self, now: Millis) -> ClaimSpec {
+        ClaimSpec { now, lease_ms: self.inner.config.lease_ms, token: self.inner.ports.ids.new_token(), types: self.inner.types.clone() }
+    }
+
+    /// Claim any due instance straight from the store, bypassing the queue (the fallback of
+    /// K-6.7), and run it.
+    pub async fn tick_from_store(&self) -> Result<RoundOutcome> {
+        let Ok(permit) = self.inner.slots.clone().try_acquire_owned() else {
+            return Ok(RoundOutcome::NoSlot);
+        };
+        let spec = self.claim_spec(self.inner.ports.clock.now());
+        let out = match self.inner.ports.store.claim_any(&spec).await? {
+            Some(inst) => {
+                let id = inst.workflow_id.clone();
+                RoundOutcome::Ran { workflow_id: id, end: claim::run(self.inner.clone(), inst).await }
+            }
+            None => RoundOutcome::Idle { stale: 0 },
+        };
+        drop(permit);
+        Ok(out)
+    }
+
+    /// Timer activation (K-9.2), pending-signal repair (K-9.4) and the rebuild scan (K-13),
+    /// each bounded by `scan_page_size × scan_pages_max`.
+    pub async fn maintain(&self) -> Result<MaintenanceReport> {
+        let inner = &self.inner;
+        let mut report = MaintenanceReport::default();
+        let now = inner.ports.clock.now();
+        // Timers first: they never need Redis to wake (K-9.2).
+        for _ in 0..inner.config.scan_pages_max {
+            let due = inner.ports.store.scan_due_waits(now, inner.config.scan_page_size).await?;
+            let n = due.len();
+            for d in due {
+                let t = Transition::timer_activation(d.step_index as usize, d.resume, now);
+                let guard = Guard::DueWait { now, step_index: d.step_index };
+                if let WriteOutcome::Applied { revision } = inner.ports.store.apply(&d.workflow_id, &guard, &t).await? {
+                    report.activated += 1;
+                    if let Ok(Some(inst)) = inner.ports.store.get(&d.workflow_id).await {
+                        observe(inner, &inst, &t, revision, None);
+                    }
+                    enqueue_and_wake(inner, &d.workflow_id, d.priority, now).await;
+                }
+            }
+            if n < inner.config.scan_page_size {
+                break;
+            }
+        }
+        report.signals_repaired = signals::repair(inner, inner.config.scan_pages_max).await?;
+        // Rebuild: re-enqueue claimable instances even while the queue has a backlog.
+        for _ in 0..inner.config.scan_pages_max {
+            let after = inner.rebuild_cursor.lock().expect("cursor lock").clone();
+            let page = inner.ports.store.scan_claimable(after.as_deref(), inner.config.scan_page_size).await?;
+            let last = page.last().map(|c| c.workflow_id.clone());
+            let full = page.len() == inner.config.scan_page_size;
+            for c in &page {
+                if inner.ports.queue.enqueue(&c.workflow_id, c.priority, c.claimable_time).await.is_ok() {
+                    report.enqueued += 1;
+                }
+            }
+            *inner.rebuild_cursor.lock().expect("cursor lock") = if full { last } else { None };
+            if !full {
+                break;
+            }
+        }
+        if report.enqueued > 0 {
+            let _ = inner.ports.wakeup.notify().await;
+        }
+        Ok(report)
+    }
+
+    /// Run in the background: wakeups, polling, maintenance and `worker_slots` concurrent
+    /// claims. Stop with [`RunningEngine::shutdown`].
+    pub fn spawn(&self) -> RunningEngine {
+        let engine = self.clone();
+        let handle = tokio::spawn(async move { engine.run_loop().await });
+        let engine = self.clone();
+        let maint = tokio::spawn(async move { engine.maintenance_loop().await });
+        RunningEngine { engine: self.clone(), handle, maint }
+    }
+
+    async fn maintenance_loop(&self) {
+        let inner = &self.inner;
+        loop {
+            let next = inner.ports.clock.now() + inner.config.rebuild_interval_ms;
+            tokio::select! {
+                _ = inner.stopping.cancelled() => return,
+                _ = inner.ports.clock.sleep_until(next) => {}
+            }
+            if let Err(e) = self.maintain().await {
+                tracing::warn!(worker = %inner.config.worker_id, error = %e, "maintenance pass failed");
+            }
+        }
+    }
+
+    async fn run_loop(&self) {
+        let inner = self.inner.clone();
+        let mut wake = match inner.ports.wakeup.subscribe().await {
+            Ok(rx) => Some(rx),
+            Err(e) => {
+                tracing::warn!(error = %e, "wakeup subscription failed; polling only");
+                None
+            }
+        };
+        let mut claims = tokio::task::JoinSet::new();
+        loop {
+            // Fill free slots (K-6.1: take the slot before claiming).
+            loop {
+                if inner.stopping.is_cancelled() {
+                    break;
+                }
+                let Ok(permit) = inner.slots.clone().try_acquire_owned() else { break };
+                match self.claim_next().await {
+                    Ok(ClaimAttempt::Won(inst)) => {
+                        let inner2 = inner.clone();
+                        claims.spawn(async move {
+                            let _slot = permit;
+                            claim::run(inner2, inst).await
+                        });
+                    }
+                    Ok(ClaimAttempt::None { .. }) => break,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "scheduling round failed");
+                        break;
+                    }
+                }
+            }
+            let next_poll = inner.ports.clock.now() + inner.config.poll_interval_ms;
+            tokio::select! {
+                _ = inner.stopping.cancelled() => break,
+                _ = inner.ports.clock.sleep_until(next_poll) => {}
+                Some(_) = async { match wake.as_mut() { Some(rx) => rx.recv().await, None => std::future::pending().await } } => {}
+                Some(_) = claims.join_next(), if !claims.is_empty() => {}
+            }
+        }
+        // Graceful: running claims finish on the root context (K-6.6).
+        while claims.join_next().await.is_some() {}
+    }
+}
+
+enum ClaimAttempt {
+    Won(WorkflowInstance),
+    None { stale: usize },
+}
+
+/// A spawned engine.
+pub struct RunningEngine {
+    engine: Engine,
+    handle: tokio::task::JoinHandle<()>,
+    maint: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for RunningEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunningEngine").field("engine", &self.engine).finish()
+    }
+}
+
+impl RunningEngine {
+    /// The engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Graceful shutdown (K-6.6): stop polling and wakeups, let running claims finish
+    /// (they stop between waves and release), then return. After `shutdown_timeout_ms` of
+    /// the engine's clock it behaves like a crash: activities are cancelled and leases are
+    /// left to expire, never cleared. Returns whether the shutdown was clean.
+    pub async fn shutdown(self) -> bool {
+        let inner = self.engine.inner.clone();
+        inner.stopping.cancel();
+        self.maint.abort();
+        let deadline = inner.ports.clock.now() + inner.config.shutdown_timeout_ms;
+        let mut handle = self.handle;
+        tokio::select! {
+            _ = &mut handle => true,
+            _ = inner.ports.clock.sleep_until(deadline) => {
+                inner.killed.cancel();
+                handle.abort();
+                false
+            }
+        }
+    }
+}
+
+pub(crate) async fn enqueue_and_wake(inner: &Inner, workflow_id: &str, priority: Priority, at: Millis) {
+    // Best effort: the queue only accelerates; the rebuild scan restores lost entries.
+    if let Err(e) = inner.ports.queue.enqueue(workflow_id, priority, at).await {
+        tracing::debug!(workflow_id, error = %e, "enqueue failed (rebuild scan will restore)");
+        return;
+    }
+    let _ = inner.ports.wakeup.notify().await;
+}
+
+/// Emit one observation per logical transition of a committed write (K-15).
+pub(crate) fn observe(inner: &Inner, inst: &WorkflowInstance, t: &Transition, revision: u64, token: Option<&str>) {
+    for (i, kind) in t.kinds.iter().enumerate() {
+        if matches!(kind, TransitionKind::Heartbeat | TransitionKind::Claim) {
+            continue;
+        }
+        let step = t.kind_steps.get(i).copied().flatten().and_then(|s| inst.steps.get(s as usize));
+        inner.ports.observer.emit(Observation {
+            workflow_id: inst.workflow_id.clone(),
+            biz_key: inst.biz_key.clone(),
+            workflow_type: inst.workflow_type.clone(),
+            workflow_run: inst.retry_count,
+            revision,
+            kind: *kind,
+            status: inst.status,
+            step_name: step.map(|s| s.name.clone()),
+            attempt: step.map_or(0, |s| s.attempt),
+            elapsed_ms: step.map_or(0, |s| s.elapsed_ms),
+            traffic_wait_ms: step.map_or(0, |s| s.traffic_wait_ms),
+            error_class: step.and_then(|s| s.error.as_ref().map(|e| e.class)),
+            at: t.now,
+            worker_id: Some(inner.config.worker_id.clone()),
+            claim_token: token.map(str::to_string),
+        });
+    }
+}

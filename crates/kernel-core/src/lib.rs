@@ -1,0 +1,26 @@
+//! # kernel-core
+//!
+//! The pure heart of a durable workflow kernel: domain types, the identifier rule, plans
+//! and fingerprints, readiness, guarded transitions, the ports (the **API boundary**) and
+//! the engine that wires them together. No database or Redis crate is a dependency.
+//!
+//! A workflow is a persisted list of steps. Workers claim it with an expiring, fenced lease
+//! ([`ports::WorkflowStore::claim`]); activities run at least once; waits release the
+//! worker; every write is conditional ([`transition::Guard`]).
+//!
+//! See the repository README for a runnable "define a workflow" example.
+
+pub mod activity;
+pub mod definition;
+pub mod engine;
+pub mod error;
+pub mod model;
+pub mod ports;
+pub mod transition;
+pub mod validate;
+
+pub use activity::{idempotency_key, Activity, ActivityContext, ActivityError, SignalWaitSpec, StepOutcome};
+pub use definition::{Definition, OnFailed, Plan, PlanRegistry, RetryPolicy, StepDef};
+pub use engine::{Engine, EngineConfig, Ports, Publisher, StartOutcome, StartRequest};
+pub use error::{Error, Result};
+pub use model::*;

@@ -1,0 +1,366 @@
+//! Domain types of K-2: the persisted [`WorkflowInstance`] and its parts.
+//!
+//! Times are [`Millis`] since the Unix epoch, read from the [`Clock`](crate::ports::Clock)
+//! port; adapters store them natively (BSON DateTime in Mongo, scores in Redis).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// Milliseconds since the Unix epoch (or since the start of a manual clock).
+pub type Millis = i64;
+
+/// Top-level status of an instance (K-2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkflowStatus {
+    /// Claimable when `claimable_time <= now`.
+    Running,
+    /// Parked on a timer or a signal; holds no claim.
+    Waiting,
+    /// The failure finalizer must still run; claimable.
+    Failing,
+    /// Terminal success.
+    Completed,
+    /// Terminal failure; may be replayed by StartOrResume (K-5).
+    Failed,
+    /// Terminal: the work should no longer be done.
+    Canceled,
+}
+
+impl WorkflowStatus {
+    /// Completed, failed or canceled.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Canceled)
+    }
+    /// The snake_case name used in documents.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Waiting => "waiting",
+            Self::Failing => "failing",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Canceled => "canceled",
+        }
+    }
+}
+
+/// Status of one step (K-2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepStatus {
+    /// Not started, or handed back (yield, retry, activation).
+    Pending,
+    /// An attempt entered the activity and has not committed.
+    Running,
+    /// Holds the instance's wait.
+    Waiting,
+    /// Done; its output is in `output.<name>`.
+    Completed,
+    /// Failed for good in this round.
+    Failed,
+    /// Skipped (`on_failed = skip`, or canceled).
+    Skipped,
+}
+
+impl StepStatus {
+    /// The snake_case name used in documents.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Running => "running",
+            Self::Waiting => "waiting",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Skipped => "skipped",
+        }
+    }
+}
+
+/// Business priority: P0 is the most urgent lane (K-13). Promote-only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(into = "u8", try_from = "u8")]
+pub enum Priority {
+    /// Realtime, user waiting.
+    P0 = 0,
+    /// Interactive.
+    P1 = 1,
+    /// Asynchronous.
+    P2 = 2,
+    /// Background and recovery.
+    P3 = 3,
+}
+
+impl Priority {
+    /// All lanes, most urgent first.
+    pub const ALL: [Priority; 4] = [Priority::P0, Priority::P1, Priority::P2, Priority::P3];
+    /// Lane index 0..=3.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+    /// Whether `self` is more urgent than `other`.
+    pub fn is_higher_than(self, other: Priority) -> bool {
+        (self as u8) < (other as u8)
+    }
+}
+
+impl From<Priority> for u8 {
+    fn from(p: Priority) -> u8 {
+        p as u8
+    }
+}
+
+impl TryFrom<u8> for Priority {
+    type Error = String;
+    fn try_from(v: u8) -> Result<Self, String> {
+        Priority::ALL.get(v as usize).copied().ok_or_else(|| format!("priority {v} is not 0..=3"))
+    }
+}
+
+/// How an activity error is classified (K-7, K-17.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorClass {
+    /// Timeout, rate limit, unavailable: retried with backoff while budget remains.
+    Transient,
+    /// Schema mismatch, permission, validation: never retried.
+    Permanent,
+    /// The call may have taken effect: retried, and the next attempt sees this class so the
+    /// activity queries the external system before acting again.
+    UnknownOutcome,
+    /// The work should not be done any more: step skipped, workflow canceled.
+    Canceled,
+}
+
+impl ErrorClass {
+    /// The snake_case name used in documents and observations.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Transient => "transient",
+            Self::Permanent => "permanent",
+            Self::UnknownOutcome => "unknown_outcome",
+            Self::Canceled => "canceled",
+        }
+    }
+}
+
+/// A recorded step error.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepError {
+    /// Classification.
+    pub class: ErrorClass,
+    /// Human-readable message (bounded by the engine).
+    pub message: String,
+}
+
+/// One step of an instance (K-2).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Step {
+    /// Unique within the definition; a document key.
+    pub name: String,
+    /// Current status.
+    pub status: StepStatus,
+    /// Real entries into the activity (K-2.1).
+    pub attempt: u32,
+    /// Last error, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<StepError>,
+    /// Time spent inside the activity, summed over attempts.
+    #[serde(default)]
+    pub elapsed_ms: i64,
+    /// Time spent waiting for a permit.
+    #[serde(default)]
+    pub traffic_wait_ms: i64,
+    /// Number of permit denials.
+    #[serde(default)]
+    pub traffic_waits: u32,
+    /// Small, opaque state carried across suspensions and yields.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<Value>,
+    /// Last mark-running time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Millis>,
+    /// Completion / failure time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Millis>,
+}
+
+impl Step {
+    /// A fresh pending step.
+    pub fn pending(name: impl Into<String>) -> Self {
+        Step {
+            name: name.into(),
+            status: StepStatus::Pending,
+            attempt: 0,
+            error: None,
+            elapsed_ms: 0,
+            traffic_wait_ms: 0,
+            traffic_waits: 0,
+            checkpoint: None,
+            started_at: None,
+            finished_at: None,
+        }
+    }
+}
+
+/// What a waiting instance waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitKind {
+    /// A durable sleep.
+    Timer,
+    /// A signal, optionally with a poll fallback.
+    Signal,
+}
+
+/// The persisted wait of a waiting instance (K-2, K-9).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Wait {
+    /// Timer or signal.
+    pub kind: WaitKind,
+    /// Signal type (signal waits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal_type: Option<String>,
+    /// Which business object (signal waits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_key: Option<String>,
+    /// Which round of waiting; stale generations never match (K-9.6).
+    #[serde(default)]
+    pub generation: u64,
+    /// The step holding the wait.
+    pub step_index: u32,
+    /// When a timer is due, or a signal wait's poll fallback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll_time: Option<Millis>,
+}
+
+impl Wait {
+    /// The identity a signal must match (K-9.3).
+    pub fn signal_identity(&self) -> Option<WaitIdentity> {
+        match self.kind {
+            WaitKind::Timer => None,
+            WaitKind::Signal => Some(WaitIdentity {
+                signal_type: self.signal_type.clone().unwrap_or_default(),
+                wait_key: self.wait_key.clone().unwrap_or_default(),
+                generation: self.generation,
+                step_index: self.step_index,
+            }),
+        }
+    }
+}
+
+/// Identity of a signal wait: a signal activates the instance only on an exact match.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct WaitIdentity {
+    /// Signal type.
+    pub signal_type: String,
+    /// Wait key.
+    pub wait_key: String,
+    /// Generation.
+    pub generation: u64,
+    /// The waiting step.
+    pub step_index: u32,
+}
+
+/// Why a waiting step was resumed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResumeKind {
+    /// A sleep came due.
+    Timer,
+    /// A matching signal arrived.
+    Signal,
+    /// A signal wait's poll fallback came due.
+    Poll,
+}
+
+/// The reason a waiting step resumed; carries no business data (K-2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resume {
+    /// Timer, signal or poll.
+    pub kind: ResumeKind,
+    /// Which step it applies to.
+    pub step_index: u32,
+    /// The signal that woke it (signal resumes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal_id: Option<String>,
+}
+
+/// Both fingerprints, recorded when a worker pushed back an instance it cannot interpret (K-4.3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FingerprintMismatch {
+    /// Fingerprint stored on the instance.
+    pub persisted: String,
+    /// Fingerprint of the worker's definition.
+    pub worker: String,
+}
+
+/// The durable execution record (K-2). One per `biz_key`, forever (K-3.2).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkflowInstance {
+    /// Business-facing id (not the storage primary key).
+    pub workflow_id: String,
+    /// Definition type.
+    pub workflow_type: String,
+    /// Permanent idempotency key.
+    pub biz_key: String,
+    /// Current status.
+    pub status: WorkflowStatus,
+    /// Steps in definition order.
+    pub steps: Vec<Step>,
+    /// Small, exact input snapshot.
+    pub input: Value,
+    /// step name → small output.
+    #[serde(default)]
+    pub output: BTreeMap<String, Value>,
+    /// When the instance may next be claimed (lease end while claimed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claimable_time: Option<Millis>,
+    /// The current claim, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim_token: Option<String>,
+    /// The wait, when waiting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<Wait>,
+    /// Why the waiting step resumed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<Resume>,
+    /// SHA-256 of the plan at creation (K-4.2).
+    pub definition_fingerprint: String,
+    /// Set by a fingerprint push-back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint_mismatch: Option<FingerprintMismatch>,
+    /// Lane (promote-only).
+    pub business_priority: Priority,
+    /// Replays of the instance; `workflow_run = retry_count` (K-2.1).
+    #[serde(default)]
+    pub retry_count: u32,
+    /// +1 on every accepted write except claim and heartbeat (K-2.2).
+    #[serde(default)]
+    pub revision: u64,
+    /// Creation time.
+    pub created_at: Millis,
+    /// Last accepted write.
+    pub updated_at: Millis,
+    /// Terminal time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Millis>,
+}
+
+impl WorkflowInstance {
+    /// `workflow_run`, the logical attempt of K-17.1.
+    pub fn workflow_run(&self) -> u32 {
+        self.retry_count
+    }
+
+    /// Index of a step by name.
+    pub fn step_index(&self, name: &str) -> Option<usize> {
+        self.steps.iter().position(|s| s.name == name)
+    }
+
+    /// The fencing token carried by the input (`input.fencing_token`), if any (K-12).
+    pub fn fencing_token(&self) -> Option<&str> {
+        self.input.get("fencing_token").and_then(Value::as_str)
+    }
+}

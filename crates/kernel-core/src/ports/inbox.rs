@@ -1,0 +1,144 @@
+use crate::error::Result;
+use crate::model::Millis;
+use serde::{Deserialize, Serialize};
+
+/// Status of an inbox record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SignalStatus {
+    /// Not yet consumed by a wait.
+    Pending,
+    /// Consumed (activation done, or repaired).
+    Matched,
+}
+
+/// A durable doorbell (K-9.3). Carries no business payload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SignalRecord {
+    /// Unique; a duplicate delivery is ignored.
+    pub signal_id: String,
+    /// Target instance.
+    pub workflow_id: String,
+    /// Signal type.
+    pub signal_type: String,
+    /// Wait key.
+    pub wait_key: String,
+    /// Wait generation.
+    pub generation: u64,
+    /// Pending or matched.
+    pub status: SignalStatus,
+    /// Insert time.
+    pub created_at: Millis,
+    /// When it was matched (audit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub match_time: Option<Millis>,
+}
+
+/// Result of an inbox insert.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InsertOutcome {
+    /// New record stored as pending.
+    Inserted,
+    /// A record with that `signal_id` exists (returned as stored).
+    Duplicate(SignalRecord),
+}
+
+/// The durable signal inbox (K-9.3, K-9.4).
+#[async_trait::async_trait]
+pub trait SignalInbox: Send + Sync + 'static {
+    /// Insert a pending record.
+    ///
+    /// # Contract
+    /// Atomic on the unique `signal_id`: of concurrent inserts exactly one returns
+    /// `Inserted`; the others return `Duplicate` with the stored record. An error means the
+    /// delivery failed and the producer must retry with the same id.
+    async fn insert(&self, record: SignalRecord) -> Result<InsertOutcome>;
+
+    /// Read a record.
+    async fn get(&self, signal_id: &str) -> Result<Option<SignalRecord>>;
+
+    /// The oldest pending record matching the wait identity exactly (K-9.4 early signals).
+    ///
+    /// # Contract
+    /// Read-only; only `status = pending` records are returned.
+    async fn find_pending(
+        &self,
+        workflow_id: &str,
+        signal_type: &str,
+        wait_key: &str,
+        generation: u64,
+    ) -> Result<Option<SignalRecord>>;
+
+    /// `pending → matched` with `match_time = now`.
+    ///
+    /// # Contract
+    /// Conditional on `status = pending`; returns whether this call changed it. Idempotent.
+    async fn mark_matched(&self, signal_id: &str, now: Millis) -> Result<bool>;
+
+    /// A page of pending records ordered by `signal_id`, strictly after `after`.
+    ///
+    /// # Contract
+    /// Bounded by `limit`; read-only.
+    async fn scan_pending(&self, after: Option<&str>, limit: usize) -> Result<Vec<SignalRecord>>;
+}
+
+/// `dyn SignalInbox`.
+pub type DynInbox = dyn SignalInbox;
+
+/// A signal to deliver (K-9.3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Signal {
+    /// Stable id: retries of one notification reuse it.
+    pub signal_id: String,
+    /// Target instance.
+    pub workflow_id: String,
+    /// Signal type.
+    pub signal_type: String,
+    /// Wait key.
+    pub wait_key: String,
+    /// Wait generation.
+    pub generation: u64,
+}
+
+/// What a delivery did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeliverOutcome {
+    /// Stored and it woke the matching wait.
+    Activated,
+    /// Stored as pending (early signal, or no matching wait yet).
+    Pending,
+    /// Already delivered and consumed.
+    Duplicate,
+}
+
+/// Something that delivers signals; the engine implements it.
+#[async_trait::async_trait]
+pub trait SignalDelivery: Send + Sync + 'static {
+    /// Deliver one signal (K-9.3).
+    ///
+    /// # Contract
+    /// Inbox insert first; an error means nothing is guaranteed and the producer retries
+    /// with the same `signal_id`.
+    async fn deliver(&self, signal: Signal) -> Result<DeliverOutcome>;
+}
+
+/// Cloneable handle on a [`SignalDelivery`], given to activities.
+#[derive(Clone)]
+pub struct SignalSender(pub(crate) std::sync::Arc<dyn SignalDelivery>);
+
+impl std::fmt::Debug for SignalSender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SignalSender")
+    }
+}
+
+impl SignalSender {
+    /// Wrap a delivery implementation.
+    pub fn new(d: std::sync::Arc<dyn SignalDelivery>) -> Self {
+        SignalSender(d)
+    }
+    /// Deliver one signal.
+    pub async fn deliver(&self, signal: Signal) -> Result<DeliverOutcome> {
+        self.0.deliver(signal).await
+    }
+}

@@ -1,0 +1,59 @@
+use crate::model::{ErrorClass, Millis, WorkflowStatus};
+use crate::transition::TransitionKind;
+use serde::{Deserialize, Serialize};
+
+/// One committed transition, for the ops projection (K-15). Never drives execution.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Observation {
+    /// Instance.
+    pub workflow_id: String,
+    /// Business key.
+    pub biz_key: String,
+    /// Type.
+    pub workflow_type: String,
+    /// `workflow_run = retry_count`.
+    pub workflow_run: u32,
+    /// The committed revision.
+    pub revision: u64,
+    /// What happened.
+    pub kind: TransitionKind,
+    /// Workflow status after the write.
+    pub status: WorkflowStatus,
+    /// Step concerned, if any.
+    pub step_name: Option<String>,
+    /// Step attempt after the write.
+    pub attempt: u32,
+    /// Activity time of that attempt.
+    pub elapsed_ms: i64,
+    /// Permit wait accumulated by the step.
+    pub traffic_wait_ms: i64,
+    /// Error class, if the transition records one.
+    pub error_class: Option<ErrorClass>,
+    /// Commit time.
+    pub at: Millis,
+    /// Worker that committed it (absent for writes outside a worker).
+    pub worker_id: Option<String>,
+    /// Claim token after the write, if any.
+    pub claim_token: Option<String>,
+}
+
+/// Where observations go.
+pub trait ObservationSink: Send + Sync + 'static {
+    /// Hand over one observation.
+    ///
+    /// # Contract
+    /// Never blocks and never awaits: a full buffer drops the **newest** event and counts
+    /// it. Failures are invisible to the engine (K-1.2).
+    fn emit(&self, obs: Observation);
+}
+
+/// `dyn ObservationSink`.
+pub type DynObservationSink = dyn ObservationSink;
+
+/// Discards observations.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoopObservationSink;
+
+impl ObservationSink for NoopObservationSink {
+    fn emit(&self, _obs: Observation) {}
+}
