@@ -1,0 +1,3 @@
+//! Conformance suites: one per port, as `pub async fn` cases taking the port as `&dyn …`,
+//! plus a macro per suite that expands to one named `#[tokio::test]` per case. Every
+//! adapter crate invokes the macro once; the in-memory adapters run it too.

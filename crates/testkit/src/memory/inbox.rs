@@ -1,0 +1,83 @@
+use kernel_core::model::Millis;
+use kernel_core::ports::*;
+use kernel_core::{validate, Result};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+/// In-memory [`SignalInbox`]; clones share state, [`fork`](Self::fork) copies it.
+#[derive(Debug, Default, Clone)]
+pub struct InMemoryInbox {
+    records: Arc<Mutex<BTreeMap<String, SignalRecord>>>,
+}
+
+impl InMemoryInbox {
+    /// An empty inbox.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// An independent copy.
+    pub fn fork(&self) -> Self {
+        InMemoryInbox { records: Arc::new(Mutex::new(self.records.lock().expect("inbox lock").clone())) }
+    }
+    /// Every record.
+    pub fn all(&self) -> Vec<SignalRecord> {
+        self.records.lock().expect("inbox lock").values().cloned().collect()
+    }
+}
+
+#[async_trait::async_trait]
+impl SignalInbox for InMemoryInbox {
+    async fn insert(&self, record: SignalRecord) -> Result<InsertOutcome> {
+        validate::identifier("signal_id", &record.signal_id)?;
+        validate::identifier("workflow_id", &record.workflow_id)?;
+        validate::identifier("signal_type", &record.signal_type)?;
+        validate::identifier("wait_key", &record.wait_key)?;
+        let mut r = self.records.lock().expect("inbox lock");
+        if let Some(existing) = r.get(&record.signal_id) {
+            return Ok(InsertOutcome::Duplicate(existing.clone()));
+        }
+        r.insert(record.signal_id.clone(), record);
+        Ok(InsertOutcome::Inserted)
+    }
+
+    async fn get(&self, signal_id: &str) -> Result<Option<SignalRecord>> {
+        validate::identifier("signal_id", signal_id)?;
+        Ok(self.records.lock().expect("inbox lock").get(signal_id).cloned())
+    }
+
+    async fn find_pending(&self, workflow_id: &str, signal_type: &str, wait_key: &str, generation: u64) -> Result<Option<SignalRecord>> {
+        let r = self.records.lock().expect("inbox lock");
+        Ok(r.values()
+            .filter(|s| {
+                s.status == SignalStatus::Pending
+                    && s.workflow_id == workflow_id
+                    && s.signal_type == signal_type
+                    && s.wait_key == wait_key
+                    && s.generation == generation
+            })
+            .min_by_key(|s| (s.created_at, s.signal_id.clone()))
+            .cloned())
+    }
+
+    async fn mark_matched(&self, signal_id: &str, now: Millis) -> Result<bool> {
+        validate::identifier("signal_id", signal_id)?;
+        let mut r = self.records.lock().expect("inbox lock");
+        match r.get_mut(signal_id) {
+            Some(s) if s.status == SignalStatus::Pending => {
+                s.status = SignalStatus::Matched;
+                s.match_time = Some(now);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn scan_pending(&self, after: Option<&str>, limit: usize) -> Result<Vec<SignalRecord>> {
+        let r = self.records.lock().expect("inbox lock");
+        Ok(r.values()
+            .filter(|s| s.status == SignalStatus::Pending && after.map_or(true, |a| s.signal_id.as_str() > a))
+            .take(limit)
+            .cloned()
+            .collect())
+    }
+}

@@ -1,0 +1,14 @@
+//! In-memory adapters with the same atomicity as the real ones: every port call takes one
+//! lock, so each is linearizable, like a single-document conditional update.
+
+mod clock;
+mod inbox;
+mod permits;
+mod queue;
+mod store;
+
+pub use clock::{ManualClock, SeqIds};
+pub use inbox::InMemoryInbox;
+pub use permits::{InMemoryPermits, PermitLimits};
+pub use queue::{InMemoryQueue, InMemoryWakeup, LaneWeights};
+pub use store::InMemoryStore;

@@ -1,0 +1,144 @@
+use kernel_core::model::*;
+use kernel_core::ports::*;
+use kernel_core::transition::{Guard, Transition};
+use kernel_core::{validate, Error, Result};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+#[derive(Debug, Default, Clone)]
+struct State {
+    by_id: BTreeMap<String, WorkflowInstance>,
+    by_biz_key: BTreeMap<String, String>,
+}
+
+/// In-memory [`WorkflowStore`]: one lock per call, reference semantics from
+/// [`Guard::matches`] and [`Transition::apply_to`].
+///
+/// Clones share state; [`fork`](Self::fork) copies it (a crash = fork the durable state,
+/// drop the engine, restart on the fork).
+#[derive(Debug, Default, Clone)]
+pub struct InMemoryStore {
+    state: Arc<Mutex<State>>,
+}
+
+impl InMemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// An independent copy of the current state.
+    pub fn fork(&self) -> Self {
+        InMemoryStore { state: Arc::new(Mutex::new(self.state.lock().expect("store lock").clone())) }
+    }
+    /// Every instance, ordered by workflow id.
+    pub fn all(&self) -> Vec<WorkflowInstance> {
+        self.state.lock().expect("store lock").by_id.values().cloned().collect()
+    }
+    /// Read without going through the async port (for harness assertions).
+    pub fn peek(&self, workflow_id: &str) -> Option<WorkflowInstance> {
+        self.state.lock().expect("store lock").by_id.get(workflow_id).cloned()
+    }
+}
+
+#[async_trait::async_trait]
+impl WorkflowStore for InMemoryStore {
+    async fn create(&self, instance: WorkflowInstance) -> Result<CreateOutcome> {
+        validate::identifier("workflow_id", &instance.workflow_id)?;
+        validate::identifier("biz_key", &instance.biz_key)?;
+        for (i, s) in instance.steps.iter().enumerate() {
+            validate::key_name(&format!("steps[{i}].name"), &s.name)?;
+        }
+        let mut st = self.state.lock().expect("store lock");
+        if let Some(id) = st.by_biz_key.get(&instance.biz_key) {
+            return Ok(CreateOutcome::Exists(st.by_id[id].clone()));
+        }
+        if st.by_id.contains_key(&instance.workflow_id) {
+            return Err(Error::Conflict(format!("workflow_id `{}` exists under another biz_key", instance.workflow_id)));
+        }
+        st.by_biz_key.insert(instance.biz_key.clone(), instance.workflow_id.clone());
+        st.by_id.insert(instance.workflow_id.clone(), instance.clone());
+        Ok(CreateOutcome::Created(instance))
+    }
+
+    async fn get(&self, workflow_id: &str) -> Result<Option<WorkflowInstance>> {
+        validate::identifier("workflow_id", workflow_id)?;
+        Ok(self.state.lock().expect("store lock").by_id.get(workflow_id).cloned())
+    }
+
+    async fn get_by_biz_key(&self, biz_key: &str) -> Result<Option<WorkflowInstance>> {
+        validate::identifier("biz_key", biz_key)?;
+        let st = self.state.lock().expect("store lock");
+        Ok(st.by_biz_key.get(biz_key).and_then(|id| st.by_id.get(id)).cloned())
+    }
+
+    async fn claim(&self, workflow_id: &str, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
+        validate::identifier("workflow_id", workflow_id)?;
+        let guard = spec.guard();
+        let mut st = self.state.lock().expect("store lock");
+        let Some(inst) = st.by_id.get_mut(workflow_id) else { return Ok(None) };
+        if !guard.matches(inst) {
+            return Ok(None);
+        }
+        Transition::claim(&spec.token, spec.now, spec.lease_ms).apply_to(inst);
+        Ok(Some(inst.clone()))
+    }
+
+    async fn claim_any(&self, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
+        let guard = spec.guard();
+        let mut st = self.state.lock().expect("store lock");
+        let Some(inst) = st.by_id.values_mut().find(|i| guard.matches(i)) else { return Ok(None) };
+        Transition::claim(&spec.token, spec.now, spec.lease_ms).apply_to(inst);
+        Ok(Some(inst.clone()))
+    }
+
+    async fn apply(&self, workflow_id: &str, guard: &Guard, transition: &Transition) -> Result<WriteOutcome> {
+        validate::identifier("workflow_id", workflow_id)?;
+        for (k, _) in &transition.outputs {
+            validate::key_name("output", k)?;
+        }
+        let mut st = self.state.lock().expect("store lock");
+        let Some(inst) = st.by_id.get_mut(workflow_id) else { return Ok(WriteOutcome::Missed) };
+        if !guard.matches(inst) {
+            return Ok(WriteOutcome::Missed);
+        }
+        if transition.steps.iter().any(|p| p.index as usize >= inst.steps.len()) {
+            return Err(Error::invalid("transition.steps", "step index out of range"));
+        }
+        transition.apply_to(inst);
+        Ok(WriteOutcome::Applied { revision: inst.revision })
+    }
+
+    async fn scan_due_waits(&self, now: Millis, limit: usize) -> Result<Vec<DueWait>> {
+        let st = self.state.lock().expect("store lock");
+        Ok(st
+            .by_id
+            .values()
+            .filter(|i| i.status == WorkflowStatus::Waiting && i.claimable_time.is_some_and(|c| c <= now))
+            .filter_map(|i| {
+                let w = i.wait.as_ref()?;
+                Some(DueWait {
+                    workflow_id: i.workflow_id.clone(),
+                    step_index: w.step_index,
+                    resume: if w.kind == WaitKind::Timer { ResumeKind::Timer } else { ResumeKind::Poll },
+                    priority: i.business_priority,
+                })
+            })
+            .take(limit)
+            .collect())
+    }
+
+    async fn scan_claimable(&self, after: Option<&str>, limit: usize) -> Result<Vec<Candidate>> {
+        let st = self.state.lock().expect("store lock");
+        let iter: Box<dyn Iterator<Item = &WorkflowInstance>> = match after {
+            Some(a) => Box::new(st.by_id.range::<str, _>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded)).map(|(_, v)| v)),
+            None => Box::new(st.by_id.values()),
+        };
+        Ok(iter
+            .filter(|i| matches!(i.status, WorkflowStatus::Running | WorkflowStatus::Failing))
+            .filter_map(|i| {
+                Some(Candidate { workflow_id: i.workflow_id.clone(), priority: i.business_priority, claimable_time: i.claimable_time? })
+            })
+            .take(limit)
+            .collect())
+    }
+}
