@@ -1,0 +1,1 @@
+//! Conformance cases for the inbox port (to be filled).

@@ -1,0 +1,1 @@
+//! Conformance cases for the permits port (to be filled).

@@ -1,0 +1,1 @@
+//! Conformance cases for the queue port (to be filled).

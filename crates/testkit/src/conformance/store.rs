@@ -1,0 +1,1 @@
+//! Conformance cases for the store port (to be filled).
