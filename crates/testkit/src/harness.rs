@@ -1,1 +1,498 @@
-//! Harness.
+//! A wired in-memory world, a driver that runs engines to quiescence in simulated time, and
+//! the crash-window sweep.
+
+use crate::faults::{AuditStore, CrashPlan, CrashPorts, CrashSwitch};
+use crate::memory::*;
+use kernel_core::engine::{Engine, EngineConfig, Ports, RoundOutcome};
+use kernel_core::model::*;
+use kernel_core::ports::*;
+use kernel_core::{Definition, Result};
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+
+/// Observations kept in memory (bounded; the newest are dropped beyond the cap).
+#[derive(Debug, Clone, Default)]
+pub struct RecordingSink {
+    events: Arc<Mutex<Vec<Observation>>>,
+}
+
+impl RecordingSink {
+    /// Most events kept.
+    pub const CAPACITY: usize = 100_000;
+    /// Everything recorded so far.
+    pub fn events(&self) -> Vec<Observation> {
+        self.events.lock().expect("sink lock").clone()
+    }
+}
+
+impl ObservationSink for RecordingSink {
+    fn emit(&self, obs: Observation) {
+        let mut e = self.events.lock().expect("sink lock");
+        if e.len() < Self::CAPACITY {
+            e.push(obs);
+        }
+    }
+}
+
+/// One stream's recorded state.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RecordedStream {
+    /// Resets so far.
+    pub generation: u64,
+    /// Frames of the current generation.
+    pub frames: Vec<Frame>,
+    /// Terminal summary, once written.
+    pub terminal: Option<Value>,
+}
+
+/// In-memory [`StreamSink`] that refuses frames after the terminal one.
+#[derive(Debug, Clone, Default)]
+pub struct InMemoryStreamSink {
+    streams: Arc<Mutex<HashMap<StreamKey, RecordedStream>>>,
+}
+
+impl InMemoryStreamSink {
+    /// The recorded state of a stream.
+    pub fn get(&self, key: &StreamKey) -> Option<RecordedStream> {
+        self.streams.lock().expect("stream lock").get(key).cloned()
+    }
+    /// All keys.
+    pub fn keys(&self) -> Vec<StreamKey> {
+        self.streams.lock().expect("stream lock").keys().cloned().collect()
+    }
+}
+
+#[async_trait::async_trait]
+impl StreamSink for InMemoryStreamSink {
+    async fn reset(&self, key: &StreamKey) -> Result<u64> {
+        let mut s = self.streams.lock().expect("stream lock");
+        let st = s.entry(key.clone()).or_default();
+        st.generation += 1;
+        st.frames.clear();
+        st.terminal = None;
+        Ok(st.generation)
+    }
+    async fn append(&self, key: &StreamKey, frame: Frame) -> Result<u64> {
+        let mut s = self.streams.lock().expect("stream lock");
+        let st = s.entry(key.clone()).or_default();
+        if st.terminal.is_some() {
+            return Err(kernel_core::Error::Conflict("stream is terminal".into()));
+        }
+        st.frames.push(frame);
+        Ok(st.frames.len() as u64 - 1)
+    }
+    async fn terminal(&self, key: &StreamKey, summary: Value) -> Result<()> {
+        let mut s = self.streams.lock().expect("stream lock");
+        s.entry(key.clone()).or_default().terminal.get_or_insert(summary);
+        Ok(())
+    }
+}
+
+/// Engine settings for simulated-time tests.
+pub fn test_config(worker_id: &str) -> EngineConfig {
+    EngineConfig { worker_id: worker_id.to_string(), ..EngineConfig::default() }
+}
+
+/// Every in-memory adapter, wired. Clones share state.
+#[derive(Clone)]
+pub struct World {
+    /// The manual clock.
+    pub clock: Arc<ManualClock>,
+    /// Durable instances (raw).
+    pub store: InMemoryStore,
+    /// The store as engines see it, audited.
+    pub audit: AuditStore,
+    /// Durable inbox.
+    pub inbox: InMemoryInbox,
+    /// Ready lanes.
+    pub queue: InMemoryQueue,
+    /// Doorbell.
+    pub wakeup: InMemoryWakeup,
+    /// Permits on the manual clock.
+    pub permits: InMemoryPermits,
+    /// Deterministic ids.
+    pub ids: Arc<SeqIds>,
+    /// Observations.
+    pub observations: RecordingSink,
+    /// Client streams.
+    pub streams: InMemoryStreamSink,
+}
+
+impl std::fmt::Debug for World {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("World").field("now", &kernel_core::ports::Clock::now(&*self.clock)).finish_non_exhaustive()
+    }
+}
+
+impl World {
+    /// A world whose ids and jitter derive from `seed`.
+    pub fn new(seed: u64) -> Self {
+        Self::with_limits(seed, HashMap::new())
+    }
+
+    /// A world with configured permit limits.
+    pub fn with_limits(seed: u64, limits: HashMap<String, PermitLimits>) -> Self {
+        let clock = Arc::new(ManualClock::default());
+        let store = InMemoryStore::new();
+        World {
+            permits: InMemoryPermits::new(clock.clone(), limits, 30_000),
+            clock,
+            audit: AuditStore::new(Arc::new(store.clone())),
+            store,
+            inbox: InMemoryInbox::new(),
+            queue: InMemoryQueue::default(),
+            wakeup: InMemoryWakeup::new(),
+            ids: Arc::new(SeqIds::new("t", seed)),
+            observations: RecordingSink::default(),
+            streams: InMemoryStreamSink::default(),
+        }
+    }
+
+    /// Current simulated time.
+    pub fn now(&self) -> Millis {
+        kernel_core::ports::Clock::now(&*self.clock)
+    }
+
+    /// The ports, store audited.
+    pub fn ports(&self) -> Ports {
+        Ports {
+            store: Arc::new(self.audit.clone()),
+            inbox: Arc::new(self.inbox.clone()),
+            queue: Arc::new(self.queue.clone()),
+            wakeup: Arc::new(self.wakeup.clone()),
+            permits: Arc::new(self.permits.clone()),
+            clock: self.clock.clone(),
+            ids: self.ids.clone(),
+            observer: Arc::new(self.observations.clone()),
+            stream: Arc::new(self.streams.clone()),
+        }
+    }
+
+    /// An engine on these ports.
+    pub fn engine(&self, worker_id: &str, defs: Vec<Definition>) -> Engine {
+        self.engine_on(self.ports(), test_config(worker_id), defs)
+    }
+
+    /// An engine on the given ports and settings.
+    pub fn engine_on(&self, ports: Ports, config: EngineConfig, defs: Vec<Definition>) -> Engine {
+        let mut b = Engine::builder(ports).config(config);
+        for d in defs {
+            b = b.register(d);
+        }
+        b.build().expect("valid test engine")
+    }
+
+    /// An engine whose store, inbox, queue, permits and wakeup calls go through a crash
+    /// switch following `plan`.
+    pub fn crashing_engine(&self, worker_id: &str, defs: Vec<Definition>, plan: CrashPlan) -> (Engine, Arc<CrashSwitch>) {
+        let switch = CrashSwitch::new(plan);
+        let p = self.ports();
+        let gated = Arc::new(CrashPorts::new(switch.clone(), p.store.clone(), p.inbox.clone(), p.queue.clone(), p.permits.clone(), p.wakeup.clone()));
+        let ports = gated.wire(p);
+        (self.engine_on(ports, test_config(worker_id), defs), switch)
+    }
+
+    /// Run `engine` to quiescence: maintenance, scheduling rounds until idle, then move the
+    /// clock to the next `claimable_time` of a non-terminal instance; stop when there is
+    /// none, when `stop` says so, or after `iterations_max` passes.
+    pub async fn drive_until(&self, engine: &Engine, iterations_max: usize, stop: &dyn Fn() -> bool) -> Result<usize> {
+        let mut claims = 0;
+        for _ in 0..iterations_max {
+            if stop() {
+                return Ok(claims);
+            }
+            engine.maintain().await?;
+            loop {
+                if stop() {
+                    return Ok(claims);
+                }
+                match engine.tick().await? {
+                    RoundOutcome::Ran { .. } => claims += 1,
+                    _ => break,
+                }
+            }
+            let now = self.now();
+            let next = self
+                .store
+                .all()
+                .iter()
+                .filter(|i| !i.status.is_terminal())
+                .filter_map(|i| i.claimable_time)
+                .filter(|t| *t > now)
+                .min();
+            let due_now = self.store.all().iter().any(|i| !i.status.is_terminal() && i.claimable_time.is_some_and(|t| t <= now));
+            match next {
+                _ if due_now => self.clock.advance(1),
+                Some(t) => self.clock.set(t),
+                None => return Ok(claims),
+            }
+        }
+        Ok(claims)
+    }
+
+    /// [`drive_until`](Self::drive_until) without a stop condition, 10 000 passes at most.
+    pub async fn drive(&self, engine: &Engine) -> Result<usize> {
+        self.drive_until(engine, 10_000, &|| false).await
+    }
+}
+
+/// A boxed future, as scenarios hand them out.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
+
+/// Business-side facts a scenario reports after a run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScenarioVerdict {
+    /// biz keys the scenario expected to exist.
+    pub expected: Vec<String>,
+    /// biz keys whose current round has no business result.
+    pub unfinished: Vec<String>,
+    /// Most effective external jobs created for one (instance, run).
+    pub effective_jobs_max: u64,
+    /// Submissions the external system saw after the job id was committed.
+    pub late_submissions: u64,
+}
+
+/// One instantiated scenario: definitions bound to its fake business world.
+pub trait ScenarioRun {
+    /// Definitions to register on every engine of the run.
+    fn definitions(&self) -> Vec<Definition>;
+    /// Issue the start requests. Idempotent: after a crash it is issued again, as a client
+    /// retry or a recovery dispatcher would.
+    fn start<'a>(&'a self, engine: &'a Engine) -> BoxFuture<'a, Result<()>>;
+    /// Business-side verdict after the final drain.
+    fn verdict(&self, world: &World) -> ScenarioVerdict;
+}
+
+/// A workflow story the sweep can replay with a crash anywhere.
+pub trait Scenario {
+    /// Name in reports.
+    fn name(&self) -> String;
+    /// Fresh business world for one run.
+    fn instantiate(&self, world: &World) -> Box<dyn ScenarioRun>;
+}
+
+/// Totals of a sweep, computed by the harness from the store and the business fakes,
+/// independently of the engine.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    /// Persistence boundaries discovered (sum over scenarios).
+    pub boundaries: u64,
+    /// Crash runs executed.
+    pub runs: u64,
+    /// Expected instances missing.
+    pub lost: u64,
+    /// Accepted completions above one per (instance, run, step).
+    pub duplicate_step_completions: u64,
+    /// Token-guarded writes zombies attempted after release.
+    pub stale_writes_attempted: u64,
+    /// Of those, accepted.
+    pub stale_writes_accepted: u64,
+    /// Instances not terminal, or without their current round's business result.
+    pub unfinished: u64,
+    /// Most effective external jobs of one (instance, run).
+    pub effective_asr_jobs_max: u64,
+    /// External submissions after the job id was committed.
+    pub late_asr_submissions: u64,
+    /// Runs where the zombie did not finish (hang detector).
+    pub hung_zombies: u64,
+    /// Boundary names with how many crash points each produced.
+    pub by_boundary: BTreeMap<String, u64>,
+}
+
+impl std::fmt::Display for SweepReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "crash-sweep: boundaries={} runs={} lost={} duplicate_step_completions={} stale_writes_attempted={} stale_writes_accepted={} unfinished={} effective_asr_jobs_max={}",
+            self.boundaries,
+            self.runs,
+            self.lost,
+            self.duplicate_step_completions,
+            self.stale_writes_attempted,
+            self.stale_writes_accepted,
+            self.unfinished,
+            self.effective_asr_jobs_max
+        )
+    }
+}
+
+/// Which crash points to visit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SweepSample {
+    /// Every boundary, before and after.
+    All,
+    /// At most this many evenly spread points per scenario.
+    AtMost(usize),
+}
+
+/// The crash-window sweep: discover every persistence boundary a scenario's engine crosses
+/// in a clean run, then for each boundary and each side (before / after the call) replay
+/// the scenario with a crash there, recover with a fresh engine on the surviving state,
+/// resume the crashed engine as a zombie that tries its pending write, drain, and count.
+pub async fn sweep(scenarios: &[&dyn Scenario], seed: u64, sample: SweepSample) -> SweepReport {
+    let mut report = SweepReport::default();
+    for sc in scenarios {
+        let boundaries = discover(*sc, seed).await;
+        report.boundaries += boundaries.len() as u64;
+        let mut points: Vec<CrashPlan> = (0..boundaries.len() as u64).flat_map(|i| [CrashPlan::Before(i), CrashPlan::After(i)]).collect();
+        if let SweepSample::AtMost(n) = sample {
+            if points.len() > n && n > 0 {
+                let step = points.len() as f64 / n as f64;
+                points = (0..n).map(|k| points[(k as f64 * step) as usize]).collect();
+            }
+        }
+        for plan in points {
+            let idx = match plan {
+                CrashPlan::Before(i) | CrashPlan::After(i) => i as usize,
+                _ => 0,
+            };
+            *report.by_boundary.entry(boundaries[idx].to_string()).or_insert(0) += 1;
+            let r = crash_run(*sc, seed, plan).await;
+            report.runs += 1;
+            report.lost += r.lost;
+            report.duplicate_step_completions += r.duplicate_step_completions;
+            report.stale_writes_attempted += r.stale_writes_attempted;
+            report.stale_writes_accepted += r.stale_writes_accepted;
+            report.unfinished += r.unfinished;
+            report.effective_asr_jobs_max = report.effective_asr_jobs_max.max(r.effective_asr_jobs_max);
+            report.late_asr_submissions += r.late_asr_submissions;
+            report.hung_zombies += r.hung_zombies;
+        }
+    }
+    report
+}
+
+async fn discover(sc: &dyn Scenario, seed: u64) -> Vec<&'static str> {
+    let world = World::new(seed);
+    let run = sc.instantiate(&world);
+    let (engine, switch) = world.crashing_engine("A", run.definitions(), CrashPlan::Never);
+    run.start(&engine).await.expect("clean start");
+    world.drive(&engine).await.expect("clean drive");
+    switch.log()
+}
+
+/// One crash run; public so a failing point can be replayed alone.
+pub async fn crash_run(sc: &dyn Scenario, seed: u64, plan: CrashPlan) -> SweepReport {
+    let world = World::new(seed);
+    let run = sc.instantiate(&world);
+    let defs = run.definitions();
+    let (e1, switch) = world.crashing_engine("A", defs.clone(), plan);
+    let stop_switch = switch.clone();
+    let stop = move || stop_switch.is_crashed();
+    let mut first: BoxFuture<'_, ()> = Box::pin(async {
+        if run.start(&e1).await.is_ok() && !stop() {
+            let _ = world.drive_until(&e1, 10_000, &stop).await;
+        }
+    });
+    let crashed = tokio::select! {
+        _ = &mut first => false,
+        _ = switch.wait_crashed() => true,
+    };
+    let mut out = SweepReport::default();
+    if crashed {
+        // A fresh process on the surviving durable state; the client retries its request.
+        // It pauses right after its first takeover of a leased instance, so the zombie's
+        // pending write meets an instance that is running under the new token.
+        let pause = Arc::new(TakeoverPause::new(world.ports().store, world.store.clone()));
+        let mut ports = world.ports();
+        ports.store = pause.clone();
+        let e2 = world.engine_on(ports, test_config("B"), defs.clone());
+        let mut second: BoxFuture<'_, ()> = Box::pin(async {
+            let _ = run.start(&e2).await;
+            let _ = world.drive(&e2).await;
+        });
+        let took_over = tokio::select! {
+            _ = &mut second => false,
+            _ = pause.wait_paused() => true,
+        };
+        // The crashed process comes back late and tries its pending write.
+        switch.release();
+        if tokio::time::timeout(std::time::Duration::from_secs(20), &mut first).await.is_err() {
+            out.hung_zombies += 1;
+        }
+        pause.resume();
+        if took_over {
+            second.await;
+        }
+        let _ = world.drive(&e2).await;
+        let z = switch.zombie_stats();
+        out.stale_writes_attempted = z.stale_writes_attempted;
+        out.stale_writes_accepted = z.stale_writes_accepted;
+    }
+    let verdict = run.verdict(&world);
+    let instances = world.store.all();
+    out.lost = verdict.expected.iter().filter(|k| !instances.iter().any(|i| &i.biz_key == *k)).count() as u64;
+    let not_terminal = instances.iter().filter(|i| !i.status.is_terminal()).count() as u64;
+    out.unfinished = not_terminal.max(verdict.unfinished.len() as u64);
+    out.duplicate_step_completions = world.audit.counts().duplicate_step_completions();
+    out.effective_asr_jobs_max = verdict.effective_jobs_max;
+    out.late_asr_submissions = verdict.late_submissions;
+    out
+}
+
+/// Store decorator that pauses the first successful takeover (a claim of an instance whose
+/// lease was held by someone else) until [`resume`](Self::resume).
+struct TakeoverPause {
+    inner: Arc<DynStore>,
+    raw: InMemoryStore,
+    armed: std::sync::atomic::AtomicBool,
+    paused: tokio::sync::watch::Sender<bool>,
+    resumed: tokio::sync::watch::Sender<bool>,
+}
+
+impl TakeoverPause {
+    fn new(inner: Arc<DynStore>, raw: InMemoryStore) -> Self {
+        TakeoverPause {
+            inner,
+            raw,
+            armed: std::sync::atomic::AtomicBool::new(true),
+            paused: tokio::sync::watch::Sender::new(false),
+            resumed: tokio::sync::watch::Sender::new(false),
+        }
+    }
+    async fn wait_paused(&self) {
+        let mut rx = self.paused.subscribe();
+        let _ = rx.wait_for(|p| *p).await;
+    }
+    fn resume(&self) {
+        self.resumed.send_replace(true);
+    }
+}
+
+#[async_trait::async_trait]
+impl WorkflowStore for TakeoverPause {
+    async fn create(&self, instance: WorkflowInstance) -> Result<CreateOutcome> {
+        self.inner.create(instance).await
+    }
+    async fn get(&self, workflow_id: &str) -> Result<Option<WorkflowInstance>> {
+        self.inner.get(workflow_id).await
+    }
+    async fn get_by_biz_key(&self, biz_key: &str) -> Result<Option<WorkflowInstance>> {
+        self.inner.get_by_biz_key(biz_key).await
+    }
+    async fn claim(&self, workflow_id: &str, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
+        let was_leased = self.raw.peek(workflow_id).is_some_and(|i| i.claim_token.is_some());
+        let r = self.inner.claim(workflow_id, spec).await;
+        if was_leased && matches!(r, Ok(Some(_))) && self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            self.paused.send_replace(true);
+            let mut rx = self.resumed.subscribe();
+            let _ = rx.wait_for(|r| *r).await;
+        }
+        r
+    }
+    async fn claim_any(&self, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
+        self.inner.claim_any(spec).await
+    }
+    async fn apply(&self, workflow_id: &str, guard: &kernel_core::transition::Guard, transition: &kernel_core::transition::Transition) -> Result<WriteOutcome> {
+        self.inner.apply(workflow_id, guard, transition).await
+    }
+    async fn scan_due_waits(&self, now: Millis, limit: usize) -> Result<Vec<DueWait>> {
+        self.inner.scan_due_waits(now, limit).await
+    }
+    async fn scan_claimable(&self, after: Option<&str>, limit: usize) -> Result<Vec<Candidate>> {
+        self.inner.scan_claimable(after, limit).await
+    }
+}

@@ -10,6 +10,7 @@ use crate::validate;
 use futures::FutureExt;
 use serde_json::Value;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -72,6 +73,8 @@ struct Claim {
     /// activity's cancellation.
     cancel: CancellationToken,
     prepared: Mutex<Arc<Value>>,
+    /// End of the lease as last written by this claim (claim or heartbeat).
+    lease_until: AtomicI64,
 }
 
 fn suffix(token: &str) -> &str {
@@ -96,12 +99,15 @@ pub(crate) async fn run(inner: Arc<Inner>, inst: WorkflowInstance) -> ClaimEnd {
             return ClaimEnd::Uncertain;
         };
         tracing::info!(status = inst.status.as_str(), "claimed");
+        let claim_t = Transition::claim(&token, inst.updated_at.max(inner.ports.clock.now()), inner.config.lease_ms);
+        observe(&inner, &inst, &claim_t, inst.revision, Some(&token));
         let claim = Arc::new(Claim {
             cancel: inner.killed.child_token(),
             inner: inner.clone(),
             def,
             workflow_id: inst.workflow_id.clone(),
             token,
+            lease_until: AtomicI64::new(inst.claimable_time.unwrap_or(Millis::MIN)),
             doc: Mutex::new(inst),
             prepared: Mutex::new(Arc::new(Value::Null)),
         });
@@ -133,7 +139,7 @@ async fn heartbeat(c: Arc<Claim>, stop: CancellationToken) {
         let t = Transition::heartbeat(now, c.inner.config.lease_ms);
         let guard = Guard::Token { token: c.token.clone() };
         match c.inner.ports.store.apply(&c.workflow_id, &guard, &t).await {
-            Ok(WriteOutcome::Applied { .. }) => {}
+            Ok(WriteOutcome::Applied { .. }) => c.lease_until.store(now + c.inner.config.lease_ms, Ordering::SeqCst),
             Ok(WriteOutcome::Missed) => {
                 tracing::warn!("heartbeat missed: claim lost");
                 c.cancel.cancel();
@@ -343,6 +349,14 @@ impl Claim {
                 permit
             }
         };
+        // A process that slept past its lease must not start new side effects: another
+        // worker may own the instance already (the write would be fenced, the call not).
+        if self.now() >= self.lease_until.load(Ordering::SeqCst) {
+            tracing::warn!("lease expired before the activity started; stopping");
+            self.cancel.cancel();
+            self.release_permit(permit).await;
+            return Err(StepResult::Lost(ClaimEnd::ClaimLost));
+        }
         Ok(self.invoke_step(idx, permit).await)
     }
 

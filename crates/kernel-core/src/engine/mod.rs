@@ -500,7 +500,7 @@ pub(crate) async fn enqueue_and_wake(inner: &Inner, workflow_id: &str, priority:
 /// Emit one observation per logical transition of a committed write (K-15).
 pub(crate) fn observe(inner: &Inner, inst: &WorkflowInstance, t: &Transition, revision: u64, token: Option<&str>) {
     for (i, kind) in t.kinds.iter().enumerate() {
-        if matches!(kind, TransitionKind::Heartbeat | TransitionKind::Claim) {
+        if matches!(kind, TransitionKind::Heartbeat) {
             continue;
         }
         let step = t.kind_steps.get(i).copied().flatten().and_then(|s| inst.steps.get(s as usize));

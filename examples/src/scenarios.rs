@@ -1,0 +1,237 @@
+//! Scenarios for the crash-window sweep (`testkit::harness::sweep`).
+
+use crate::business::{Business, FakeAsr};
+use crate::workflows;
+use kernel_core::{Definition, Engine, Priority, StartRequest, WorkflowStatus};
+use serde_json::json;
+use std::sync::Arc;
+use testkit::harness::{BoxFuture, Scenario, ScenarioRun, ScenarioVerdict, World};
+
+struct Objects {
+    biz: Arc<Business>,
+    /// (workflow type, workflow id, object id, extra input)
+    starts: Vec<(String, String, String, serde_json::Value)>,
+}
+
+impl Objects {
+    fn start<'a>(&'a self, engine: &'a Engine) -> BoxFuture<'a, kernel_core::Result<()>> {
+        Box::pin(async move {
+            let p = engine.publisher();
+            for (t, wf, obj, extra) in &self.starts {
+                let mut input = json!({ "object_id": obj, "fencing_token": "f1" });
+                if let (Some(m), Some(e)) = (input.as_object_mut(), extra.as_object()) {
+                    m.extend(e.clone());
+                }
+                p.start_or_resume(StartRequest::new(t.clone(), format!("{t}:{obj}"), input).workflow_id(wf.clone()).priority(Priority::P1)).await?;
+            }
+            Ok(())
+        })
+    }
+
+    fn verdict(&self, world: &World, done_status: &str) -> ScenarioVerdict {
+        let mut v = ScenarioVerdict::default();
+        for (t, wf, obj, _) in &self.starts {
+            v.expected.push(format!("{t}:{obj}"));
+            let inst = world.store.peek(wf);
+            let terminal_ok = inst.as_ref().is_some_and(|i| i.status.is_terminal());
+            let biz_ok = self.biz.get(obj).is_some_and(|o| o.fencing_token == "f1" && (o.status == done_status || done_status.is_empty()));
+            if !terminal_ok || !biz_ok {
+                v.unfinished.push(format!("{t}:{obj}"));
+            }
+        }
+        v
+    }
+}
+
+/// The seed's story: `subscribers` summary workflows wait for a live; a fan-out workflow
+/// wakes them; each transcribes with one ASR job and composes a fenced result.
+#[derive(Debug, Clone, Copy)]
+pub struct LiveSummaryScenario {
+    /// Subscriber workflows.
+    pub subscribers: usize,
+    /// Signals per fan-out page.
+    pub page_size: usize,
+}
+
+struct LiveRun {
+    objects: Objects,
+    asr: Arc<FakeAsr>,
+}
+
+impl Scenario for LiveSummaryScenario {
+    fn name(&self) -> String {
+        "live_summary".into()
+    }
+    fn instantiate(&self, world: &World) -> Box<dyn ScenarioRun> {
+        let biz = Arc::new(Business::default());
+        let asr = Arc::new(FakeAsr::new(2, Some(world.store.clone()), "transcribe"));
+        let mut starts = vec![];
+        for i in 1..=self.subscribers {
+            let obj = format!("obj-{i}");
+            let wf = format!("sum-{i}");
+            biz.accept(&obj, "f1");
+            biz.subscribe("live-7", &wf);
+            starts.push((workflows::LIVE_SUMMARY.to_string(), wf, obj, json!({ "live_id": "live-7" })));
+        }
+        biz.accept("live-7", "f1");
+        starts.push((workflows::LIVE_FANOUT.to_string(), "fan-live-7".into(), "live-7".into(), json!({ "live_id": "live-7", "page": self.page_size })));
+        let run = LiveRun { objects: Objects { biz, starts }, asr };
+        let _ = self.page_size;
+        Box::new(LivePage { run, page_size: self.page_size })
+    }
+}
+
+struct LivePage {
+    run: LiveRun,
+    page_size: usize,
+}
+
+impl ScenarioRun for LivePage {
+    fn definitions(&self) -> Vec<Definition> {
+        let biz = self.run.objects.biz.clone();
+        vec![workflows::live_summary(biz.clone(), self.run.asr.clone(), None), workflows::live_fanout(biz, self.page_size)]
+    }
+    fn start<'a>(&'a self, engine: &'a Engine) -> BoxFuture<'a, kernel_core::Result<()>> {
+        self.run.objects.start(engine)
+    }
+    fn verdict(&self, world: &World) -> ScenarioVerdict {
+        let mut v = ScenarioVerdict::default();
+        for (t, wf, obj, _) in &self.run.objects.starts {
+            v.expected.push(format!("{t}:{obj}"));
+            let inst = world.store.peek(wf);
+            let ok = if t == workflows::LIVE_FANOUT {
+                inst.as_ref().is_some_and(|i| i.status == WorkflowStatus::Completed)
+            } else {
+                inst.as_ref().is_some_and(|i| i.status == WorkflowStatus::Completed)
+                    && self.run.objects.biz.get(obj).is_some_and(|o| o.fencing_token == "f1" && o.status == "done" && o.result.is_some())
+            };
+            if !ok {
+                v.unfinished.push(format!("{t}:{obj}"));
+            }
+        }
+        v.effective_jobs_max = self.run.asr.effective_jobs_max();
+        v.late_submissions = self.run.asr.late_submissions();
+        v
+    }
+}
+
+/// A workflow that fails for good after a transient retry; the failure finalizer must write
+/// the business `failed` state.
+#[derive(Debug, Clone, Copy)]
+pub struct FailingScenario;
+
+struct FailingRun(Objects);
+
+impl Scenario for FailingScenario {
+    fn name(&self) -> String {
+        "failing_charge".into()
+    }
+    fn instantiate(&self, _world: &World) -> Box<dyn ScenarioRun> {
+        let biz = Arc::new(Business::default());
+        biz.accept("order-1", "f1");
+        Box::new(FailingRun(Objects { biz, starts: vec![("failing_charge".into(), "pay-1".into(), "order-1".into(), json!({}))] }))
+    }
+}
+
+impl ScenarioRun for FailingRun {
+    fn definitions(&self) -> Vec<Definition> {
+        vec![workflows::failing_charge(self.0.biz.clone())]
+    }
+    fn start<'a>(&'a self, engine: &'a Engine) -> BoxFuture<'a, kernel_core::Result<()>> {
+        self.0.start(engine)
+    }
+    fn verdict(&self, world: &World) -> ScenarioVerdict {
+        let mut v = self.0.verdict(world, "failed");
+        if world.store.peek("pay-1").is_some_and(|i| i.status != WorkflowStatus::Failed) {
+            v.unfinished.push("failing_charge:order-1 (not failed)".into());
+        }
+        v
+    }
+}
+
+/// A fan-out waking `waiters` waiting workflows, `page_size` signals per page.
+#[derive(Debug, Clone, Copy)]
+pub struct FanoutScenario {
+    /// Waiting workflows.
+    pub waiters: usize,
+    /// Signals per page.
+    pub page_size: usize,
+}
+
+struct FanoutRun {
+    objects: Objects,
+    page_size: usize,
+}
+
+impl Scenario for FanoutScenario {
+    fn name(&self) -> String {
+        "fanout".into()
+    }
+    fn instantiate(&self, _world: &World) -> Box<dyn ScenarioRun> {
+        let biz = Arc::new(Business::default());
+        let mut starts = vec![];
+        for i in 1..=self.waiters {
+            let (obj, wf) = (format!("w-{i}"), format!("wait-{i}"));
+            biz.accept(&obj, "f1");
+            biz.subscribe("live-9", &wf);
+            starts.push(("waiter".to_string(), wf, obj, json!({ "live_id": "live-9" })));
+        }
+        biz.accept("live-9", "f1");
+        starts.push((workflows::LIVE_FANOUT.to_string(), "fan-live-9".into(), "live-9".into(), json!({ "live_id": "live-9" })));
+        Box::new(FanoutRun { objects: Objects { biz, starts }, page_size: self.page_size })
+    }
+}
+
+impl ScenarioRun for FanoutRun {
+    fn definitions(&self) -> Vec<Definition> {
+        vec![workflows::waiter(self.objects.biz.clone()), workflows::live_fanout(self.objects.biz.clone(), self.page_size)]
+    }
+    fn start<'a>(&'a self, engine: &'a Engine) -> BoxFuture<'a, kernel_core::Result<()>> {
+        self.objects.start(engine)
+    }
+    fn verdict(&self, world: &World) -> ScenarioVerdict {
+        let mut v = ScenarioVerdict::default();
+        for (t, wf, obj, _) in &self.objects.starts {
+            v.expected.push(format!("{t}:{obj}"));
+            let completed = world.store.peek(wf).is_some_and(|i| i.status == WorkflowStatus::Completed);
+            let biz_ok = t == workflows::LIVE_FANOUT || self.objects.biz.get(obj).is_some_and(|o| o.status == "done");
+            if !completed || !biz_ok {
+                v.unfinished.push(format!("{t}:{obj}"));
+            }
+        }
+        v
+    }
+}
+
+/// A diamond DAG with a parallel wave, a suspending sibling and a skipped step.
+#[derive(Debug, Clone, Copy)]
+pub struct DagScenario;
+
+struct DagRun(Objects);
+
+impl Scenario for DagScenario {
+    fn name(&self) -> String {
+        "diamond".into()
+    }
+    fn instantiate(&self, _world: &World) -> Box<dyn ScenarioRun> {
+        let biz = Arc::new(Business::default());
+        biz.accept("doc-1", "f1");
+        Box::new(DagRun(Objects { biz, starts: vec![("diamond".into(), "dag-1".into(), "doc-1".into(), json!({}))] }))
+    }
+}
+
+impl ScenarioRun for DagRun {
+    fn definitions(&self) -> Vec<Definition> {
+        vec![workflows::diamond(self.0.biz.clone())]
+    }
+    fn start<'a>(&'a self, engine: &'a Engine) -> BoxFuture<'a, kernel_core::Result<()>> {
+        self.0.start(engine)
+    }
+    fn verdict(&self, world: &World) -> ScenarioVerdict {
+        let mut v = self.0.verdict(world, "done");
+        if world.store.peek("dag-1").is_some_and(|i| i.status != WorkflowStatus::Completed) {
+            v.unfinished.push("diamond:doc-1 (not completed)".into());
+        }
+        v
+    }
+}

@@ -1,0 +1,276 @@
+//! The workflows of the seed's story and of the crash sweep.
+
+use crate::business::{Business, FakeAsr};
+use kernel_core::ports::Signal;
+use kernel_core::{ActivityContext, ActivityError, Definition, OnFailed, RetryPolicy, StepDef, StepOutcome};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// Type of the subscription summary workflow.
+pub const LIVE_SUMMARY: &str = "live_summary";
+/// Type of the fan-out workflow that wakes the subscribers of a live.
+pub const LIVE_FANOUT: &str = "live_fanout";
+/// Polling interval of the ASR job, in ms.
+pub const ASR_POLL_MS: i64 = 15_000;
+/// Poll fallback of the "live ready" wait, in ms.
+pub const LIVE_POLL_FALLBACK_MS: i64 = 600_000;
+
+fn str_of<'a>(v: &'a Value, k: &str) -> Result<&'a str, ActivityError> {
+    v.get(k).and_then(Value::as_str).ok_or_else(|| ActivityError::permanent(format!("input.{k} missing")))
+}
+
+/// A hook the demo uses to kill the process in the middle of compose.
+pub type CrashHook = Arc<dyn Fn(&ActivityContext) + Send + Sync>;
+
+/// The subscription summary of seed 000: preprocess waits for "live ready", transcribe
+/// submits one ASR job and polls it with durable sleeps, compose writes a fenced result
+/// while streaming, finalize closes the business object.
+pub fn live_summary(biz: Arc<Business>, asr: Arc<FakeAsr>, crash_in_compose: Option<CrashHook>) -> Definition {
+    let b1 = biz.clone();
+    let preprocess = move |ctx: ActivityContext| {
+        let biz = b1.clone();
+        async move {
+            let object_id = str_of(ctx.input(), "object_id")?;
+            let live_id = str_of(ctx.input(), "live_id")?;
+            let token = ctx.fencing_token().unwrap_or_default();
+            // The business fact is the truth; the signal is only a doorbell (K-9.3).
+            if !biz.fact(&format!("live-ready:{live_id}")) {
+                return Ok(StepOutcome::wait_for_signal("live_ready", live_id).poll_after_ms(LIVE_POLL_FALLBACK_MS).into());
+            }
+            // Idempotent precondition, re-established on every entry (K-2.3).
+            if !biz.fenced(object_id, token, |o| {
+                if o.status == "initial" {
+                    o.status = "processing".into();
+                    o.quota_held = true;
+                }
+            }) {
+                return Err(ActivityError::canceled("the business round moved on"));
+            }
+            Ok(StepOutcome::complete(json!({ "live_id": live_id })))
+        }
+    };
+    let a = asr.clone();
+    let transcribe = move |ctx: ActivityContext| {
+        let asr = a.clone();
+        async move {
+            if let Some(task_id) = ctx.checkpoint().and_then(|c| c.get("task_id")).and_then(Value::as_str) {
+                // Reuse the committed task id; never submit again (seed 000 §10).
+                let polls = ctx.checkpoint().and_then(|c| c.get("polls")).and_then(Value::as_u64).unwrap_or(0);
+                return Ok(match asr.poll(task_id) {
+                    Some(t) => StepOutcome::complete(json!({ "task_id": task_id, "transcript": t })),
+                    None => StepOutcome::sleep(ASR_POLL_MS, json!({ "task_id": task_id, "polls": polls + 1 })),
+                });
+            }
+            let task_id = asr.submit(&ctx.idempotency_key(), ctx.workflow_id(), ctx.workflow_run());
+            Ok(StepOutcome::sleep(ASR_POLL_MS, json!({ "task_id": task_id, "polls": 0 })))
+        }
+    };
+    let b2 = biz.clone();
+    let compose = move |ctx: ActivityContext| {
+        let biz = b2.clone();
+        let crash = crash_in_compose.clone();
+        async move {
+            let object_id = str_of(ctx.input(), "object_id")?;
+            let token = ctx.fencing_token().unwrap_or_default().to_string();
+            // Short-circuit when this round's result already exists (K-12).
+            if let Some(obj) = biz.get(object_id) {
+                if obj.fencing_token == token && obj.result.is_some() {
+                    return Ok(StepOutcome::complete(json!({ "reused": true })));
+                }
+            }
+            let transcript = ctx.output("transcribe").and_then(|o| o.get("transcript")).and_then(Value::as_str).unwrap_or_default().to_string();
+            let summary = format!("summary({transcript})");
+            if let Some(s) = ctx.stream() {
+                for chunk in summary.as_bytes().chunks(8) {
+                    let _ = s.text(String::from_utf8_lossy(chunk)).await;
+                }
+            }
+            if !biz.fenced(object_id, &token, |o| o.result = Some(summary.clone())) {
+                return Err(ActivityError::canceled("the business round moved on"));
+            }
+            if let Some(hook) = &crash {
+                hook(&ctx);
+            }
+            Ok(StepOutcome::complete(json!({ "chars": summary.len() })))
+        }
+    };
+    let b3 = biz.clone();
+    let finalize = move |ctx: ActivityContext| {
+        let biz = b3.clone();
+        async move {
+            let object_id = str_of(ctx.input(), "object_id")?;
+            let token = ctx.fencing_token().unwrap_or_default();
+            let ok = biz.fenced(object_id, token, |o| {
+                if o.result.is_some() {
+                    o.status = "done".into();
+                    o.quota_held = false;
+                }
+            });
+            match biz.get(object_id) {
+                Some(o) if ok && o.status == "done" => Ok(StepOutcome::complete(json!({ "status": "done" }))),
+                _ if !ok => Err(ActivityError::canceled("the business round moved on")),
+                _ => Err(ActivityError::transient("result not visible yet")),
+            }
+        }
+    };
+    let b4 = biz.clone();
+    let notify = move |_ctx: ActivityContext| {
+        let biz = b4.clone();
+        async move {
+            // Best effort: a failed notification never fails the finalizer (K-8).
+            biz.notify();
+            Ok(StepOutcome::complete(Value::Null))
+        }
+    };
+    let b5 = biz;
+    let on_failure = move |ctx: ActivityContext| {
+        let biz = b5.clone();
+        async move {
+            let object_id = str_of(ctx.input(), "object_id")?;
+            let token = ctx.fencing_token().unwrap_or_default();
+            biz.fenced(object_id, token, |o| {
+                o.status = "failed".into();
+                o.quota_held = false;
+            });
+            Ok(StepOutcome::complete(Value::Null))
+        }
+    };
+    Definition::builder(LIVE_SUMMARY)
+        .step(StepDef::new("preprocess", preprocess).timeout_ms(30_000).max_retry(2))
+        .step(StepDef::new("transcribe", transcribe).timeout_ms(1_800_000).resource("speech_recognition"))
+        .step(StepDef::new("compose", compose).timeout_ms(900_000).max_retry(1).resource("content_generation").streaming())
+        .step(StepDef::new("finalize", finalize).timeout_ms(30_000).max_retry(2).retry(RetryPolicy::Immediate))
+        .success_finalizer(notify)
+        .failure_finalizer(on_failure)
+        .build()
+        .expect("valid definition")
+}
+
+/// The fan-out of K-10: set the business fact, then page through the subscribers, one
+/// signal each with a stable id, yielding with the cursor.
+pub fn live_fanout(biz: Arc<Business>, page_size: usize) -> Definition {
+    let announce = move |ctx: ActivityContext| {
+        let biz = biz.clone();
+        async move {
+            let live_id = str_of(ctx.input(), "live_id")?.to_string();
+            biz.set_fact(&format!("live-ready:{live_id}"));
+            let subs = biz.subscribers(&live_id);
+            let cursor = ctx.checkpoint().and_then(|c| c.get("cursor")).and_then(Value::as_u64).unwrap_or(0) as usize;
+            let end = (cursor + page_size).min(subs.len());
+            for wf in &subs[cursor.min(end)..end] {
+                let s = Signal {
+                    signal_id: format!("live-ready:{live_id}:{wf}"),
+                    workflow_id: wf.clone(),
+                    signal_type: "live_ready".into(),
+                    wait_key: live_id.clone(),
+                    generation: 0,
+                };
+                ctx.signals().deliver(s).await.map_err(|e| ActivityError::transient(e.to_string()))?;
+            }
+            if end >= subs.len() {
+                Ok(StepOutcome::complete(json!({ "delivered": subs.len() })))
+            } else {
+                Ok(StepOutcome::yield_with(json!({ "cursor": end })))
+            }
+        }
+    };
+    Definition::builder(LIVE_FANOUT)
+        .step(StepDef::new("announce", announce).max_retry(5).retry(RetryPolicy::Immediate))
+        .build()
+        .expect("valid definition")
+}
+
+/// A workflow whose second step fails for good; its failure finalizer writes the business
+/// `failed` state (mandatory) and releases quota.
+pub fn failing_charge(biz: Arc<Business>) -> Definition {
+    let b1 = biz.clone();
+    let reserve = move |ctx: ActivityContext| {
+        let biz = b1.clone();
+        async move {
+            let object_id = str_of(ctx.input(), "object_id")?;
+            biz.fenced(object_id, ctx.fencing_token().unwrap_or_default(), |o| o.quota_held = true);
+            Ok(StepOutcome::complete(json!({ "reserved": true })))
+        }
+    };
+    let charge = move |ctx: ActivityContext| async move {
+        if ctx.attempt() == 1 {
+            Err(ActivityError::transient("payment API unavailable"))
+        } else {
+            Err(ActivityError::permanent("card declined"))
+        }
+    };
+    let on_failure = move |ctx: ActivityContext| {
+        let biz = biz.clone();
+        async move {
+            let object_id = str_of(ctx.input(), "object_id")?;
+            biz.fenced(object_id, ctx.fencing_token().unwrap_or_default(), |o| {
+                o.status = "failed".into();
+                o.quota_held = false;
+            });
+            Ok(StepOutcome::complete(Value::Null))
+        }
+    };
+    Definition::builder("failing_charge")
+        .step(StepDef::new("reserve", reserve))
+        .step(StepDef::new("charge", charge).max_retry(1).retry(RetryPolicy::Exponential { base_ms: 1_000, cap_ms: 10_000 }))
+        .step(StepDef::new("receipt", |_ctx: ActivityContext| async { Ok(StepOutcome::complete(Value::Null)) }))
+        .failure_finalizer(on_failure)
+        .build()
+        .expect("valid definition")
+}
+
+/// A diamond DAG: `fetch → {left, right} → join`; `right` sleeps once; `extra` may fail and is
+/// skipped (`on_failed = skip`).
+pub fn diamond(biz: Arc<Business>) -> Definition {
+    let right = |ctx: ActivityContext| async move {
+        if ctx.checkpoint().is_none() {
+            return Ok(StepOutcome::sleep(5_000, json!({ "slept": true })));
+        }
+        Ok(StepOutcome::complete(json!("right")))
+    };
+    let join = move |ctx: ActivityContext| {
+        let biz = biz.clone();
+        async move {
+            let object_id = str_of(ctx.input(), "object_id")?;
+            let l = ctx.output("left").cloned().unwrap_or(Value::Null);
+            let r = ctx.output("right").cloned().unwrap_or(Value::Null);
+            biz.fenced(object_id, ctx.fencing_token().unwrap_or_default(), |o| {
+                o.result = Some(format!("{l}+{r}"));
+                o.status = "done".into();
+            });
+            Ok(StepOutcome::complete(json!({ "joined": true })))
+        }
+    };
+    Definition::builder("diamond")
+        .step(StepDef::new("fetch", |_ctx: ActivityContext| async { Ok(StepOutcome::complete(json!("page"))) }))
+        .step(StepDef::new("left", |_ctx: ActivityContext| async { Ok(StepOutcome::complete(json!("left"))) }).depends_on(["fetch"]))
+        .step(StepDef::new("right", right).depends_on(["fetch"]))
+        .step(
+            StepDef::new("extra", |_ctx: ActivityContext| async { Err::<StepOutcome, _>(ActivityError::permanent("optional enrichment failed")) })
+                .depends_on(["fetch"])
+                .on_failed(OnFailed::Skip),
+        )
+        .step(StepDef::new("join", join).depends_on(["left", "right", "extra"]))
+        .build()
+        .expect("valid definition")
+}
+
+/// A subscriber that only waits for its live, then records the result.
+pub fn waiter(biz: Arc<Business>) -> Definition {
+    let wait = move |ctx: ActivityContext| {
+        let biz = biz.clone();
+        async move {
+            let object_id = str_of(ctx.input(), "object_id")?;
+            let live_id = str_of(ctx.input(), "live_id")?;
+            if !biz.fact(&format!("live-ready:{live_id}")) {
+                return Ok(StepOutcome::wait_for_signal("live_ready", live_id).poll_after_ms(LIVE_POLL_FALLBACK_MS).into());
+            }
+            biz.fenced(object_id, ctx.fencing_token().unwrap_or_default(), |o| {
+                o.result = Some(format!("woken by {:?}", ctx.resume().map(|r| r.kind)));
+                o.status = "done".into();
+            });
+            Ok(StepOutcome::complete(json!({ "woken": true })))
+        }
+    };
+    Definition::builder("waiter").step(StepDef::new("await_live", wait)).build().expect("valid definition")
+}
