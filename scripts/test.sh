@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The whole test suite. Starts the servers it needs:
+#   - Redis at $REDIS_URL (default redis://127.0.0.1:6379), started locally if `ping` fails;
+#   - a Mongo-wire test server (scripts/mongo-wire.sh) unless $MONGODB_URI names one.
+# Under CI=true a missing server fails the run; elsewhere server tests skip with a reason.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/wfk-target}"
+export REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379}"
+
+log() { printf '== %s\n' "$*"; }
+
+# Architecture invariant: kernel-core depends on no database or Redis crate.
+if cargo tree -p kernel-core -e normal --prefix none | grep -Eq '^(mongodb|redis|bson) '; then
+  echo "kernel-core must not depend on mongodb/redis/bson" >&2
+  exit 1
+fi
+if cargo tree -p kernel-examples -e normal --prefix none | grep -Eq '^(mongodb|redis|bson) '; then
+  echo "the first demo's package must not depend on mongodb/redis/bson" >&2
+  exit 1
+fi
+
+if command -v redis-cli >/dev/null 2>&1 && ! redis-cli -u "$REDIS_URL" ping >/dev/null 2>&1; then
+  case "$REDIS_URL" in
+    redis://127.0.0.1:6379*|redis://localhost:6379*)
+      log "starting redis-server on 127.0.0.1:6379"
+      mkdir -p /var/lib/redis /var/log/redis 2>/dev/null || true
+      redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+        --dir "${TMPDIR:-/tmp}" >/dev/null || true
+      for _ in $(seq 1 50); do redis-cli -u "$REDIS_URL" ping >/dev/null 2>&1 && break; sleep 0.1; done
+      ;;
+  esac
+fi
+
+started_mongo=""
+if [ -z "${MONGODB_URI:-}" ] && [ -f scripts/mongo-wire.sh ]; then
+  log "starting the Mongo-wire test server"
+  if out=$(bash scripts/mongo-wire.sh start); then
+    eval "$(printf '%s\n' "$out" | grep '^MONGODB_URI=')"
+    export MONGODB_URI
+    started_mongo=1
+  elif [ "${CI:-}" = "true" ]; then
+    echo "could not start the Mongo-wire test server" >&2
+    exit 1
+  fi
+fi
+cleanup() { if [ -n "$started_mongo" ]; then bash scripts/mongo-wire.sh stop >/dev/null 2>&1 || true; fi; }
+trap cleanup EXIT
+
+# Reports whose one-line summaries belong in the output run separately, uncaptured.
+REPORTS=(crash_at_every_boundary)
+skip_args=()
+for r in "${REPORTS[@]}"; do skip_args+=(--skip "$r"); done
+
+log "cargo test --workspace"
+cargo test --workspace -- "${skip_args[@]}"
+
+log "reports"
+cargo test -p kernel-examples --test it crash_at_every_boundary -- --nocapture
+
+log "demo smoke run"
+cargo run -q -p kernel-examples --example live_summary >/dev/null
+echo "demo: live_summary ok"
