@@ -1,0 +1,22 @@
+//! Engine behaviour on the in-memory adapters, in simulated time.
+
+mod bad_input;
+mod behaviour;
+mod mocks;
+mod model;
+mod write_budget;
+
+use kernel_core::{ActivityContext, Definition, StepDef, StepOutcome};
+use serde_json::json;
+
+/// A linear workflow of `n` steps that complete at once.
+pub fn linear(name: &str, n: usize, success_finalizer: bool) -> Definition {
+    let mut b = Definition::builder(name);
+    for i in 0..n {
+        b = b.step(StepDef::new(format!("s{i}"), move |_ctx: ActivityContext| async move { Ok(StepOutcome::complete(json!(i))) }));
+    }
+    if success_finalizer {
+        b = b.success_finalizer(|_ctx: ActivityContext| async { Ok(StepOutcome::complete(json!(null))) });
+    }
+    b.build().expect("valid")
+}
