@@ -1,1 +1,128 @@
-//! x
+//! Ports misbehaving in scripted ways, with mockall: a claim lost at step 3, an uncertain
+//! write. The engine must stop, never retry the write, and touch nothing else.
+
+use kernel_core::engine::{ClaimEnd, RoundOutcome};
+use kernel_core::ports::*;
+use kernel_core::transition::{Guard, Transition, TransitionKind};
+use kernel_core::*;
+use serde_json::json;
+use std::sync::Arc;
+use testkit::harness::World;
+
+/// The store calls a scenario scripts; `MockStore` forwards the port to it. (mockall
+/// cannot mock `Option<&str>` parameters, so the two scan reads return nothing here.)
+#[mockall::automock]
+#[async_trait::async_trait]
+trait Scripted {
+    async fn create(&self, instance: WorkflowInstance) -> Result<CreateOutcome>;
+    async fn get(&self, workflow_id: &str) -> Result<Option<WorkflowInstance>>;
+    async fn get_by_biz_key(&self, biz_key: &str) -> Result<Option<WorkflowInstance>>;
+    async fn claim(&self, workflow_id: &str, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>>;
+    async fn claim_any(&self, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>>;
+    async fn apply(&self, workflow_id: &str, guard: &Guard, transition: &Transition) -> Result<WriteOutcome>;
+}
+
+type MockStore = MockScripted;
+
+struct Forward(MockScripted);
+
+#[async_trait::async_trait]
+impl WorkflowStore for Forward {
+    async fn create(&self, instance: WorkflowInstance) -> Result<CreateOutcome> {
+        self.0.create(instance).await
+    }
+    async fn get(&self, workflow_id: &str) -> Result<Option<WorkflowInstance>> {
+        self.0.get(workflow_id).await
+    }
+    async fn get_by_biz_key(&self, biz_key: &str) -> Result<Option<WorkflowInstance>> {
+        self.0.get_by_biz_key(biz_key).await
+    }
+    async fn claim(&self, workflow_id: &str, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
+        self.0.claim(workflow_id, spec).await
+    }
+    async fn claim_any(&self, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
+        self.0.claim_any(spec).await
+    }
+    async fn apply(&self, workflow_id: &str, guard: &Guard, transition: &Transition) -> Result<WriteOutcome> {
+        self.0.apply(workflow_id, guard, transition).await
+    }
+    async fn scan_due_waits(&self, _now: Millis, _limit: usize) -> Result<Vec<DueWait>> {
+        Ok(vec![])
+    }
+    async fn scan_claimable(&self, _after: Option<&str>, _limit: usize) -> Result<Vec<Candidate>> {
+        Ok(vec![])
+    }
+}
+
+/// A claimed 4-step instance as the store would return it.
+async fn claimed_instance(world: &World) -> WorkflowInstance {
+    let e = world.engine("seed", vec![super::linear("t", 4, false)]);
+    e.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf-b")).await.unwrap();
+    let mut i = world.store.peek("wf-b").unwrap();
+    i.claim_token = Some("tok-1".into());
+    i.claimable_time = Some(world.now() + 30_000);
+    i
+}
+
+fn engine_with(world: &World, store: MockStore) -> Engine {
+    let mut ports = world.ports();
+    ports.store = Arc::new(Forward(store));
+    world.engine_on(ports, testkit::harness::test_config("m"), vec![super::linear("t", 4, false)])
+}
+
+#[tokio::test]
+async fn claim_lost_at_the_third_write_stops_the_claim() {
+    let world = World::new(1);
+    let inst = claimed_instance(&world).await;
+    let mut store = MockStore::new();
+    store.expect_claim().times(1).returning(move |_, _| Ok(Some(inst.clone())));
+    let mut seq = mockall::Sequence::new();
+    let mut rev = 0;
+    for _ in 0..2 {
+        rev += 1;
+        store.expect_apply().times(1).in_sequence(&mut seq).returning(move |_, g, _| {
+            assert!(matches!(g, Guard::Running { token } if token == "tok-1"));
+            Ok(WriteOutcome::Applied { revision: rev })
+        });
+    }
+    // Third write: another worker took over.
+    store.expect_apply().times(1).in_sequence(&mut seq).returning(|_, _, t| {
+        assert_eq!(t.kinds, vec![TransitionKind::CompleteStep, TransitionKind::MarkRunning]);
+        Ok(WriteOutcome::Missed)
+    });
+    let engine = engine_with(&world, store);
+    let out = engine.tick().await.unwrap();
+    assert_eq!(out, RoundOutcome::Ran { workflow_id: "wf-b".into(), end: ClaimEnd::ClaimLost });
+    // The mock panics on any further call: no retry, no other write.
+}
+
+#[tokio::test]
+async fn an_uncertain_write_ends_the_claim_without_retrying() {
+    let world = World::new(1);
+    let inst = claimed_instance(&world).await;
+    let mut store = MockStore::new();
+    store.expect_claim().times(1).returning(move |_, _| Ok(Some(inst.clone())));
+    let mut seq = mockall::Sequence::new();
+    store.expect_apply().times(1).in_sequence(&mut seq).returning(|_, _, _| Ok(WriteOutcome::Applied { revision: 1 }));
+    store
+        .expect_apply()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_, _, _| Err(Error::Uncertain("socket closed after the write was sent".into())));
+    let engine = engine_with(&world, store);
+    let out = engine.tick().await.unwrap();
+    assert_eq!(out, RoundOutcome::Ran { workflow_id: "wf-b".into(), end: ClaimEnd::Uncertain });
+}
+
+#[tokio::test]
+async fn a_store_outage_during_start_is_reported_and_writes_nothing_else() {
+    let world = World::new(1);
+    let mut store = MockStore::new();
+    store.expect_get_by_biz_key().times(1).returning(|_| Ok(None));
+    store.expect_create().times(1).returning(|_| Err(Error::Unavailable("primary stepped down".into())));
+    let engine = engine_with(&world, store);
+    let r = engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({}))).await;
+    assert!(matches!(r, Err(Error::Unavailable(_))));
+    assert!(r.unwrap_err().is_retryable());
+    assert!(world.queue.is_empty(), "nothing enqueued for an instance that was not stored");
+}
