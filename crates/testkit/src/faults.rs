@@ -45,7 +45,8 @@ struct SwitchState {
 /// Counters of what a released zombie tried.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct ZombieStats {
-    /// Token-guarded writes the zombie attempted after release.
+    /// Token-guarded writes the zombie attempted after release with a token that was no
+    /// longer the current one.
     pub stale_writes_attempted: u64,
     /// Of those, how many the store accepted (must be 0).
     pub stale_writes_accepted: u64,
@@ -173,12 +174,10 @@ impl CrashSwitch {
         }
     }
 
-    fn zombie_write(&self, guard: &Guard, applied: bool) {
-        if self.is_crashed() && guard.is_token_guard() {
-            self.zombie_attempted.fetch_add(1, Ordering::SeqCst);
-            if applied {
-                self.zombie_accepted.fetch_add(1, Ordering::SeqCst);
-            }
+    fn zombie_write(&self, applied: bool) {
+        self.zombie_attempted.fetch_add(1, Ordering::SeqCst);
+        if applied {
+            self.zombie_accepted.fetch_add(1, Ordering::SeqCst);
         }
     }
 }
@@ -252,8 +251,20 @@ impl WorkflowStore for CrashPorts {
             _ => "store.apply",
         };
         let die = self.switch.enter(name, true).await;
+        // A zombie's token write is stale when its token is no longer the current one.
+        let stale = if self.switch.is_crashed() {
+            let current = self.store.get(workflow_id).await.ok().flatten().and_then(|i| i.claim_token);
+            match guard {
+                Guard::Running { token } | Guard::Failing { token } | Guard::Token { token } => current.as_deref() != Some(token.as_str()),
+                _ => false,
+            }
+        } else {
+            false
+        };
         let r = self.store.apply(workflow_id, guard, transition).await;
-        self.switch.zombie_write(guard, matches!(r, Ok(WriteOutcome::Applied { .. })));
+        if stale {
+            self.switch.zombie_write(matches!(r, Ok(WriteOutcome::Applied { .. })));
+        }
         self.switch.leave(die).await;
         r
     }
@@ -426,6 +437,73 @@ impl WorkflowStore for AuditStore {
     }
     async fn scan_claimable(&self, after: Option<&str>, limit: usize) -> Result<Vec<Candidate>> {
         self.read();
+        self.inner.scan_claimable(after, limit).await
+    }
+}
+
+/// Store decorator that pauses the first successful takeover (a claim of an instance whose
+/// lease was held by someone else) until [`resume`](Self::resume).
+pub struct TakeoverPause {
+    inner: Arc<DynStore>,
+    raw: crate::memory::InMemoryStore,
+    armed: std::sync::atomic::AtomicBool,
+    paused: tokio::sync::watch::Sender<bool>,
+    resumed: tokio::sync::watch::Sender<bool>,
+}
+
+impl TakeoverPause {
+    /// Pause `inner`'s first takeover; `raw` is read to know whether an instance was leased.
+    pub fn new(inner: Arc<DynStore>, raw: crate::memory::InMemoryStore) -> Self {
+        TakeoverPause {
+            inner,
+            raw,
+            armed: std::sync::atomic::AtomicBool::new(true),
+            paused: tokio::sync::watch::Sender::new(false),
+            resumed: tokio::sync::watch::Sender::new(false),
+        }
+    }
+    /// Resolves once the takeover happened and is paused.
+    pub async fn wait_paused(&self) {
+        let mut rx = self.paused.subscribe();
+        let _ = rx.wait_for(|p| *p).await;
+    }
+    /// Let the paused claim return.
+    pub fn resume(&self) {
+        self.resumed.send_replace(true);
+    }
+}
+
+#[async_trait::async_trait]
+impl WorkflowStore for TakeoverPause {
+    async fn create(&self, instance: WorkflowInstance) -> Result<CreateOutcome> {
+        self.inner.create(instance).await
+    }
+    async fn get(&self, workflow_id: &str) -> Result<Option<WorkflowInstance>> {
+        self.inner.get(workflow_id).await
+    }
+    async fn get_by_biz_key(&self, biz_key: &str) -> Result<Option<WorkflowInstance>> {
+        self.inner.get_by_biz_key(biz_key).await
+    }
+    async fn claim(&self, workflow_id: &str, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
+        let was_leased = self.raw.peek(workflow_id).is_some_and(|i| i.claim_token.is_some());
+        let r = self.inner.claim(workflow_id, spec).await;
+        if was_leased && matches!(r, Ok(Some(_))) && self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            self.paused.send_replace(true);
+            let mut rx = self.resumed.subscribe();
+            let _ = rx.wait_for(|r| *r).await;
+        }
+        r
+    }
+    async fn claim_any(&self, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
+        self.inner.claim_any(spec).await
+    }
+    async fn apply(&self, workflow_id: &str, guard: &kernel_core::transition::Guard, transition: &kernel_core::transition::Transition) -> Result<WriteOutcome> {
+        self.inner.apply(workflow_id, guard, transition).await
+    }
+    async fn scan_due_waits(&self, now: Millis, limit: usize) -> Result<Vec<DueWait>> {
+        self.inner.scan_due_waits(now, limit).await
+    }
+    async fn scan_claimable(&self, after: Option<&str>, limit: usize) -> Result<Vec<Candidate>> {
         self.inner.scan_claimable(after, limit).await
     }
 }

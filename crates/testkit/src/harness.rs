@@ -396,7 +396,7 @@ pub async fn crash_run(sc: &dyn Scenario, seed: u64, plan: CrashPlan) -> SweepRe
         // A fresh process on the surviving durable state; the client retries its request.
         // It pauses right after its first takeover of a leased instance, so the zombie's
         // pending write meets an instance that is running under the new token.
-        let pause = Arc::new(TakeoverPause::new(world.ports().store, world.store.clone()));
+        let pause = Arc::new(crate::faults::TakeoverPause::new(world.ports().store, world.store.clone()));
         let mut ports = world.ports();
         ports.store = pause.clone();
         let e2 = world.engine_on(ports, test_config("B"), defs.clone());
@@ -433,66 +433,3 @@ pub async fn crash_run(sc: &dyn Scenario, seed: u64, plan: CrashPlan) -> SweepRe
     out
 }
 
-/// Store decorator that pauses the first successful takeover (a claim of an instance whose
-/// lease was held by someone else) until [`resume`](Self::resume).
-struct TakeoverPause {
-    inner: Arc<DynStore>,
-    raw: InMemoryStore,
-    armed: std::sync::atomic::AtomicBool,
-    paused: tokio::sync::watch::Sender<bool>,
-    resumed: tokio::sync::watch::Sender<bool>,
-}
-
-impl TakeoverPause {
-    fn new(inner: Arc<DynStore>, raw: InMemoryStore) -> Self {
-        TakeoverPause {
-            inner,
-            raw,
-            armed: std::sync::atomic::AtomicBool::new(true),
-            paused: tokio::sync::watch::Sender::new(false),
-            resumed: tokio::sync::watch::Sender::new(false),
-        }
-    }
-    async fn wait_paused(&self) {
-        let mut rx = self.paused.subscribe();
-        let _ = rx.wait_for(|p| *p).await;
-    }
-    fn resume(&self) {
-        self.resumed.send_replace(true);
-    }
-}
-
-#[async_trait::async_trait]
-impl WorkflowStore for TakeoverPause {
-    async fn create(&self, instance: WorkflowInstance) -> Result<CreateOutcome> {
-        self.inner.create(instance).await
-    }
-    async fn get(&self, workflow_id: &str) -> Result<Option<WorkflowInstance>> {
-        self.inner.get(workflow_id).await
-    }
-    async fn get_by_biz_key(&self, biz_key: &str) -> Result<Option<WorkflowInstance>> {
-        self.inner.get_by_biz_key(biz_key).await
-    }
-    async fn claim(&self, workflow_id: &str, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
-        let was_leased = self.raw.peek(workflow_id).is_some_and(|i| i.claim_token.is_some());
-        let r = self.inner.claim(workflow_id, spec).await;
-        if was_leased && matches!(r, Ok(Some(_))) && self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
-            self.paused.send_replace(true);
-            let mut rx = self.resumed.subscribe();
-            let _ = rx.wait_for(|r| *r).await;
-        }
-        r
-    }
-    async fn claim_any(&self, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
-        self.inner.claim_any(spec).await
-    }
-    async fn apply(&self, workflow_id: &str, guard: &kernel_core::transition::Guard, transition: &kernel_core::transition::Transition) -> Result<WriteOutcome> {
-        self.inner.apply(workflow_id, guard, transition).await
-    }
-    async fn scan_due_waits(&self, now: Millis, limit: usize) -> Result<Vec<DueWait>> {
-        self.inner.scan_due_waits(now, limit).await
-    }
-    async fn scan_claimable(&self, after: Option<&str>, limit: usize) -> Result<Vec<Candidate>> {
-        self.inner.scan_claimable(after, limit).await
-    }
-}
