@@ -70,13 +70,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         })
     };
-    let defs = vec![workflows::live_summary(biz.clone(), asr.clone(), Some(hook)), workflows::live_fanout(biz.clone(), 1)];
+    let defs =
+        vec![workflows::live_summary(biz.clone(), asr.clone(), Some(hook)), workflows::live_fanout(biz.clone(), 1)];
     let engines: Vec<Engine> = WORKERS
         .iter()
         .zip(&switches)
         .map(|(w, sw)| {
             let p = world.ports();
-            let gated = Arc::new(CrashPorts::new(sw.clone(), p.store.clone(), p.inbox.clone(), p.queue.clone(), p.permits.clone(), p.wakeup.clone()));
+            let gated = Arc::new(CrashPorts::new(
+                sw.clone(),
+                p.store.clone(),
+                p.inbox.clone(),
+                p.queue.clone(),
+                p.permits.clone(),
+                p.wakeup.clone(),
+            ));
             world.engine_on(gated.wire(p), test_config(w), defs.clone())
         })
         .collect();
@@ -96,9 +104,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (obj, wf) in [("note-li", "sum-li"), ("note-wang", "sum-wang")] {
         biz.accept(obj, "f1");
         biz.subscribe("live-7", wf);
-        let req = StartRequest::new(workflows::LIVE_SUMMARY, format!("summary:{obj}"), json!({ "object_id": obj, "live_id": "live-7", "fencing_token": "f1" }))
-            .workflow_id(wf)
-            .priority(Priority::P0);
+        let req = StartRequest::new(
+            workflows::LIVE_SUMMARY,
+            format!("summary:{obj}"),
+            json!({ "object_id": obj, "live_id": "live-7", "fencing_token": "f1" }),
+        )
+        .workflow_id(wf)
+        .priority(Priority::P0);
         let out = publisher.start_or_resume(req).await?;
         println!("   StartOrResume {wf}: created={} activated={}", out.created, out.execution_activated);
     }
@@ -126,11 +138,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             };
             print_new(&mut seen);
             if switches[w].is_crashed() && zombie.is_none() {
-                println!("      !! worker {} dies inside compose, after its fenced business write, before CompleteStep", WORKERS[w]);
+                println!(
+                    "      !! worker {} dies inside compose, after its fenced business write, before CompleteStep",
+                    WORKERS[w]
+                );
                 println!("      -- nobody runs sum-li until the lease of worker {} expires", WORKERS[w]);
-                zombie = Some((w, Box::pin(async move {
-                    round.await;
-                })));
+                zombie = Some((
+                    w,
+                    Box::pin(async move {
+                        round.await;
+                    }),
+                ));
                 continue;
             }
             if let Some(RoundOutcome::Ran { .. }) = outcome {
@@ -140,29 +158,47 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         // After the takeover, the dead worker comes back and tries its pending write.
         if let Some((w, _)) = &zombie {
-            let taken_over = world.store.peek("sum-li").is_some_and(|i| i.steps[2].status == kernel_core::StepStatus::Completed);
+            let taken_over =
+                world.store.peek("sum-li").is_some_and(|i| i.steps[2].status == kernel_core::StepStatus::Completed);
             if taken_over {
                 let (w, fut) = (*w, zombie.take().map(|z| z.1).expect("zombie"));
                 println!("      -- worker {} wakes up late and tries to commit compose with its old token", WORKERS[w]);
                 switches[w].release();
                 fut.await;
                 let z = switches[w].zombie_stats();
-                println!("      -- its writes: attempted={} accepted={} (fenced by claim_token, K-3.4)", z.stale_writes_attempted, z.stale_writes_accepted);
+                println!(
+                    "      -- its writes: attempted={} accepted={} (fenced by claim_token, K-3.4)",
+                    z.stale_writes_attempted, z.stale_writes_accepted
+                );
             }
         }
         if ran {
             continue;
         }
-        let all_waiting = ["sum-li", "sum-wang"].iter().all(|id| world.store.peek(id).is_some_and(|i| i.status == kernel_core::WorkflowStatus::Waiting));
+        let all_waiting = ["sum-li", "sum-wang"]
+            .iter()
+            .all(|id| world.store.peek(id).is_some_and(|i| i.status == kernel_core::WorkflowStatus::Waiting));
         if all_waiting && !fanout_started {
             fanout_started = true;
             world.clock.advance(60_000);
             println!("== the live ends: a fan-out workflow announces it to every subscriber");
-            publisher.start_or_resume(StartRequest::new(workflows::LIVE_FANOUT, "fanout:live-7", json!({ "live_id": "live-7" })).workflow_id("fan-live-7")).await?;
+            publisher
+                .start_or_resume(
+                    StartRequest::new(workflows::LIVE_FANOUT, "fanout:live-7", json!({ "live_id": "live-7" }))
+                        .workflow_id("fan-live-7"),
+                )
+                .await?;
             continue;
         }
         let now = world.now();
-        let next = world.store.all().iter().filter(|i| !i.status.is_terminal()).filter_map(|i| i.claimable_time).filter(|t| *t > now).min();
+        let next = world
+            .store
+            .all()
+            .iter()
+            .filter(|i| !i.status.is_terminal())
+            .filter_map(|i| i.claimable_time)
+            .filter(|t| *t > now)
+            .min();
         match next {
             Some(t) => world.clock.set(t),
             None if world.store.all().iter().all(|i| i.status.is_terminal()) => break,
@@ -178,7 +214,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for i in world.store.all() {
         let attempts: Vec<String> = i.steps.iter().map(|s| format!("{}:{}", s.name, s.attempt)).collect();
         let waits: i64 = i.steps.iter().map(|s| s.traffic_wait_ms).sum();
-        println!("   {} {} revision={} attempts=[{}] permit_wait_ms={}", i.workflow_id, i.status.as_str(), i.revision, attempts.join(" "), waits);
+        println!(
+            "   {} {} revision={} attempts=[{}] permit_wait_ms={}",
+            i.workflow_id,
+            i.status.as_str(),
+            i.revision,
+            attempts.join(" "),
+            waits
+        );
     }
     println!(
         "   ASR submissions={} effective_jobs_per_run_max={} late_business_writes_rejected={} notifications={}",
@@ -187,7 +230,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         biz.late_writes_rejected(),
         biz.notifications()
     );
-    let ok = biz.all().values().filter(|o| o.result.is_some()).all(|o| o.status == "done") && world.store.all().iter().all(|i| i.status == kernel_core::WorkflowStatus::Completed);
+    let ok = biz.all().values().filter(|o| o.result.is_some()).all(|o| o.status == "done")
+        && world.store.all().iter().all(|i| i.status == kernel_core::WorkflowStatus::Completed);
     if !ok {
         return Err("the story did not finish".into());
     }

@@ -44,7 +44,8 @@ impl Business {
         let mut o = self.objects.lock().expect("biz lock");
         match o.get_mut(object_id) {
             Some(obj) if obj.status == "failed" && obj.fencing_token == prev => {
-                *obj = BusinessObject { fencing_token: next.to_string(), status: "initial".into(), ..Default::default() };
+                *obj =
+                    BusinessObject { fencing_token: next.to_string(), status: "initial".into(), ..Default::default() };
                 true
             }
             _ => false,
@@ -147,7 +148,9 @@ impl FakeAsr {
         if let Some(store) = &self.store {
             if let Some(inst) = store.peek(workflow_id) {
                 let committed = inst.retry_count == workflow_run
-                    && inst.steps.iter().any(|s| s.name == self.step_name && s.checkpoint.as_ref().is_some_and(|c| c.get("task_id").is_some()));
+                    && inst.steps.iter().any(|s| {
+                        s.name == self.step_name && s.checkpoint.as_ref().is_some_and(|c| c.get("task_id").is_some())
+                    });
                 if committed {
                     self.late_submissions.fetch_add(1, Ordering::SeqCst);
                 }

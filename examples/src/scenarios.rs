@@ -22,7 +22,12 @@ impl Objects {
                 if let (Some(m), Some(e)) = (input.as_object_mut(), extra.as_object()) {
                     m.extend(e.clone());
                 }
-                p.start_or_resume(StartRequest::new(t.clone(), format!("{t}:{obj}"), input).workflow_id(wf.clone()).priority(Priority::P1)).await?;
+                p.start_or_resume(
+                    StartRequest::new(t.clone(), format!("{t}:{obj}"), input)
+                        .workflow_id(wf.clone())
+                        .priority(Priority::P1),
+                )
+                .await?;
             }
             Ok(())
         })
@@ -34,7 +39,10 @@ impl Objects {
             v.expected.push(format!("{t}:{obj}"));
             let inst = world.store.peek(wf);
             let terminal_ok = inst.as_ref().is_some_and(|i| i.status.is_terminal());
-            let biz_ok = self.biz.get(obj).is_some_and(|o| o.fencing_token == "f1" && (o.status == done_status || done_status.is_empty()));
+            let biz_ok = self
+                .biz
+                .get(obj)
+                .is_some_and(|o| o.fencing_token == "f1" && (o.status == done_status || done_status.is_empty()));
             if !terminal_ok || !biz_ok {
                 v.unfinished.push(format!("{t}:{obj}"));
             }
@@ -74,7 +82,12 @@ impl Scenario for LiveSummaryScenario {
             starts.push((workflows::LIVE_SUMMARY.to_string(), wf, obj, json!({ "live_id": "live-7" })));
         }
         biz.accept("live-7", "f1");
-        starts.push((workflows::LIVE_FANOUT.to_string(), "fan-live-7".into(), "live-7".into(), json!({ "live_id": "live-7", "page": self.page_size })));
+        starts.push((
+            workflows::LIVE_FANOUT.to_string(),
+            "fan-live-7".into(),
+            "live-7".into(),
+            json!({ "live_id": "live-7", "page": self.page_size }),
+        ));
         let run = LiveRun { objects: Objects { biz, starts }, asr };
         let _ = self.page_size;
         Box::new(LivePage { run, page_size: self.page_size })
@@ -89,7 +102,10 @@ struct LivePage {
 impl ScenarioRun for LivePage {
     fn definitions(&self) -> Vec<Definition> {
         let biz = self.run.objects.biz.clone();
-        vec![workflows::live_summary(biz.clone(), self.run.asr.clone(), None), workflows::live_fanout(biz, self.page_size)]
+        vec![
+            workflows::live_summary(biz.clone(), self.run.asr.clone(), None),
+            workflows::live_fanout(biz, self.page_size),
+        ]
     }
     fn start<'a>(&'a self, engine: &'a Engine) -> BoxFuture<'a, kernel_core::Result<()>> {
         self.run.objects.start(engine)
@@ -103,7 +119,12 @@ impl ScenarioRun for LivePage {
                 inst.as_ref().is_some_and(|i| i.status == WorkflowStatus::Completed)
             } else {
                 inst.as_ref().is_some_and(|i| i.status == WorkflowStatus::Completed)
-                    && self.run.objects.biz.get(obj).is_some_and(|o| o.fencing_token == "f1" && o.status == "done" && o.result.is_some())
+                    && self
+                        .run
+                        .objects
+                        .biz
+                        .get(obj)
+                        .is_some_and(|o| o.fencing_token == "f1" && o.status == "done" && o.result.is_some())
             };
             if !ok {
                 v.unfinished.push(format!("{t}:{obj}"));
@@ -129,7 +150,10 @@ impl Scenario for FailingScenario {
     fn instantiate(&self, _world: &World) -> Box<dyn ScenarioRun> {
         let biz = Arc::new(Business::default());
         biz.accept("order-1", "f1");
-        Box::new(FailingRun(Objects { biz, starts: vec![("failing_charge".into(), "pay-1".into(), "order-1".into(), json!({}))] }))
+        Box::new(FailingRun(Objects {
+            biz,
+            starts: vec![("failing_charge".into(), "pay-1".into(), "order-1".into(), json!({}))],
+        }))
     }
 }
 
@@ -177,14 +201,22 @@ impl Scenario for FanoutScenario {
             starts.push(("waiter".to_string(), wf, obj, json!({ "live_id": "live-9" })));
         }
         biz.accept("live-9", "f1");
-        starts.push((workflows::LIVE_FANOUT.to_string(), "fan-live-9".into(), "live-9".into(), json!({ "live_id": "live-9" })));
+        starts.push((
+            workflows::LIVE_FANOUT.to_string(),
+            "fan-live-9".into(),
+            "live-9".into(),
+            json!({ "live_id": "live-9" }),
+        ));
         Box::new(FanoutRun { objects: Objects { biz, starts }, page_size: self.page_size })
     }
 }
 
 impl ScenarioRun for FanoutRun {
     fn definitions(&self) -> Vec<Definition> {
-        vec![workflows::waiter(self.objects.biz.clone()), workflows::live_fanout(self.objects.biz.clone(), self.page_size)]
+        vec![
+            workflows::waiter(self.objects.biz.clone()),
+            workflows::live_fanout(self.objects.biz.clone(), self.page_size),
+        ]
     }
     fn start<'a>(&'a self, engine: &'a Engine) -> BoxFuture<'a, kernel_core::Result<()>> {
         self.objects.start(engine)

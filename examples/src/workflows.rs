@@ -35,7 +35,9 @@ pub fn live_summary(biz: Arc<Business>, asr: Arc<FakeAsr>, crash_in_compose: Opt
             let token = ctx.fencing_token().unwrap_or_default();
             // The business fact is the truth; the signal is only a doorbell (K-9.3).
             if !biz.fact(&format!("live-ready:{live_id}")) {
-                return Ok(StepOutcome::wait_for_signal("live_ready", live_id).poll_after_ms(LIVE_POLL_FALLBACK_MS).into());
+                return Ok(StepOutcome::wait_for_signal("live_ready", live_id)
+                    .poll_after_ms(LIVE_POLL_FALLBACK_MS)
+                    .into());
             }
             // Idempotent precondition, re-established on every entry (K-2.3).
             if !biz.fenced(object_id, token, |o| {
@@ -78,7 +80,12 @@ pub fn live_summary(biz: Arc<Business>, asr: Arc<FakeAsr>, crash_in_compose: Opt
                     return Ok(StepOutcome::complete(json!({ "reused": true })));
                 }
             }
-            let transcript = ctx.output("transcribe").and_then(|o| o.get("transcript")).and_then(Value::as_str).unwrap_or_default().to_string();
+            let transcript = ctx
+                .output("transcribe")
+                .and_then(|o| o.get("transcript"))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
             let summary = format!("summary({transcript})");
             if let Some(s) = ctx.stream() {
                 for chunk in summary.as_bytes().chunks(8) {
@@ -138,7 +145,13 @@ pub fn live_summary(biz: Arc<Business>, asr: Arc<FakeAsr>, crash_in_compose: Opt
     Definition::builder(LIVE_SUMMARY)
         .step(StepDef::new("preprocess", preprocess).timeout_ms(30_000).max_retry(2))
         .step(StepDef::new("transcribe", transcribe).timeout_ms(1_800_000).resource("speech_recognition"))
-        .step(StepDef::new("compose", compose).timeout_ms(900_000).max_retry(1).resource("content_generation").streaming())
+        .step(
+            StepDef::new("compose", compose)
+                .timeout_ms(900_000)
+                .max_retry(1)
+                .resource("content_generation")
+                .streaming(),
+        )
         .step(StepDef::new("finalize", finalize).timeout_ms(30_000).max_retry(2).retry(RetryPolicy::Immediate))
         .success_finalizer(notify)
         .failure_finalizer(on_failure)
@@ -212,7 +225,11 @@ pub fn failing_charge(biz: Arc<Business>) -> Definition {
     };
     Definition::builder("failing_charge")
         .step(StepDef::new("reserve", reserve))
-        .step(StepDef::new("charge", charge).max_retry(1).retry(RetryPolicy::Exponential { base_ms: 1_000, cap_ms: 10_000 }))
+        .step(
+            StepDef::new("charge", charge)
+                .max_retry(1)
+                .retry(RetryPolicy::Exponential { base_ms: 1_000, cap_ms: 10_000 }),
+        )
         .step(StepDef::new("receipt", |_ctx: ActivityContext| async { Ok(StepOutcome::complete(Value::Null)) }))
         .failure_finalizer(on_failure)
         .build()
@@ -243,12 +260,17 @@ pub fn diamond(biz: Arc<Business>) -> Definition {
     };
     Definition::builder("diamond")
         .step(StepDef::new("fetch", |_ctx: ActivityContext| async { Ok(StepOutcome::complete(json!("page"))) }))
-        .step(StepDef::new("left", |_ctx: ActivityContext| async { Ok(StepOutcome::complete(json!("left"))) }).depends_on(["fetch"]))
+        .step(
+            StepDef::new("left", |_ctx: ActivityContext| async { Ok(StepOutcome::complete(json!("left"))) })
+                .depends_on(["fetch"]),
+        )
         .step(StepDef::new("right", right).depends_on(["fetch"]))
         .step(
-            StepDef::new("extra", |_ctx: ActivityContext| async { Err::<StepOutcome, _>(ActivityError::permanent("optional enrichment failed")) })
-                .depends_on(["fetch"])
-                .on_failed(OnFailed::Skip),
+            StepDef::new("extra", |_ctx: ActivityContext| async {
+                Err::<StepOutcome, _>(ActivityError::permanent("optional enrichment failed"))
+            })
+            .depends_on(["fetch"])
+            .on_failed(OnFailed::Skip),
         )
         .step(StepDef::new("join", join).depends_on(["left", "right", "extra"]))
         .build()
@@ -263,7 +285,9 @@ pub fn waiter(biz: Arc<Business>) -> Definition {
             let object_id = str_of(ctx.input(), "object_id")?;
             let live_id = str_of(ctx.input(), "live_id")?;
             if !biz.fact(&format!("live-ready:{live_id}")) {
-                return Ok(StepOutcome::wait_for_signal("live_ready", live_id).poll_after_ms(LIVE_POLL_FALLBACK_MS).into());
+                return Ok(StepOutcome::wait_for_signal("live_ready", live_id)
+                    .poll_after_ms(LIVE_POLL_FALLBACK_MS)
+                    .into());
             }
             biz.fenced(object_id, ctx.fencing_token().unwrap_or_default(), |o| {
                 o.result = Some(format!("woken by {:?}", ctx.resume().map(|r| r.kind)));

@@ -209,7 +209,13 @@ impl Plan {
         let mut out = Vec::with_capacity(steps.len());
         for (i, (name, deps)) in steps.iter().enumerate() {
             let mut d: Vec<usize> = match deps {
-                None => if i == 0 { vec![] } else { vec![i - 1] },
+                None => {
+                    if i == 0 {
+                        vec![]
+                    } else {
+                        vec![i - 1]
+                    }
+                }
                 Some(list) => {
                     let mut v = Vec::new();
                     for dep in list {
@@ -217,7 +223,10 @@ impl Plan {
                             Error::invalid(format!("steps[{i}].depends_on"), format_args!("unknown step `{dep}`"))
                         })?;
                         if j == i {
-                            return Err(Error::invalid(format!("steps[{i}].depends_on"), "a step cannot depend on itself"));
+                            return Err(Error::invalid(
+                                format!("steps[{i}].depends_on"),
+                                "a step cannot depend on itself",
+                            ));
                         }
                         v.push(j);
                     }
@@ -253,7 +262,8 @@ impl Plan {
     /// Ready step indices (K-4.4): every non-terminal, non-waiting step whose dependencies
     /// are all completed or skipped. `running` is ready (a crashed worker's leftover).
     pub fn ready(&self, steps: &[Step]) -> Vec<usize> {
-        let done = |i: usize| steps.get(i).is_some_and(|s| matches!(s.status, StepStatus::Completed | StepStatus::Skipped));
+        let done =
+            |i: usize| steps.get(i).is_some_and(|s| matches!(s.status, StepStatus::Completed | StepStatus::Skipped));
         self.steps
             .iter()
             .enumerate()
@@ -400,7 +410,12 @@ impl DefinitionBuilder {
 impl Definition {
     /// Start building a definition of `workflow_type`.
     pub fn builder(workflow_type: impl Into<String>) -> DefinitionBuilder {
-        DefinitionBuilder { workflow_type: workflow_type.into(), steps: vec![], success_finalizer: None, failure_finalizer: None }
+        DefinitionBuilder {
+            workflow_type: workflow_type.into(),
+            steps: vec![],
+            success_finalizer: None,
+            failure_finalizer: None,
+        }
     }
     /// The plan (no callables).
     pub fn plan(&self) -> &Plan {
@@ -480,10 +495,8 @@ mod tests {
     use super::*;
 
     fn plan(t: &str, steps: &[(&str, Option<&[&str]>)]) -> Result<Plan> {
-        let v: Vec<(String, Option<Vec<String>>)> = steps
-            .iter()
-            .map(|(n, d)| (n.to_string(), d.map(|d| d.iter().map(|s| s.to_string()).collect())))
-            .collect();
+        let v: Vec<(String, Option<Vec<String>>)> =
+            steps.iter().map(|(n, d)| (n.to_string(), d.map(|d| d.iter().map(|s| s.to_string()).collect()))).collect();
         Plan::new(t, &v)
     }
 
@@ -492,9 +505,20 @@ mod tests {
     /// encoding documented on [`fingerprint`].
     #[test]
     fn fingerprint_golden_values() {
-        let linear = plan("live_summary", &[("preprocess", None), ("transcribe", None), ("compose", None), ("finalize", None)]).unwrap();
+        let linear =
+            plan("live_summary", &[("preprocess", None), ("transcribe", None), ("compose", None), ("finalize", None)])
+                .unwrap();
         assert_eq!(linear.fingerprint(), "6f77bb7b30b9dcdd5589a3f5cba19a9f5011b04e79d08845be105ae6e0dd4319");
-        let dag = plan("dag", &[("fetch", None), ("left", Some(&["fetch"])), ("right", Some(&["fetch"])), ("join", Some(&["right", "left"]))]).unwrap();
+        let dag = plan(
+            "dag",
+            &[
+                ("fetch", None),
+                ("left", Some(&["fetch"])),
+                ("right", Some(&["fetch"])),
+                ("join", Some(&["right", "left"])),
+            ],
+        )
+        .unwrap();
         assert_eq!(dag.fingerprint(), "cd781fcd8c58f0dcccaf933c5a4978acd8ab94388975edbdae6a95bef5a29b9a");
     }
 
@@ -546,7 +570,8 @@ mod tests {
         check(&lin, &[Skipped, Completed, Pending], &[2]);
         check(&lin, &[Completed, Completed, Completed], &[]);
         // Diamond: s0 → {s1, s2} → s3
-        let dag = plan("t", &[("s0", None), ("s1", Some(&["s0"])), ("s2", Some(&["s0"])), ("s3", Some(&["s1", "s2"]))]).unwrap();
+        let dag = plan("t", &[("s0", None), ("s1", Some(&["s0"])), ("s2", Some(&["s0"])), ("s3", Some(&["s1", "s2"]))])
+            .unwrap();
         check(&dag, &[Pending, Pending, Pending, Pending], &[0]);
         check(&dag, &[Completed, Pending, Pending, Pending], &[1, 2]);
         check(&dag, &[Completed, Completed, Running, Pending], &[2]);

@@ -85,7 +85,7 @@ impl Guard {
             Guard::Claimable { now, types } => {
                 matches!(inst.status, S::Running | S::Failing)
                     && inst.claimable_time.is_some_and(|c| c <= *now)
-                    && types.iter().any(|t| *t == inst.workflow_type)
+                    && types.contains(&inst.workflow_type)
             }
             Guard::Running { token } => inst.status == S::Running && token_is(token),
             Guard::Failing { token } => inst.status == S::Failing && token_is(token),
@@ -97,13 +97,10 @@ impl Guard {
                     && inst.wait.as_ref().is_some_and(|w| w.step_index == *step_index)
             }
             Guard::SignalWait(id) => {
-                inst.status == S::Waiting
-                    && inst.wait.as_ref().and_then(Wait::signal_identity).as_ref() == Some(id)
+                inst.status == S::Waiting && inst.wait.as_ref().and_then(Wait::signal_identity).as_ref() == Some(id)
             }
             Guard::Active => matches!(inst.status, S::Running | S::Waiting | S::Failing),
-            Guard::PriorityBelow(p) => {
-                !inst.status.is_terminal() && p.is_higher_than(inst.business_priority)
-            }
+            Guard::PriorityBelow(p) => !inst.status.is_terminal() && p.is_higher_than(inst.business_priority),
         }
     }
 }
@@ -302,7 +299,13 @@ impl Transition {
 
     /// An empty transition of one kind concerning step `index`.
     pub fn for_step(kind: TransitionKind, index: usize, now: Millis) -> Self {
-        Transition { kinds: vec![kind], kind_steps: vec![Some(index as u32)], now, bump_revision: true, ..Default::default() }
+        Transition {
+            kinds: vec![kind],
+            kind_steps: vec![Some(index as u32)],
+            now,
+            bump_revision: true,
+            ..Default::default()
+        }
     }
 
     /// The first (primary) kind.
@@ -435,7 +438,14 @@ impl Transition {
 
     /// CompleteStep (K-7.4), under [`Guard::Running`]: status and output in one update;
     /// clears `resume` when it applied to this step.
-    pub fn complete_step(index: usize, name: &str, output: Value, elapsed_ms: i64, now: Millis, clears_resume: bool) -> Self {
+    pub fn complete_step(
+        index: usize,
+        name: &str,
+        output: Value,
+        elapsed_ms: i64,
+        now: Millis,
+        clears_resume: bool,
+    ) -> Self {
         let mut t = Transition::for_step(TransitionKind::CompleteStep, index, now);
         let p = t.step_mut(index);
         p.status = Some(StepStatus::Completed);
@@ -607,7 +617,8 @@ impl Transition {
     /// Fingerprint push-back (K-4.3), under [`Guard::Token`]: no step touched.
     pub fn fingerprint_push_back(persisted: &str, worker: &str, now: Millis, delay_ms: Millis) -> Self {
         let mut t = Transition::new(TransitionKind::FingerprintPushBack, now).release_until(now + delay_ms);
-        t.fingerprint_mismatch = Some(FingerprintMismatch { persisted: persisted.to_string(), worker: worker.to_string() });
+        t.fingerprint_mismatch =
+            Some(FingerprintMismatch { persisted: persisted.to_string(), worker: worker.to_string() });
         t
     }
 

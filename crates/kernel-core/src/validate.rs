@@ -49,10 +49,7 @@ pub fn key_name(field: &str, value: &str) -> Result<()> {
 pub fn payload(field: &str, value: &serde_json::Value, bytes_max: usize) -> Result<()> {
     let bytes = serde_json::to_vec(value).map_err(|e| Error::invalid(field, e))?.len();
     if bytes > bytes_max {
-        return Err(Error::invalid(
-            field,
-            format_args!("{bytes} bytes exceeds the payload limit of {bytes_max}"),
-        ));
+        return Err(Error::invalid(field, format_args!("{bytes} bytes exceeds the payload limit of {bytes_max}")));
     }
     Ok(())
 }

@@ -157,9 +157,11 @@ impl CrashSwitch {
             self.die(index, name);
             self.wait_released().await;
         }
-        after.then(|| {
-            self.state.lock().expect("switch lock").crashed_at = Some((index, name));
-        }).is_some()
+        after
+            .then(|| {
+                self.state.lock().expect("switch lock").crashed_at = Some((index, name));
+            })
+            .is_some()
     }
 
     fn die(&self, index: u64, name: BoundaryName) {
@@ -205,7 +207,14 @@ impl std::fmt::Debug for CrashPorts {
 
 impl CrashPorts {
     /// Wrap the given ports.
-    pub fn new(switch: Arc<CrashSwitch>, store: Arc<DynStore>, inbox: Arc<DynInbox>, queue: Arc<DynQueue>, permits: Arc<DynPermits>, wakeup: Arc<DynWakeup>) -> Self {
+    pub fn new(
+        switch: Arc<CrashSwitch>,
+        store: Arc<DynStore>,
+        inbox: Arc<DynInbox>,
+        queue: Arc<DynQueue>,
+        permits: Arc<DynPermits>,
+        wakeup: Arc<DynWakeup>,
+    ) -> Self {
         CrashPorts { switch, store, inbox, queue, permits, wakeup }
     }
     /// Replace the matching fields of `ports` with gated ones.
@@ -255,7 +264,9 @@ impl WorkflowStore for CrashPorts {
         let stale = if self.switch.is_crashed() {
             let current = self.store.get(workflow_id).await.ok().flatten().and_then(|i| i.claim_token);
             match guard {
-                Guard::Running { token } | Guard::Failing { token } | Guard::Token { token } => current.as_deref() != Some(token.as_str()),
+                Guard::Running { token } | Guard::Failing { token } | Guard::Token { token } => {
+                    current.as_deref() != Some(token.as_str())
+                }
                 _ => false,
             }
         } else {
@@ -284,8 +295,19 @@ impl SignalInbox for CrashPorts {
     async fn get(&self, signal_id: &str) -> Result<Option<SignalRecord>> {
         gated!(self, "inbox.get", false, self.inbox.get(signal_id).await)
     }
-    async fn find_pending(&self, workflow_id: &str, signal_type: &str, wait_key: &str, generation: u64) -> Result<Option<SignalRecord>> {
-        gated!(self, "inbox.find_pending", false, self.inbox.find_pending(workflow_id, signal_type, wait_key, generation).await)
+    async fn find_pending(
+        &self,
+        workflow_id: &str,
+        signal_type: &str,
+        wait_key: &str,
+        generation: u64,
+    ) -> Result<Option<SignalRecord>> {
+        gated!(
+            self,
+            "inbox.find_pending",
+            false,
+            self.inbox.find_pending(workflow_id, signal_type, wait_key, generation).await
+        )
     }
     async fn mark_matched(&self, signal_id: &str, now: Millis) -> Result<bool> {
         gated!(self, "inbox.mark_matched", true, self.inbox.mark_matched(signal_id, now).await)
@@ -497,7 +519,12 @@ impl WorkflowStore for TakeoverPause {
     async fn claim_any(&self, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
         self.inner.claim_any(spec).await
     }
-    async fn apply(&self, workflow_id: &str, guard: &kernel_core::transition::Guard, transition: &kernel_core::transition::Transition) -> Result<WriteOutcome> {
+    async fn apply(
+        &self,
+        workflow_id: &str,
+        guard: &kernel_core::transition::Guard,
+        transition: &kernel_core::transition::Transition,
+    ) -> Result<WriteOutcome> {
         self.inner.apply(workflow_id, guard, transition).await
     }
     async fn scan_due_waits(&self, now: Millis, limit: usize) -> Result<Vec<DueWait>> {

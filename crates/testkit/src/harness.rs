@@ -187,10 +187,22 @@ impl World {
 
     /// An engine whose store, inbox, queue, permits and wakeup calls go through a crash
     /// switch following `plan`.
-    pub fn crashing_engine(&self, worker_id: &str, defs: Vec<Definition>, plan: CrashPlan) -> (Engine, Arc<CrashSwitch>) {
+    pub fn crashing_engine(
+        &self,
+        worker_id: &str,
+        defs: Vec<Definition>,
+        plan: CrashPlan,
+    ) -> (Engine, Arc<CrashSwitch>) {
         let switch = CrashSwitch::new(plan);
         let p = self.ports();
-        let gated = Arc::new(CrashPorts::new(switch.clone(), p.store.clone(), p.inbox.clone(), p.queue.clone(), p.permits.clone(), p.wakeup.clone()));
+        let gated = Arc::new(CrashPorts::new(
+            switch.clone(),
+            p.store.clone(),
+            p.inbox.clone(),
+            p.queue.clone(),
+            p.permits.clone(),
+            p.wakeup.clone(),
+        ));
         let ports = gated.wire(p);
         (self.engine_on(ports, test_config(worker_id), defs), switch)
     }
@@ -223,7 +235,8 @@ impl World {
                 .filter_map(|i| i.claimable_time)
                 .filter(|t| *t > now)
                 .min();
-            let due_now = self.store.all().iter().any(|i| !i.status.is_terminal() && i.claimable_time.is_some_and(|t| t <= now));
+            let due_now =
+                self.store.all().iter().any(|i| !i.status.is_terminal() && i.claimable_time.is_some_and(|t| t <= now));
             match next {
                 _ if due_now => self.clock.advance(1),
                 Some(t) => self.clock.set(t),
@@ -337,7 +350,8 @@ pub async fn sweep(scenarios: &[&dyn Scenario], seed: u64, sample: SweepSample) 
     for sc in scenarios {
         let boundaries = discover(*sc, seed).await;
         report.boundaries += boundaries.len() as u64;
-        let mut points: Vec<CrashPlan> = (0..boundaries.len() as u64).flat_map(|i| [CrashPlan::Before(i), CrashPlan::After(i)]).collect();
+        let mut points: Vec<CrashPlan> =
+            (0..boundaries.len() as u64).flat_map(|i| [CrashPlan::Before(i), CrashPlan::After(i)]).collect();
         if let SweepSample::AtMost(n) = sample {
             if points.len() > n && n > 0 {
                 let step = points.len() as f64 / n as f64;
@@ -432,4 +446,3 @@ pub async fn crash_run(sc: &dyn Scenario, seed: u64, plan: CrashPlan) -> SweepRe
     out.late_asr_submissions = verdict.late_submissions;
     out
 }
-

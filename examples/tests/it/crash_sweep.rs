@@ -5,7 +5,12 @@ use testkit::faults::CrashPlan;
 use testkit::harness::{crash_run, sweep, Scenario, SweepSample};
 
 fn scenarios() -> (LiveSummaryScenario, FailingScenario, FanoutScenario, DagScenario) {
-    (LiveSummaryScenario { subscribers: 2, page_size: 1 }, FailingScenario, FanoutScenario { waiters: 3, page_size: 2 }, DagScenario)
+    (
+        LiveSummaryScenario { subscribers: 2, page_size: 1 },
+        FailingScenario,
+        FanoutScenario { waiters: 3, page_size: 2 },
+        DagScenario,
+    )
 }
 
 #[tokio::test]

@@ -28,12 +28,31 @@ enum G {
 enum StepResult {
     /// Completed or skipped, already committed.
     Done,
-    Deferred { delay: Millis },
-    Suspend { wait: Wait, checkpoint: Option<Value>, elapsed: i64 },
-    Yield { checkpoint: Option<Value>, elapsed: i64 },
-    Retry { error: StepError, delay: Millis, elapsed: i64 },
-    Failed { error: StepError, elapsed: i64 },
-    Canceled { error: StepError, elapsed: i64 },
+    Deferred {
+        delay: Millis,
+    },
+    Suspend {
+        wait: Wait,
+        checkpoint: Option<Value>,
+        elapsed: i64,
+    },
+    Yield {
+        checkpoint: Option<Value>,
+        elapsed: i64,
+    },
+    Retry {
+        error: StepError,
+        delay: Millis,
+        elapsed: i64,
+    },
+    Failed {
+        error: StepError,
+        elapsed: i64,
+    },
+    Canceled {
+        error: StepError,
+        elapsed: i64,
+    },
     Lost(ClaimEnd),
 }
 
@@ -212,7 +231,12 @@ impl Claim {
         // K-4.3: a fingerprint mismatch is not a failure; push back, touch no step.
         if inst.definition_fingerprint != plan.fingerprint() {
             tracing::warn!(persisted = %inst.definition_fingerprint, worker = %plan.fingerprint(), "definition fingerprint mismatch; pushing back");
-            let t = Transition::fingerprint_push_back(&inst.definition_fingerprint, plan.fingerprint(), self.now(), self.inner.config.fingerprint_pushback_ms);
+            let t = Transition::fingerprint_push_back(
+                &inst.definition_fingerprint,
+                plan.fingerprint(),
+                self.now(),
+                self.inner.config.fingerprint_pushback_ms,
+            );
             return match self.commit(G::Token, t).await {
                 Ok(()) => ClaimEnd::PushedBack,
                 Err(e) => e,
@@ -296,7 +320,11 @@ impl Claim {
     async fn acquire_permit(&self, idx: usize) -> Result<Option<HeldPermit>, Millis> {
         let sd = &self.def.steps()[idx];
         let Some(resource) = sd.resource_name() else { return Ok(None) };
-        let owner = PermitOwner { workflow_id: self.workflow_id.clone(), step: sd.name().to_string(), claim_token: self.token.clone() };
+        let owner = PermitOwner {
+            workflow_id: self.workflow_id.clone(),
+            step: sd.name().to_string(),
+            claim_token: self.token.clone(),
+        };
         match self.inner.ports.permits.acquire(resource, &owner).await {
             Ok(PermitDecision::Granted { .. }) => Ok(Some(HeldPermit { resource: resource.to_string(), owner })),
             Ok(PermitDecision::Denied { retry_after_ms }) => {
@@ -369,7 +397,13 @@ impl Claim {
         }
     }
 
-    fn context(&self, doc: &WorkflowInstance, idx: Option<usize>, name: &str, cancel: CancellationToken) -> ActivityContext {
+    fn context(
+        &self,
+        doc: &WorkflowInstance,
+        idx: Option<usize>,
+        name: &str,
+        cancel: CancellationToken,
+    ) -> ActivityContext {
         let step = idx.and_then(|i| doc.steps.get(i));
         ActivityContext {
             workflow_id: doc.workflow_id.as_str().into(),
@@ -403,7 +437,10 @@ impl Claim {
         let span = tracing::info_span!("step", step = sd.name(), attempt = doc.steps[idx].attempt);
         let cancel = self.cancel.child_token();
         let ctx = self.context(&doc, Some(idx), sd.name(), cancel.clone());
-        let out = self.invoke(sd.activity().clone(), ctx, cancel, sd.get_timeout_ms(), permit.as_ref()).instrument(span).await;
+        let out = self
+            .invoke(sd.activity().clone(), ctx, cancel, sd.get_timeout_ms(), permit.as_ref())
+            .instrument(span)
+            .await;
         self.release_permit(permit).await;
         out
     }
@@ -473,9 +510,18 @@ impl Claim {
         let perm = |e: crate::Error| ActivityError::permanent(e.to_string());
         let e: ActivityError = match result {
             Ok(StepOutcome::Sleep { delay_ms, checkpoint }) => {
-                match check_cp(&checkpoint).and_then(|_| validate::positive_ms("sleep.delay_ms", delay_ms).map_err(perm)) {
+                match check_cp(&checkpoint)
+                    .and_then(|_| validate::positive_ms("sleep.delay_ms", delay_ms).map_err(perm))
+                {
                     Ok(()) => {
-                        let wait = Wait { kind: WaitKind::Timer, signal_type: None, wait_key: None, generation: 0, step_index: idx as u32, poll_time: Some(now + delay_ms) };
+                        let wait = Wait {
+                            kind: WaitKind::Timer,
+                            signal_type: None,
+                            wait_key: None,
+                            generation: 0,
+                            step_index: idx as u32,
+                            poll_time: Some(now + delay_ms),
+                        };
                         return StepResult::Suspend { wait, checkpoint, elapsed };
                     }
                     Err(e) => e,
@@ -485,7 +531,9 @@ impl Claim {
                 let valid = check_cp(&spec.checkpoint)
                     .and_then(|_| validate::identifier("signal_type", &spec.signal_type).map_err(perm))
                     .and_then(|_| validate::identifier("wait_key", &spec.wait_key).map_err(perm))
-                    .and_then(|_| spec.poll_after_ms.map_or(Ok(()), |ms| validate::positive_ms("poll_after_ms", ms).map_err(perm)));
+                    .and_then(|_| {
+                        spec.poll_after_ms.map_or(Ok(()), |ms| validate::positive_ms("poll_after_ms", ms).map_err(perm))
+                    });
                 match valid {
                     Ok(()) => {
                         let wait = Wait {
@@ -519,7 +567,10 @@ impl Claim {
             }
             _ if sd.get_on_failed() == OnFailed::Skip => {
                 // Marked as failed-with-skip; committed by the caller as a skip.
-                StepResult::Failed { error: StepError { message: format!("[skip] {}", error.message), ..error }, elapsed }
+                StepResult::Failed {
+                    error: StepError { message: format!("[skip] {}", error.message), ..error },
+                    elapsed,
+                }
             }
             _ => StepResult::Failed { error, elapsed },
         }
@@ -599,7 +650,8 @@ impl Claim {
                     let t = t.fuse(Transition::permit_deferral(j, delay, now).release_until(now + delay));
                     return match self.commit(G::Running, t).await {
                         Ok(()) => {
-                            enqueue_and_wake(&self.inner, &self.workflow_id, after.business_priority, now + delay).await;
+                            enqueue_and_wake(&self.inner, &self.workflow_id, after.business_priority, now + delay)
+                                .await;
                             Next::End(ClaimEnd::Released)
                         }
                         Err(e) => Next::End(e),
@@ -659,21 +711,36 @@ impl Claim {
         if let Some((_, StepResult::Lost(e))) = results.iter().find(|(_, r)| matches!(r, StepResult::Lost(_))) {
             return Next::End(e.clone());
         }
-        let Some(win) = results.iter().enumerate().filter(|(_, (_, r))| r.severity() > 0).max_by_key(|(i, (_, r))| (r.severity(), std::cmp::Reverse(*i))).map(|(i, _)| i) else {
+        let Some(win) = results
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, r))| r.severity() > 0)
+            .max_by_key(|(i, (_, r))| (r.severity(), std::cmp::Reverse(*i)))
+            .map(|(i, _)| i)
+        else {
             return Next::Continue(None);
         };
         let now = self.now();
         let (widx, wres) = results.swap_remove(win);
         let mut t = match &wres {
-            StepResult::Canceled { error, elapsed } => Transition::activity_canceled(widx, error.clone(), *elapsed, now),
+            StepResult::Canceled { error, elapsed } => {
+                Transition::activity_canceled(widx, error.clone(), *elapsed, now)
+            }
             StepResult::Failed { error, elapsed } => Transition::step_failed(widx, error.clone(), *elapsed, now),
             StepResult::Retry { error, delay, elapsed } => {
-                let d = results.iter().filter_map(|(_, r)| if let StepResult::Retry { delay, .. } = r { Some(*delay) } else { None }).fold(*delay, Millis::max);
+                let d = results
+                    .iter()
+                    .filter_map(|(_, r)| if let StepResult::Retry { delay, .. } = r { Some(*delay) } else { None })
+                    .fold(*delay, Millis::max);
                 Transition::step_retry(widx, error.clone(), *elapsed, now).release_until(now + d)
             }
             StepResult::Deferred { delay } => Transition::permit_deferral(widx, *delay, now).release_until(now + delay),
-            StepResult::Suspend { wait, checkpoint, elapsed } => Transition::suspend(widx, wait.clone(), checkpoint.clone(), *elapsed, now),
-            StepResult::Yield { checkpoint, elapsed } => Transition::yield_step(widx, checkpoint.clone(), *elapsed, now),
+            StepResult::Suspend { wait, checkpoint, elapsed } => {
+                Transition::suspend(widx, wait.clone(), checkpoint.clone(), *elapsed, now)
+            }
+            StepResult::Yield { checkpoint, elapsed } => {
+                Transition::yield_step(widx, checkpoint.clone(), *elapsed, now)
+            }
             StepResult::Done | StepResult::Lost(_) => unreachable!("filtered above"),
         };
         let terminal_win = matches!(wres, StepResult::Canceled { .. });
@@ -728,7 +795,8 @@ impl Claim {
     /// K-9.4: right after a signal wait is stored, consume an early signal.
     async fn after_suspend(&self, wait: &Wait) {
         let Some(id) = wait.signal_identity() else { return };
-        match self.inner.ports.inbox.find_pending(&self.workflow_id, &id.signal_type, &id.wait_key, id.generation).await {
+        match self.inner.ports.inbox.find_pending(&self.workflow_id, &id.signal_type, &id.wait_key, id.generation).await
+        {
             Ok(Some(rec)) => {
                 if let Err(e) = signals::try_match(&self.inner, &rec).await {
                     tracing::debug!(error = %e, "early-signal match failed; the repair scan will retry");
@@ -744,7 +812,8 @@ impl Claim {
         let cancel = self.cancel.child_token();
         let ctx = self.context(&doc, None, name, cancel.clone());
         let span = tracing::info_span!("finalizer", name);
-        let (r, _) = self.invoke(activity, ctx, cancel, self.inner.config.finalizer_timeout_ms, None).instrument(span).await;
+        let (r, _) =
+            self.invoke(activity, ctx, cancel, self.inner.config.finalizer_timeout_ms, None).instrument(span).await;
         match r {
             Ok(StepOutcome::Complete(_)) => Ok(()),
             Ok(other) => Err(ActivityError::permanent(format!("a finalizer must complete, got {other:?}"))),

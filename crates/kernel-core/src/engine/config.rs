@@ -88,7 +88,10 @@ impl EngineConfig {
             validate::positive_ms(f, v)?;
         }
         if self.heartbeat_ms >= self.lease_ms {
-            return Err(Error::invalid("heartbeat_ms", format_args!("{} must be < lease_ms {}", self.heartbeat_ms, self.lease_ms)));
+            return Err(Error::invalid(
+                "heartbeat_ms",
+                format_args!("{} must be < lease_ms {}", self.heartbeat_ms, self.lease_ms),
+            ));
         }
         for (f, v) in [
             ("worker_slots", self.worker_slots),

@@ -132,7 +132,10 @@ pub struct Engine {
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Engine").field("worker_id", &self.inner.config.worker_id).field("types", &self.inner.types).finish()
+        f.debug_struct("Engine")
+            .field("worker_id", &self.inner.config.worker_id)
+            .field("types", &self.inner.types)
+            .finish()
     }
 }
 
@@ -192,7 +195,13 @@ impl EngineBuilder {
 impl Engine {
     /// Start building an engine on `ports`.
     pub fn builder(ports: Ports) -> EngineBuilder {
-        EngineBuilder { ports, config: EngineConfig::default(), defs: DefinitionRegistry::default(), prepare: None, error: None }
+        EngineBuilder {
+            ports,
+            config: EngineConfig::default(),
+            defs: DefinitionRegistry::default(),
+            prepare: None,
+            error: None,
+        }
     }
 
     /// The settings.
@@ -247,7 +256,7 @@ impl Engine {
         let out = match self.claim_next().await? {
             ClaimAttempt::Won(inst) => {
                 let id = inst.workflow_id.clone();
-                let end = claim::run(self.inner.clone(), inst).await;
+                let end = claim::run(self.inner.clone(), *inst).await;
                 RoundOutcome::Ran { workflow_id: id, end }
             }
             ClaimAttempt::None { stale } => RoundOutcome::Idle { stale },
@@ -276,7 +285,7 @@ impl Engine {
                     }
                     let spec = self.claim_spec(now);
                     match inner.ports.store.claim(&id, &spec).await {
-                        Ok(Some(inst)) => return Ok(ClaimAttempt::Won(inst)),
+                        Ok(Some(inst)) => return Ok(ClaimAttempt::Won(Box::new(inst))),
                         Ok(None) => stale += 1,
                         Err(e) => {
                             tracing::warn!(worker = %inner.config.worker_id, error = %e, "claim failed");
@@ -298,14 +307,19 @@ impl Engine {
         if fallback {
             let spec = self.claim_spec(inner.ports.clock.now());
             if let Some(inst) = inner.ports.store.claim_any(&spec).await? {
-                return Ok(ClaimAttempt::Won(inst));
+                return Ok(ClaimAttempt::Won(Box::new(inst)));
             }
         }
         Ok(ClaimAttempt::None { stale })
     }
 
     fn claim_spec(&self, now: Millis) -> ClaimSpec {
-        ClaimSpec { now, lease_ms: self.inner.config.lease_ms, token: self.inner.ports.ids.new_token(), types: self.inner.types.clone() }
+        ClaimSpec {
+            now,
+            lease_ms: self.inner.config.lease_ms,
+            token: self.inner.ports.ids.new_token(),
+            types: self.inner.types.clone(),
+        }
     }
 
     /// Claim any due instance straight from the store, bypassing the queue (the fallback of
@@ -420,7 +434,7 @@ impl Engine {
                         let inner2 = inner.clone();
                         claims.spawn(async move {
                             let _slot = permit;
-                            claim::run(inner2, inst).await
+                            claim::run(inner2, *inst).await
                         });
                     }
                     Ok(ClaimAttempt::None { .. }) => break,
@@ -444,7 +458,7 @@ impl Engine {
 }
 
 enum ClaimAttempt {
-    Won(WorkflowInstance),
+    Won(Box<WorkflowInstance>),
     None { stale: usize },
 }
 

@@ -1,4 +1,3 @@
-
 use crate::definition::PlanRegistry;
 use crate::error::{Error, Result};
 use crate::model::*;
@@ -25,7 +24,13 @@ pub struct StartRequest {
 impl StartRequest {
     /// A request with priority P2 and a generated workflow id.
     pub fn new(workflow_type: impl Into<String>, biz_key: impl Into<String>, input: Value) -> Self {
-        StartRequest { workflow_type: workflow_type.into(), biz_key: biz_key.into(), workflow_id: None, input, priority: Priority::P2 }
+        StartRequest {
+            workflow_type: workflow_type.into(),
+            biz_key: biz_key.into(),
+            workflow_id: None,
+            input,
+            priority: Priority::P2,
+        }
     }
     /// Set the workflow id.
     pub fn workflow_id(mut self, id: impl Into<String>) -> Self {
@@ -98,7 +103,10 @@ impl Publisher {
             Some(inst) => (inst, false, false),
             None => {
                 let doc = WorkflowInstance {
-                    workflow_id: req.workflow_id.clone().unwrap_or_else(|| format!("wf-{}", self.ports.ids.new_token())),
+                    workflow_id: req
+                        .workflow_id
+                        .clone()
+                        .unwrap_or_else(|| format!("wf-{}", self.ports.ids.new_token())),
                     workflow_type: req.workflow_type.clone(),
                     biz_key: req.biz_key.clone(),
                     status: WorkflowStatus::Running,
@@ -138,7 +146,8 @@ impl Publisher {
                         WriteOutcome::Applied { .. } => activated = true,
                         WriteOutcome::Missed => {}
                     }
-                    inst = store.get(&inst.workflow_id).await?.ok_or_else(|| Error::NotFound(inst.workflow_id.clone()))?;
+                    inst =
+                        store.get(&inst.workflow_id).await?.ok_or_else(|| Error::NotFound(inst.workflow_id.clone()))?;
                 }
                 WorkflowStatus::Running | WorkflowStatus::Waiting | WorkflowStatus::Failing => {}
                 WorkflowStatus::Completed | WorkflowStatus::Canceled => {}
@@ -151,7 +160,12 @@ impl Publisher {
             }
         }
         if matches!(inst.status, WorkflowStatus::Running) {
-            if let Err(e) = self.ports.queue.enqueue(&inst.workflow_id, inst.business_priority, inst.claimable_time.unwrap_or(now)).await {
+            if let Err(e) = self
+                .ports
+                .queue
+                .enqueue(&inst.workflow_id, inst.business_priority, inst.claimable_time.unwrap_or(now))
+                .await
+            {
                 tracing::debug!(workflow_id = %inst.workflow_id, error = %e, "enqueue after start failed");
             } else {
                 let _ = self.ports.wakeup.notify().await;
@@ -175,4 +189,3 @@ pub(crate) fn stream_key(inst: &WorkflowInstance) -> Option<StreamKey> {
     let fencing_token = inst.fencing_token().map(str::to_string).unwrap_or_else(|| format!("run-{}", inst.retry_count));
     Some(StreamKey { object_id, workflow_id: inst.workflow_id.clone(), fencing_token })
 }
-

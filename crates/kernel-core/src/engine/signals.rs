@@ -59,7 +59,10 @@ pub(crate) async fn try_match(inner: &Inner, rec: &SignalRecord) -> Result<bool>
     }
     let Some(identity) = inst.wait.as_ref().and_then(Wait::signal_identity) else { return Ok(false) };
     // K-9.6: the generation is part of the identity; a stale one never matches.
-    if identity.signal_type != rec.signal_type || identity.wait_key != rec.wait_key || identity.generation != rec.generation {
+    if identity.signal_type != rec.signal_type
+        || identity.wait_key != rec.wait_key
+        || identity.generation != rec.generation
+    {
         return Ok(false);
     }
     let now = inner.ports.clock.now();
@@ -91,7 +94,8 @@ pub(crate) async fn repair(inner: &Inner, pages: usize) -> Result<usize> {
                 consumed += 1;
             }
         }
-        *inner.repair_cursor.lock().expect("cursor lock") = if full { page.last().map(|r| r.signal_id.clone()) } else { None };
+        *inner.repair_cursor.lock().expect("cursor lock") =
+            if full { page.last().map(|r| r.signal_id.clone()) } else { None };
         if !full {
             break;
         }

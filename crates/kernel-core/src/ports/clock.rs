@@ -26,10 +26,7 @@ pub struct SystemClock;
 #[async_trait::async_trait]
 impl Clock for SystemClock {
     fn now(&self) -> Millis {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as Millis)
-            .unwrap_or(0)
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as Millis).unwrap_or(0)
     }
     async fn sleep_until(&self, t: Millis) {
         let d = t - self.now();

@@ -15,7 +15,14 @@ pub struct PermitOwner {
 impl PermitOwner {
     /// Unambiguous single-string form used as a set member.
     pub fn key(&self) -> String {
-        format!("{}:{}|{}:{}|{}", self.workflow_id.len(), self.workflow_id, self.step.len(), self.step, self.claim_token)
+        format!(
+            "{}:{}|{}:{}|{}",
+            self.workflow_id.len(),
+            self.workflow_id,
+            self.step.len(),
+            self.step,
+            self.claim_token
+        )
     }
 }
 

@@ -45,7 +45,13 @@ impl SignalInbox for InMemoryInbox {
         Ok(self.records.lock().expect("inbox lock").get(signal_id).cloned())
     }
 
-    async fn find_pending(&self, workflow_id: &str, signal_type: &str, wait_key: &str, generation: u64) -> Result<Option<SignalRecord>> {
+    async fn find_pending(
+        &self,
+        workflow_id: &str,
+        signal_type: &str,
+        wait_key: &str,
+        generation: u64,
+    ) -> Result<Option<SignalRecord>> {
         let r = self.records.lock().expect("inbox lock");
         Ok(r.values()
             .filter(|s| {

@@ -53,7 +53,10 @@ impl WorkflowStore for InMemoryStore {
             return Ok(CreateOutcome::Exists(st.by_id[id].clone()));
         }
         if st.by_id.contains_key(&instance.workflow_id) {
-            return Err(Error::Conflict(format!("workflow_id `{}` exists under another biz_key", instance.workflow_id)));
+            return Err(Error::Conflict(format!(
+                "workflow_id `{}` exists under another biz_key",
+                instance.workflow_id
+            )));
         }
         st.by_biz_key.insert(instance.biz_key.clone(), instance.workflow_id.clone());
         st.by_id.insert(instance.workflow_id.clone(), instance.clone());
@@ -130,13 +133,19 @@ impl WorkflowStore for InMemoryStore {
     async fn scan_claimable(&self, after: Option<&str>, limit: usize) -> Result<Vec<Candidate>> {
         let st = self.state.lock().expect("store lock");
         let iter: Box<dyn Iterator<Item = &WorkflowInstance>> = match after {
-            Some(a) => Box::new(st.by_id.range::<str, _>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded)).map(|(_, v)| v)),
+            Some(a) => Box::new(
+                st.by_id.range::<str, _>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded)).map(|(_, v)| v),
+            ),
             None => Box::new(st.by_id.values()),
         };
         Ok(iter
             .filter(|i| matches!(i.status, WorkflowStatus::Running | WorkflowStatus::Failing))
             .filter_map(|i| {
-                Some(Candidate { workflow_id: i.workflow_id.clone(), priority: i.business_priority, claimable_time: i.claimable_time? })
+                Some(Candidate {
+                    workflow_id: i.workflow_id.clone(),
+                    priority: i.business_priority,
+                    claimable_time: i.claimable_time?,
+                })
             })
             .take(limit)
             .collect())

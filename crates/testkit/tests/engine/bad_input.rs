@@ -12,7 +12,9 @@ fn ok_step(name: &str) -> StepDef {
 
 fn invalid<T: std::fmt::Debug>(r: Result<T, Error>, field_part: &str) {
     match r {
-        Err(Error::InvalidInput { field, .. }) => assert!(field.contains(field_part), "field {field} should mention {field_part}"),
+        Err(Error::InvalidInput { field, .. }) => {
+            assert!(field.contains(field_part), "field {field} should mention {field_part}")
+        }
         other => panic!("expected InvalidInput about {field_part}, got {other:?}"),
     }
 }
@@ -38,7 +40,10 @@ async fn bad_identifiers_in_start() {
     invalid(p.start_or_resume(StartRequest::new("t", "x".repeat(257), json!({}))).await, "biz_key");
     invalid(p.start_or_resume(StartRequest::new("t", "a\0b", json!({}))).await, "biz_key");
     invalid(p.start_or_resume(StartRequest::new("t", "a\u{7}b", json!({}))).await, "biz_key");
-    invalid(p.start_or_resume(StartRequest::new("t", "ok", json!({})).workflow_id("id\nwith newline")).await, "workflow_id");
+    invalid(
+        p.start_or_resume(StartRequest::new("t", "ok", json!({})).workflow_id("id\nwith newline")).await,
+        "workflow_id",
+    );
     invalid(p.start_or_resume(StartRequest::new("t", "ok", json!({})).workflow_id("")).await, "workflow_id");
     invalid(p.start_or_resume(StartRequest::new("", "ok", json!({}))).await, "workflow_type");
     assert_nothing_written(&world);
@@ -63,7 +68,13 @@ async fn payload_over_the_limit() {
 #[tokio::test]
 async fn bad_signal_identifiers() {
     let (world, engine) = world_with_engine();
-    let sig = |id: &str, wf: &str, ty: &str, key: &str| Signal { signal_id: id.into(), workflow_id: wf.into(), signal_type: ty.into(), wait_key: key.into(), generation: 0 };
+    let sig = |id: &str, wf: &str, ty: &str, key: &str| Signal {
+        signal_id: id.into(),
+        workflow_id: wf.into(),
+        signal_type: ty.into(),
+        wait_key: key.into(),
+        generation: 0,
+    };
     invalid(engine.deliver_signal(sig("", "wf", "go", "k")).await, "signal_id");
     invalid(engine.deliver_signal(sig("s", "", "go", "k")).await, "workflow_id");
     invalid(engine.deliver_signal(sig("s", "wf", "g\0o", "k")).await, "signal_type");
@@ -79,10 +90,16 @@ fn bad_definitions() {
     invalid(Definition::builder("t").step(ok_step("$where")).build(), "steps[0].name");
     invalid(Definition::builder("t").step(ok_step("a.b")).build(), "steps[0].name");
     invalid(Definition::builder("t").step(ok_step("a").depends_on(["ghost"])).build(), "depends_on");
-    invalid(Definition::builder("t").step(ok_step("a").depends_on(["b"])).step(ok_step("b").depends_on(["a"])).build(), "depends_on");
+    invalid(
+        Definition::builder("t").step(ok_step("a").depends_on(["b"])).step(ok_step("b").depends_on(["a"])).build(),
+        "depends_on",
+    );
     invalid(Definition::builder("t").step(ok_step("a").timeout_ms(0)).build(), "timeout_ms");
     invalid(Definition::builder("t").step(ok_step("a").timeout_ms(-5)).build(), "timeout_ms");
-    invalid(Definition::builder("t").step(ok_step("a").retry(RetryPolicy::Exponential { base_ms: 0, cap_ms: 10 })).build(), "retry.base_ms");
+    invalid(
+        Definition::builder("t").step(ok_step("a").retry(RetryPolicy::Exponential { base_ms: 0, cap_ms: 10 })).build(),
+        "retry.base_ms",
+    );
     invalid(Definition::builder("t").step(ok_step("a").resource("gpu.big")).build(), "resource");
     invalid(Definition::builder("t").step(ok_step("a").resource("$gpu")).build(), "resource");
     invalid(Definition::builder("t").build(), "steps");
@@ -99,7 +116,10 @@ fn bad_engine_config() {
     invalid(build(EngineConfig { worker_slots: 0, ..EngineConfig::default() }), "worker_slots");
     invalid(build(EngineConfig { worker_id: "".into(), ..EngineConfig::default() }), "worker_id");
     // A duplicate registration is refused too.
-    let r = kernel_core::Engine::builder(world.ports()).register(super::linear("t", 1, false)).register(super::linear("t", 1, false)).build();
+    let r = kernel_core::Engine::builder(world.ports())
+        .register(super::linear("t", 1, false))
+        .register(super::linear("t", 1, false))
+        .build();
     invalid(r, "workflow_type");
 }
 

@@ -113,7 +113,8 @@ async fn permit_errors_fail_closed() {
 async fn retries_are_persisted_with_backoff_and_unknown_outcomes_query_first() {
     // K-7.4 (2), K-17.2
     let world = World::new(3);
-    let seen: Arc<Mutex<Vec<(u32, bool, Option<ErrorClass>)>>> = Arc::default();
+    type Seen = Vec<(u32, bool, Option<ErrorClass>)>;
+    let seen: Arc<Mutex<Seen>> = Arc::default();
     let s = seen.clone();
     let def = one_step(
         "t",
@@ -144,7 +145,10 @@ async fn retries_are_persisted_with_backoff_and_unknown_outcomes_query_first() {
     let i = world.store.peek("wf-b").unwrap();
     assert_eq!((i.status, i.steps[0].attempt), (WorkflowStatus::Completed, 3));
     let seen = seen.lock().unwrap().clone();
-    assert_eq!(seen, vec![(1, false, None), (2, true, Some(ErrorClass::UnknownOutcome)), (3, false, Some(ErrorClass::Transient))]);
+    assert_eq!(
+        seen,
+        vec![(1, false, None), (2, true, Some(ErrorClass::UnknownOutcome)), (3, false, Some(ErrorClass::Transient))]
+    );
 }
 
 #[tokio::test]
@@ -152,14 +156,23 @@ async fn permanent_errors_are_not_retried_and_immediate_policy_has_no_delay() {
     // K-17.2, K-7.4
     let world = World::new(1);
     let def = Definition::builder("t")
-        .step(StepDef::new("flaky", |c: ActivityContext| async move {
-            if c.attempt() == 1 {
-                Err(ActivityError::transient("blip"))
-            } else {
-                Ok(StepOutcome::complete(json!(1)))
-            }
-        }).max_retry(5).retry(RetryPolicy::Immediate))
-        .step(StepDef::new("bad", |_c: ActivityContext| async { Err::<StepOutcome, _>(ActivityError::permanent("schema mismatch")) }).max_retry(5))
+        .step(
+            StepDef::new("flaky", |c: ActivityContext| async move {
+                if c.attempt() == 1 {
+                    Err(ActivityError::transient("blip"))
+                } else {
+                    Ok(StepOutcome::complete(json!(1)))
+                }
+            })
+            .max_retry(5)
+            .retry(RetryPolicy::Immediate),
+        )
+        .step(
+            StepDef::new("bad", |_c: ActivityContext| async {
+                Err::<StepOutcome, _>(ActivityError::permanent("schema mismatch"))
+            })
+            .max_retry(5),
+        )
         .build()
         .unwrap();
     let engine = world.engine("w", vec![def]);
@@ -212,12 +225,16 @@ async fn timeout_cancels_and_waits_for_the_activity_to_return() {
 async fn panics_become_step_errors() {
     // K-7.3
     let world = World::new(1);
-    let def = one_step("t", |_c: ActivityContext| async move {
-        if true {
-            panic!("boom");
-        }
-        Ok(StepOutcome::complete(json!(1)))
-    }, |s| s);
+    let def = one_step(
+        "t",
+        |_c: ActivityContext| async move {
+            if true {
+                panic!("boom");
+            }
+            Ok(StepOutcome::complete(json!(1)))
+        },
+        |s| s,
+    );
     let engine = world.engine("w", vec![def]);
     start(&engine, "t", "b", json!({})).await;
     world.drive(&engine).await.unwrap();
@@ -235,7 +252,8 @@ fn signal_waiter(fact: Arc<Mutex<bool>>, generation: u64, poll: Option<i64>) -> 
                 if *fact.lock().unwrap() {
                     return Ok(StepOutcome::complete(json!({ "resume": c.resume().map(|r| format!("{:?}", r.kind)) })));
                 }
-                let mut w = StepOutcome::wait_for_signal("go", "key-1").generation(generation).checkpoint(json!({ "n": 1 }));
+                let mut w =
+                    StepOutcome::wait_for_signal("go", "key-1").generation(generation).checkpoint(json!({ "n": 1 }));
                 if let Some(p) = poll {
                     w = w.poll_after_ms(p);
                 }
@@ -247,7 +265,13 @@ fn signal_waiter(fact: Arc<Mutex<bool>>, generation: u64, poll: Option<i64>) -> 
 }
 
 fn sig(id: &str, generation: u64) -> Signal {
-    Signal { signal_id: id.into(), workflow_id: "wf-b".into(), signal_type: "go".into(), wait_key: "key-1".into(), generation }
+    Signal {
+        signal_id: id.into(),
+        workflow_id: "wf-b".into(),
+        signal_type: "go".into(),
+        wait_key: "key-1".into(),
+        generation,
+    }
 }
 
 #[tokio::test]
@@ -366,7 +390,12 @@ async fn activity_cancellation_cancels_the_workflow_without_finalizer() {
     let finalized = Arc::new(AtomicU32::new(0));
     let f = finalized.clone();
     let def = Definition::builder("t")
-        .step(StepDef::new("a", |_c: ActivityContext| async { Err::<StepOutcome, _>(ActivityError::canceled("object deleted")) }).max_retry(3))
+        .step(
+            StepDef::new("a", |_c: ActivityContext| async {
+                Err::<StepOutcome, _>(ActivityError::canceled("object deleted"))
+            })
+            .max_retry(3),
+        )
         .failure_finalizer(move |_c: ActivityContext| {
             let f = f.clone();
             async move {
@@ -517,7 +546,10 @@ async fn yield_hands_back_with_the_checkpoint_and_rolls_the_attempt_back() {
     start(&engine, "t", "b", json!({})).await;
     assert_eq!(tick_end(&engine).await, ClaimEnd::Yielded);
     let i = world.store.peek("wf-b").unwrap();
-    assert_eq!((i.steps[0].status, i.steps[0].attempt, i.steps[0].checkpoint.clone()), (StepStatus::Pending, 0, Some(json!({ "cursor": 1 }))));
+    assert_eq!(
+        (i.steps[0].status, i.steps[0].attempt, i.steps[0].checkpoint.clone()),
+        (StepStatus::Pending, 0, Some(json!({ "cursor": 1 })))
+    );
     assert_eq!(i.claimable_time, Some(world.now()));
     world.drive(&engine).await.unwrap();
     let i = world.store.peek("wf-b").unwrap();
@@ -580,9 +612,20 @@ async fn wave_outcome_most_severe_wins_and_suspending_sibling_is_parked() {
     let world = World::new(1);
     let def = Definition::builder("t")
         .step(StepDef::new("root", |_c: ActivityContext| async { Ok(StepOutcome::complete(json!(0))) }))
-        .step(StepDef::new("fails", |_c: ActivityContext| async { Err::<StepOutcome, _>(ActivityError::permanent("no")) }).depends_on(["root"]))
-        .step(StepDef::new("sleeps", |_c: ActivityContext| async { Ok(StepOutcome::sleep(1_000, json!({ "cp": 1 }))) }).depends_on(["root"]))
-        .step(StepDef::new("ok", |_c: ActivityContext| async { Ok(StepOutcome::complete(json!(1))) }).depends_on(["root"]))
+        .step(
+            StepDef::new("fails", |_c: ActivityContext| async {
+                Err::<StepOutcome, _>(ActivityError::permanent("no"))
+            })
+            .depends_on(["root"]),
+        )
+        .step(
+            StepDef::new("sleeps", |_c: ActivityContext| async { Ok(StepOutcome::sleep(1_000, json!({ "cp": 1 }))) })
+                .depends_on(["root"]),
+        )
+        .step(
+            StepDef::new("ok", |_c: ActivityContext| async { Ok(StepOutcome::complete(json!(1))) })
+                .depends_on(["root"]),
+        )
         .build()
         .unwrap();
     let engine = world.engine("w", vec![def]);
@@ -590,7 +633,10 @@ async fn wave_outcome_most_severe_wins_and_suspending_sibling_is_parked() {
     assert_eq!(tick_end(&engine).await, ClaimEnd::Terminal(WorkflowStatus::Failed));
     let i = world.store.peek("wf-b").unwrap();
     assert_eq!(i.steps[1].status, StepStatus::Failed);
-    assert_eq!((i.steps[2].status, i.steps[2].attempt, i.steps[2].checkpoint.clone()), (StepStatus::Pending, 0, Some(json!({ "cp": 1 }))));
+    assert_eq!(
+        (i.steps[2].status, i.steps[2].attempt, i.steps[2].checkpoint.clone()),
+        (StepStatus::Pending, 0, Some(json!({ "cp": 1 })))
+    );
     assert_eq!(i.steps[3].status, StepStatus::Completed, "a sibling commits its own completion");
     assert_eq!(i.wait, None);
 }
@@ -628,7 +674,14 @@ async fn graceful_shutdown_lets_claims_finish_and_a_timeout_leaves_the_lease() {
     assert_eq!(world.store.peek("wf-b").unwrap().status, WorkflowStatus::Completed);
 
     // Now a claim that never finishes: the shutdown times out and leaves the lease.
-    let engine2 = world.engine("w2", vec![one_step("t2", |_c: ActivityContext| async { std::future::pending::<Result<StepOutcome, ActivityError>>().await }, |s| s.timeout_ms(3_600_000))]);
+    let engine2 = world.engine(
+        "w2",
+        vec![one_step(
+            "t2",
+            |_c: ActivityContext| async { std::future::pending::<Result<StepOutcome, ActivityError>>().await },
+            |s| s.timeout_ms(3_600_000),
+        )],
+    );
     let running = engine2.spawn();
     engine2.publisher().start_or_resume(StartRequest::new("t2", "c", json!({})).workflow_id("wf-c")).await.unwrap();
     for _ in 0..50 {

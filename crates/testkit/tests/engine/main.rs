@@ -13,7 +13,9 @@ use serde_json::json;
 pub fn linear(name: &str, n: usize, success_finalizer: bool) -> Definition {
     let mut b = Definition::builder(name);
     for i in 0..n {
-        b = b.step(StepDef::new(format!("s{i}"), move |_ctx: ActivityContext| async move { Ok(StepOutcome::complete(json!(i))) }));
+        b = b.step(StepDef::new(format!("s{i}"), move |_ctx: ActivityContext| async move {
+            Ok(StepOutcome::complete(json!(i)))
+        }));
     }
     if success_finalizer {
         b = b.success_finalizer(|_ctx: ActivityContext| async { Ok(StepOutcome::complete(json!(null))) });

@@ -77,9 +77,7 @@ async fn claim_lost_at_the_third_write_stops_the_claim() {
     let mut store = MockStore::new();
     store.expect_claim().times(1).returning(move |_, _| Ok(Some(inst.clone())));
     let mut seq = mockall::Sequence::new();
-    let mut rev = 0;
-    for _ in 0..2 {
-        rev += 1;
+    for rev in 1..=2 {
         store.expect_apply().times(1).in_sequence(&mut seq).returning(move |_, g, _| {
             assert!(matches!(g, Guard::Running { token } if token == "tok-1"));
             Ok(WriteOutcome::Applied { revision: rev })

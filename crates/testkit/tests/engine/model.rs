@@ -82,7 +82,8 @@ fn definition(facts: Facts) -> Definition {
 
 /// Safety invariants of one instance and of its change since the previous snapshot.
 fn check_instance(prev: Option<&WorkflowInstance>, i: &WorkflowInstance) -> Result<(), String> {
-    let waiting_steps: Vec<usize> = i.steps.iter().enumerate().filter(|(_, s)| s.status == StepStatus::Waiting).map(|(n, _)| n).collect();
+    let waiting_steps: Vec<usize> =
+        i.steps.iter().enumerate().filter(|(_, s)| s.status == StepStatus::Waiting).map(|(n, _)| n).collect();
     match i.status {
         WorkflowStatus::Waiting => {
             let w = i.wait.as_ref().ok_or("waiting without a wait")?;
@@ -121,7 +122,10 @@ fn check_instance(prev: Option<&WorkflowInstance>, i: &WorkflowInstance) -> Resu
         if matches!(p.status, WorkflowStatus::Completed | WorkflowStatus::Canceled) && i != p {
             return Err(format!("{:?} instance changed", p.status));
         }
-        if p.status == WorkflowStatus::Failed && i.status != WorkflowStatus::Failed && i.retry_count != p.retry_count + 1 {
+        if p.status == WorkflowStatus::Failed
+            && i.status != WorkflowStatus::Failed
+            && i.retry_count != p.retry_count + 1
+        {
             return Err("left failed without a replay".into());
         }
         for (a, b) in p.steps.iter().zip(&i.steps) {
@@ -150,7 +154,17 @@ impl Model {
         let world = World::new(seed);
         let facts: Facts = Arc::default();
         let workers = (0..3).map(|w| world.engine(&format!("w{w}"), vec![definition(facts.clone())])).collect();
-        Model { world, facts, workers, zombies: vec![], switches: vec![], ids: BTreeMap::new(), last_signal: BTreeMap::new(), signals: 0, snapshot: BTreeMap::new() }
+        Model {
+            world,
+            facts,
+            workers,
+            zombies: vec![],
+            switches: vec![],
+            ids: BTreeMap::new(),
+            last_signal: BTreeMap::new(),
+            signals: 0,
+            snapshot: BTreeMap::new(),
+        }
     }
 
     fn key(k: u8) -> String {
@@ -161,7 +175,11 @@ impl Model {
         match op {
             Op::Start { k, fail, generation } => {
                 let input = json!({ "key": Self::key(*k), "fail": fail, "generation": generation });
-                let out = self.workers[0].publisher().start_or_resume(StartRequest::new("sig", format!("biz-{k}"), input)).await.map_err(|e| e.to_string())?;
+                let out = self.workers[0]
+                    .publisher()
+                    .start_or_resume(StartRequest::new("sig", format!("biz-{k}"), input))
+                    .await
+                    .map_err(|e| e.to_string())?;
                 let id = self.ids.entry(format!("biz-{k}")).or_insert_with(|| out.instance.workflow_id.clone());
                 if *id != out.instance.workflow_id {
                     return Err("K-3.2: a second workflow id for one biz_key".into());
@@ -189,7 +207,9 @@ impl Model {
                 if !self.zombies.is_empty() {
                     let (switch, fut) = self.zombies.remove(0);
                     switch.release();
-                    tokio::time::timeout(std::time::Duration::from_secs(20), fut).await.map_err(|_| "zombie hung".to_string())?;
+                    tokio::time::timeout(std::time::Duration::from_secs(20), fut)
+                        .await
+                        .map_err(|_| "zombie hung".to_string())?;
                 }
             }
             Op::TakeoverWithZombie { w } => {
@@ -213,7 +233,9 @@ impl Model {
                 };
                 let (switch, zombie) = self.zombies.remove(0);
                 switch.release();
-                tokio::time::timeout(std::time::Duration::from_secs(20), zombie).await.map_err(|_| "zombie hung".to_string())?;
+                tokio::time::timeout(std::time::Duration::from_secs(20), zombie)
+                    .await
+                    .map_err(|_| "zombie hung".to_string())?;
                 pause.resume();
                 if paused {
                     fut.await;
@@ -241,7 +263,13 @@ impl Model {
                     }
                 };
                 self.last_signal.insert(*k, signal_id.clone());
-                let s = Signal { signal_id, workflow_id: id.clone(), signal_type: "go".into(), wait_key: Self::key(*k), generation };
+                let s = Signal {
+                    signal_id,
+                    workflow_id: id.clone(),
+                    signal_type: "go".into(),
+                    wait_key: Self::key(*k),
+                    generation,
+                };
                 let out = self.workers[1].deliver_signal(s).await.map_err(|e| e.to_string())?;
                 if *stale && out == DeliverOutcome::Activated {
                     return Err("K-9.6: a stale-generation signal woke a wait".into());

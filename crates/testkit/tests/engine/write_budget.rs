@@ -14,7 +14,10 @@ async fn writes_for(success_finalizer: bool) -> (u64, u64) {
     assert_eq!(inst.status, kernel_core::WorkflowStatus::Completed);
     assert!(inst.steps.iter().all(|s| s.attempt == 1));
     let c = world.audit.counts();
-    println!("write-budget: finalizer={success_finalizer} writes={} reads={} accepted={:?}", c.writes, c.reads, c.accepted);
+    println!(
+        "write-budget: finalizer={success_finalizer} writes={} reads={} accepted={:?}",
+        c.writes, c.reads, c.accepted
+    );
     (c.writes, c.reads)
 }
 
@@ -41,7 +44,18 @@ async fn fused_writes_still_emit_one_observation_per_transition() {
     let kinds: Vec<K> = world.observations.events().iter().map(|o| o.kind).collect();
     assert_eq!(
         kinds,
-        vec![K::Claim, K::MarkRunning, K::CompleteStep, K::MarkRunning, K::CompleteStep, K::MarkRunning, K::CompleteStep, K::MarkRunning, K::CompleteStep, K::Completed]
+        vec![
+            K::Claim,
+            K::MarkRunning,
+            K::CompleteStep,
+            K::MarkRunning,
+            K::CompleteStep,
+            K::MarkRunning,
+            K::CompleteStep,
+            K::MarkRunning,
+            K::CompleteStep,
+            K::Completed
+        ]
     );
     // Revisions are the committed ones: fused transitions share a revision.
     let revs: Vec<u64> = world.observations.events().iter().map(|o| o.revision).collect();
