@@ -13,10 +13,22 @@ pub struct PermitLimits {
     pub max_starts_per_second: u32,
 }
 
+/// Start of a tenant-scoped resource name: `tenant:<tenant>:<resource>`.
+const TENANT_SCOPE: &str = "tenant:";
+
 #[derive(Debug, Default)]
 struct Resource {
     holders: BTreeMap<String, Millis>,
     starts: VecDeque<Millis>,
+}
+
+impl Resource {
+    fn purge(&mut self, now: Millis) {
+        self.holders.retain(|_, until| *until > now);
+        while self.starts.front().is_some_and(|t| *t <= now - 1000) {
+            self.starts.pop_front();
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -27,12 +39,19 @@ struct State {
 }
 
 /// In-memory [`Permits`] on the engine's [`Clock`] with the K-14 semantics: one atomic
-/// check-and-take of both limits, renew by the same owner, expired holders purged first,
-/// live limits falling back to configured defaults (never "unlimited").
+/// check-and-take of both limits, renew by the same owner (also above a lowered limit),
+/// expired holders purged by every call, live limits falling back to the configured ones.
+///
+/// Limits of a resource: the live value if set ([`set_limits`](Self::set_limits)), else
+/// the configured default for the resource, else (for `tenant:<t>:<base>`) the configured
+/// default for `<base>`, else the fallback ([`with_fallback`](Self::with_fallback)). A
+/// flushed live configuration therefore never means "unlimited" unless the application
+/// configured exactly that.
 #[derive(Clone)]
 pub struct InMemoryPermits {
     state: Arc<Mutex<State>>,
     defaults: Arc<HashMap<String, PermitLimits>>,
+    fallback: PermitLimits,
     clock: Arc<dyn Clock>,
     lease_ms: Millis,
     down: Arc<std::sync::atomic::AtomicBool>,
@@ -40,18 +59,49 @@ pub struct InMemoryPermits {
 
 impl std::fmt::Debug for InMemoryPermits {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("InMemoryPermits").field("defaults", &self.defaults).field("lease_ms", &self.lease_ms).finish()
+        f.debug_struct("InMemoryPermits")
+            .field("defaults", &self.defaults)
+            .field("fallback", &self.fallback)
+            .field("lease_ms", &self.lease_ms)
+            .finish()
     }
 }
 
 impl InMemoryPermits {
     /// Permits with application-configured `defaults` and a permit lease of `lease_ms`.
+    /// Resources configured nowhere are unlimited until [`with_fallback`](Self::with_fallback)
+    /// says otherwise.
     pub fn new(clock: Arc<dyn Clock>, defaults: HashMap<String, PermitLimits>, lease_ms: Millis) -> Self {
-        InMemoryPermits { state: Arc::default(), defaults: Arc::new(defaults), clock, lease_ms, down: Arc::default() }
+        InMemoryPermits {
+            state: Arc::default(),
+            defaults: Arc::new(defaults),
+            fallback: PermitLimits::default(),
+            clock,
+            lease_ms,
+            down: Arc::default(),
+        }
+    }
+    /// Limits for resources that neither the live configuration nor `defaults` name.
+    pub fn with_fallback(mut self, fallback: PermitLimits) -> Self {
+        self.fallback = fallback;
+        self
+    }
+    /// `tenant:<tenant>:<resource>`, the tenant-scoped name of a resource. The tenant must
+    /// not contain `:` so that the name splits back unambiguously.
+    pub fn tenant_resource(tenant: &str, resource: &str) -> Result<String> {
+        tenant_resource(tenant, resource)
+    }
+    /// Lease length granted.
+    pub fn lease_ms(&self) -> Millis {
+        self.lease_ms
     }
     /// Change a resource's live limits (operators do this in Redis).
     pub fn set_limits(&self, resource: &str, limits: PermitLimits) {
         self.state.lock().expect("permit lock").live.insert(resource.to_string(), limits);
+    }
+    /// Remove a resource's live limits, so the configured ones apply again.
+    pub fn clear_limits(&self, resource: &str) {
+        self.state.lock().expect("permit lock").live.remove(resource);
     }
     /// Forget live limits and holders (a flushed Redis).
     pub fn flush(&self) {
@@ -68,29 +118,70 @@ impl InMemoryPermits {
         let now = self.clock.now();
         let mut st = self.state.lock().expect("permit lock");
         let r = st.resources.entry(resource.to_string()).or_default();
-        r.holders.retain(|_, until| *until > now);
+        r.purge(now);
         r.holders.len()
     }
+    /// Whether `owner` currently holds a permit of `resource`.
+    pub fn is_held(&self, resource: &str, owner: &PermitOwner) -> bool {
+        let now = self.clock.now();
+        let st = self.state.lock().expect("permit lock");
+        st.resources.get(resource).and_then(|r| r.holders.get(&owner.key())).is_some_and(|until| *until > now)
+    }
+    fn configured(&self, resource: &str) -> PermitLimits {
+        self.defaults
+            .get(resource)
+            .or_else(|| tenant_base(resource).and_then(|base| self.defaults.get(base)))
+            .copied()
+            .unwrap_or(self.fallback)
+    }
+    fn check_up(&self) -> Result<()> {
+        if self.down.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(Error::Unavailable("in-memory permits are down".into()));
+        }
+        Ok(())
+    }
+}
+
+/// See [`InMemoryPermits::tenant_resource`].
+fn tenant_resource(tenant: &str, resource: &str) -> Result<String> {
+    validate::key_name("tenant", tenant)?;
+    if tenant.contains(':') {
+        return Err(Error::invalid("tenant", "must not contain `:`"));
+    }
+    validate::key_name("resource", resource)?;
+    let name = format!("{TENANT_SCOPE}{tenant}:{resource}");
+    validate::key_name("resource", &name)?;
+    Ok(name)
+}
+
+/// `<base>` of `tenant:<t>:<base>`.
+fn tenant_base(resource: &str) -> Option<&str> {
+    let rest = resource.strip_prefix(TENANT_SCOPE)?;
+    let (_tenant, base) = rest.split_once(':')?;
+    (!base.is_empty()).then_some(base)
+}
+
+fn check_owner(owner: &PermitOwner) -> Result<()> {
+    validate::identifier("owner.workflow_id", &owner.workflow_id)?;
+    validate::key_name("owner.step", &owner.step)?;
+    validate::identifier("owner.claim_token", &owner.claim_token)
 }
 
 #[async_trait::async_trait]
 impl Permits for InMemoryPermits {
     async fn acquire(&self, resource: &str, owner: &PermitOwner) -> Result<PermitDecision> {
         validate::key_name("resource", resource)?;
-        if self.down.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(Error::Unavailable("in-memory permits are down".into()));
-        }
+        check_owner(owner)?;
+        self.check_up()?;
         let now = self.clock.now();
+        let configured = self.configured(resource);
         let mut st = self.state.lock().expect("permit lock");
-        let limits = st.live.get(resource).copied().or_else(|| self.defaults.get(resource).copied()).unwrap_or_default();
+        let limits = st.live.get(resource).copied().unwrap_or(configured);
         let r = st.resources.entry(resource.to_string()).or_default();
-        r.holders.retain(|_, until| *until > now);
-        while r.starts.front().is_some_and(|t| *t <= now - 1000) {
-            r.starts.pop_front();
-        }
+        r.purge(now);
         let key = owner.key();
         if let Some(until) = r.holders.get_mut(&key) {
-            // Renewal: never revoked, even above a lowered limit.
+            // Renewal: never revoked, even above a lowered limit; not a new start.
             *until = now + self.lease_ms;
             return Ok(PermitDecision::Granted { lease_ms: self.lease_ms });
         }
@@ -109,10 +200,30 @@ impl Permits for InMemoryPermits {
 
     async fn release(&self, resource: &str, owner: &PermitOwner) -> Result<()> {
         validate::key_name("resource", resource)?;
+        check_owner(owner)?;
+        self.check_up()?;
+        let now = self.clock.now();
         let mut st = self.state.lock().expect("permit lock");
         if let Some(r) = st.resources.get_mut(resource) {
+            r.purge(now);
             r.holders.remove(&owner.key());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tenant_names() {
+        assert_eq!(tenant_resource("acme", "asr").unwrap(), "tenant:acme:asr");
+        assert!(tenant_resource("a:b", "asr").is_err());
+        assert!(tenant_resource("acme", "a.b").is_err());
+        assert!(tenant_resource("$acme", "asr").is_err());
+        assert_eq!(tenant_base("tenant:acme:asr"), Some("asr"));
+        assert_eq!(tenant_base("tenant:acme:"), None);
+        assert_eq!(tenant_base("asr"), None);
     }
 }

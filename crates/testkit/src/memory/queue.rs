@@ -4,13 +4,37 @@ use kernel_core::{validate, Error, Result};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
+/// Largest block weight of one lane.
+pub const LANE_WEIGHT_MAX: u32 = 1_000;
+/// Longest burst window.
+pub const BURST_MAX: u32 = 1_000;
+
 /// Weighted round-robin settings of the lanes (K-13).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LaneWeights {
-    /// Pops per block, P0 first (default 8, 6, 4, 2).
+    /// Pops per block, P0 first (default 8, 6, 4, 2). Each in `1..=1000`: a
+    /// weight of 0 would starve its lane.
     pub weights: [u32; 4],
-    /// Length of the burst window (default 8).
+    /// Length of the burst window (default 8), at most 1000; 0 disables it.
     pub burst: u32,
+}
+
+impl LaneWeights {
+    /// Check the limits.
+    pub fn validate(&self) -> Result<()> {
+        for (i, w) in self.weights.iter().enumerate() {
+            if !(1..=LANE_WEIGHT_MAX).contains(w) {
+                return Err(Error::invalid(
+                    format!("weights[{i}]"),
+                    format_args!("{w} is not in 1..={LANE_WEIGHT_MAX}"),
+                ));
+            }
+        }
+        if self.burst > BURST_MAX {
+            return Err(Error::invalid("burst", format_args!("{} exceeds {BURST_MAX}", self.burst)));
+        }
+        Ok(())
+    }
 }
 
 impl Default for LaneWeights {
@@ -66,7 +90,19 @@ struct State {
 }
 
 /// In-memory [`ReadyQueue`] implementing the 4-lane 8:6:4:2 weighted pop with the burst
-/// window of K-13, exactly as the Redis adapter's Lua does.
+/// window of K-13, exactly as the Redis adapter's Lua does (both run
+/// [`conformance::queue`](crate::conformance::queue)).
+///
+/// The rotation, precisely:
+/// - a block of lane `i` serves at most `weights[i]` pops, then the next lane's block
+///   starts; a lane with nothing due is skipped at once and forfeits the rest of its block;
+/// - one pop looks at five blocks at most: each lane once, then the starting lane again
+///   with a fresh block; a pop that finds nothing therefore leaves the rotation on the lane
+///   after the one it started on;
+/// - a pop that finds nothing due in any lane arms the burst window: the next ≤ `burst`
+///   pops take P0's earliest due member without touching the rotation, and the window ends
+///   the first time P0 has nothing due (that pop then follows the rotation);
+/// - within a lane, members leave by (score, member bytes), like a Redis ZSET.
 #[derive(Debug, Clone)]
 pub struct InMemoryQueue {
     state: Arc<Mutex<State>>,
@@ -82,7 +118,13 @@ impl Default for InMemoryQueue {
 
 impl InMemoryQueue {
     /// An empty queue.
+    ///
+    /// # Panics
+    /// When `weights` fail [`LaneWeights::validate`].
     pub fn new(weights: LaneWeights) -> Self {
+        if let Err(e) = weights.validate() {
+            panic!("InMemoryQueue::new: {e}");
+        }
         InMemoryQueue { state: Arc::default(), weights, down: Arc::default() }
     }
     /// Drop every member and the rotation state (a flushed Redis).

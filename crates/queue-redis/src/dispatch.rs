@@ -1,0 +1,83 @@
+use crate::{check_prefix, map_redis_error};
+use kernel_core::model::Millis;
+use kernel_core::{validate, Error, Result};
+use redis::aio::ConnectionManager;
+use redis::Script;
+use std::sync::LazyLock;
+
+static POP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/dispatch_pop.lua")));
+
+/// Largest batch one [`RedisDispatchCandidates::pop_due`] may take.
+pub const DISPATCH_BATCH_MAX: usize = 1_000;
+
+/// The recovery dispatcher's candidate ZSET `<prefix>:dispatch` (K-11.3): member = business
+/// object id, score = earliest attempt time (ms). It holds identity only, never tokens; a
+/// popped candidate is removed, and the dispatcher re-adds it when an attempt fails. The
+/// store scan under the dispatcher's mutex remains the fallback when Redis is down.
+#[derive(Clone)]
+pub struct RedisDispatchCandidates {
+    conn: ConnectionManager,
+    key: String,
+}
+
+impl std::fmt::Debug for RedisDispatchCandidates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisDispatchCandidates").field("key", &self.key).finish()
+    }
+}
+
+impl RedisDispatchCandidates {
+    /// Candidates under `prefix`.
+    pub fn new(conn: ConnectionManager, prefix: &str) -> Result<Self> {
+        check_prefix(prefix)?;
+        Ok(RedisDispatchCandidates { conn, key: format!("{prefix}:dispatch") })
+    }
+
+    /// Key of the ZSET.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Add (or move) a candidate due at `due_ms`.
+    ///
+    /// # Contract
+    /// Idempotent; re-adding overwrites the due time (the dispatcher re-adds with its next
+    /// attempt time).
+    pub async fn add(&self, id: &str, due_ms: Millis) -> Result<()> {
+        validate::identifier("id", id)?;
+        redis::cmd("ZADD")
+            .arg(&self.key)
+            .arg(due_ms)
+            .arg(id)
+            .query_async::<i64>(&mut self.conn.clone())
+            .await
+            .map_err(map_redis_error)?;
+        Ok(())
+    }
+
+    /// Remove and return up to `batch_max` candidates due at `now`, earliest first.
+    ///
+    /// # Contract
+    /// Atomic: concurrent callers never receive the same candidate. `batch_max` must be in
+    /// `1..=DISPATCH_BATCH_MAX`.
+    pub async fn pop_due(&self, now: Millis, batch_max: usize) -> Result<Vec<String>> {
+        if !(1..=DISPATCH_BATCH_MAX).contains(&batch_max) {
+            return Err(Error::invalid("batch_max", format_args!("{batch_max} is not in 1..={DISPATCH_BATCH_MAX}")));
+        }
+        let mut inv = POP.prepare_invoke();
+        inv.key(&self.key).arg(now).arg(batch_max);
+        let out: Vec<String> = inv.invoke_async(&mut self.conn.clone()).await.map_err(map_redis_error)?;
+        debug_assert!(out.len() <= batch_max);
+        Ok(out)
+    }
+
+    /// Number of candidates (due or not).
+    pub async fn len(&self) -> Result<u64> {
+        redis::cmd("ZCARD").arg(&self.key).query_async(&mut self.conn.clone()).await.map_err(map_redis_error)
+    }
+
+    /// Whether no candidate is stored.
+    pub async fn is_empty(&self) -> Result<bool> {
+        Ok(self.len().await? == 0)
+    }
+}

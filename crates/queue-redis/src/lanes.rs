@@ -1,0 +1,195 @@
+use crate::{check_prefix, map_redis_error};
+use kernel_core::model::{Millis, Priority};
+use kernel_core::ports::{LaneStats, ReadyQueue};
+use kernel_core::{validate, Error, Result};
+use redis::aio::ConnectionManager;
+use redis::Script;
+use std::sync::LazyLock;
+
+static ENQUEUE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/enqueue.lua")));
+static POP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/pop.lua")));
+static STATS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/stats.lua")));
+
+/// Largest block weight of one lane.
+pub const LANE_WEIGHT_MAX: u32 = 1_000;
+/// Longest burst window.
+pub const BURST_MAX: u32 = 1_000;
+
+/// Weighted round-robin settings of the lanes (K-13).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaneWeights {
+    /// Pops per block, P0 first (default 8, 6, 4, 2). Each in `1..=LANE_WEIGHT_MAX`: a
+    /// weight of 0 would starve its lane.
+    pub weights: [u32; 4],
+    /// Length of the burst window (default 8), at most [`BURST_MAX`]; 0 disables it.
+    pub burst: u32,
+}
+
+impl Default for LaneWeights {
+    fn default() -> Self {
+        LaneWeights { weights: [8, 6, 4, 2], burst: 8 }
+    }
+}
+
+impl LaneWeights {
+    /// Check the limits.
+    pub fn validate(&self) -> Result<()> {
+        for (i, w) in self.weights.iter().enumerate() {
+            if !(1..=LANE_WEIGHT_MAX).contains(w) {
+                return Err(Error::invalid(
+                    format!("weights[{i}]"),
+                    format_args!("{w} is not in 1..={LANE_WEIGHT_MAX}"),
+                ));
+            }
+        }
+        if self.burst > BURST_MAX {
+            return Err(Error::invalid("burst", format_args!("{} exceeds {BURST_MAX}", self.burst)));
+        }
+        Ok(())
+    }
+}
+
+/// The ready lanes on Redis (K-13): ZSETs `<prefix>:lane:p0` … `p3` (member `workflow_id`,
+/// score `claimable_time` in ms) and the shared rotation hash `<prefix>:lane:rotation`.
+///
+/// Semantics are exactly those of `testkit::memory::InMemoryQueue`; both run the same
+/// conformance suite. Cheap to clone; clones share the connection.
+#[derive(Clone)]
+pub struct RedisReadyQueue {
+    conn: ConnectionManager,
+    lanes: [String; 4],
+    rotation: String,
+    weights: LaneWeights,
+}
+
+impl std::fmt::Debug for RedisReadyQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisReadyQueue").field("lanes", &self.lanes).field("weights", &self.weights).finish()
+    }
+}
+
+impl RedisReadyQueue {
+    /// Lanes under `prefix` with the given weights.
+    pub fn new(conn: ConnectionManager, prefix: &str, weights: LaneWeights) -> Result<Self> {
+        check_prefix(prefix)?;
+        weights.validate()?;
+        Ok(RedisReadyQueue {
+            conn,
+            lanes: [0, 1, 2, 3].map(|i| format!("{prefix}:lane:p{i}")),
+            rotation: format!("{prefix}:lane:rotation"),
+            weights,
+        })
+    }
+
+    /// Key of a lane's ZSET.
+    pub fn lane_key(&self, p: Priority) -> &str {
+        &self.lanes[p.index()]
+    }
+
+    /// Key of the shared rotation hash (`current`, `served`, `burst_left`).
+    pub fn rotation_key(&self) -> &str {
+        &self.rotation
+    }
+
+    /// Weights in use.
+    pub fn weights(&self) -> LaneWeights {
+        self.weights
+    }
+
+    /// Load the scripts now (startup), so the first calls need no round trip for it.
+    pub async fn load_scripts(&self) -> Result<()> {
+        let mut conn = self.conn.clone();
+        for s in [&*ENQUEUE, &*POP, &*STATS] {
+            s.prepare_invoke().load_async(&mut conn).await.map_err(map_redis_error)?;
+        }
+        Ok(())
+    }
+
+    /// Lane of a member, if queued (a diagnostic: one atomic read of the four lanes).
+    pub async fn lane_of(&self, member: &str) -> Result<Option<Priority>> {
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for k in &self.lanes {
+            pipe.zscore(k, member);
+        }
+        let scores: Vec<Option<f64>> = pipe.query_async(&mut self.conn.clone()).await.map_err(map_redis_error)?;
+        Ok(scores.iter().position(Option::is_some).map(|i| Priority::ALL[i]))
+    }
+
+    /// Score of a member in its lane, if queued.
+    pub async fn score_of(&self, member: &str) -> Result<Option<Millis>> {
+        let Some(p) = self.lane_of(member).await? else { return Ok(None) };
+        let s: Option<f64> = redis::cmd("ZSCORE")
+            .arg(self.lane_key(p))
+            .arg(member)
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(map_redis_error)?;
+        Ok(s.map(|s| s as Millis))
+    }
+
+    /// Delete the lanes and the rotation state.
+    pub async fn clear(&self) -> Result<()> {
+        let mut cmd = redis::cmd("DEL");
+        cmd.arg(&self.lanes).arg(&self.rotation);
+        cmd.query_async::<()>(&mut self.conn.clone()).await.map_err(map_redis_error)
+    }
+
+    /// The exact `EVALSHA` that [`ReadyQueue::pop_due`] sends, for benchmarks that measure
+    /// the adapter's own overhead. The script must be loaded ([`Self::load_scripts`]).
+    pub fn raw_pop_command(&self, now: Millis) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(POP.get_hash()).arg(5).arg(&self.lanes).arg(&self.rotation);
+        self.pop_args(&mut cmd, now);
+        cmd
+    }
+
+    fn pop_args(&self, cmd: &mut redis::Cmd, now: Millis) {
+        cmd.arg(now).arg(&self.weights.weights).arg(self.weights.burst);
+    }
+}
+
+#[async_trait::async_trait]
+impl ReadyQueue for RedisReadyQueue {
+    async fn enqueue(&self, workflow_id: &str, priority: Priority, claimable_at: Millis) -> Result<()> {
+        validate::identifier("workflow_id", workflow_id)?;
+        let mut inv = ENQUEUE.prepare_invoke();
+        inv.key(&self.lanes).arg(workflow_id).arg(priority.index()).arg(claimable_at);
+        inv.invoke_async::<i64>(&mut self.conn.clone()).await.map_err(map_redis_error)?;
+        Ok(())
+    }
+
+    async fn pop_due(&self, now: Millis) -> Result<Option<String>> {
+        let mut inv = POP.prepare_invoke();
+        inv.key(&self.lanes).key(&self.rotation).arg(now).arg(&self.weights.weights).arg(self.weights.burst);
+        inv.invoke_async::<Option<String>>(&mut self.conn.clone()).await.map_err(map_redis_error)
+    }
+
+    async fn stats(&self, now: Millis) -> Result<[LaneStats; 4]> {
+        let mut inv = STATS.prepare_invoke();
+        inv.key(&self.lanes).arg(now);
+        let raw: Vec<redis::Value> = inv.invoke_async(&mut self.conn.clone()).await.map_err(map_redis_error)?;
+        if raw.len() != 12 {
+            return Err(Error::Unavailable(format!("redis: lane stats returned {} values, expected 12", raw.len())));
+        }
+        let mut out = [LaneStats::default(); 4];
+        for (i, chunk) in raw.chunks(3).enumerate() {
+            let depth: u64 = redis::from_redis_value_ref(&chunk[0]).map_err(map_parse)?;
+            let ready: u64 = redis::from_redis_value_ref(&chunk[1]).map_err(map_parse)?;
+            let oldest: String = redis::from_redis_value_ref(&chunk[2]).map_err(map_parse)?;
+            let oldest_wait_ms = if oldest.is_empty() {
+                0
+            } else {
+                let s: f64 =
+                    oldest.parse().map_err(|e| Error::Unavailable(format!("redis: bad score {oldest:?}: {e}")))?;
+                now - s as Millis
+            };
+            out[i] = LaneStats { depth, ready, delayed: depth - ready, oldest_wait_ms };
+        }
+        Ok(out)
+    }
+}
+
+fn map_parse(e: redis::ParsingError) -> Error {
+    Error::Unavailable(format!("redis: unexpected reply: {e}"))
+}

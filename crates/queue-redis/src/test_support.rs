@@ -1,0 +1,230 @@
+//! Support for tests and benchmarks that talk to a real Redis: the one place that decides
+//! "connect, start, skip or fail", unique key prefixes with clean-up, and a dedicated
+//! throw-away server for tests that flush.
+//!
+//! - [`require_redis`] reads `REDIS_URL` (default [`DEFAULT_REDIS_URL`]); when `PING` fails
+//!   on the default local address it starts `redis-server` there without persistence. If
+//!   Redis is still unreachable the test fails under `CI=true` and is skipped elsewhere,
+//!   with the reason printed.
+//! - [`TestKeys`] gives each test a random prefix and deletes its keys when dropped (also on
+//!   panic).
+//! - [`DedicatedRedis`] runs a private `redis-server` on a free port and stops it on drop:
+//!   tests that `FLUSHALL` use it and never touch the shared server.
+
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Redis used when `REDIS_URL` is unset.
+pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+/// How long to wait for a started server to answer `PING`.
+const START_WAIT_MS: u64 = 5_000;
+
+/// `REDIS_URL` or the default.
+pub fn redis_url() -> String {
+    std::env::var("REDIS_URL").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| DEFAULT_REDIS_URL.to_string())
+}
+
+/// Whether this run is CI, where a missing Redis must fail instead of skip.
+pub fn is_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// `PING` over a short-lived synchronous connection.
+pub fn ping(url: &str) -> Result<(), String> {
+    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    let mut con = client.get_connection_with_timeout(Duration::from_millis(1_000)).map_err(|e| e.to_string())?;
+    let pong: String = redis::cmd("PING").query(&mut con).map_err(|e| e.to_string())?;
+    if pong == "PONG" {
+        Ok(())
+    } else {
+        Err(format!("unexpected PING reply {pong:?}"))
+    }
+}
+
+fn wait_for_ping(url: &str, wait_ms: u64) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_millis(wait_ms);
+    loop {
+        match ping(url) {
+            Ok(()) => return Ok(()),
+            Err(e) if Instant::now() >= deadline => return Err(e),
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+fn probe() -> Result<String, String> {
+    let url = redis_url();
+    let first = match ping(&url) {
+        Ok(()) => return Ok(url),
+        Err(e) => e,
+    };
+    if url != DEFAULT_REDIS_URL {
+        return Err(format!("{url} did not answer PING: {first}"));
+    }
+    let started = Command::new("redis-server")
+        .args([
+            "--daemonize",
+            "yes",
+            "--bind",
+            "127.0.0.1",
+            "-::1",
+            "--port",
+            "6379",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    match started {
+        Ok(s) if s.success() => {}
+        Ok(s) => return Err(format!("{url} did not answer PING ({first}) and redis-server exited with {s}")),
+        Err(e) => return Err(format!("{url} did not answer PING ({first}) and redis-server could not start: {e}")),
+    }
+    wait_for_ping(&url, START_WAIT_MS)
+        .map(|()| url.clone())
+        .map_err(|e| format!("started redis-server but {url} still fails PING: {e}"))
+}
+
+/// The Redis URL for a test, or `None` (after printing why) when Redis is unavailable
+/// outside CI. Under `CI=true` an unavailable Redis panics. Probed once per process.
+pub fn require_redis(test: &str) -> Option<String> {
+    static PROBE: OnceLock<Result<String, String>> = OnceLock::new();
+    match PROBE.get_or_init(probe) {
+        Ok(url) => Some(url.clone()),
+        Err(reason) if is_ci() => panic!("{test}: Redis is required under CI=true: {reason}"),
+        Err(reason) => {
+            eprintln!("SKIPPED {test}: Redis unavailable: {reason}");
+            None
+        }
+    }
+}
+
+/// A prefix no other test or run uses: `wfk-test:<name>:<unique>`.
+pub fn unique_prefix(test: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    format!("wfk-test:{test}:{:x}{nanos:x}{n}", std::process::id())
+}
+
+/// A test's key namespace on a Redis; every key under it is deleted on drop.
+#[derive(Debug)]
+pub struct TestKeys {
+    /// Redis URL.
+    pub url: String,
+    /// Key prefix (no trailing `:`).
+    pub prefix: String,
+}
+
+impl TestKeys {
+    /// A fresh namespace for `test` on `url`.
+    pub fn new(url: &str, test: &str) -> Self {
+        TestKeys { url: url.to_string(), prefix: unique_prefix(test) }
+    }
+
+    /// Keys currently under the prefix.
+    pub fn keys(&self) -> Vec<String> {
+        let Ok(client) = redis::Client::open(self.url.as_str()) else { return Vec::new() };
+        let Ok(mut con) = client.get_connection_with_timeout(Duration::from_millis(1_000)) else { return Vec::new() };
+        let mut out = Vec::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let r: redis::RedisResult<(u64, Vec<String>)> = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(format!("{}:*", self.prefix))
+                .arg("COUNT")
+                .arg(1_000)
+                .query(&mut con);
+            let Ok((next, batch)) = r else { return out };
+            out.extend(batch);
+            if next == 0 {
+                return out;
+            }
+            cursor = next;
+        }
+    }
+}
+
+impl Drop for TestKeys {
+    fn drop(&mut self) {
+        let keys = self.keys();
+        if keys.is_empty() {
+            return;
+        }
+        if let Ok(client) = redis::Client::open(self.url.as_str()) {
+            if let Ok(mut con) = client.get_connection_with_timeout(Duration::from_millis(1_000)) {
+                for chunk in keys.chunks(500) {
+                    let _: redis::RedisResult<i64> = redis::cmd("DEL").arg(chunk).query(&mut con);
+                }
+            }
+        }
+    }
+}
+
+/// A private `redis-server` without persistence on a free local port, stopped on drop.
+#[derive(Debug)]
+pub struct DedicatedRedis {
+    child: Child,
+    /// Its URL.
+    pub url: String,
+    /// Its port.
+    pub port: u16,
+}
+
+impl DedicatedRedis {
+    /// Start one, or `None` (after printing why) when `redis-server` cannot run outside
+    /// CI; under `CI=true` that panics.
+    pub fn start(test: &str) -> Option<Self> {
+        match Self::try_start() {
+            Ok(r) => Some(r),
+            Err(reason) if is_ci() => panic!("{test}: a dedicated redis-server is required under CI=true: {reason}"),
+            Err(reason) => {
+                eprintln!("SKIPPED {test}: cannot start a dedicated redis-server: {reason}");
+                None
+            }
+        }
+    }
+
+    fn try_start() -> Result<Self, String> {
+        let mut last = String::new();
+        for _ in 0..3 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map_err(|e| e.to_string())?
+                .port();
+            let child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| format!("redis-server: {e}"))?;
+            let mut server = DedicatedRedis { child, url: format!("redis://127.0.0.1:{port}"), port };
+            match wait_for_ping(&server.url, START_WAIT_MS) {
+                Ok(()) => return Ok(server),
+                // Lost a race for the port: try another one.
+                Err(e) => {
+                    last = e;
+                    server.stop();
+                }
+            }
+        }
+        Err(last)
+    }
+
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for DedicatedRedis {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

@@ -1,0 +1,107 @@
+use crate::{check_prefix, map_redis_error};
+use futures::StreamExt;
+use kernel_core::ports::{Wakeup, WakeupReceiver};
+use kernel_core::Result;
+use redis::aio::ConnectionManager;
+use std::time::Duration;
+
+/// Longest pause between two resubscribe attempts.
+const RESUBSCRIBE_BACKOFF_MAX_MS: u64 = 5_000;
+
+/// The wakeup doorbell over Redis pub/sub on channel `<prefix>:wakeup` (K-13).
+///
+/// [`Wakeup::subscribe`] opens a dedicated pub/sub connection and spawns a subscriber task
+/// that turns every message into a coalesced `()` on an mpsc channel of capacity 1. When the
+/// connection drops, the task resubscribes with backoff and rings once, since messages sent
+/// meanwhile were lost; lost rings only delay (the engine also polls). The task ends when
+/// the receiver is dropped.
+#[derive(Clone)]
+pub struct RedisWakeup {
+    client: redis::Client,
+    conn: ConnectionManager,
+    channel: String,
+}
+
+impl std::fmt::Debug for RedisWakeup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisWakeup").field("channel", &self.channel).finish()
+    }
+}
+
+impl RedisWakeup {
+    /// Doorbell under `prefix`; `client` opens the subscriber connections, `conn` publishes.
+    pub fn new(client: redis::Client, conn: ConnectionManager, prefix: &str) -> Result<Self> {
+        check_prefix(prefix)?;
+        Ok(RedisWakeup { client, conn, channel: format!("{prefix}:wakeup") })
+    }
+
+    /// The pub/sub channel.
+    pub fn channel(&self) -> &str {
+        &self.channel
+    }
+}
+
+async fn open(client: &redis::Client, channel: &str) -> redis::RedisResult<redis::aio::PubSub> {
+    let mut pubsub = client.get_async_pubsub().await?;
+    pubsub.subscribe(channel).await?;
+    Ok(pubsub)
+}
+
+async fn run_subscriber(
+    client: redis::Client,
+    channel: String,
+    mut pubsub: redis::aio::PubSub,
+    tx: tokio::sync::mpsc::Sender<()>,
+) {
+    loop {
+        {
+            let mut messages = pubsub.into_on_message();
+            loop {
+                tokio::select! {
+                    _ = tx.closed() => return,
+                    m = messages.next() => match m {
+                        // Full channel: a ring is already pending, which is all a doorbell says.
+                        Some(_) => { let _ = tx.try_send(()); }
+                        None => break,
+                    },
+                }
+            }
+        }
+        tracing::debug!(channel, "wakeup subscription lost; resubscribing");
+        let mut backoff_ms = 50;
+        pubsub = loop {
+            tokio::select! {
+                _ = tx.closed() => return,
+                _ = tokio::time::sleep(Duration::from_millis(backoff_ms)) => {}
+            }
+            match open(&client, &channel).await {
+                Ok(p) => break p,
+                Err(e) => {
+                    tracing::debug!(channel, error = %e, "wakeup resubscribe failed");
+                    backoff_ms = (backoff_ms * 2).min(RESUBSCRIBE_BACKOFF_MAX_MS);
+                }
+            }
+        };
+        let _ = tx.try_send(());
+    }
+}
+
+#[async_trait::async_trait]
+impl Wakeup for RedisWakeup {
+    async fn notify(&self) -> Result<()> {
+        redis::cmd("PUBLISH")
+            .arg(&self.channel)
+            .arg("1")
+            .query_async::<i64>(&mut self.conn.clone())
+            .await
+            .map_err(map_redis_error)?;
+        Ok(())
+    }
+
+    async fn subscribe(&self) -> Result<WakeupReceiver> {
+        let pubsub = open(&self.client, &self.channel).await.map_err(map_redis_error)?;
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        tokio::spawn(run_subscriber(self.client.clone(), self.channel.clone(), pubsub, tx));
+        Ok(rx)
+    }
+}

@@ -1,0 +1,3 @@
+//! The shared queue conformance suite on Redis.
+
+testkit::queue_conformance!(crate::queue_fixture);

@@ -1,0 +1,282 @@
+//! Weighted pop and promote-only enqueue under concurrency, from several connections that
+//! share the rotation state in Redis (K-13).
+
+use crate::queue_fixture;
+use futures::future::join_all;
+use kernel_core::model::{Millis, Priority};
+use kernel_core::ports::ReadyQueue;
+use kernel_core::Error;
+use queue_redis::test_support::DedicatedRedis;
+use queue_redis::{connect, LaneWeights, RedisReadyQueue};
+use rand::{Rng, SeedableRng};
+use std::sync::Arc;
+
+const T0: Millis = 1_700_000_000_000;
+const WORKERS: usize = 4;
+
+fn lane_of_member(m: &str) -> usize {
+    (m.as_bytes()[1] - b'0') as usize
+}
+
+/// Fill lanes with `counts[i]` due members each, from 8 concurrent enqueuers.
+async fn prefill(q: &RedisReadyQueue, counts: [usize; 4]) {
+    let mut items: Vec<(usize, usize)> = Vec::new();
+    for (lane, n) in counts.iter().enumerate() {
+        items.extend((0..*n).map(|i| (lane, i)));
+    }
+    let items = Arc::new(items);
+    join_all((0..8).map(|t| {
+        let (q, items) = (q.clone(), items.clone());
+        async move {
+            for (lane, i) in items.iter().skip(t).step_by(8) {
+                q.enqueue(&format!("p{lane}-{i:05}"), Priority::ALL[*lane], T0).await.expect("enqueue");
+            }
+        }
+    }))
+    .await;
+    let depths = q.stats(T0).await.unwrap().map(|s| s.depth as usize);
+    assert_eq!(depths, counts);
+}
+
+/// One round: `WORKERS` connections pop `per_worker` each, concurrently; lane counts.
+async fn concurrent_round(workers: &[RedisReadyQueue], per_worker: usize) -> [usize; 4] {
+    let popped = join_all(workers.iter().map(|w| {
+        let w = w.clone();
+        tokio::spawn(async move {
+            let mut got = Vec::with_capacity(per_worker);
+            for _ in 0..per_worker {
+                got.push(w.pop_due(T0).await.expect("pop").expect("a due member"));
+            }
+            got
+        })
+    }))
+    .await;
+    let mut counts = [0; 4];
+    for m in popped.into_iter().flat_map(|r| r.expect("worker")) {
+        counts[lane_of_member(&m)] += 1;
+    }
+    counts
+}
+
+async fn workers(f: &crate::QueueFixture) -> Vec<RedisReadyQueue> {
+    let mut v = Vec::new();
+    for _ in 0..WORKERS {
+        v.push(f.worker().await);
+    }
+    v
+}
+
+/// K-13 acceptance: with all four lanes full, every 20-pop round taken by 4 connections is
+/// 8:6:4:2, and 20 000 pops split 40/30/20/10 % within ±2 percentage points.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn weighted_pop_from_four_connections_is_8_6_4_2() {
+    let Some(f) = queue_fixture("weighted_pop_from_four_connections_is_8_6_4_2").await else { return };
+    const POPS: usize = 20_000;
+    const ROUNDS_WITH_BARRIER: usize = 100;
+    // Enough in every lane that none runs dry during the run.
+    prefill(&f, [8_100, 6_100, 4_100, 2_100]).await;
+    let ws = workers(&f).await;
+    let mut total = [0usize; 4];
+    // Rounds separated by a barrier: the make-up of each is exact.
+    for r in 0..ROUNDS_WITH_BARRIER {
+        let c = concurrent_round(&ws, 20 / WORKERS).await;
+        assert_eq!(c, [8, 6, 4, 2], "round {r}");
+        (0..4).for_each(|i| total[i] += c[i]);
+    }
+    // The rest without barriers: the workers race freely.
+    let rest = (POPS - ROUNDS_WITH_BARRIER * 20) / WORKERS;
+    let c = concurrent_round(&ws, rest).await;
+    (0..4).for_each(|i| total[i] += c[i]);
+    assert_eq!(total.iter().sum::<usize>(), POPS);
+    let want = [40.0, 30.0, 20.0, 10.0];
+    for i in 0..4 {
+        let pct = total[i] as f64 * 100.0 / POPS as f64;
+        assert!(
+            (pct - want[i]).abs() <= 2.0,
+            "lane P{i}: {pct:.2} % of {POPS} pops, want {}±2 (split {total:?})",
+            want[i]
+        );
+    }
+    // Atomic scripts over shared rotation state: not merely close, exact.
+    assert_eq!(total, [8_000, 6_000, 4_000, 2_000]);
+    println!("20000 pops from {WORKERS} connections split {total:?}");
+}
+
+/// K-13 acceptance: with P0 empty the other lanes keep 6:4:2, round after round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn p0_empty_keeps_6_4_2_across_connections() {
+    let Some(f) = queue_fixture("p0_empty_keeps_6_4_2_across_connections").await else { return };
+    prefill(&f, [0, 600, 400, 200]).await;
+    // P0 is present but holds nothing due.
+    f.enqueue("p0-late", Priority::P0, T0 + 60_000).await.unwrap();
+    let ws = workers(&f).await;
+    for r in 0..80 {
+        // 12 pops = one round without P0, by 4 connections × 3.
+        assert_eq!(concurrent_round(&ws, 3).await, [0, 6, 4, 2], "round {r}");
+    }
+}
+
+/// K-13 acceptance: the burst window is shared state: one worker's empty pop arms it, the
+/// next 8 pops of any workers serve P0, then the rotation resumes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn burst_window_is_shared_by_all_workers() {
+    let Some(f) = queue_fixture("burst_window_is_shared_by_all_workers").await else { return };
+    let ws = workers(&f).await;
+    // Only delayed members: an empty pop from worker 0 arms the window.
+    for i in 0..20 {
+        f.enqueue(&format!("p0-{i:05}"), Priority::P0, T0 + 1_000).await.unwrap();
+        f.enqueue(&format!("p1-{i:05}"), Priority::P1, T0 + 1_000).await.unwrap();
+        f.enqueue(&format!("p2-{i:05}"), Priority::P2, T0 + 1_000).await.unwrap();
+    }
+    assert_eq!(ws[0].pop_due(T0).await.unwrap(), None);
+    let t1 = T0 + 1_000;
+    let mut lanes = Vec::new();
+    for i in 0..24 {
+        let m = ws[(i + 1) % WORKERS].pop_due(t1).await.unwrap().expect("due");
+        lanes.push(lane_of_member(&m));
+    }
+    let want: Vec<usize> =
+        [(0, 8), (1, 6), (2, 4), (0, 6)].iter().flat_map(|(l, n)| std::iter::repeat(*l).take(*n)).collect();
+    assert_eq!(lanes, want, "burst of 8 from P0, then the rotation from P1");
+    // Only an empty pop arms it: a pop that empties P0's due set does not.
+    let rotation: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+        .arg(f.rotation_key())
+        .query_async(&mut connect(&f.keys.url).await.unwrap())
+        .await
+        .unwrap();
+    assert_eq!(rotation.get("burst_left").map(String::as_str), Some("0"), "{rotation:?}");
+}
+
+/// K-13 acceptance: promote-only holds under concurrent enqueues from 8 tasks on 8
+/// connections: every member ends in exactly one lane, the most urgent any task asked for,
+/// with that lane's score.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn promote_only_under_eight_concurrent_enqueuers() {
+    let Some(f) = queue_fixture("promote_only_under_eight_concurrent_enqueuers").await else { return };
+    const TASKS: usize = 8;
+    const IDS: usize = 400;
+    const REQUESTS_PER_TASK: usize = 1_000;
+    // Seeded plan: task t asks for (id, lane) pairs; the score encodes the lane so the final
+    // score is checkable too.
+    let plans: Vec<Vec<(usize, usize)>> = (0..TASKS)
+        .map(|t| {
+            let mut rng = rand::rngs::SmallRng::seed_from_u64(0x5eed + t as u64);
+            (0..REQUESTS_PER_TASK).map(|_| (rng.gen_range(0..IDS), rng.gen_range(0..4))).collect()
+        })
+        .collect();
+    let mut want: Vec<Option<usize>> = vec![None; IDS];
+    for (id, lane) in plans.iter().flatten() {
+        want[*id] = Some(want[*id].map_or(*lane, |l| l.min(*lane)));
+    }
+    let mut qs = Vec::new();
+    for _ in 0..TASKS {
+        qs.push(f.worker().await);
+    }
+    let handles: Vec<_> = qs
+        .into_iter()
+        .zip(plans)
+        .map(|(q, plan)| {
+            tokio::spawn(async move {
+                for (id, lane) in plan {
+                    q.enqueue(&format!("m-{id:04}"), Priority::ALL[lane], T0 + lane as Millis * 1_000)
+                        .await
+                        .expect("enqueue");
+                }
+            })
+        })
+        .collect();
+    for h in join_all(handles).await {
+        h.expect("task");
+    }
+    let mut depth_want = [0u64; 4];
+    for (id, lane) in want.iter().enumerate() {
+        let member = format!("m-{id:04}");
+        let got = f.lane_of(&member).await.unwrap();
+        assert_eq!(got.map(|p| p.index()), *lane, "{member}");
+        if let Some(l) = lane {
+            depth_want[*l] += 1;
+            assert_eq!(
+                f.score_of(&member).await.unwrap(),
+                Some(T0 + *l as Millis * 1_000),
+                "{member}: score of its lane"
+            );
+        }
+    }
+    let depths = f.stats(T0 + 10_000).await.unwrap().map(|s| s.depth);
+    assert_eq!(depths, depth_want, "never in two lanes");
+}
+
+/// Every key the adapter writes lives under its prefix.
+#[tokio::test]
+async fn keys_stay_under_the_prefix() {
+    let Some(f) = queue_fixture("keys_stay_under_the_prefix").await else { return };
+    for p in Priority::ALL {
+        for i in 0..2 {
+            f.enqueue(&format!("k-{}-{i}", p.index()), p, T0).await.unwrap();
+        }
+    }
+    let _ = f.pop_due(T0).await.unwrap();
+    let _ = f.pop_due(T0 - 10).await.unwrap();
+    let mut keys = f.keys.keys();
+    keys.sort();
+    let p = &f.keys.prefix;
+    assert_eq!(
+        keys,
+        [
+            format!("{p}:lane:p0"),
+            format!("{p}:lane:p1"),
+            format!("{p}:lane:p2"),
+            format!("{p}:lane:p3"),
+            format!("{p}:lane:rotation")
+        ]
+    );
+    f.clear().await.unwrap();
+    assert!(f.keys.keys().is_empty());
+}
+
+/// Bad configuration is refused before any Redis call.
+#[tokio::test]
+async fn rejects_bad_weights_and_prefix() {
+    let Some(f) = queue_fixture("rejects_bad_weights_and_prefix").await else { return };
+    let conn = connect(&f.keys.url).await.unwrap();
+    let zero = LaneWeights { weights: [8, 0, 4, 2], burst: 8 };
+    assert!(matches!(RedisReadyQueue::new(conn.clone(), "p", zero), Err(Error::InvalidInput { .. })));
+    let long_burst = LaneWeights { weights: [8, 6, 4, 2], burst: 1_001 };
+    assert!(matches!(RedisReadyQueue::new(conn.clone(), "p", long_burst), Err(Error::InvalidInput { .. })));
+    assert!(matches!(RedisReadyQueue::new(conn, "", LaneWeights::default()), Err(Error::InvalidInput { .. })));
+}
+
+/// Custom weights are honoured (and shared through ARGV, not hard-coded in the script).
+#[tokio::test]
+async fn custom_weights_and_burst() {
+    let Some(f) = queue_fixture("custom_weights_and_burst").await else { return };
+    let conn = connect(&f.keys.url).await.unwrap();
+    let q = RedisReadyQueue::new(conn, &f.keys.prefix, LaneWeights { weights: [3, 1, 1, 1], burst: 2 }).unwrap();
+    for lane in 0..4 {
+        for i in 0..10 {
+            q.enqueue(&format!("p{lane}-{i:05}"), Priority::ALL[lane], T0 + 100).await.unwrap();
+        }
+    }
+    assert_eq!(q.pop_due(T0).await.unwrap(), None, "arms a burst of 2");
+    let mut lanes = Vec::new();
+    for _ in 0..8 {
+        lanes.push(lane_of_member(&q.pop_due(T0 + 100).await.unwrap().unwrap()));
+    }
+    // Burst 2 from P0, then the rotation resumes on P1: 1, 1, 1, then P0×3.
+    assert_eq!(lanes, [0, 0, 1, 2, 3, 0, 0, 0]);
+}
+
+/// A Redis that went away yields `Unavailable` (the engine then claims from the store).
+#[tokio::test]
+async fn redis_loss_maps_to_unavailable() {
+    let Some(server) = DedicatedRedis::start("redis_loss_maps_to_unavailable") else { return };
+    let conn = connect(&server.url).await.unwrap();
+    let q = RedisReadyQueue::new(conn, "loss", LaneWeights::default()).unwrap();
+    q.enqueue("a", Priority::P1, T0).await.unwrap();
+    drop(server);
+    let e = q.enqueue("b", Priority::P1, T0).await.expect_err("server is gone");
+    assert!(matches!(e, Error::Unavailable(_)), "{e:?}");
+    assert!(e.is_retryable());
+    let e = q.pop_due(T0).await.expect_err("server is gone");
+    assert!(matches!(e, Error::Unavailable(_)), "{e:?}");
+}

@@ -1,0 +1,80 @@
+//! The pub/sub doorbell (K-13).
+
+use kernel_core::ports::Wakeup;
+use queue_redis::test_support::{require_redis, DedicatedRedis, TestKeys};
+use queue_redis::{connect, RedisWakeup};
+use std::time::Duration;
+
+/// Liveness bound for a ring to arrive; never a speed assertion.
+const ARRIVAL_BOUND: Duration = Duration::from_secs(10);
+
+async fn doorbell(url: &str, prefix: &str) -> RedisWakeup {
+    RedisWakeup::new(redis::Client::open(url).unwrap(), connect(url).await.unwrap(), prefix).unwrap()
+}
+
+async fn subscribers(url: &str, channel: &str) -> i64 {
+    let (_, n): (String, i64) =
+        redis::cmd("PUBSUB").arg("NUMSUB").arg(channel).query_async(&mut connect(url).await.unwrap()).await.unwrap();
+    n
+}
+
+#[tokio::test]
+async fn a_ring_reaches_subscribers_of_other_workers_coalesced() {
+    let test = "a_ring_reaches_subscribers_of_other_workers_coalesced";
+    let Some(url) = require_redis(test) else { return };
+    let keys = TestKeys::new(&url, test);
+    let a = doorbell(&url, &keys.prefix).await;
+    let b = doorbell(&url, &keys.prefix).await;
+    let other = doorbell(&url, &format!("{}-other", keys.prefix)).await;
+    let mut rx_a = a.subscribe().await.unwrap();
+    let mut rx_other = other.subscribe().await.unwrap();
+    for _ in 0..10 {
+        b.notify().await.unwrap();
+    }
+    tokio::time::timeout(ARRIVAL_BOUND, rx_a.recv()).await.expect("ring arrives").expect("open");
+    // A burst is coalesced: at most one more pending message, never ten.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut extra = 0;
+    while rx_a.try_recv().is_ok() {
+        extra += 1;
+    }
+    assert!(extra <= 1, "{extra} extra rings queued");
+    assert!(rx_other.try_recv().is_err(), "another prefix's doorbell stays silent");
+}
+
+#[tokio::test]
+async fn dropping_the_receiver_ends_the_subscription() {
+    let test = "dropping_the_receiver_ends_the_subscription";
+    let Some(url) = require_redis(test) else { return };
+    let keys = TestKeys::new(&url, test);
+    let w = doorbell(&url, &keys.prefix).await;
+    let rx = w.subscribe().await.unwrap();
+    assert_eq!(subscribers(&url, w.channel()).await, 1);
+    drop(rx);
+    let deadline = tokio::time::Instant::now() + ARRIVAL_BOUND;
+    while subscribers(&url, w.channel()).await != 0 {
+        assert!(tokio::time::Instant::now() < deadline, "subscriber task outlived its receiver");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn subscriber_resubscribes_after_its_connection_is_killed() {
+    let test = "subscriber_resubscribes_after_its_connection_is_killed";
+    let Some(server) = DedicatedRedis::start(test) else { return };
+    let w = doorbell(&server.url, "wk").await;
+    let mut rx = w.subscribe().await.unwrap();
+    let mut admin = connect(&server.url).await.unwrap();
+    let killed: i64 = redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub").query_async(&mut admin).await.unwrap();
+    assert_eq!(killed, 1);
+    // The resubscribed task rings once by itself (messages may have been lost meanwhile).
+    tokio::time::timeout(ARRIVAL_BOUND, rx.recv()).await.expect("ring after resubscribe").expect("open");
+    let deadline = tokio::time::Instant::now() + ARRIVAL_BOUND;
+    while subscribers(&server.url, w.channel()).await != 1 {
+        assert!(tokio::time::Instant::now() < deadline, "not resubscribed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    while rx.try_recv().is_ok() {}
+    w.notify().await.unwrap();
+    tokio::time::timeout(ARRIVAL_BOUND, rx.recv()).await.expect("rings reach the new subscription").expect("open");
+}
