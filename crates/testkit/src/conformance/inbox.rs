@@ -1,1 +1,165 @@
-//! Conformance cases for the inbox port (to be filled).
+//! Conformance cases for the [`SignalInbox`] port (K-9.3, K-9.4).
+//!
+//! Same shape as the [store suite](super::store): `pub async fn case(inbox: &DynInbox)` on
+//! an empty inbox, and [`inbox_conformance!`](crate::inbox_conformance) expanding to one
+//! `#[tokio::test]` per case from a factory `|| async { Option<impl InboxFixture> }`.
+//! Every write is checked by reading the record back and comparing it with the expected
+//! record in full.
+
+use crate::memory::InMemoryInbox;
+use kernel_core::model::Millis;
+use kernel_core::ports::*;
+use kernel_core::Error;
+use std::sync::Arc;
+
+/// An inbox under test plus whatever must be cleaned up after the case.
+pub trait InboxFixture: Send + Sync + 'static {
+    /// The port under test.
+    fn inbox(&self) -> &DynInbox;
+    /// Drop the fixture's namespace; the default does nothing.
+    fn teardown(self) -> futures::future::BoxFuture<'static, ()>
+    where
+        Self: Sized,
+    {
+        Box::pin(async {})
+    }
+}
+
+impl InboxFixture for InMemoryInbox {
+    fn inbox(&self) -> &DynInbox {
+        self
+    }
+}
+
+impl InboxFixture for Arc<DynInbox> {
+    fn inbox(&self) -> &DynInbox {
+        &**self
+    }
+}
+
+const T0: Millis = super::store::T0;
+
+/// A pending record for `wf-1`, type `approved`, key `doc:42`, generation 1.
+pub fn record(signal_id: &str, created_at: Millis) -> SignalRecord {
+    SignalRecord {
+        signal_id: signal_id.to_string(),
+        workflow_id: "wf-1".to_string(),
+        signal_type: "approved".to_string(),
+        wait_key: "doc:42".to_string(),
+        generation: 1,
+        status: SignalStatus::Pending,
+        created_at,
+        match_time: None,
+    }
+}
+
+async fn insert_new(inbox: &DynInbox, r: SignalRecord) -> SignalRecord {
+    assert_eq!(inbox.insert(r.clone()).await.expect("insert"), InsertOutcome::Inserted);
+    r
+}
+
+/// Insert, then read back exactly.
+pub async fn insert_and_get(inbox: &DynInbox) {
+    let r = insert_new(inbox, record("sig-1", T0)).await;
+    assert_eq!(inbox.get("sig-1").await.unwrap(), Some(r));
+    assert_eq!(inbox.get("sig-2").await.unwrap(), None);
+}
+
+/// A duplicate `signal_id` is ignored and returns the stored record (K-9.3).
+pub async fn duplicate_insert_returns_stored(inbox: &DynInbox) {
+    let r = insert_new(inbox, record("sig-1", T0)).await;
+    let mut again = record("sig-1", T0 + 5);
+    again.generation = 9;
+    assert_eq!(inbox.insert(again).await.unwrap(), InsertOutcome::Duplicate(r.clone()));
+    assert_eq!(inbox.get("sig-1").await.unwrap(), Some(r));
+}
+
+/// Concurrent inserts of one `signal_id`: exactly one `Inserted`.
+pub async fn concurrent_duplicate_inserts_one_winner(inbox: &DynInbox) {
+    let results = futures::future::join_all((0..6).map(|k| inbox.insert(record("sig-1", T0 + k)))).await;
+    let inserted = results.iter().filter(|r| matches!(r, Ok(InsertOutcome::Inserted))).count();
+    assert_eq!(inserted, 1);
+    let stored = inbox.get("sig-1").await.unwrap().expect("stored");
+    for r in results {
+        if let InsertOutcome::Duplicate(d) = r.unwrap() {
+            assert_eq!(d, stored);
+        }
+    }
+}
+
+/// `find_pending` matches the wait identity exactly and returns the oldest pending record.
+pub async fn find_pending_matches_exact_identity(inbox: &DynInbox) {
+    assert_eq!(inbox.find_pending("wf-1", "approved", "doc:42", 1).await.unwrap(), None, "empty");
+    let older = insert_new(inbox, record("sig-b", T0)).await;
+    insert_new(inbox, record("sig-a", T0 + 10)).await;
+    let mut other_wf = record("sig-c", T0 - 10);
+    other_wf.workflow_id = "wf-2".into();
+    insert_new(inbox, other_wf).await;
+    assert_eq!(inbox.find_pending("wf-1", "approved", "doc:42", 1).await.unwrap(), Some(older));
+    assert_eq!(inbox.find_pending("wf-1", "approved", "doc:42", 2).await.unwrap(), None, "stale generation");
+    assert_eq!(inbox.find_pending("wf-1", "approved", "doc:43", 1).await.unwrap(), None, "other key");
+    assert_eq!(inbox.find_pending("wf-1", "rejected", "doc:42", 1).await.unwrap(), None, "other type");
+    assert_eq!(inbox.find_pending("wf-3", "approved", "doc:42", 1).await.unwrap(), None, "other workflow");
+}
+
+/// `mark_matched`: pending → matched once with `match_time`; then a no-op; matched records
+/// are never found as pending again.
+pub async fn mark_matched_once(inbox: &DynInbox) {
+    let r = insert_new(inbox, record("sig-1", T0)).await;
+    assert!(inbox.mark_matched("sig-1", T0 + 7).await.unwrap(), "hit");
+    let expected = SignalRecord { status: SignalStatus::Matched, match_time: Some(T0 + 7), ..r };
+    assert_eq!(inbox.get("sig-1").await.unwrap(), Some(expected.clone()));
+    assert!(!inbox.mark_matched("sig-1", T0 + 8).await.unwrap(), "miss: already matched");
+    assert_eq!(inbox.get("sig-1").await.unwrap(), Some(expected), "match_time kept");
+    assert_eq!(inbox.find_pending("wf-1", "approved", "doc:42", 1).await.unwrap(), None);
+    assert!(!inbox.mark_matched("sig-unknown", T0).await.unwrap(), "miss: unknown id");
+    assert_eq!(inbox.get("sig-unknown").await.unwrap(), None, "no upsert");
+}
+
+/// `scan_pending`: pending only, ordered by `signal_id`, paged strictly after the cursor.
+pub async fn scan_pending_pages(inbox: &DynInbox) {
+    for id in ["sig-4", "sig-1", "sig-3", "sig-2"] {
+        insert_new(inbox, record(id, T0)).await;
+    }
+    assert!(inbox.mark_matched("sig-2", T0).await.unwrap());
+    let ids = |v: Vec<SignalRecord>| v.into_iter().map(|r| r.signal_id).collect::<Vec<_>>();
+    assert_eq!(ids(inbox.scan_pending(None, 2).await.unwrap()), ["sig-1", "sig-3"]);
+    assert_eq!(ids(inbox.scan_pending(Some("sig-3"), 2).await.unwrap()), ["sig-4"]);
+    assert_eq!(ids(inbox.scan_pending(Some("sig-4"), 2).await.unwrap()), Vec::<String>::new());
+    assert_eq!(inbox.scan_pending(None, 0).await.unwrap(), vec![], "limit 0 is an empty page");
+}
+
+/// Identifier rule (K-2.0): bad ids are `InvalidInput` and nothing is stored; an id shaped
+/// like an operator is data.
+pub async fn insert_validates_identifiers(inbox: &DynInbox) {
+    let long = "s".repeat(257);
+    for (what, r) in [
+        ("NUL in wait key", SignalRecord { wait_key: "doc\0".into(), ..record("sig-1", T0) }),
+        ("empty signal type", SignalRecord { signal_type: String::new(), ..record("sig-2", T0) }),
+        ("id over 256 bytes", record(&long, T0)),
+    ] {
+        let got = inbox.insert(r).await;
+        assert!(matches!(got, Err(Error::InvalidInput { .. })), "{what}: got {got:?}");
+    }
+    assert_eq!(inbox.scan_pending(None, 10).await.unwrap(), vec![], "nothing stored");
+    let evil = insert_new(inbox, record(r#"{"$ne": null}"#, T0)).await;
+    assert_eq!(inbox.get(r#"{"$ne": null}"#).await.unwrap(), Some(evil));
+    assert_eq!(inbox.get(r#"{"$gt": ""}"#).await.unwrap(), None);
+}
+
+/// Expands to one `#[tokio::test]` per inbox conformance case (see
+/// [`store_conformance!`](crate::store_conformance)).
+#[macro_export]
+macro_rules! inbox_conformance {
+    ($factory:expr) => {
+        $crate::__conformance_cases!(inbox, InboxFixture, inbox, $factory;
+            insert_and_get,
+            duplicate_insert_returns_stored,
+            concurrent_duplicate_inserts_one_winner,
+            find_pending_matches_exact_identity,
+            mark_matched_once,
+            scan_pending_pages,
+            insert_validates_identifiers,
+        );
+    };
+}

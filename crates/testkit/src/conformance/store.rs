@@ -1,1 +1,869 @@
-//! Conformance cases for the store port (to be filled).
+//! Conformance cases for the [`WorkflowStore`] port.
+//!
+//! Every case is a `pub async fn case(store: &DynStore)` that starts from an empty store and
+//! panics on a violation. Guarded writes are checked against the reference semantics: for
+//! each write the case reads the instance before, applies `(guard, transition)`, reads it
+//! again and asserts
+//!
+//! - on a hit: `Applied { revision }` and the stored instance equals
+//!   [`Transition::apply_to`] of the prior instance (so `revision` moved exactly as the
+//!   transition says: +1, or 0 for claim and heartbeat);
+//! - on a miss: `Missed` and the stored instance is unchanged;
+//! - either way, [`Guard::matches`] on the prior instance agrees with the adapter.
+//!
+//! Each guarded write of K-6.4 and each no-token write has a hit and a miss.
+//! [`store_conformance!`](crate::store_conformance) expands to one `#[tokio::test]` per case:
+//!
+//! ```ignore
+//! testkit::store_conformance!(|| async { Some(testkit::memory::InMemoryStore::new()) });
+//! ```
+//!
+//! The factory returns `Option<F>` where `F:` [`StoreFixture`]; `None` skips the test (an
+//! adapter whose server is not configured). Adapters backed by a server use a fresh
+//! namespace per fixture and drop it in [`StoreFixture::teardown`], which runs even when the
+//! case panics.
+
+use crate::memory::InMemoryStore;
+use kernel_core::model::*;
+use kernel_core::ports::*;
+use kernel_core::transition::{Guard, Transition};
+use kernel_core::Error;
+use serde_json::json;
+use std::sync::Arc;
+
+#[doc(hidden)]
+pub use futures as __futures;
+
+/// A store under test plus whatever must be cleaned up after the case.
+pub trait StoreFixture: Send + Sync + 'static {
+    /// The port under test.
+    fn store(&self) -> &DynStore;
+    /// Drop the fixture's namespace; the default does nothing.
+    fn teardown(self) -> futures::future::BoxFuture<'static, ()>
+    where
+        Self: Sized,
+    {
+        Box::pin(async {})
+    }
+}
+
+impl StoreFixture for InMemoryStore {
+    fn store(&self) -> &DynStore {
+        self
+    }
+}
+
+impl StoreFixture for Arc<DynStore> {
+    fn store(&self) -> &DynStore {
+        &**self
+    }
+}
+
+/// A fixed clock reading used by every case (2023-11-14T22:13:20Z).
+pub const T0: Millis = 1_700_000_000_000;
+/// Lease used by the cases.
+pub const LEASE_MS: Millis = 30_000;
+/// The type every fixture instance has.
+pub const TYPE: &str = "summary";
+/// Step names of every fixture instance.
+pub const STEPS: [&str; 3] = ["fetch", "compose", "publish"];
+
+/// A fresh instance: three pending steps, claimable at [`T0`], priority P2, revision 5.
+pub fn instance(workflow_id: &str) -> WorkflowInstance {
+    WorkflowInstance {
+        workflow_id: workflow_id.to_string(),
+        workflow_type: TYPE.to_string(),
+        biz_key: format!("biz:{workflow_id}"),
+        status: WorkflowStatus::Running,
+        steps: STEPS.iter().map(|s| Step::pending(*s)).collect(),
+        input: json!({"fencing_token": "f1", "tenant": "t-1", "object": {"id": 42, "tags": ["a", "b"], "ratio": 0.5}}),
+        output: Default::default(),
+        claimable_time: Some(T0),
+        claim_token: None,
+        wait: None,
+        resume: None,
+        definition_fingerprint: "fp-1".to_string(),
+        fingerprint_mismatch: None,
+        business_priority: Priority::P2,
+        retry_count: 0,
+        revision: 5,
+        created_at: T0 - 1_000,
+        updated_at: T0 - 1_000,
+        finished_at: None,
+    }
+}
+
+/// An instance claimed by `token`: step 0 completed with output, step 1 running (attempt 1).
+pub fn claimed(workflow_id: &str, token: &str) -> WorkflowInstance {
+    let mut i = instance(workflow_id);
+    i.claim_token = Some(token.to_string());
+    i.claimable_time = Some(T0 + LEASE_MS);
+    i.steps[0].status = StepStatus::Completed;
+    i.steps[0].attempt = 1;
+    i.steps[0].elapsed_ms = 120;
+    i.steps[0].started_at = Some(T0 - 500);
+    i.steps[0].finished_at = Some(T0 - 380);
+    i.output.insert(STEPS[0].to_string(), json!({"rows": 3}));
+    i.steps[1].status = StepStatus::Running;
+    i.steps[1].attempt = 1;
+    i.steps[1].started_at = Some(T0 - 100);
+    i.steps[1].checkpoint = Some(json!({"cursor": 7}));
+    i
+}
+
+/// Waiting on step 1: a timer due at `due`, or a signal wait (`signal = Some(generation)`)
+/// with an optional poll time.
+pub fn waiting(workflow_id: &str, signal: Option<u64>, poll_time: Option<Millis>) -> WorkflowInstance {
+    let mut i = claimed(workflow_id, "tok-old");
+    i.status = WorkflowStatus::Waiting;
+    i.claim_token = None;
+    i.steps[1].status = StepStatus::Waiting;
+    i.steps[1].attempt = 0;
+    i.claimable_time = poll_time;
+    i.wait = Some(Wait {
+        kind: if signal.is_some() { WaitKind::Signal } else { WaitKind::Timer },
+        signal_type: signal.map(|_| "approved".to_string()),
+        wait_key: signal.map(|_| "doc:42".to_string()),
+        generation: signal.unwrap_or(0),
+        step_index: 1,
+        poll_time,
+    });
+    i
+}
+
+/// Insert `inst` and assert it was created.
+pub async fn seed(store: &DynStore, inst: WorkflowInstance) -> WorkflowInstance {
+    match store.create(inst.clone()).await.expect("create") {
+        CreateOutcome::Created(c) => assert_eq!(c, inst, "create returns the instance as given"),
+        CreateOutcome::Exists(e) => panic!("seed: {} already exists: {e:?}", inst.workflow_id),
+    }
+    inst
+}
+
+/// Apply one guarded write and check it against the reference semantics (see module docs).
+/// Returns the stored instance afterwards.
+pub async fn check_write(store: &DynStore, id: &str, guard: &Guard, t: &Transition, hit: bool) -> WorkflowInstance {
+    let prior = store.get(id).await.expect("get before").expect("instance exists");
+    assert_eq!(guard.matches(&prior), hit, "reference guard {guard:?} on {id}: expected hit = {hit}");
+    let outcome = store.apply(id, guard, t).await.expect("apply");
+    let after = store.get(id).await.expect("get after").expect("instance still exists");
+    if hit {
+        let mut expected = prior.clone();
+        t.apply_to(&mut expected);
+        assert_eq!(outcome, WriteOutcome::Applied { revision: expected.revision }, "{:?} under {guard:?}", t.kinds);
+        assert_eq!(after, expected, "stored instance after {:?} differs from Transition::apply_to", t.kinds);
+        let bump = u64::from(t.bump_revision);
+        assert_eq!(after.revision, prior.revision + bump, "revision moves by {bump}");
+    } else {
+        assert_eq!(outcome, WriteOutcome::Missed, "{:?} under {guard:?} must miss", t.kinds);
+        assert_eq!(after, prior, "a missed write changes nothing");
+    }
+    after
+}
+
+fn running(token: &str) -> Guard {
+    Guard::Running { token: token.to_string() }
+}
+
+fn failing(token: &str) -> Guard {
+    Guard::Failing { token: token.to_string() }
+}
+
+fn spec(token: &str, now: Millis) -> ClaimSpec {
+    ClaimSpec { now, lease_ms: LEASE_MS, token: token.to_string(), types: vec![TYPE.to_string()] }
+}
+
+fn err(class: ErrorClass) -> StepError {
+    StepError { class, message: "boom".to_string() }
+}
+
+fn assert_invalid<T: std::fmt::Debug>(r: kernel_core::Result<T>, what: &str) {
+    assert!(matches!(r, Err(Error::InvalidInput { .. })), "{what}: expected InvalidInput, got {r:?}");
+}
+
+// --- create (no token; unique biz_key) ---------------------------------------------------
+
+/// Create, then read back by id and by biz key.
+pub async fn create_and_read_back(store: &DynStore) {
+    let inst = seed(store, instance("wf-1")).await;
+    assert_eq!(store.get("wf-1").await.unwrap(), Some(inst.clone()));
+    assert_eq!(store.get_by_biz_key("biz:wf-1").await.unwrap(), Some(inst));
+    assert_eq!(store.get("wf-2").await.unwrap(), None);
+    assert_eq!(store.get_by_biz_key("biz:wf-2").await.unwrap(), None);
+}
+
+/// A second create with the same biz key returns the stored instance untouched (K-5).
+pub async fn create_existing_biz_key_returns_stored(store: &DynStore) {
+    let inst = seed(store, instance("wf-1")).await;
+    let mut other = instance("wf-2");
+    other.biz_key = inst.biz_key.clone();
+    match store.create(other).await.unwrap() {
+        CreateOutcome::Exists(e) => assert_eq!(e, inst),
+        c => panic!("expected Exists, got {c:?}"),
+    }
+    assert_eq!(store.get("wf-2").await.unwrap(), None, "the loser wrote nothing");
+}
+
+/// Concurrent creates of one biz key: exactly one `Created`, the rest `Exists` (K-3.2).
+pub async fn create_race_one_winner(store: &DynStore) {
+    create_race(store, 8).await;
+}
+
+/// `n` concurrent creates of one biz key with distinct workflow ids; asserts one winner.
+pub async fn create_race(store: &DynStore, n: usize) {
+    let attempts = (0..n).map(|k| {
+        let mut i = instance(&format!("wf-{k:02}"));
+        i.biz_key = "biz:race".to_string();
+        store.create(i)
+    });
+    let results = futures::future::join_all(attempts).await;
+    let mut winner = None;
+    for r in &results {
+        if let CreateOutcome::Created(c) = r.as_ref().expect("create") {
+            assert!(winner.replace(c.workflow_id.clone()).is_none(), "two winners");
+        }
+    }
+    let winner = winner.expect("one winner");
+    for r in results {
+        if let CreateOutcome::Exists(e) = r.unwrap() {
+            assert_eq!(e.workflow_id, winner, "every loser sees the winner");
+        }
+    }
+    assert_eq!(store.get_by_biz_key("biz:race").await.unwrap().map(|i| i.workflow_id), Some(winner));
+}
+
+/// A workflow id taken under another biz key is a conflict, not an `Exists`.
+pub async fn create_duplicate_workflow_id_is_conflict(store: &DynStore) {
+    seed(store, instance("wf-1")).await;
+    let mut other = instance("wf-1");
+    other.biz_key = "biz:other".to_string();
+    let r = store.create(other).await;
+    assert!(matches!(r, Err(Error::Conflict(_))), "got {r:?}");
+    assert_eq!(store.get_by_biz_key("biz:other").await.unwrap(), None);
+}
+
+/// Identifier rule (K-2.0): bad ids and step names are `InvalidInput` and write nothing.
+pub async fn create_rejects_invalid_identifiers(store: &DynStore) {
+    let long = "x".repeat(257);
+    let cases: Vec<(&str, WorkflowInstance)> = vec![
+        ("step name with $", {
+            let mut i = instance("wf-1");
+            i.steps[1].name = "$where".into();
+            i
+        }),
+        ("step name with .", {
+            let mut i = instance("wf-1");
+            i.steps[1].name = "a.b".into();
+            i
+        }),
+        ("id over 256 bytes", instance(&long)),
+        ("biz key with NUL", {
+            let mut i = instance("wf-1");
+            i.biz_key = "biz\0x".into();
+            i
+        }),
+        ("empty id", instance("")),
+    ];
+    for (what, inst) in cases {
+        let biz = inst.biz_key.clone();
+        assert_invalid(store.create(inst).await, what);
+        if kernel_core::validate::identifier("biz_key", &biz).is_ok() {
+            assert_eq!(store.get_by_biz_key(&biz).await.unwrap(), None, "{what}: nothing written");
+        }
+    }
+    assert_eq!(store.get("wf-1").await.unwrap(), None, "nothing written");
+    assert_eq!(store.scan_claimable(None, 10).await.unwrap(), vec![]);
+}
+
+/// Values shaped like operators are data: an id `{"$ne": null}` matches only itself, and
+/// operator-shaped keys inside input and output are stored verbatim (K-2.0).
+pub async fn operator_shaped_values_are_data(store: &DynStore) {
+    let evil = r#"{"$ne": null}"#;
+    let mut i = instance(evil);
+    i.input = json!({"$ne": null, "$where": "sleep(1000)", "a.b": {"$gt": ""}, "$numberLong": "5"});
+    seed(store, i.clone()).await;
+    seed(store, instance("wf-plain")).await;
+    assert_eq!(store.get(evil).await.unwrap(), Some(i.clone()));
+    assert_eq!(store.get(r#"{"$ne": 1}"#).await.unwrap(), None);
+    let mut t = Transition::claim("tok", T0, LEASE_MS);
+    t.outputs.push(("fetch".into(), json!({"$set": {"status": "completed"}, "x.y": 1})));
+    t.input = Some(json!({"$in": []}));
+    t.bump_revision = true;
+    check_write(store, evil, &Guard::Active, &t, true).await;
+    assert_eq!(store.get("wf-plain").await.unwrap(), Some(instance("wf-plain")), "other instances untouched");
+}
+
+// --- claim (K-6.2) -----------------------------------------------------------------------
+
+/// `Claimable`: misses when not due, type unregistered or status not claimable; the hit
+/// sets lease and token without a revision bump; a second claim within the lease misses.
+pub async fn claim_guard(store: &DynStore) {
+    seed(store, instance("wf-1")).await;
+    seed(store, waiting("wf-w", None, Some(T0 - 10))).await;
+    assert_eq!(store.claim("wf-1", &spec("a", T0 - 1)).await.unwrap(), None, "not due");
+    let mut other_type = spec("a", T0);
+    other_type.types = vec!["other".into()];
+    assert_eq!(store.claim("wf-1", &other_type).await.unwrap(), None, "unregistered type");
+    assert_eq!(store.claim("wf-w", &spec("a", T0)).await.unwrap(), None, "waiting is not claimable");
+    assert_eq!(store.claim("wf-missing", &spec("a", T0)).await.unwrap(), None, "missing");
+    let prior = store.get("wf-1").await.unwrap().unwrap();
+    let got = store.claim("wf-1", &spec("a", T0)).await.unwrap().expect("due instance is claimed");
+    let mut expected = prior.clone();
+    Transition::claim("a", T0, LEASE_MS).apply_to(&mut expected);
+    assert_eq!(got, expected, "claim returns the document after the update");
+    assert_eq!(got.revision, prior.revision, "claim does not bump revision (K-2.2)");
+    assert_eq!(store.get("wf-1").await.unwrap(), Some(expected.clone()));
+    assert_eq!(store.claim("wf-1", &spec("b", T0 + 1)).await.unwrap(), None, "leased");
+    assert_eq!(store.get("wf-1").await.unwrap(), Some(expected));
+}
+
+/// A failing instance is claimable (the failure finalizer must still run, K-8).
+pub async fn claim_failing_instance(store: &DynStore) {
+    let mut i = instance("wf-1");
+    i.status = WorkflowStatus::Failing;
+    seed(store, i).await;
+    let got = store.claim("wf-1", &spec("a", T0)).await.unwrap().expect("claimed");
+    assert_eq!((got.status, got.claim_token.as_deref()), (WorkflowStatus::Failing, Some("a")));
+}
+
+/// `claim_any` claims some due instance, never a leased or waiting one.
+pub async fn claim_any_takes_a_due_instance(store: &DynStore) {
+    assert_eq!(store.claim_any(&spec("a", T0)).await.unwrap(), None, "empty store");
+    seed(store, claimed("wf-leased", "x")).await;
+    seed(store, waiting("wf-waiting", None, Some(T0 - 1))).await;
+    assert_eq!(store.claim_any(&spec("a", T0)).await.unwrap(), None, "nothing claimable");
+    seed(store, instance("wf-due")).await;
+    let got = store.claim_any(&spec("a", T0)).await.unwrap().expect("claimed");
+    assert_eq!((got.workflow_id.as_str(), got.claim_token.as_deref()), ("wf-due", Some("a")));
+    assert_eq!(store.claim_any(&spec("b", T0)).await.unwrap(), None, "now leased");
+}
+
+/// After a re-claim by another worker, a write with the stale token misses (claim lost).
+pub async fn stale_token_after_reclaim_is_missed(store: &DynStore) {
+    seed(store, instance("wf-1")).await;
+    store.claim("wf-1", &spec("old", T0)).await.unwrap().expect("first claim");
+    // The old worker stalls past its lease; another worker claims.
+    store.claim("wf-1", &spec("new", T0 + LEASE_MS)).await.unwrap().expect("re-claim after expiry");
+    check_write(store, "wf-1", &running("old"), &Transition::mark_running(0, T0 + LEASE_MS + 1), false).await;
+    check_write(
+        store,
+        "wf-1",
+        &Guard::Token { token: "old".into() },
+        &Transition::heartbeat(T0 + LEASE_MS + 1, LEASE_MS),
+        false,
+    )
+    .await;
+    check_write(store, "wf-1", &running("new"), &Transition::mark_running(0, T0 + LEASE_MS + 1), true).await;
+}
+
+// --- token-guarded writes (K-6.4) --------------------------------------------------------
+
+/// Heartbeat under `Token`: wrong token misses; hits on running and failing; no bump.
+pub async fn heartbeat_token_guard(store: &DynStore) {
+    seed(store, claimed("wf-1", "a")).await;
+    let mut f = claimed("wf-2", "b");
+    f.status = WorkflowStatus::Failing;
+    seed(store, f).await;
+    let hb = Transition::heartbeat(T0 + 10_000, LEASE_MS);
+    check_write(store, "wf-1", &Guard::Token { token: "b".into() }, &hb, false).await;
+    check_write(store, "wf-1", &Guard::Token { token: "a".into() }, &hb, true).await;
+    check_write(store, "wf-2", &Guard::Token { token: "b".into() }, &hb, true).await;
+}
+
+/// Mark running under `Running`: wrong token and right token on a failing instance miss.
+pub async fn mark_running_guard(store: &DynStore) {
+    seed(store, claimed("wf-1", "a")).await;
+    let mut f = claimed("wf-2", "a");
+    f.status = WorkflowStatus::Failing;
+    seed(store, f).await;
+    let t = Transition::mark_running(2, T0 + 1);
+    check_write(store, "wf-1", &running("b"), &t, false).await;
+    check_write(store, "wf-2", &running("a"), &t, false).await;
+    check_write(store, "wf-1", &running("a"), &t, true).await;
+}
+
+/// CompleteStep: status and output in one write; clears resume.
+pub async fn complete_step_guard(store: &DynStore) {
+    let mut i = claimed("wf-1", "a");
+    i.resume = Some(Resume { kind: ResumeKind::Signal, step_index: 1, signal_id: Some("sig-1".into()) });
+    seed(store, i).await;
+    let t = Transition::complete_step(1, STEPS[1], json!({"summary": "ok", "n": [1, 2.5]}), 250, T0 + 2, true);
+    check_write(store, "wf-1", &running("b"), &t, false).await;
+    let after = check_write(store, "wf-1", &running("a"), &t, true).await;
+    assert_eq!(after.output.len(), 2, "output.<name>, never the whole map");
+}
+
+/// SuspendClaim on a timer: waiting, attempt rolled back, claimable at the due time.
+pub async fn suspend_timer_guard(store: &DynStore) {
+    seed(store, claimed("wf-1", "a")).await;
+    let wait = Wait {
+        kind: WaitKind::Timer,
+        signal_type: None,
+        wait_key: None,
+        generation: 0,
+        step_index: 1,
+        poll_time: Some(T0 + 60_000),
+    };
+    let t = Transition::suspend(1, wait, Some(json!({"cursor": 8})), 40, T0 + 3);
+    check_write(store, "wf-1", &running("b"), &t, false).await;
+    let after = check_write(store, "wf-1", &running("a"), &t, true).await;
+    assert_eq!(
+        (after.status, after.claimable_time, after.steps[1].attempt),
+        (WorkflowStatus::Waiting, Some(T0 + 60_000), 0)
+    );
+}
+
+/// SuspendClaim on a signal without poll time: `claimable_time` is unset.
+pub async fn suspend_signal_guard(store: &DynStore) {
+    let mut i = claimed("wf-1", "a");
+    i.resume = Some(Resume { kind: ResumeKind::Timer, step_index: 1, signal_id: None });
+    seed(store, i).await;
+    let wait = Wait {
+        kind: WaitKind::Signal,
+        signal_type: Some("approved".into()),
+        wait_key: Some("doc:42".into()),
+        generation: 3,
+        step_index: 1,
+        poll_time: None,
+    };
+    let t = Transition::suspend(1, wait, None, 0, T0 + 3);
+    let mut f = claimed("wf-2", "a");
+    f.status = WorkflowStatus::Failing;
+    seed(store, f).await;
+    check_write(store, "wf-2", &running("a"), &t, false).await;
+    let after = check_write(store, "wf-1", &running("a"), &t, true).await;
+    assert_eq!((after.claimable_time, after.resume.clone(), after.steps[1].checkpoint.clone()), (None, None, None));
+}
+
+/// Yield: pending with checkpoint, attempt rolled back, claimable now, claim cleared.
+pub async fn yield_guard(store: &DynStore) {
+    seed(store, claimed("wf-1", "a")).await;
+    let t = Transition::yield_step(1, Some(json!({"page": 2})), 10, T0 + 4);
+    check_write(store, "wf-1", &running("b"), &t, false).await;
+    check_write(store, "wf-1", &running("a"), &t, true).await;
+}
+
+/// A parked sibling (K-4.5): pending with checkpoint, attempt rolled back, claim kept.
+pub async fn park_sibling_guard(store: &DynStore) {
+    seed(store, claimed("wf-1", "a")).await;
+    let t = Transition::park_sibling(1, None, 10, T0 + 4);
+    check_write(store, "wf-1", &running("b"), &t, false).await;
+    check_write(store, "wf-1", &running("a"), &t, true).await;
+}
+
+/// Retry release: step pending with its error, checkpoint cleared, claim released later.
+pub async fn retry_release_guard(store: &DynStore) {
+    seed(store, claimed("wf-1", "a")).await;
+    let t = Transition::step_retry(1, err(ErrorClass::Transient), 33, T0 + 5).release_until(T0 + 2_000);
+    check_write(store, "wf-1", &running("b"), &t, false).await;
+    check_write(store, "wf-1", &running("a"), &t, true).await;
+}
+
+/// Permit deferral: traffic statistics grow, attempt unchanged, claim released later.
+pub async fn permit_deferral_guard(store: &DynStore) {
+    let mut i = claimed("wf-1", "a");
+    i.steps[1].traffic_wait_ms = 100;
+    i.steps[1].traffic_waits = 2;
+    seed(store, i).await;
+    let t = Transition::permit_deferral(1, 500, T0 + 6).release_until(T0 + 500);
+    check_write(store, "wf-1", &running("b"), &t, false).await;
+    let after = check_write(store, "wf-1", &running("a"), &t, true).await;
+    assert_eq!((after.steps[1].traffic_wait_ms, after.steps[1].traffic_waits, after.steps[1].attempt), (600, 3, 1));
+}
+
+/// `on_failed = skip`.
+pub async fn skip_step_guard(store: &DynStore) {
+    seed(store, claimed("wf-1", "a")).await;
+    let t = Transition::skip_step(1, err(ErrorClass::Permanent), 7, T0 + 7);
+    check_write(store, "wf-1", &running("b"), &t, false).await;
+    check_write(store, "wf-1", &running("a"), &t, true).await;
+}
+
+/// Step failed for good: the workflow goes failing in the same write.
+pub async fn step_failed_guard(store: &DynStore) {
+    seed(store, claimed("wf-1", "a")).await;
+    let t = Transition::step_failed(1, err(ErrorClass::Permanent), 7, T0 + 8);
+    check_write(store, "wf-1", &running("b"), &t, false).await;
+    let after = check_write(store, "wf-1", &running("a"), &t, true).await;
+    assert_eq!((after.status, after.claim_token.as_deref()), (WorkflowStatus::Failing, Some("a")));
+}
+
+/// `running → failing` under `Running`.
+pub async fn failing_guard(store: &DynStore) {
+    seed(store, claimed("wf-1", "a")).await;
+    let t = Transition::failing(T0 + 9);
+    check_write(store, "wf-1", &running("b"), &t, false).await;
+    check_write(store, "wf-1", &running("a"), &t, true).await;
+}
+
+/// `failing → failed` under `Failing`: a running instance with the right token misses.
+pub async fn failed_guard(store: &DynStore) {
+    seed(store, claimed("wf-1", "a")).await;
+    let mut f = claimed("wf-2", "a");
+    f.status = WorkflowStatus::Failing;
+    seed(store, f).await;
+    let t = Transition::failed(T0 + 10);
+    check_write(store, "wf-1", &failing("a"), &t, false).await;
+    check_write(store, "wf-2", &failing("b"), &t, false).await;
+    let after = check_write(store, "wf-2", &failing("a"), &t, true).await;
+    assert_eq!(
+        (after.status, after.claim_token.clone(), after.finished_at),
+        (WorkflowStatus::Failed, None, Some(T0 + 10))
+    );
+}
+
+/// `running → completed` under `Running`.
+pub async fn completed_guard(store: &DynStore) {
+    seed(store, claimed("wf-1", "a")).await;
+    let t = Transition::completed(T0 + 11);
+    check_write(store, "wf-1", &running("b"), &t, false).await;
+    check_write(store, "wf-1", &running("a"), &t, true).await;
+}
+
+/// The activity reported cancellation: step skipped, workflow canceled, claim cleared.
+pub async fn activity_canceled_guard(store: &DynStore) {
+    seed(store, claimed("wf-1", "a")).await;
+    let t = Transition::activity_canceled(1, err(ErrorClass::Canceled), 3, T0 + 12);
+    check_write(store, "wf-1", &running("b"), &t, false).await;
+    check_write(store, "wf-1", &running("a"), &t, true).await;
+}
+
+/// A failure finalizer error releases the failing claim with a delay.
+pub async fn finalizer_release_guard(store: &DynStore) {
+    let mut f = claimed("wf-1", "a");
+    f.status = WorkflowStatus::Failing;
+    seed(store, f).await;
+    let t = Transition::finalizer_release(T0 + 13, 5_000);
+    check_write(store, "wf-1", &failing("b"), &t, false).await;
+    check_write(store, "wf-1", &failing("a"), &t, true).await;
+}
+
+/// Release without progress (shutdown between waves).
+pub async fn release_guard(store: &DynStore) {
+    seed(store, claimed("wf-1", "a")).await;
+    let t = Transition::release(T0 + 14);
+    check_write(store, "wf-1", &running("b"), &t, false).await;
+    check_write(store, "wf-1", &running("a"), &t, true).await;
+}
+
+/// Fingerprint push-back under `Token` (K-4.3): no step touched, both fingerprints kept.
+pub async fn fingerprint_push_back_guard(store: &DynStore) {
+    seed(store, claimed("wf-1", "a")).await;
+    let t = Transition::fingerprint_push_back("fp-1", "fp-2", T0 + 15, 3_600_000);
+    check_write(store, "wf-1", &Guard::Token { token: "b".into() }, &t, false).await;
+    let after = check_write(store, "wf-1", &Guard::Token { token: "a".into() }, &t, true).await;
+    assert_eq!(after.steps, claimed("wf-1", "a").steps);
+}
+
+/// A fused write (K-7.1): complete step 1 + mark step 2 running, revision bumped once.
+pub async fn fused_write_bumps_revision_once(store: &DynStore) {
+    seed(store, claimed("wf-1", "a")).await;
+    let t = Transition::complete_step(1, STEPS[1], json!("done"), 20, T0 + 16, false)
+        .fuse(Transition::mark_running(2, T0 + 16));
+    check_write(store, "wf-1", &running("b"), &t, false).await;
+    let after = check_write(store, "wf-1", &running("a"), &t, true).await;
+    assert_eq!(after.revision, claimed("wf-1", "a").revision + 1);
+}
+
+// --- no-token writes ---------------------------------------------------------------------
+
+/// Timer activation under `DueWait`: not due and wrong step miss; the hit keeps
+/// `claimable_time` and sets `resume.kind = timer`.
+pub async fn timer_activation_guard(store: &DynStore) {
+    seed(store, waiting("wf-1", None, Some(T0 + 1_000))).await;
+    let t = Transition::timer_activation(1, ResumeKind::Timer, T0 + 1_000);
+    check_write(store, "wf-1", &Guard::DueWait { now: T0 + 999, step_index: 1 }, &t, false).await;
+    check_write(store, "wf-1", &Guard::DueWait { now: T0 + 1_000, step_index: 2 }, &t, false).await;
+    let after = check_write(store, "wf-1", &Guard::DueWait { now: T0 + 1_000, step_index: 1 }, &t, true).await;
+    assert_eq!((after.status, after.claimable_time), (WorkflowStatus::Running, Some(T0 + 1_000)));
+    check_write(store, "wf-1", &Guard::DueWait { now: T0 + 1_000, step_index: 1 }, &t, false).await;
+}
+
+/// A signal wait's poll fallback (K-9.5) activates with `resume.kind = poll`.
+pub async fn poll_activation_guard(store: &DynStore) {
+    seed(store, waiting("wf-1", Some(1), Some(T0 + 500))).await;
+    let t = Transition::timer_activation(1, ResumeKind::Poll, T0 + 600);
+    check_write(store, "wf-1", &Guard::DueWait { now: T0 + 499, step_index: 1 }, &t, false).await;
+    check_write(store, "wf-1", &Guard::DueWait { now: T0 + 600, step_index: 1 }, &t, true).await;
+}
+
+/// Signal activation under `SignalWait`: stale generation, other key, other type and a
+/// timer wait miss (K-9.6); the hit is claimable now with `resume = signal`.
+pub async fn signal_activation_guard(store: &DynStore) {
+    seed(store, waiting("wf-1", Some(2), None)).await;
+    seed(store, waiting("wf-t", None, Some(T0))).await;
+    let id = WaitIdentity { signal_type: "approved".into(), wait_key: "doc:42".into(), generation: 2, step_index: 1 };
+    let t = Transition::signal_activation(1, "sig-1", T0 + 20);
+    let with = |f: &dyn Fn(&mut WaitIdentity)| {
+        let mut x = id.clone();
+        f(&mut x);
+        Guard::SignalWait(x)
+    };
+    check_write(store, "wf-1", &with(&|x| x.generation = 1), &t, false).await;
+    check_write(store, "wf-1", &with(&|x| x.wait_key = "doc:43".into()), &t, false).await;
+    check_write(store, "wf-1", &with(&|x| x.signal_type = "rejected".into()), &t, false).await;
+    check_write(store, "wf-1", &with(&|x| x.step_index = 0), &t, false).await;
+    check_write(
+        store,
+        "wf-t",
+        &Guard::SignalWait(WaitIdentity {
+            signal_type: "approved".into(),
+            wait_key: "doc:42".into(),
+            generation: 0,
+            step_index: 1,
+        }),
+        &t,
+        false,
+    )
+    .await;
+    let after = check_write(store, "wf-1", &Guard::SignalWait(id.clone()), &t, true).await;
+    assert_eq!(
+        (after.status, after.claimable_time, after.wait.clone()),
+        (WorkflowStatus::Running, Some(T0 + 20), None)
+    );
+    check_write(store, "wf-1", &Guard::SignalWait(id), &t, false).await;
+}
+
+/// Cancel / supersede under `Active`: hits waiting (and running), misses terminal.
+pub async fn supersede_guard(store: &DynStore) {
+    seed(store, waiting("wf-1", Some(1), Some(T0 + 5))).await;
+    let mut done = instance("wf-2");
+    done.status = WorkflowStatus::Completed;
+    done.claimable_time = None;
+    seed(store, done).await;
+    let t = Transition::supersede(T0 + 21);
+    check_write(store, "wf-2", &Guard::Active, &t, false).await;
+    check_write(store, "wf-1", &Guard::Active, &t, true).await;
+    check_write(store, "wf-1", &Guard::Active, &t, false).await;
+}
+
+fn failed_instance(id: &str) -> WorkflowInstance {
+    let mut i = claimed(id, "a");
+    i.status = WorkflowStatus::Failed;
+    i.claim_token = None;
+    i.claimable_time = None;
+    i.finished_at = Some(T0 - 10);
+    i.steps[1].status = StepStatus::Failed;
+    i.steps[1].attempt = 3;
+    i.steps[1].elapsed_ms = 900;
+    i.steps[1].traffic_wait_ms = 50;
+    i.steps[1].traffic_waits = 1;
+    i.steps[1].error = Some(err(ErrorClass::Permanent));
+    i.steps[1].finished_at = Some(T0 - 10);
+    i.steps[2].status = StepStatus::Skipped;
+    i.steps[2].error = Some(err(ErrorClass::Transient));
+    i.retry_count = 1;
+    i
+}
+
+/// Replay under `Failed` (K-5): failed steps reset to pending, completed and skipped kept,
+/// input replaced, `retry_count + 1`; a running instance misses.
+pub async fn replay_guard(store: &DynStore) {
+    seed(store, failed_instance("wf-1")).await;
+    seed(store, claimed("wf-2", "a")).await;
+    let t = Transition::replay(json!({"fencing_token": "f2"}), T0 + 22);
+    check_write(store, "wf-2", &Guard::Failed, &t, false).await;
+    let after = check_write(store, "wf-1", &Guard::Failed, &t, true).await;
+    assert_eq!(after.steps[1], Step::pending(STEPS[1]), "failed step reset");
+    assert_eq!(after.steps[0], claimed("wf-1", "a").steps[0], "completed step kept");
+    assert_eq!(after.steps[2].status, StepStatus::Skipped, "skipped step kept");
+    assert_eq!((after.retry_count, after.status), (2, WorkflowStatus::Running));
+    check_write(store, "wf-1", &Guard::Failed, &t, false).await;
+}
+
+/// Concurrent replays of one failed instance: exactly one applies.
+pub async fn replay_race_one_winner(store: &DynStore) {
+    seed(store, failed_instance("wf-1")).await;
+    let t = Transition::replay(json!({"fencing_token": "f2"}), T0 + 22);
+    let outcomes = futures::future::join_all((0..6).map(|_| store.apply("wf-1", &Guard::Failed, &t))).await;
+    let applied = outcomes.into_iter().map(|o| o.expect("apply")).filter(WriteOutcome::applied).count();
+    assert_eq!(applied, 1);
+    assert_eq!(store.get("wf-1").await.unwrap().unwrap().retry_count, 2);
+}
+
+/// Priority raise under `PriorityBelow` (promote-only): equal, lower and terminal miss.
+pub async fn priority_raise_guard(store: &DynStore) {
+    seed(store, instance("wf-1")).await;
+    let mut done = instance("wf-2");
+    done.status = WorkflowStatus::Canceled;
+    seed(store, done).await;
+    check_write(
+        store,
+        "wf-1",
+        &Guard::PriorityBelow(Priority::P2),
+        &Transition::priority_raise(Priority::P2, T0),
+        false,
+    )
+    .await;
+    check_write(
+        store,
+        "wf-1",
+        &Guard::PriorityBelow(Priority::P3),
+        &Transition::priority_raise(Priority::P3, T0),
+        false,
+    )
+    .await;
+    check_write(
+        store,
+        "wf-2",
+        &Guard::PriorityBelow(Priority::P0),
+        &Transition::priority_raise(Priority::P0, T0),
+        false,
+    )
+    .await;
+    let after = check_write(
+        store,
+        "wf-1",
+        &Guard::PriorityBelow(Priority::P1),
+        &Transition::priority_raise(Priority::P1, T0),
+        true,
+    )
+    .await;
+    assert_eq!(after.business_priority, Priority::P1);
+}
+
+// --- misses and bad input on apply -------------------------------------------------------
+
+/// Any guard on a missing instance misses.
+pub async fn apply_to_missing_instance_is_missed(store: &DynStore) {
+    let r = store.apply("wf-none", &Guard::Active, &Transition::supersede(T0)).await.unwrap();
+    assert_eq!(r, WriteOutcome::Missed);
+    assert_eq!(store.get("wf-none").await.unwrap(), None, "no upsert");
+}
+
+/// Output names with `$` or `.` and a step index past the end are `InvalidInput`; nothing
+/// is written.
+pub async fn apply_rejects_bad_names_and_indices(store: &DynStore) {
+    let inst = seed(store, claimed("wf-1", "a")).await;
+    for name in ["$where", "a.b", ""] {
+        let t = Transition::complete_step(1, name, json!(1), 0, T0, false);
+        assert_invalid(store.apply("wf-1", &running("a"), &t).await, name);
+    }
+    assert_invalid(store.apply("wf-1", &running("a"), &Transition::mark_running(7, T0)).await, "step index 7");
+    assert_eq!(store.get("wf-1").await.unwrap(), Some(inst), "nothing written");
+}
+
+// --- scans -------------------------------------------------------------------------------
+
+/// `scan_due_waits`: only waiting instances due at `now`, bounded by `limit`, with the
+/// resume kind of their wait.
+pub async fn scan_due_waits_bounded(store: &DynStore) {
+    seed(store, waiting("wf-a", None, Some(T0 - 30))).await;
+    seed(store, waiting("wf-b", Some(4), Some(T0 - 20))).await;
+    seed(store, waiting("wf-c", None, Some(T0 + 10))).await;
+    seed(store, waiting("wf-d", Some(1), None)).await;
+    seed(store, instance("wf-e")).await;
+    let mut got = store.scan_due_waits(T0, 10).await.unwrap();
+    got.sort_by(|a, b| a.workflow_id.cmp(&b.workflow_id));
+    let expect = vec![
+        DueWait { workflow_id: "wf-a".into(), step_index: 1, resume: ResumeKind::Timer, priority: Priority::P2 },
+        DueWait { workflow_id: "wf-b".into(), step_index: 1, resume: ResumeKind::Poll, priority: Priority::P2 },
+    ];
+    assert_eq!(got, expect);
+    assert_eq!(store.scan_due_waits(T0, 1).await.unwrap().len(), 1, "bounded");
+    assert_eq!(store.scan_due_waits(T0, 0).await.unwrap(), vec![], "limit 0 is an empty page");
+}
+
+/// `scan_claimable`: running and failing instances with a `claimable_time`, ordered by
+/// workflow id, paged strictly after the cursor.
+pub async fn scan_claimable_pages(store: &DynStore) {
+    let mut f = instance("wf-3");
+    f.status = WorkflowStatus::Failing;
+    f.business_priority = Priority::P0;
+    seed(store, f).await;
+    seed(store, instance("wf-1")).await;
+    seed(store, claimed("wf-5", "a")).await;
+    seed(store, waiting("wf-2", None, Some(T0))).await;
+    let mut done = instance("wf-4");
+    done.status = WorkflowStatus::Completed;
+    seed(store, done).await;
+    let mut no_time = instance("wf-6");
+    no_time.claimable_time = None;
+    seed(store, no_time).await;
+    let page1 = store.scan_claimable(None, 2).await.unwrap();
+    assert_eq!(
+        page1,
+        vec![
+            Candidate { workflow_id: "wf-1".into(), priority: Priority::P2, claimable_time: T0 },
+            Candidate { workflow_id: "wf-3".into(), priority: Priority::P0, claimable_time: T0 },
+        ]
+    );
+    let page2 = store.scan_claimable(Some("wf-3"), 2).await.unwrap();
+    assert_eq!(
+        page2,
+        vec![Candidate { workflow_id: "wf-5".into(), priority: Priority::P2, claimable_time: T0 + LEASE_MS }]
+    );
+    assert_eq!(store.scan_claimable(Some("wf-5"), 2).await.unwrap(), vec![]);
+}
+
+/// Expands to one `#[tokio::test]` per store conformance case. The argument is a factory
+/// `|| async { Option<impl StoreFixture> }`; `None` skips (the test passes after printing
+/// its own reason). Requires `tokio` (with `macros` and `rt`) in the calling crate.
+#[macro_export]
+macro_rules! store_conformance {
+    ($factory:expr) => {
+        $crate::__conformance_cases!(store, StoreFixture, store, $factory;
+            create_and_read_back,
+            create_existing_biz_key_returns_stored,
+            create_race_one_winner,
+            create_duplicate_workflow_id_is_conflict,
+            create_rejects_invalid_identifiers,
+            operator_shaped_values_are_data,
+            claim_guard,
+            claim_failing_instance,
+            claim_any_takes_a_due_instance,
+            stale_token_after_reclaim_is_missed,
+            heartbeat_token_guard,
+            mark_running_guard,
+            complete_step_guard,
+            suspend_timer_guard,
+            suspend_signal_guard,
+            yield_guard,
+            park_sibling_guard,
+            retry_release_guard,
+            permit_deferral_guard,
+            skip_step_guard,
+            step_failed_guard,
+            failing_guard,
+            failed_guard,
+            completed_guard,
+            activity_canceled_guard,
+            finalizer_release_guard,
+            release_guard,
+            fingerprint_push_back_guard,
+            fused_write_bumps_revision_once,
+            timer_activation_guard,
+            poll_activation_guard,
+            signal_activation_guard,
+            supersede_guard,
+            replay_guard,
+            replay_race_one_winner,
+            priority_raise_guard,
+            apply_to_missing_instance_is_missed,
+            apply_rejects_bad_names_and_indices,
+            scan_due_waits_bounded,
+            scan_claimable_pages,
+        );
+    };
+}
+
+/// Shared expansion of the conformance macros: one test per case, teardown even on panic.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_cases {
+    ($module:ident, $fixture:ident, $port:ident, $factory:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[::tokio::test]
+            async fn $case() {
+                use $crate::conformance::store::__futures::FutureExt as _;
+                let Some(fixture) = ($factory)().await else { return };
+                let port = $crate::conformance::$module::$fixture::$port(&fixture);
+                let outcome = ::std::panic::AssertUnwindSafe($crate::conformance::$module::$case(port)).catch_unwind().await;
+                $crate::conformance::$module::$fixture::teardown(fixture).await;
+                if let Err(panic) = outcome {
+                    ::std::panic::resume_unwind(panic);
+                }
+            }
+        )*
+    };
+}

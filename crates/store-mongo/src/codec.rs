@@ -1,0 +1,449 @@
+//! Documents ⇄ domain types, written out by hand.
+//!
+//! Serde's BSON serializer is deliberately not used for anything a user supplies: it turns
+//! maps that look like extended JSON (`{"$numberLong": "5"}`, `{"$date": …}`) into typed
+//! BSON values, which would make user data change meaning. The converters below map JSON
+//! to BSON one node at a time and keep every key verbatim.
+
+use kernel_core::model::*;
+use kernel_core::{Error, Result};
+use mongodb::bson::{self, Bson, Document, RawDocumentBuf};
+use serde_json::{Map, Number, Value};
+use std::collections::BTreeMap;
+
+/// JSON → BSON, keys verbatim; integers become Int64, other numbers Double.
+pub(crate) fn json_to_bson(field: &str, v: &Value) -> Result<Bson> {
+    Ok(match v {
+        Value::Null => Bson::Null,
+        Value::Bool(b) => Bson::Boolean(*b),
+        Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                Bson::Int64(i)
+            } else if n.is_u64() {
+                return Err(Error::invalid(
+                    field,
+                    format_args!("integer {n} does not fit a signed 64-bit BSON integer"),
+                ));
+            } else {
+                Bson::Double(
+                    n.as_f64().ok_or_else(|| Error::invalid(field, format_args!("number {n} is not representable")))?,
+                )
+            }
+        }
+        Value::String(s) => Bson::String(s.clone()),
+        Value::Array(a) => Bson::Array(a.iter().map(|x| json_to_bson(field, x)).collect::<Result<_>>()?),
+        Value::Object(m) => {
+            let mut d = Document::new();
+            for (k, x) in m {
+                // BSON keys are C strings.
+                if k.contains('\0') {
+                    return Err(Error::invalid(field, "object key contains NUL"));
+                }
+                d.insert(k.clone(), json_to_bson(field, x)?);
+            }
+            Bson::Document(d)
+        }
+    })
+}
+
+/// BSON → JSON for values written by [`json_to_bson`] (any integer width is accepted).
+pub(crate) fn bson_to_json(field: &str, b: &Bson) -> Result<Value> {
+    Ok(match b {
+        Bson::Null => Value::Null,
+        Bson::Boolean(x) => Value::Bool(*x),
+        Bson::Int32(i) => Value::from(*i),
+        Bson::Int64(i) => Value::from(*i),
+        Bson::Double(f) => Value::Number(Number::from_f64(*f).ok_or_else(|| corrupt(field, "non-finite number"))?),
+        Bson::String(s) => Value::String(s.clone()),
+        Bson::Array(a) => Value::Array(a.iter().map(|x| bson_to_json(field, x)).collect::<Result<_>>()?),
+        Bson::Document(d) => {
+            let mut m = Map::new();
+            for (k, x) in d {
+                m.insert(k.clone(), bson_to_json(field, x)?);
+            }
+            Value::Object(m)
+        }
+        other => return Err(corrupt(field, format_args!("unexpected BSON type {:?}", other.element_type()))),
+    })
+}
+
+/// A stored document that does not decode. Nothing was written by the failing call.
+pub(crate) fn corrupt(field: &str, reason: impl std::fmt::Display) -> Error {
+    Error::invalid(format!("stored document field `{field}`"), reason)
+}
+
+pub(crate) fn dt(ms: Millis) -> Bson {
+    Bson::DateTime(bson::DateTime::from_millis(ms))
+}
+
+pub(crate) fn i32_of(field: &str, v: u32) -> Result<Bson> {
+    i32::try_from(v)
+        .map(Bson::Int32)
+        .map_err(|_| Error::invalid(field, format_args!("{v} exceeds the 32-bit signed range")))
+}
+
+pub(crate) fn i64_of(field: &str, v: u64) -> Result<Bson> {
+    i64::try_from(v)
+        .map(Bson::Int64)
+        .map_err(|_| Error::invalid(field, format_args!("{v} exceeds the 64-bit signed range")))
+}
+
+// --- raw documents -----------------------------------------------------------------------
+//
+// Documents cross the driver as raw BSON. Deserializing a reply into `Document` through
+// serde would reinterpret user maps that look like extended JSON (`{"$numberLong": "5"}`
+// reads back as the integer 5); the raw conversions below are structural.
+
+pub(crate) fn raw(field: &str, d: &Document) -> Result<RawDocumentBuf> {
+    RawDocumentBuf::from_document(d).map_err(|e| Error::invalid(field, e))
+}
+
+pub(crate) fn unraw(r: &RawDocumentBuf) -> Result<Document> {
+    r.to_document().map_err(|e| corrupt("document", e))
+}
+
+pub(crate) fn decode_instance(r: &RawDocumentBuf) -> Result<WorkflowInstance> {
+    instance_of(&unraw(r)?)
+}
+
+pub(crate) fn decode_signal(r: &RawDocumentBuf) -> Result<kernel_core::ports::SignalRecord> {
+    signal_of(&unraw(r)?)
+}
+
+// --- readers ---------------------------------------------------------------------------
+
+fn get<'a>(d: &'a Document, k: &str) -> Option<&'a Bson> {
+    match d.get(k) {
+        None | Some(Bson::Null) => None,
+        some => some,
+    }
+}
+
+fn req<'a>(d: &'a Document, k: &str) -> Result<&'a Bson> {
+    get(d, k).ok_or_else(|| corrupt(k, "missing"))
+}
+
+fn str_of(d: &Document, k: &str) -> Result<String> {
+    match req(d, k)? {
+        Bson::String(s) => Ok(s.clone()),
+        _ => Err(corrupt(k, "not a string")),
+    }
+}
+
+fn opt_str(d: &Document, k: &str) -> Result<Option<String>> {
+    get(d, k).map(|_| str_of(d, k)).transpose()
+}
+
+fn int_of(k: &str, b: &Bson) -> Result<i64> {
+    match b {
+        Bson::Int32(i) => Ok(i64::from(*i)),
+        Bson::Int64(i) => Ok(*i),
+        Bson::Double(f) if f.fract() == 0.0 => Ok(*f as i64),
+        _ => Err(corrupt(k, "not an integer")),
+    }
+}
+
+fn int_or_zero(d: &Document, k: &str) -> Result<i64> {
+    get(d, k).map_or(Ok(0), |b| int_of(k, b))
+}
+
+fn u32_of(d: &Document, k: &str) -> Result<u32> {
+    u32::try_from(int_or_zero(d, k)?).map_err(|_| corrupt(k, "out of u32 range"))
+}
+
+fn time_of(k: &str, b: &Bson) -> Result<Millis> {
+    match b {
+        Bson::DateTime(t) => Ok(t.timestamp_millis()),
+        _ => Err(corrupt(k, "not a BSON DateTime")),
+    }
+}
+
+fn opt_time(d: &Document, k: &str) -> Result<Option<Millis>> {
+    get(d, k).map(|b| time_of(k, b)).transpose()
+}
+
+pub(crate) fn doc_of<'a>(d: &'a Document, k: &str) -> Result<Option<&'a Document>> {
+    match get(d, k) {
+        None => Ok(None),
+        Some(Bson::Document(x)) => Ok(Some(x)),
+        Some(_) => Err(corrupt(k, "not a document")),
+    }
+}
+
+fn parse_enum<T: serde::de::DeserializeOwned>(k: &str, s: String) -> Result<T> {
+    serde_json::from_value(Value::String(s)).map_err(|e| corrupt(k, e))
+}
+
+// --- steps, waits, resumes ---------------------------------------------------------------
+
+pub(crate) fn step_error_doc(e: &StepError) -> Bson {
+    Bson::Document(bson::doc! { "class": e.class.as_str(), "message": e.message.as_str() })
+}
+
+pub(crate) fn step_doc(i: usize, s: &Step) -> Result<Document> {
+    let f = |n: &str| format!("steps[{i}].{n}");
+    let mut d = bson::doc! {
+        "name": s.name.as_str(),
+        "status": s.status.as_str(),
+        "attempt": i32_of(&f("attempt"), s.attempt)?,
+        "elapsed_ms": s.elapsed_ms,
+        "traffic_wait_ms": s.traffic_wait_ms,
+        "traffic_waits": i32_of(&f("traffic_waits"), s.traffic_waits)?,
+    };
+    if let Some(e) = &s.error {
+        d.insert("error", step_error_doc(e));
+    }
+    if let Some(c) = &s.checkpoint {
+        d.insert("checkpoint", json_to_bson(&f("checkpoint"), c)?);
+    }
+    if let Some(t) = s.started_at {
+        d.insert("started_at", dt(t));
+    }
+    if let Some(t) = s.finished_at {
+        d.insert("finished_at", dt(t));
+    }
+    Ok(d)
+}
+
+fn step_of(d: &Document) -> Result<Step> {
+    let error = match doc_of(d, "error")? {
+        None => None,
+        Some(e) => {
+            Some(StepError { class: parse_enum("error.class", str_of(e, "class")?)?, message: str_of(e, "message")? })
+        }
+    };
+    Ok(Step {
+        name: str_of(d, "name")?,
+        status: parse_enum("steps.status", str_of(d, "status")?)?,
+        attempt: u32_of(d, "attempt")?,
+        error,
+        elapsed_ms: int_or_zero(d, "elapsed_ms")?,
+        traffic_wait_ms: int_or_zero(d, "traffic_wait_ms")?,
+        traffic_waits: u32_of(d, "traffic_waits")?,
+        checkpoint: get(d, "checkpoint").map(|b| bson_to_json("checkpoint", b)).transpose()?,
+        started_at: opt_time(d, "started_at")?,
+        finished_at: opt_time(d, "finished_at")?,
+    })
+}
+
+pub(crate) fn wait_doc(w: &Wait) -> Result<Document> {
+    let mut d = bson::doc! {
+        "kind": match w.kind { WaitKind::Timer => "timer", WaitKind::Signal => "signal" },
+        "generation": i64_of("wait.generation", w.generation)?,
+        "step_index": i32_of("wait.step_index", w.step_index)?,
+    };
+    if let Some(s) = &w.signal_type {
+        d.insert("signal_type", s.as_str());
+    }
+    if let Some(s) = &w.wait_key {
+        d.insert("wait_key", s.as_str());
+    }
+    if let Some(t) = w.poll_time {
+        d.insert("poll_time", dt(t));
+    }
+    Ok(d)
+}
+
+pub(crate) fn wait_of(d: &Document) -> Result<Wait> {
+    Ok(Wait {
+        kind: parse_enum("wait.kind", str_of(d, "kind")?)?,
+        signal_type: opt_str(d, "signal_type")?,
+        wait_key: opt_str(d, "wait_key")?,
+        generation: u64::try_from(int_or_zero(d, "generation")?).map_err(|_| corrupt("wait.generation", "negative"))?,
+        step_index: u32_of(d, "step_index")?,
+        poll_time: opt_time(d, "poll_time")?,
+    })
+}
+
+pub(crate) fn resume_doc(r: &Resume) -> Result<Document> {
+    let kind = match r.kind {
+        ResumeKind::Timer => "timer",
+        ResumeKind::Signal => "signal",
+        ResumeKind::Poll => "poll",
+    };
+    let mut d = bson::doc! { "kind": kind, "step_index": i32_of("resume.step_index", r.step_index)? };
+    if let Some(s) = &r.signal_id {
+        d.insert("signal_id", s.as_str());
+    }
+    Ok(d)
+}
+
+fn resume_of(d: &Document) -> Result<Resume> {
+    Ok(Resume {
+        kind: parse_enum("resume.kind", str_of(d, "kind")?)?,
+        step_index: u32_of(d, "step_index")?,
+        signal_id: opt_str(d, "signal_id")?,
+    })
+}
+
+pub(crate) fn mismatch_doc(m: &FingerprintMismatch) -> Document {
+    bson::doc! { "persisted": m.persisted.as_str(), "worker": m.worker.as_str() }
+}
+
+pub(crate) fn priority_of(d: &Document) -> Result<Priority> {
+    u8::try_from(int_of("business_priority", req(d, "business_priority")?)?)
+        .ok()
+        .and_then(|p| Priority::try_from(p).ok())
+        .ok_or_else(|| corrupt("business_priority", "not 0..=3"))
+}
+
+pub(crate) fn str_field(d: &Document, k: &str) -> Result<String> {
+    str_of(d, k)
+}
+
+pub(crate) fn time_field(d: &Document, k: &str) -> Result<Millis> {
+    time_of(k, req(d, k)?)
+}
+
+pub(crate) fn priority_bson(p: Priority) -> Bson {
+    Bson::Int32(i32::from(u8::from(p)))
+}
+
+// --- instances ---------------------------------------------------------------------------
+
+/// The stored shape of a [`WorkflowInstance`] (see the crate docs). `_id` is left to the
+/// driver: `workflow_id` is the business-facing id, not the primary key.
+pub(crate) fn instance_doc(w: &WorkflowInstance) -> Result<Document> {
+    let steps =
+        w.steps.iter().enumerate().map(|(i, s)| step_doc(i, s).map(Bson::Document)).collect::<Result<Vec<_>>>()?;
+    let mut output = Document::new();
+    for (k, v) in &w.output {
+        output.insert(k.clone(), json_to_bson(&format!("output.{k}"), v)?);
+    }
+    let mut d = bson::doc! {
+        "workflow_id": w.workflow_id.as_str(),
+        "type": w.workflow_type.as_str(),
+        "biz_key": w.biz_key.as_str(),
+        "status": w.status.as_str(),
+        "steps": steps,
+        "input": json_to_bson("input", &w.input)?,
+        "output": output,
+        "definition_fingerprint": w.definition_fingerprint.as_str(),
+        "business_priority": priority_bson(w.business_priority),
+        "retry_count": i32_of("retry_count", w.retry_count)?,
+        "revision": i64_of("revision", w.revision)?,
+        "created_at": dt(w.created_at),
+        "updated_at": dt(w.updated_at),
+    };
+    if let Some(t) = w.claimable_time {
+        d.insert("claimable_time", dt(t));
+    }
+    if let Some(t) = &w.claim_token {
+        d.insert("claim_token", t.as_str());
+    }
+    if let Some(x) = &w.wait {
+        d.insert("wait", wait_doc(x)?);
+    }
+    if let Some(x) = &w.resume {
+        d.insert("resume", resume_doc(x)?);
+    }
+    if let Some(m) = &w.fingerprint_mismatch {
+        d.insert("fingerprint_mismatch", mismatch_doc(m));
+    }
+    if let Some(t) = w.finished_at {
+        d.insert("finished_at", dt(t));
+    }
+    Ok(d)
+}
+
+/// Decode a stored instance document.
+pub(crate) fn instance_of(d: &Document) -> Result<WorkflowInstance> {
+    let steps = match req(d, "steps")? {
+        Bson::Array(a) => a
+            .iter()
+            .map(|b| match b {
+                Bson::Document(s) => step_of(s),
+                _ => Err(corrupt("steps", "element is not a document")),
+            })
+            .collect::<Result<Vec<_>>>()?,
+        _ => return Err(corrupt("steps", "not an array")),
+    };
+    let mut output = BTreeMap::new();
+    if let Some(o) = doc_of(d, "output")? {
+        for (k, v) in o {
+            output.insert(k.clone(), bson_to_json("output", v)?);
+        }
+    }
+    let priority = priority_of(d)?;
+    let fingerprint_mismatch = match doc_of(d, "fingerprint_mismatch")? {
+        None => None,
+        Some(m) => Some(FingerprintMismatch { persisted: str_of(m, "persisted")?, worker: str_of(m, "worker")? }),
+    };
+    Ok(WorkflowInstance {
+        workflow_id: str_of(d, "workflow_id")?,
+        workflow_type: str_of(d, "type")?,
+        biz_key: str_of(d, "biz_key")?,
+        status: parse_enum("status", str_of(d, "status")?)?,
+        steps,
+        input: bson_to_json("input", d.get("input").unwrap_or(&Bson::Null))?,
+        output,
+        claimable_time: opt_time(d, "claimable_time")?,
+        claim_token: opt_str(d, "claim_token")?,
+        wait: doc_of(d, "wait")?.map(wait_of).transpose()?,
+        resume: doc_of(d, "resume")?.map(resume_of).transpose()?,
+        definition_fingerprint: str_of(d, "definition_fingerprint")?,
+        fingerprint_mismatch,
+        business_priority: priority,
+        retry_count: u32_of(d, "retry_count")?,
+        revision: u64::try_from(int_or_zero(d, "revision")?).map_err(|_| corrupt("revision", "negative"))?,
+        created_at: time_of("created_at", req(d, "created_at")?)?,
+        updated_at: time_of("updated_at", req(d, "updated_at")?)?,
+        finished_at: opt_time(d, "finished_at")?,
+    })
+}
+
+// --- signals -----------------------------------------------------------------------------
+
+/// The stored shape of a [`SignalRecord`](kernel_core::ports::SignalRecord).
+pub(crate) fn signal_doc(r: &kernel_core::ports::SignalRecord) -> Result<Document> {
+    use kernel_core::ports::SignalStatus;
+    let mut d = bson::doc! {
+        "signal_id": r.signal_id.as_str(),
+        "workflow_id": r.workflow_id.as_str(),
+        "signal_type": r.signal_type.as_str(),
+        "wait_key": r.wait_key.as_str(),
+        "generation": i64_of("generation", r.generation)?,
+        "status": match r.status { SignalStatus::Pending => "pending", SignalStatus::Matched => "matched" },
+        "created_at": dt(r.created_at),
+    };
+    if let Some(t) = r.match_time {
+        d.insert("match_time", dt(t));
+    }
+    Ok(d)
+}
+
+/// Decode a stored inbox record.
+pub(crate) fn signal_of(d: &Document) -> Result<kernel_core::ports::SignalRecord> {
+    Ok(kernel_core::ports::SignalRecord {
+        signal_id: str_of(d, "signal_id")?,
+        workflow_id: str_of(d, "workflow_id")?,
+        signal_type: str_of(d, "signal_type")?,
+        wait_key: str_of(d, "wait_key")?,
+        generation: u64::try_from(int_or_zero(d, "generation")?).map_err(|_| corrupt("generation", "negative"))?,
+        status: parse_enum("status", str_of(d, "status")?)?,
+        created_at: time_of("created_at", req(d, "created_at")?)?,
+        match_time: opt_time(d, "match_time")?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn json_round_trip_keeps_operator_shaped_keys_as_data() {
+        let v = json!({"$ne": null, "a.b": [1, -2, 1.5, "x", true, {"$numberLong": "5"}], "big": i64::MAX});
+        let b = json_to_bson("input", &v).unwrap();
+        let Bson::Document(d) = &b else { panic!("not a document") };
+        assert_eq!(d.get_document("a.b").ok(), None, "dotted key kept verbatim, not split");
+        assert!(matches!(d.get("a.b"), Some(Bson::Array(_))));
+        assert_eq!(bson_to_json("input", &b).unwrap(), v);
+    }
+
+    #[test]
+    fn json_rejects_what_bson_cannot_hold() {
+        assert!(json_to_bson("input", &json!(u64::MAX)).is_err());
+        assert!(json_to_bson("input", &json!({"a\u{0}b": 1})).is_err());
+    }
+}

@@ -1,0 +1,64 @@
+//! Driver errors → [`kernel_core::Error`].
+//!
+//! The question each mapping answers: may the write have happened? A server that answered
+//! `ok: 0` (or a write error) did not apply a single-document write; a request that never
+//! left (no server selected, pool cleared before sending) did not either — both are
+//! [`Error::Unavailable`]. A connection lost or a timeout after the request was sent, a
+//! write-concern failure (applied on the primary, replication unknown) and an unreadable
+//! reply are [`Error::Uncertain`] for writes: the engine ends the claim instead of retrying.
+//! Reads have no effect, so every transport failure of a read is `Unavailable`.
+
+use kernel_core::Error;
+use mongodb::error::{Error as DriverError, ErrorKind, WriteFailure};
+
+/// The MongoDB code of a duplicate-key error.
+pub const DUPLICATE_KEY: i32 = 11000;
+
+/// Whether a call could have changed the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// Cannot change the database.
+    Read,
+    /// May change the database.
+    Write,
+}
+
+/// The server error code, wherever the driver put it.
+pub(crate) fn code(e: &DriverError) -> Option<i32> {
+    match e.kind.as_ref() {
+        ErrorKind::Command(c) => Some(c.code),
+        ErrorKind::Write(WriteFailure::WriteError(w)) => Some(w.code),
+        ErrorKind::Write(WriteFailure::WriteConcernError(w)) => Some(w.code),
+        _ => None,
+    }
+}
+
+pub(crate) fn is_duplicate_key(e: &DriverError) -> bool {
+    code(e) == Some(DUPLICATE_KEY)
+}
+
+// Codes the server gives when a single document would exceed 16 MiB.
+const TOO_LARGE: [i32; 3] = [10334, 17419, 17420];
+
+/// Map a driver error of a call of kind `op`; `what` names the call in the message.
+pub fn map(op: Op, what: &str, e: DriverError) -> Error {
+    let msg = format!("{what}: {e}");
+    let uncertain_if_write = |m: String| if op == Op::Write { Error::Uncertain(m) } else { Error::Unavailable(m) };
+    match e.kind.as_ref() {
+        ErrorKind::Write(WriteFailure::WriteConcernError(_)) => uncertain_if_write(msg),
+        ErrorKind::Command(c) if TOO_LARGE.contains(&c.code) => Error::invalid(what, msg),
+        ErrorKind::Write(WriteFailure::WriteError(w)) if TOO_LARGE.contains(&w.code) => Error::invalid(what, msg),
+        ErrorKind::Command(c) if c.code == 50 => uncertain_if_write(msg), // MaxTimeMSExpired
+        // The server answered `ok: 0`: a single-document write was not applied.
+        ErrorKind::Command(_) | ErrorKind::Write(WriteFailure::WriteError(_)) => Error::Unavailable(msg),
+        ErrorKind::ServerSelection { .. }
+        | ErrorKind::DnsResolve { .. }
+        | ErrorKind::Authentication { .. }
+        | ErrorKind::InvalidTlsConfig { .. }
+        | ErrorKind::Shutdown => Error::Unavailable(msg),
+        ErrorKind::InvalidArgument { .. } | ErrorKind::BsonSerialization(_) => Error::invalid(what, msg),
+        // Io, pool cleared mid-operation, unreadable replies and anything newer: the request
+        // may have reached the server.
+        _ => uncertain_if_write(msg),
+    }
+}

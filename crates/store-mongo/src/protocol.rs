@@ -1,0 +1,363 @@
+//! The wire protocol of the store: [`Guard`] → filter, [`Transition`] → update document.
+//!
+//! Pure functions, pinned by snapshot tests so that a silent protocol change fails a test.
+//! Every write the adapter issues is
+//!
+//! ```text
+//! findAndModify(workflow_instances,
+//!     query  = { workflow_id: <id>, <guard filter>, [steps.<max i>: {$exists: true}] },
+//!     update = { $set: {...}, $unset: {...}, $inc: {...} },
+//!     arrayFilters = [{ "f.status": "failed" }]   // replay only
+//!     new = true, fields = { revision: 1 })
+//! ```
+//!
+//! | guard | filter (besides `workflow_id`) |
+//! |---|---|
+//! | `Claimable { now, types }` | `status ∈ [running, failing]`, `claimable_time ≤ now`, `type ∈ types` |
+//! | `Running { token }` | `status = running`, `claim_token = token` |
+//! | `Failing { token }` | `status = failing`, `claim_token = token` |
+//! | `Token { token }` | `claim_token = token` |
+//! | `Failed` | `status = failed` |
+//! | `DueWait { now, step_index }` | `status = waiting`, `claimable_time ≤ now`, `wait.step_index = i` |
+//! | `SignalWait(id)` | `status = waiting`, `wait.kind = signal`, `wait.signal_type`, `wait.wait_key`, `wait.generation`, `wait.step_index` equal |
+//! | `Active` | `status ∈ [running, waiting, failing]` |
+//! | `PriorityBelow(p)` | `status ∈ [running, waiting, failing]`, `business_priority > p` (a larger number is less urgent) |
+//!
+//! The one addition to the guard is structural: a write that patches `steps.<i>` also
+//! requires `steps.<max i>` to exist, because MongoDB would otherwise *pad the array with
+//! nulls* up to that index and corrupt the instance. The store reports such a write as
+//! [`Error::InvalidInput`](kernel_core::Error::InvalidInput) after a re-read.
+//!
+//! Every user value is a BSON value under a fixed key: ids, tokens and names are strings
+//! compared for equality, never documents, so `{"$ne": null}` as an id is just a string.
+
+use crate::codec::{self, dt, i32_of, i64_of, json_to_bson};
+use kernel_core::model::*;
+use kernel_core::transition::{AttemptChange, Guard, Patch, StepPatch, Transition};
+use kernel_core::{validate, Error, Result};
+use mongodb::bson::{doc, Bson, Document};
+
+/// Identifier of the replay array filter (`steps.$[f]`).
+pub const FAILED_STEP_FILTER: &str = "f";
+
+/// Size limits checked before a document reaches the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest input, output or checkpoint, as serialized JSON bytes.
+    pub payload_bytes_max: usize,
+    /// Largest inserted document or update document, in BSON bytes (MongoDB refuses
+    /// documents over 16 MiB; stay well below so the stored document can still grow).
+    pub document_bytes_max: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { payload_bytes_max: 256 * 1024, document_bytes_max: 4 * 1024 * 1024 }
+    }
+}
+
+fn statuses(s: &[WorkflowStatus]) -> Bson {
+    Bson::Array(s.iter().map(|x| Bson::String(x.as_str().into())).collect())
+}
+
+const ACTIVE: [WorkflowStatus; 3] = [WorkflowStatus::Running, WorkflowStatus::Waiting, WorkflowStatus::Failing];
+const CLAIMABLE: [WorkflowStatus; 2] = [WorkflowStatus::Running, WorkflowStatus::Failing];
+
+/// The filter of `guard`, preceded by `workflow_id = id` when an id is given (`claim_any`
+/// has none). Validates every identifier it embeds.
+pub fn guard_filter(workflow_id: Option<&str>, guard: &Guard) -> Result<Document> {
+    let mut f = Document::new();
+    if let Some(id) = workflow_id {
+        validate::identifier("workflow_id", id)?;
+        f.insert("workflow_id", id);
+    }
+    match guard {
+        Guard::Claimable { now, types } => {
+            for t in types {
+                validate::identifier("types", t)?;
+            }
+            f.insert("status", doc! { "$in": statuses(&CLAIMABLE) });
+            f.insert("claimable_time", doc! { "$lte": dt(*now) });
+            f.insert("type", doc! { "$in": types.iter().map(|t| Bson::String(t.clone())).collect::<Vec<_>>() });
+        }
+        Guard::Running { token } => {
+            validate::identifier("claim_token", token)?;
+            f.insert("status", WorkflowStatus::Running.as_str());
+            f.insert("claim_token", token.as_str());
+        }
+        Guard::Failing { token } => {
+            validate::identifier("claim_token", token)?;
+            f.insert("status", WorkflowStatus::Failing.as_str());
+            f.insert("claim_token", token.as_str());
+        }
+        Guard::Token { token } => {
+            validate::identifier("claim_token", token)?;
+            f.insert("claim_token", token.as_str());
+        }
+        Guard::Failed => {
+            f.insert("status", WorkflowStatus::Failed.as_str());
+        }
+        Guard::DueWait { now, step_index } => {
+            f.insert("status", WorkflowStatus::Waiting.as_str());
+            f.insert("claimable_time", doc! { "$lte": dt(*now) });
+            f.insert("wait.step_index", i32_of("step_index", *step_index)?);
+        }
+        Guard::SignalWait(id) => {
+            validate::identifier("signal_type", &id.signal_type)?;
+            validate::identifier("wait_key", &id.wait_key)?;
+            f.insert("status", WorkflowStatus::Waiting.as_str());
+            f.insert("wait.kind", "signal");
+            f.insert("wait.signal_type", id.signal_type.as_str());
+            f.insert("wait.wait_key", id.wait_key.as_str());
+            f.insert("wait.generation", i64_of("generation", id.generation)?);
+            f.insert("wait.step_index", i32_of("step_index", id.step_index)?);
+        }
+        Guard::Active => {
+            f.insert("status", doc! { "$in": statuses(&ACTIVE) });
+        }
+        Guard::PriorityBelow(p) => {
+            f.insert("status", doc! { "$in": statuses(&ACTIVE) });
+            f.insert("business_priority", doc! { "$gt": codec::priority_bson(*p) });
+        }
+    }
+    Ok(f)
+}
+
+/// The update document of a transition, plus its array filters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Update {
+    /// `{ $set, $unset, $inc }` (empty operators omitted).
+    pub update: Document,
+    /// `arrayFilters` (replay's `reset_failed_steps`).
+    pub array_filters: Option<Vec<Document>>,
+    /// Highest step index patched, if any: the write also requires `steps.<i>` to exist.
+    pub step_index_max: Option<u32>,
+}
+
+impl Update {
+    /// `guard_filter` plus the structural step condition.
+    pub fn filter(&self, workflow_id: &str, guard: &Guard) -> Result<Document> {
+        let mut f = guard_filter(Some(workflow_id), guard)?;
+        if let Some(i) = self.step_index_max {
+            f.insert(format!("steps.{i}"), doc! { "$exists": true });
+        }
+        Ok(f)
+    }
+}
+
+#[derive(Default)]
+struct Ops {
+    set: Document,
+    unset: Document,
+    inc: Document,
+}
+
+impl Ops {
+    fn patch<T>(&mut self, key: String, p: &Patch<T>, enc: impl FnOnce(&T) -> Result<Bson>) -> Result<()> {
+        match p {
+            Patch::Set(v) => {
+                self.set.insert(key, enc(v)?);
+            }
+            Patch::Unset => {
+                self.unset.insert(key, "");
+            }
+        }
+        Ok(())
+    }
+}
+
+fn step_patch(ops: &mut Ops, p: &StepPatch, limits: &Limits) -> Result<()> {
+    let k = |f: &str| format!("steps.{}.{f}", p.index);
+    if let Some(s) = p.status {
+        ops.set.insert(k("status"), s.as_str());
+    }
+    match p.attempt {
+        Some(AttemptChange::Inc(d)) => {
+            ops.inc.insert(k("attempt"), Bson::Int32(d));
+        }
+        Some(AttemptChange::Reset) => {
+            ops.set.insert(k("attempt"), Bson::Int32(0));
+        }
+        None => {}
+    }
+    if let Some(e) = &p.error {
+        ops.patch(k("error"), e, |e| Ok(codec::step_error_doc(e)))?;
+    }
+    if let Some(c) = &p.checkpoint {
+        let field = k("checkpoint");
+        ops.patch(field.clone(), c, |v| {
+            validate::payload(&field, v, limits.payload_bytes_max)?;
+            json_to_bson(&field, v)
+        })?;
+    }
+    if p.elapsed_ms_inc != 0 {
+        ops.inc.insert(k("elapsed_ms"), Bson::Int64(p.elapsed_ms_inc));
+    }
+    if p.traffic_wait_ms_inc != 0 {
+        ops.inc.insert(k("traffic_wait_ms"), Bson::Int64(p.traffic_wait_ms_inc));
+    }
+    if p.traffic_waits_inc != 0 {
+        ops.inc.insert(k("traffic_waits"), i32_of("traffic_waits", p.traffic_waits_inc)?);
+    }
+    if let Some(t) = p.started_at {
+        ops.set.insert(k("started_at"), dt(t));
+    }
+    if let Some(f) = &p.finished_at {
+        ops.patch(k("finished_at"), f, |t| Ok(dt(*t)))?;
+    }
+    Ok(())
+}
+
+/// Translate a transition into one update document (K-6.4). Validates output names
+/// ([`validate::key_name`]), tokens and wait identities, and payload sizes.
+pub fn transition_update(t: &Transition, limits: &Limits) -> Result<Update> {
+    let mut ops = Ops::default();
+    if let Some(s) = t.status {
+        ops.set.insert("status", s.as_str());
+    }
+    if t.reset_failed_steps && !t.steps.is_empty() {
+        // Both could name the same element (`steps.$[f]` and `steps.<i>`), which MongoDB
+        // refuses as a path conflict; no kernel transition needs it.
+        return Err(Error::invalid("transition", "reset_failed_steps cannot be combined with step patches"));
+    }
+    if t.reset_failed_steps {
+        let f = |n: &str| format!("steps.$[{FAILED_STEP_FILTER}].{n}");
+        ops.set.insert(f("status"), StepStatus::Pending.as_str());
+        ops.set.insert(f("attempt"), Bson::Int32(0));
+        ops.set.insert(f("elapsed_ms"), Bson::Int64(0));
+        ops.set.insert(f("traffic_wait_ms"), Bson::Int64(0));
+        ops.set.insert(f("traffic_waits"), Bson::Int32(0));
+        for n in ["error", "checkpoint", "started_at", "finished_at"] {
+            ops.unset.insert(f(n), "");
+        }
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for p in &t.steps {
+        if !seen.insert(p.index) {
+            return Err(Error::invalid("transition.steps", format_args!("step {} patched twice", p.index)));
+        }
+        step_patch(&mut ops, p, limits)?;
+    }
+    for (name, v) in &t.outputs {
+        validate::key_name("output", name)?;
+        let field = format!("output.{name}");
+        validate::payload(&field, v, limits.payload_bytes_max)?;
+        ops.set.insert(field.clone(), json_to_bson(&field, v)?);
+    }
+    if let Some(i) = &t.input {
+        validate::payload("input", i, limits.payload_bytes_max)?;
+        ops.set.insert("input", json_to_bson("input", i)?);
+    }
+    if let Some(p) = &t.claimable_time {
+        ops.patch("claimable_time".into(), p, |x| Ok(dt(*x)))?;
+    }
+    if let Some(p) = &t.claim_token {
+        ops.patch("claim_token".into(), p, |x| {
+            validate::identifier("claim_token", x)?;
+            Ok(Bson::String(x.clone()))
+        })?;
+    }
+    if let Some(p) = &t.wait {
+        ops.patch("wait".into(), p, |w| {
+            validate_wait(w)?;
+            Ok(Bson::Document(codec::wait_doc(w)?))
+        })?;
+    }
+    if let Some(p) = &t.resume {
+        ops.patch("resume".into(), p, |r| {
+            if let Some(s) = &r.signal_id {
+                validate::identifier("resume.signal_id", s)?;
+            }
+            Ok(Bson::Document(codec::resume_doc(r)?))
+        })?;
+    }
+    if let Some(m) = &t.fingerprint_mismatch {
+        ops.set.insert("fingerprint_mismatch", codec::mismatch_doc(m));
+    }
+    if let Some(p) = t.priority {
+        ops.set.insert("business_priority", codec::priority_bson(p));
+    }
+    if let Some(p) = &t.finished_at {
+        ops.patch("finished_at".into(), p, |x| Ok(dt(*x)))?;
+    }
+    ops.set.insert("updated_at", dt(t.now));
+    if t.retry_count_inc {
+        ops.inc.insert("retry_count", Bson::Int32(1));
+    }
+    if t.bump_revision {
+        ops.inc.insert("revision", Bson::Int64(1));
+    }
+
+    let mut update = Document::new();
+    for (op, d) in [("$set", ops.set), ("$unset", ops.unset), ("$inc", ops.inc)] {
+        if !d.is_empty() {
+            update.insert(op, d);
+        }
+    }
+    check_size("transition", &update, limits)?;
+    Ok(Update {
+        update,
+        array_filters: t
+            .reset_failed_steps
+            .then(|| vec![doc! { format!("{FAILED_STEP_FILTER}.status"): StepStatus::Failed.as_str() }]),
+        step_index_max: t.steps.iter().map(|p| p.index).max(),
+    })
+}
+
+pub(crate) fn validate_wait(w: &Wait) -> Result<()> {
+    if let Some(s) = &w.signal_type {
+        validate::identifier("wait.signal_type", s)?;
+    }
+    if let Some(s) = &w.wait_key {
+        validate::identifier("wait.wait_key", s)?;
+    }
+    Ok(())
+}
+
+/// BSON size of `d` against [`Limits::document_bytes_max`].
+pub(crate) fn check_size(field: &str, d: &Document, limits: &Limits) -> Result<()> {
+    let mut buf = Vec::new();
+    d.to_writer(&mut buf).map_err(|e| Error::invalid(field, e))?;
+    if buf.len() > limits.document_bytes_max {
+        return Err(Error::invalid(
+            field,
+            format_args!("{} BSON bytes exceeds the document limit of {}", buf.len(), limits.document_bytes_max),
+        ));
+    }
+    Ok(())
+}
+
+/// Validate an instance before insert and return its document (K-2.0 and size limits).
+pub fn instance_document(w: &WorkflowInstance, limits: &Limits) -> Result<Document> {
+    validate::identifier("workflow_id", &w.workflow_id)?;
+    validate::identifier("biz_key", &w.biz_key)?;
+    validate::identifier("workflow_type", &w.workflow_type)?;
+    validate::identifier("definition_fingerprint", &w.definition_fingerprint)?;
+    let mut names = std::collections::BTreeSet::new();
+    for (i, s) in w.steps.iter().enumerate() {
+        validate::key_name(&format!("steps[{i}].name"), &s.name)?;
+        if !names.insert(s.name.as_str()) {
+            return Err(Error::invalid(format!("steps[{i}].name"), "duplicate step name"));
+        }
+        if let Some(c) = &s.checkpoint {
+            validate::payload(&format!("steps[{i}].checkpoint"), c, limits.payload_bytes_max)?;
+        }
+    }
+    validate::payload("input", &w.input, limits.payload_bytes_max)?;
+    for (k, v) in &w.output {
+        validate::key_name("output", k)?;
+        validate::payload(&format!("output.{k}"), v, limits.payload_bytes_max)?;
+    }
+    if let Some(t) = &w.claim_token {
+        validate::identifier("claim_token", t)?;
+    }
+    if let Some(x) = &w.wait {
+        validate_wait(x)?;
+    }
+    if let Some(s) = w.resume.as_ref().and_then(|r| r.signal_id.as_ref()) {
+        validate::identifier("resume.signal_id", s)?;
+    }
+    let d = codec::instance_doc(w)?;
+    check_size("instance", &d, limits)?;
+    Ok(d)
+}

@@ -1,0 +1,233 @@
+use crate::error::{self, map, Op};
+use crate::protocol::{self, guard_filter, transition_update};
+use crate::{codec, MongoConfig, INSTANCES};
+use futures::TryStreamExt;
+use kernel_core::model::*;
+use kernel_core::ports::*;
+use kernel_core::transition::{Guard, Transition};
+use kernel_core::{validate, Error, Result};
+use mongodb::bson::{doc, Bson, Document, RawDocumentBuf};
+use mongodb::options::{CollectionOptions, IndexOptions, ReturnDocument};
+use mongodb::{Collection, Database, IndexModel};
+
+/// [`WorkflowStore`] on the `workflow_instances` collection.
+///
+/// Every write is one `findAndModify` whose query is `workflow_id = id AND <guard>` (see
+/// [`protocol`](crate::protocol)); reads and writes go to the primary with the configured
+/// write concern. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct MongoWorkflowStore {
+    coll: Collection<RawDocumentBuf>,
+    config: MongoConfig,
+}
+
+impl MongoWorkflowStore {
+    /// Open the store on `db` and create its indexes (idempotent).
+    pub async fn open(db: &Database, config: MongoConfig) -> Result<Self> {
+        let s = Self::without_indexes(db, config);
+        s.ensure_indexes().await?;
+        Ok(s)
+    }
+
+    /// Open without touching indexes (when a migration step owns them).
+    pub fn without_indexes(db: &Database, config: MongoConfig) -> Self {
+        let opts = CollectionOptions::builder()
+            .write_concern(config.write_concern.clone())
+            .selection_criteria(config.selection_criteria())
+            .build();
+        MongoWorkflowStore { coll: db.collection_with_options(INSTANCES, opts), config }
+    }
+
+    /// The indexes of `workflow_instances`:
+    ///
+    /// - `biz_key_unique` — K-3.2, picks the winner of concurrent creates;
+    /// - `workflow_id_unique` — every guarded write and read addresses one id;
+    /// - `status_claimable_time` — `claim_any` (`status ∈ {running, failing}`, due first)
+    ///   and `scan_due_waits` (`status = waiting`, `claimable_time ≤ now`);
+    /// - `status_workflow_id` — `scan_claimable`, paged by `workflow_id`.
+    pub async fn ensure_indexes(&self) -> Result<()> {
+        let unique = |name: &str| IndexOptions::builder().unique(true).name(name.to_string()).build();
+        let named = |name: &str| IndexOptions::builder().name(name.to_string()).build();
+        let models = vec![
+            IndexModel::builder().keys(doc! { "biz_key": 1 }).options(unique("biz_key_unique")).build(),
+            IndexModel::builder().keys(doc! { "workflow_id": 1 }).options(unique("workflow_id_unique")).build(),
+            IndexModel::builder()
+                .keys(doc! { "status": 1, "claimable_time": 1 })
+                .options(named("status_claimable_time"))
+                .build(),
+            IndexModel::builder()
+                .keys(doc! { "status": 1, "workflow_id": 1 })
+                .options(named("status_workflow_id"))
+                .build(),
+        ];
+        self.coll.create_indexes(models).await.map_err(|e| map(Op::Write, "create indexes", e))?;
+        Ok(())
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &MongoConfig {
+        &self.config
+    }
+
+    async fn find_one(&self, filter: Document) -> Result<Option<WorkflowInstance>> {
+        let d = self.coll.find_one(filter).await.map_err(|e| map(Op::Read, "find instance", e))?;
+        d.as_ref().map(codec::decode_instance).transpose()
+    }
+
+    async fn claim_with(
+        &self,
+        filter: Document,
+        spec: &ClaimSpec,
+        sort: Option<Document>,
+    ) -> Result<Option<WorkflowInstance>> {
+        validate::identifier("claim_token", &spec.token)?;
+        validate::positive_ms("lease_ms", spec.lease_ms)?;
+        let u = transition_update(&Transition::claim(&spec.token, spec.now, spec.lease_ms), &self.config.limits)?;
+        let mut action = self.coll.find_one_and_update(filter, u.update).return_document(ReturnDocument::After);
+        if let Some(s) = sort {
+            action = action.sort(s);
+        }
+        let d = action.await.map_err(|e| map(Op::Write, "claim", e))?;
+        d.as_ref().map(codec::decode_instance).transpose()
+    }
+
+    fn page(&self, limit: usize) -> Option<i64> {
+        // `limit(0)` means "no limit" to MongoDB: answer an empty page without a query.
+        (limit > 0).then(|| limit.min(self.config.scan_page_max) as i64)
+    }
+}
+
+#[async_trait::async_trait]
+impl WorkflowStore for MongoWorkflowStore {
+    async fn create(&self, instance: WorkflowInstance) -> Result<CreateOutcome> {
+        let d = protocol::instance_document(&instance, &self.config.limits)?;
+        match self.coll.insert_one(codec::raw("instance", &d)?).await {
+            Ok(_) => Ok(CreateOutcome::Created(instance)),
+            Err(e) if error::is_duplicate_key(&e) => {
+                // K-5: the unique index picked another winner; re-read and reuse it.
+                match self.find_one(doc! { "biz_key": instance.biz_key.as_str() }).await? {
+                    Some(existing) => Ok(CreateOutcome::Exists(existing)),
+                    None => Err(Error::Conflict(format!(
+                        "workflow_id `{}` exists under another biz_key",
+                        instance.workflow_id
+                    ))),
+                }
+            }
+            Err(e) => Err(map(Op::Write, "create", e)),
+        }
+    }
+
+    async fn get(&self, workflow_id: &str) -> Result<Option<WorkflowInstance>> {
+        validate::identifier("workflow_id", workflow_id)?;
+        self.find_one(doc! { "workflow_id": workflow_id }).await
+    }
+
+    async fn get_by_biz_key(&self, biz_key: &str) -> Result<Option<WorkflowInstance>> {
+        validate::identifier("biz_key", biz_key)?;
+        self.find_one(doc! { "biz_key": biz_key }).await
+    }
+
+    async fn claim(&self, workflow_id: &str, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
+        let filter = guard_filter(Some(workflow_id), &spec.guard())?;
+        self.claim_with(filter, spec, None).await
+    }
+
+    async fn claim_any(&self, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
+        let filter = guard_filter(None, &spec.guard())?;
+        // Longest-due first; served by `status_claimable_time`.
+        self.claim_with(filter, spec, Some(doc! { "claimable_time": 1 })).await
+    }
+
+    async fn apply(&self, workflow_id: &str, guard: &Guard, transition: &Transition) -> Result<WriteOutcome> {
+        let u = transition_update(transition, &self.config.limits)?;
+        let filter = u.filter(workflow_id, guard)?;
+        let mut action = self
+            .coll
+            .find_one_and_update(filter, u.update)
+            .return_document(ReturnDocument::After)
+            .projection(doc! { "_id": 0, "revision": 1 });
+        if let Some(af) = u.array_filters {
+            action = action.array_filters(af);
+        }
+        let d = action.await.map_err(|e| map(Op::Write, "apply", e))?;
+        if let Some(d) = d {
+            let d = codec::unraw(&d)?;
+            let revision = match d.get("revision") {
+                Some(Bson::Int64(r)) => u64::try_from(*r).ok(),
+                Some(Bson::Int32(r)) => u64::try_from(*r).ok(),
+                _ => None,
+            }
+            .ok_or_else(|| codec::corrupt("revision", "missing after update"))?;
+            return Ok(WriteOutcome::Applied { revision });
+        }
+        if let Some(max) = u.step_index_max {
+            // Tell a bad step index apart from a lost guard; nothing was written either way.
+            if let Some(inst) = self.get(workflow_id).await? {
+                if guard.matches(&inst) && max as usize >= inst.steps.len() {
+                    return Err(Error::invalid("transition.steps", "step index out of range"));
+                }
+            }
+        }
+        Ok(WriteOutcome::Missed)
+    }
+
+    async fn scan_due_waits(&self, now: Millis, limit: usize) -> Result<Vec<DueWait>> {
+        let Some(limit) = self.page(limit) else { return Ok(Vec::new()) };
+        let filter = doc! { "status": WorkflowStatus::Waiting.as_str(), "claimable_time": { "$lte": codec::dt(now) }, "wait": { "$exists": true } };
+        let docs: Vec<RawDocumentBuf> = self
+            .coll
+            .find(filter)
+            .sort(doc! { "claimable_time": 1 })
+            .limit(limit)
+            .projection(doc! { "_id": 0, "workflow_id": 1, "wait": 1, "business_priority": 1 })
+            .await
+            .map_err(|e| map(Op::Read, "scan due waits", e))?
+            .try_collect()
+            .await
+            .map_err(|e| map(Op::Read, "scan due waits", e))?;
+        docs.iter()
+            .map(|r| {
+                let d = &codec::unraw(r)?;
+                let w = codec::wait_of(codec::doc_of(d, "wait")?.ok_or_else(|| codec::corrupt("wait", "missing"))?)?;
+                Ok(DueWait {
+                    workflow_id: codec::str_field(d, "workflow_id")?,
+                    step_index: w.step_index,
+                    resume: if w.kind == WaitKind::Timer { ResumeKind::Timer } else { ResumeKind::Poll },
+                    priority: codec::priority_of(d)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn scan_claimable(&self, after: Option<&str>, limit: usize) -> Result<Vec<Candidate>> {
+        let Some(limit) = self.page(limit) else { return Ok(Vec::new()) };
+        let mut filter = doc! {
+            "status": { "$in": [WorkflowStatus::Running.as_str(), WorkflowStatus::Failing.as_str()] },
+            "claimable_time": { "$exists": true },
+        };
+        if let Some(a) = after {
+            validate::identifier("after", a)?;
+            filter.insert("workflow_id", doc! { "$gt": a });
+        }
+        let docs: Vec<RawDocumentBuf> = self
+            .coll
+            .find(filter)
+            .sort(doc! { "workflow_id": 1 })
+            .limit(limit)
+            .projection(doc! { "_id": 0, "workflow_id": 1, "business_priority": 1, "claimable_time": 1 })
+            .await
+            .map_err(|e| map(Op::Read, "scan claimable", e))?
+            .try_collect()
+            .await
+            .map_err(|e| map(Op::Read, "scan claimable", e))?;
+        docs.iter().map(|r| candidate_of(&codec::unraw(r)?)).collect()
+    }
+}
+
+fn candidate_of(d: &Document) -> Result<Candidate> {
+    Ok(Candidate {
+        workflow_id: codec::str_field(d, "workflow_id")?,
+        priority: codec::priority_of(d)?,
+        claimable_time: codec::time_field(d, "claimable_time")?,
+    })
+}

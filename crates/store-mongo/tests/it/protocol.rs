@@ -1,0 +1,333 @@
+//! Snapshot of the wire protocol: the filter of every `Guard` and the update of every
+//! `Transition` constructor. A change here changes what is stored; update the expectation
+//! only together with docs/store-mongo.md and a migration note. No server needed.
+
+use kernel_core::model::*;
+use kernel_core::transition::{Guard, Transition};
+use mongodb::bson::{doc, Bson, DateTime, Document};
+use serde_json::json;
+use store_mongo::protocol::{guard_filter, transition_update, Limits, Update};
+
+const NOW: Millis = 1_700_000_000_000;
+
+fn d(ms: Millis) -> Bson {
+    Bson::DateTime(DateTime::from_millis(ms))
+}
+
+fn update(t: &Transition) -> Update {
+    transition_update(t, &Limits::default()).expect("valid transition")
+}
+
+/// Compare the update document (and that no array filters / step condition are present
+/// unless expected).
+fn check(t: Transition, expected: Document, step_index_max: Option<u32>) {
+    let u = update(&t);
+    assert_eq!(u.update, expected, "update of {:?}", t.kinds);
+    assert_eq!(u.array_filters, None, "array filters of {:?}", t.kinds);
+    assert_eq!(u.step_index_max, step_index_max, "step condition of {:?}", t.kinds);
+}
+
+fn err(class: ErrorClass) -> StepError {
+    StepError { class, message: "boom".into() }
+}
+
+#[test]
+fn guard_filters() {
+    let f = |g: &Guard| guard_filter(Some("wf-1"), g).expect("valid guard");
+    assert_eq!(
+        f(&Guard::Claimable { now: NOW, types: vec!["summary".into(), "fanout".into()] }),
+        doc! { "workflow_id": "wf-1", "status": { "$in": ["running", "failing"] }, "claimable_time": { "$lte": d(NOW) }, "type": { "$in": ["summary", "fanout"] } }
+    );
+    assert_eq!(
+        f(&Guard::Running { token: "tok".into() }),
+        doc! { "workflow_id": "wf-1", "status": "running", "claim_token": "tok" }
+    );
+    assert_eq!(
+        f(&Guard::Failing { token: "tok".into() }),
+        doc! { "workflow_id": "wf-1", "status": "failing", "claim_token": "tok" }
+    );
+    assert_eq!(f(&Guard::Token { token: "tok".into() }), doc! { "workflow_id": "wf-1", "claim_token": "tok" });
+    assert_eq!(f(&Guard::Failed), doc! { "workflow_id": "wf-1", "status": "failed" });
+    assert_eq!(
+        f(&Guard::DueWait { now: NOW, step_index: 1 }),
+        doc! { "workflow_id": "wf-1", "status": "waiting", "claimable_time": { "$lte": d(NOW) }, "wait.step_index": 1i32 }
+    );
+    let id = WaitIdentity { signal_type: "approved".into(), wait_key: "doc:42".into(), generation: 3, step_index: 1 };
+    assert_eq!(
+        f(&Guard::SignalWait(id)),
+        doc! {
+            "workflow_id": "wf-1", "status": "waiting", "wait.kind": "signal", "wait.signal_type": "approved",
+            "wait.wait_key": "doc:42", "wait.generation": 3i64, "wait.step_index": 1i32,
+        }
+    );
+    assert_eq!(
+        f(&Guard::Active),
+        doc! { "workflow_id": "wf-1", "status": { "$in": ["running", "waiting", "failing"] } }
+    );
+    assert_eq!(
+        f(&Guard::PriorityBelow(Priority::P1)),
+        doc! { "workflow_id": "wf-1", "status": { "$in": ["running", "waiting", "failing"] }, "business_priority": { "$gt": 1i32 } }
+    );
+    // claim_any: the guard alone.
+    assert_eq!(
+        guard_filter(None, &Guard::Claimable { now: NOW, types: vec!["summary".into()] }).unwrap(),
+        doc! { "status": { "$in": ["running", "failing"] }, "claimable_time": { "$lte": d(NOW) }, "type": { "$in": ["summary"] } }
+    );
+}
+
+#[test]
+fn user_values_stay_values() {
+    let evil = r#"{"$ne": null}"#;
+    let f = guard_filter(Some(evil), &Guard::Token { token: evil.into() }).unwrap();
+    assert_eq!(f, doc! { "workflow_id": evil, "claim_token": evil });
+    assert!(matches!(f.get("workflow_id"), Some(Bson::String(_))));
+    let u = update(&Transition::complete_step(0, "fetch", json!({"$ne": null, "$numberLong": "5"}), 0, NOW, false));
+    let set = u.update.get_document("$set").unwrap();
+    assert_eq!(set.get("output.fetch"), Some(&Bson::Document(doc! { "$ne": Bson::Null, "$numberLong": "5" })));
+}
+
+#[test]
+fn step_writes_require_the_step_to_exist() {
+    let u = update(&Transition::mark_running(2, NOW));
+    assert_eq!(
+        u.filter("wf-1", &Guard::Running { token: "tok".into() }).unwrap(),
+        doc! { "workflow_id": "wf-1", "status": "running", "claim_token": "tok", "steps.2": { "$exists": true } }
+    );
+}
+
+#[test]
+fn claim_and_heartbeat_do_not_bump_revision() {
+    check(
+        Transition::claim("tok", NOW, 30_000),
+        doc! { "$set": { "claimable_time": d(NOW + 30_000), "claim_token": "tok", "updated_at": d(NOW) } },
+        None,
+    );
+    check(
+        Transition::heartbeat(NOW, 30_000),
+        doc! { "$set": { "claimable_time": d(NOW + 30_000), "updated_at": d(NOW) } },
+        None,
+    );
+}
+
+#[test]
+fn step_transitions() {
+    check(
+        Transition::mark_running(2, NOW),
+        doc! {
+            "$set": { "steps.2.status": "running", "steps.2.started_at": d(NOW), "updated_at": d(NOW) },
+            "$inc": { "steps.2.attempt": 1i32, "revision": 1i64 },
+        },
+        Some(2),
+    );
+    check(
+        Transition::complete_step(1, "compose", json!({"s": "ok", "n": 2}), 250, NOW, true),
+        doc! {
+            "$set": { "steps.1.status": "completed", "steps.1.finished_at": d(NOW), "output.compose": { "n": 2i64, "s": "ok" }, "updated_at": d(NOW) },
+            "$unset": { "resume": "" },
+            "$inc": { "steps.1.elapsed_ms": 250i64, "revision": 1i64 },
+        },
+        Some(1),
+    );
+    let wait = Wait {
+        kind: WaitKind::Signal,
+        signal_type: Some("approved".into()),
+        wait_key: Some("doc:42".into()),
+        generation: 3,
+        step_index: 1,
+        poll_time: Some(NOW + 60_000),
+    };
+    check(
+        Transition::suspend(1, wait, Some(json!({"c": 1})), 40, NOW),
+        doc! {
+            "$set": {
+                "steps.1.status": "waiting", "steps.1.checkpoint": { "c": 1i64 }, "status": "waiting",
+                "claimable_time": d(NOW + 60_000),
+                "wait": { "kind": "signal", "generation": 3i64, "step_index": 1i32, "signal_type": "approved", "wait_key": "doc:42", "poll_time": d(NOW + 60_000) },
+                "updated_at": d(NOW),
+            },
+            "$unset": { "claim_token": "", "resume": "" },
+            "$inc": { "steps.1.attempt": -1i32, "steps.1.elapsed_ms": 40i64, "revision": 1i64 },
+        },
+        Some(1),
+    );
+    let timer = Wait {
+        kind: WaitKind::Timer,
+        signal_type: None,
+        wait_key: None,
+        generation: 0,
+        step_index: 0,
+        poll_time: None,
+    };
+    check(
+        Transition::suspend(0, timer, None, 0, NOW),
+        doc! {
+            "$set": { "steps.0.status": "waiting", "status": "waiting", "wait": { "kind": "timer", "generation": 0i64, "step_index": 0i32 }, "updated_at": d(NOW) },
+            "$unset": { "steps.0.checkpoint": "", "claimable_time": "", "claim_token": "", "resume": "" },
+            "$inc": { "steps.0.attempt": -1i32, "revision": 1i64 },
+        },
+        Some(0),
+    );
+    check(
+        Transition::yield_step(1, None, 0, NOW),
+        doc! {
+            "$set": { "steps.1.status": "pending", "claimable_time": d(NOW), "updated_at": d(NOW) },
+            "$unset": { "steps.1.checkpoint": "", "claim_token": "", "resume": "" },
+            "$inc": { "steps.1.attempt": -1i32, "revision": 1i64 },
+        },
+        Some(1),
+    );
+    check(
+        Transition::park_sibling(2, Some(json!([1])), 5, NOW),
+        doc! {
+            "$set": { "steps.2.status": "pending", "steps.2.checkpoint": [1i64], "updated_at": d(NOW) },
+            "$inc": { "steps.2.attempt": -1i32, "steps.2.elapsed_ms": 5i64, "revision": 1i64 },
+        },
+        Some(2),
+    );
+    check(
+        Transition::step_retry(1, err(ErrorClass::Transient), 33, NOW).release_until(NOW + 2_000),
+        doc! {
+            "$set": { "steps.1.status": "pending", "steps.1.error": { "class": "transient", "message": "boom" }, "claimable_time": d(NOW + 2_000), "updated_at": d(NOW) },
+            "$unset": { "steps.1.checkpoint": "", "claim_token": "" },
+            "$inc": { "steps.1.elapsed_ms": 33i64, "revision": 1i64 },
+        },
+        Some(1),
+    );
+    check(
+        Transition::permit_deferral(1, 500, NOW).release_until(NOW + 500),
+        doc! {
+            "$set": { "steps.1.status": "pending", "claimable_time": d(NOW + 500), "updated_at": d(NOW) },
+            "$unset": { "claim_token": "" },
+            "$inc": { "steps.1.traffic_wait_ms": 500i64, "steps.1.traffic_waits": 1i32, "revision": 1i64 },
+        },
+        Some(1),
+    );
+    check(
+        Transition::skip_step(1, err(ErrorClass::Permanent), 7, NOW),
+        doc! {
+            "$set": { "steps.1.status": "skipped", "steps.1.error": { "class": "permanent", "message": "boom" }, "steps.1.finished_at": d(NOW), "updated_at": d(NOW) },
+            "$unset": { "steps.1.checkpoint": "" },
+            "$inc": { "steps.1.elapsed_ms": 7i64, "revision": 1i64 },
+        },
+        Some(1),
+    );
+    check(
+        Transition::step_failed(1, err(ErrorClass::Permanent), 7, NOW),
+        doc! {
+            "$set": { "status": "failing", "steps.1.status": "failed", "steps.1.error": { "class": "permanent", "message": "boom" }, "steps.1.finished_at": d(NOW), "updated_at": d(NOW) },
+            "$unset": { "steps.1.checkpoint": "" },
+            "$inc": { "steps.1.elapsed_ms": 7i64, "revision": 1i64 },
+        },
+        Some(1),
+    );
+    check(
+        Transition::activity_canceled(1, err(ErrorClass::Canceled), 3, NOW),
+        doc! {
+            "$set": { "status": "canceled", "steps.1.status": "skipped", "steps.1.error": { "class": "canceled", "message": "boom" }, "steps.1.finished_at": d(NOW), "finished_at": d(NOW), "updated_at": d(NOW) },
+            "$unset": { "claimable_time": "", "claim_token": "", "wait": "", "resume": "" },
+            "$inc": { "steps.1.elapsed_ms": 3i64, "revision": 1i64 },
+        },
+        Some(1),
+    );
+    check(
+        Transition::complete_step(1, "compose", json!("done"), 20, NOW, false).fuse(Transition::mark_running(2, NOW)),
+        doc! {
+            "$set": { "steps.1.status": "completed", "steps.1.finished_at": d(NOW), "steps.2.status": "running", "steps.2.started_at": d(NOW), "output.compose": "done", "updated_at": d(NOW) },
+            "$inc": { "steps.1.elapsed_ms": 20i64, "steps.2.attempt": 1i32, "revision": 1i64 },
+        },
+        Some(2),
+    );
+}
+
+#[test]
+fn workflow_transitions() {
+    let terminal = |status: &str| {
+        doc! {
+            "$set": { "status": status, "finished_at": d(NOW), "updated_at": d(NOW) },
+            "$unset": { "claimable_time": "", "claim_token": "", "wait": "", "resume": "" },
+            "$inc": { "revision": 1i64 },
+        }
+    };
+    check(
+        Transition::failing(NOW),
+        doc! { "$set": { "status": "failing", "updated_at": d(NOW) }, "$inc": { "revision": 1i64 } },
+        None,
+    );
+    check(Transition::failed(NOW), terminal("failed"), None);
+    check(Transition::completed(NOW), terminal("completed"), None);
+    check(Transition::supersede(NOW), terminal("canceled"), None);
+    check(
+        Transition::finalizer_release(NOW, 5_000),
+        doc! { "$set": { "claimable_time": d(NOW + 5_000), "updated_at": d(NOW) }, "$unset": { "claim_token": "" }, "$inc": { "revision": 1i64 } },
+        None,
+    );
+    check(
+        Transition::release(NOW),
+        doc! { "$set": { "claimable_time": d(NOW), "updated_at": d(NOW) }, "$unset": { "claim_token": "" }, "$inc": { "revision": 1i64 } },
+        None,
+    );
+    check(
+        Transition::fingerprint_push_back("fp-1", "fp-2", NOW, 3_600_000),
+        doc! {
+            "$set": { "claimable_time": d(NOW + 3_600_000), "fingerprint_mismatch": { "persisted": "fp-1", "worker": "fp-2" }, "updated_at": d(NOW) },
+            "$unset": { "claim_token": "" },
+            "$inc": { "revision": 1i64 },
+        },
+        None,
+    );
+    check(
+        Transition::timer_activation(1, ResumeKind::Timer, NOW),
+        doc! {
+            "$set": { "status": "running", "steps.1.status": "pending", "resume": { "kind": "timer", "step_index": 1i32 }, "updated_at": d(NOW) },
+            "$unset": { "claim_token": "", "wait": "" },
+            "$inc": { "revision": 1i64 },
+        },
+        Some(1),
+    );
+    check(
+        Transition::timer_activation(1, ResumeKind::Poll, NOW),
+        doc! {
+            "$set": { "status": "running", "steps.1.status": "pending", "resume": { "kind": "poll", "step_index": 1i32 }, "updated_at": d(NOW) },
+            "$unset": { "claim_token": "", "wait": "" },
+            "$inc": { "revision": 1i64 },
+        },
+        Some(1),
+    );
+    check(
+        Transition::signal_activation(1, "sig-1", NOW),
+        doc! {
+            "$set": { "status": "running", "steps.1.status": "pending", "claimable_time": d(NOW), "resume": { "kind": "signal", "step_index": 1i32, "signal_id": "sig-1" }, "updated_at": d(NOW) },
+            "$unset": { "claim_token": "", "wait": "" },
+            "$inc": { "revision": 1i64 },
+        },
+        Some(1),
+    );
+    check(
+        Transition::priority_raise(Priority::P1, NOW),
+        doc! { "$set": { "business_priority": 1i32, "updated_at": d(NOW) }, "$inc": { "revision": 1i64 } },
+        None,
+    );
+}
+
+#[test]
+fn replay_resets_failed_steps_through_array_filters() {
+    let u = update(&Transition::replay(json!({"fencing_token": "f2"}), NOW));
+    assert_eq!(
+        u.update,
+        doc! {
+            "$set": {
+                "status": "running",
+                "steps.$[f].status": "pending", "steps.$[f].attempt": 0i32, "steps.$[f].elapsed_ms": 0i64,
+                "steps.$[f].traffic_wait_ms": 0i64, "steps.$[f].traffic_waits": 0i32,
+                "input": { "fencing_token": "f2" }, "claimable_time": d(NOW), "updated_at": d(NOW),
+            },
+            "$unset": {
+                "steps.$[f].error": "", "steps.$[f].checkpoint": "", "steps.$[f].started_at": "", "steps.$[f].finished_at": "",
+                "claim_token": "", "wait": "", "resume": "", "finished_at": "",
+            },
+            "$inc": { "retry_count": 1i32, "revision": 1i64 },
+        }
+    );
+    assert_eq!(u.array_filters, Some(vec![doc! { "f.status": "failed" }]));
+    assert_eq!(u.step_index_max, None);
+}

@@ -1,0 +1,110 @@
+//! The one place that decides whether the Mongo tests run, and their fixtures.
+
+use kernel_core::ports::{DynInbox, DynStore};
+use mongodb::{Client, Database};
+use rand::Rng;
+use store_mongo::{MongoConfig, MongoSignalInbox, MongoWorkflowStore};
+use testkit::conformance::inbox::InboxFixture;
+use testkit::conformance::store::StoreFixture;
+
+/// `MONGODB_URI`, or `None` after printing why the test is skipped. Under `CI=true` a
+/// missing URI is a failure: CI must always exercise the adapter against a server.
+pub fn mongo_uri() -> Option<String> {
+    match std::env::var("MONGODB_URI") {
+        Ok(uri) if !uri.trim().is_empty() => Some(uri),
+        _ if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("MONGODB_URI is not set but CI=true: start a server (scripts/mongo-wire.sh start) and export MONGODB_URI")
+        }
+        _ => {
+            eprintln!(
+                "skipped: MONGODB_URI is not set (run `eval \"$(scripts/mongo-wire.sh start)\"; export MONGODB_URI`)"
+            );
+            None
+        }
+    }
+}
+
+/// A fresh, randomly named database on the test server.
+pub struct TestDb {
+    /// The client (one per test: each test has its own runtime).
+    pub client: Client,
+    /// The database; dropped by [`TestDb::drop_db`].
+    pub db: Database,
+}
+
+impl TestDb {
+    /// Connect, or `None` when the tests are skipped.
+    pub async fn new() -> Option<TestDb> {
+        let uri = mongo_uri()?;
+        let client = Client::with_uri_str(&uri).await.expect("valid MONGODB_URI");
+        let name = format!("wfk_test_{:016x}", rand::thread_rng().gen::<u64>());
+        Some(TestDb { db: client.database(&name), client })
+    }
+
+    /// Drop the database (best effort: a failed drop must not hide the test's verdict).
+    pub async fn drop_db(self) {
+        if let Err(e) = self.db.drop().await {
+            eprintln!("could not drop test database {}: {e}", self.db.name());
+        }
+        self.client.shutdown().await;
+    }
+
+    /// The store on this database, indexes created.
+    pub async fn store(&self) -> MongoWorkflowStore {
+        MongoWorkflowStore::open(&self.db, MongoConfig::default()).await.expect("open store")
+    }
+
+    /// The inbox on this database, indexes created.
+    pub async fn inbox(&self) -> MongoSignalInbox {
+        MongoSignalInbox::open(&self.db, MongoConfig::default()).await.expect("open inbox")
+    }
+
+    /// Documents in a collection (one round trip).
+    pub async fn count(&self, collection: &str) -> u64 {
+        self.db
+            .collection::<mongodb::bson::Document>(collection)
+            .count_documents(mongodb::bson::doc! {})
+            .await
+            .expect("count")
+    }
+}
+
+/// Store conformance fixture: a store on a fresh database.
+pub struct StoreDb(pub TestDb, pub MongoWorkflowStore);
+
+impl StoreDb {
+    pub async fn new() -> Option<StoreDb> {
+        let t = TestDb::new().await?;
+        let s = t.store().await;
+        Some(StoreDb(t, s))
+    }
+}
+
+impl StoreFixture for StoreDb {
+    fn store(&self) -> &DynStore {
+        &self.1
+    }
+    fn teardown(self) -> futures::future::BoxFuture<'static, ()> {
+        Box::pin(self.0.drop_db())
+    }
+}
+
+/// Inbox conformance fixture: an inbox on a fresh database.
+pub struct InboxDb(pub TestDb, pub MongoSignalInbox);
+
+impl InboxDb {
+    pub async fn new() -> Option<InboxDb> {
+        let t = TestDb::new().await?;
+        let s = t.inbox().await;
+        Some(InboxDb(t, s))
+    }
+}
+
+impl InboxFixture for InboxDb {
+    fn inbox(&self) -> &DynInbox {
+        &self.1
+    }
+    fn teardown(self) -> futures::future::BoxFuture<'static, ()> {
+        Box::pin(self.0.drop_db())
+    }
+}
