@@ -1,0 +1,383 @@
+//! # permit-redis
+//!
+//! Global traffic permits of the durable workflow kernel on Redis (SPEC K-14):
+//! [`RedisPermits`] implements [`Permits`] with one Lua script that purges expired
+//! holders and old starts, reads the live limits, and checks and takes both
+//! `max_concurrency` and `max_starts_per_second` (0 = unlimited) atomically. Leases and the
+//! 1 s start window are timed by Redis `TIME`, one clock for every worker.
+//!
+//! Keys per resource, under a configurable prefix (on Redis Cluster use a hash-tagged
+//! prefix such as `{wfk}`):
+//!
+//! | key | type | content |
+//! |---|---|---|
+//! | `<prefix>:permit:<resource>:limits` | hash | `max_concurrency`, `max_starts_per_second`, set by operators, read on every acquire |
+//! | `<prefix>:permit:<resource>:holders` | ZSET | owner key → lease end (ms) |
+//! | `<prefix>:permit:<resource>:starts` | ZSET | starts of the last second (µs) |
+//!
+//! When the limits hash (or one of its fields) is missing, the application's configured
+//! limits apply: the resource's own, else for `tenant:<t>:<base>` those of `<base>`, else
+//! the configured fallback — a flushed Redis never means "unlimited".
+//!
+//! After a flush, holders re-register on their next renewal (a renewal is an acquire by
+//! the same owner). Until then new acquires do not see them, so the overshoot is bounded by
+//! one renewal interval's worth of new starts. A renewal that finds the resource full after
+//! a flush is denied; the running activity is not revoked (the engine only logs it) and its
+//! next renewal tries again.
+//!
+//! Every Redis error is [`Error::Unavailable`]: the engine fails closed and defers the step.
+//!
+//! ```no_run
+//! use kernel_core::ports::{PermitDecision, PermitOwner, Permits};
+//! use permit_redis::{PermitLimits, RedisPermits, RedisPermitsConfig};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let conn = redis::Client::open("redis://127.0.0.1:6379")?.get_connection_manager().await?;
+//! let config = RedisPermitsConfig::new("wfk", PermitLimits { max_concurrency: 4, max_starts_per_second: 0 })
+//!     .default_limits("asr", PermitLimits { max_concurrency: 8, max_starts_per_second: 2 });
+//! let permits = RedisPermits::new(conn, config)?;
+//! let owner = PermitOwner { workflow_id: "wf-1".into(), step: "transcribe".into(), claim_token: "c-9".into() };
+//! let resource = RedisPermits::tenant_resource("acme", "asr")?; // "tenant:acme:asr"
+//! if let PermitDecision::Granted { .. } = permits.acquire(&resource, &owner).await? {
+//!     // ... call the service, renewing with `acquire` while it runs ...
+//!     permits.release(&resource, &owner).await?;
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+use kernel_core::model::Millis;
+use kernel_core::ports::{PermitDecision, PermitOwner, Permits};
+use kernel_core::{validate, Error, Result};
+use redis::aio::ConnectionManager;
+use redis::Script;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock};
+
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/acquire.lua")));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/release.lua")));
+static HOLDERS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/holders.lua")));
+
+/// Longest permit lease.
+pub const LEASE_MS_MAX: Millis = 3_600_000;
+/// Default permit lease (renewed by the engine while the activity runs).
+pub const LEASE_MS_DEFAULT: Millis = 30_000;
+/// Start of a tenant-scoped resource name: `tenant:<tenant>:<resource>`.
+pub const TENANT_SCOPE: &str = "tenant:";
+
+/// Limits of one resource; 0 disables a limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PermitLimits {
+    /// Holders at once.
+    pub max_concurrency: u32,
+    /// Starts in any 1 s window.
+    pub max_starts_per_second: u32,
+}
+
+/// Settings of [`RedisPermits`].
+#[derive(Debug, Clone)]
+pub struct RedisPermitsConfig {
+    /// Key prefix.
+    pub prefix: String,
+    /// Lease of a granted or renewed permit.
+    pub lease_ms: Millis,
+    /// Application-configured limits per resource (used when Redis has none).
+    pub defaults: HashMap<String, PermitLimits>,
+    /// Limits of resources configured nowhere.
+    pub fallback: PermitLimits,
+}
+
+impl RedisPermitsConfig {
+    /// Settings with the default lease and no per-resource defaults. `fallback` applies
+    /// to every resource that neither Redis nor [`default_limits`](Self::default_limits)
+    /// configures; choose it deliberately.
+    pub fn new(prefix: impl Into<String>, fallback: PermitLimits) -> Self {
+        RedisPermitsConfig { prefix: prefix.into(), lease_ms: LEASE_MS_DEFAULT, defaults: HashMap::new(), fallback }
+    }
+
+    /// Configure a resource's limits.
+    pub fn default_limits(mut self, resource: impl Into<String>, limits: PermitLimits) -> Self {
+        self.defaults.insert(resource.into(), limits);
+        self
+    }
+
+    /// Set the lease.
+    pub fn lease_ms(mut self, ms: Millis) -> Self {
+        self.lease_ms = ms;
+        self
+    }
+
+    /// Check every field.
+    pub fn validate(&self) -> Result<()> {
+        validate::identifier("prefix", &self.prefix)?;
+        validate::positive_ms("lease_ms", self.lease_ms)?;
+        if self.lease_ms > LEASE_MS_MAX {
+            return Err(Error::invalid("lease_ms", format_args!("{} exceeds {LEASE_MS_MAX}", self.lease_ms)));
+        }
+        for name in self.defaults.keys() {
+            validate::key_name("defaults", name)?;
+        }
+        Ok(())
+    }
+
+    fn configured(&self, resource: &str) -> PermitLimits {
+        self.defaults
+            .get(resource)
+            .or_else(|| tenant_base(resource).and_then(|base| self.defaults.get(base)))
+            .copied()
+            .unwrap_or(self.fallback)
+    }
+}
+
+/// The keys of one resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PermitKeys {
+    /// Live limits hash.
+    pub limits: String,
+    /// Holders ZSET.
+    pub holders: String,
+    /// Starts ZSET.
+    pub starts: String,
+}
+
+/// What one acquire did, with the Redis time it was judged at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Acquired {
+    /// The port-level answer.
+    pub decision: PermitDecision,
+    /// Redis `TIME` in µs when the script ran: the start time of a granted new permit.
+    pub redis_time_us: i64,
+    /// Whether the owner already held the permit (a renewal, not a start).
+    pub renewed: bool,
+}
+
+/// [`Permits`] on Redis. Cheap to clone; clones share the connection.
+#[derive(Clone)]
+pub struct RedisPermits {
+    conn: ConnectionManager,
+    config: Arc<RedisPermitsConfig>,
+}
+
+impl std::fmt::Debug for RedisPermits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisPermits").field("config", &self.config).finish()
+    }
+}
+
+/// Map a Redis failure into the kernel's error: always [`Error::Unavailable`], so the
+/// engine fails closed.
+pub fn map_redis_error(e: redis::RedisError) -> Error {
+    Error::Unavailable(format!("redis: {e}"))
+}
+
+/// `<base>` of `tenant:<t>:<base>`.
+fn tenant_base(resource: &str) -> Option<&str> {
+    let rest = resource.strip_prefix(TENANT_SCOPE)?;
+    let (_tenant, base) = rest.split_once(':')?;
+    (!base.is_empty()).then_some(base)
+}
+
+fn check_owner(owner: &PermitOwner) -> Result<()> {
+    validate::identifier("owner.workflow_id", &owner.workflow_id)?;
+    validate::key_name("owner.step", &owner.step)?;
+    validate::identifier("owner.claim_token", &owner.claim_token)
+}
+
+impl RedisPermits {
+    /// Permits with `config`.
+    pub fn new(conn: ConnectionManager, config: RedisPermitsConfig) -> Result<Self> {
+        config.validate()?;
+        Ok(RedisPermits { conn, config: Arc::new(config) })
+    }
+
+    /// `tenant:<tenant>:<resource>`, the tenant-scoped name of a resource; it inherits
+    /// `<resource>`'s configured limits and counts separately. The tenant must not contain
+    /// `:` so that the name splits back unambiguously.
+    pub fn tenant_resource(tenant: &str, resource: &str) -> Result<String> {
+        validate::key_name("tenant", tenant)?;
+        if tenant.contains(':') {
+            return Err(Error::invalid("tenant", "must not contain `:`"));
+        }
+        validate::key_name("resource", resource)?;
+        let name = format!("{TENANT_SCOPE}{tenant}:{resource}");
+        validate::key_name("resource", &name)?;
+        Ok(name)
+    }
+
+    /// Settings in use.
+    pub fn config(&self) -> &RedisPermitsConfig {
+        &self.config
+    }
+
+    /// The keys of `resource`. Distinct resources never share a key: every key ends in a
+    /// fixed suffix after the resource name.
+    pub fn keys(&self, resource: &str) -> PermitKeys {
+        let base = format!("{}:permit:{resource}", self.config.prefix);
+        PermitKeys {
+            limits: format!("{base}:limits"),
+            holders: format!("{base}:holders"),
+            starts: format!("{base}:starts"),
+        }
+    }
+
+    /// The limits an acquire of `resource` would use when Redis has none.
+    pub fn configured_limits(&self, resource: &str) -> PermitLimits {
+        self.config.configured(resource)
+    }
+
+    /// Load the scripts now (startup), so the first calls need no round trip for it.
+    pub async fn load_scripts(&self) -> Result<()> {
+        let mut conn = self.conn.clone();
+        for s in [&*ACQUIRE, &*RELEASE, &*HOLDERS] {
+            s.prepare_invoke().load_async(&mut conn).await.map_err(map_redis_error)?;
+        }
+        Ok(())
+    }
+
+    /// Acquire or renew, also returning the Redis time the script judged it at.
+    pub async fn acquire_at(&self, resource: &str, owner: &PermitOwner) -> Result<Acquired> {
+        validate::key_name("resource", resource)?;
+        check_owner(owner)?;
+        let keys = self.keys(resource);
+        let configured = self.config.configured(resource);
+        let mut inv = ACQUIRE.prepare_invoke();
+        inv.key(&keys.limits)
+            .key(&keys.holders)
+            .key(&keys.starts)
+            .arg(owner.key())
+            .arg(self.config.lease_ms)
+            .arg(configured.max_concurrency)
+            .arg(configured.max_starts_per_second);
+        let (granted, ms, redis_time_us, renewed): (i64, i64, i64, i64) =
+            inv.invoke_async(&mut self.conn.clone()).await.map_err(map_redis_error)?;
+        let decision = if granted == 1 {
+            PermitDecision::Granted { lease_ms: ms }
+        } else {
+            debug_assert!(ms >= 1);
+            PermitDecision::Denied { retry_after_ms: ms }
+        };
+        Ok(Acquired { decision, redis_time_us, renewed: renewed == 1 })
+    }
+
+    /// Release; `true` when the owner held a live permit.
+    pub async fn release_held(&self, resource: &str, owner: &PermitOwner) -> Result<bool> {
+        validate::key_name("resource", resource)?;
+        check_owner(owner)?;
+        let mut inv = RELEASE.prepare_invoke();
+        inv.key(self.keys(resource).holders).arg(owner.key());
+        let removed: i64 = inv.invoke_async(&mut self.conn.clone()).await.map_err(map_redis_error)?;
+        Ok(removed == 1)
+    }
+
+    /// Owner keys of the live holders of `resource` (expired ones purged first).
+    pub async fn holders(&self, resource: &str) -> Result<Vec<String>> {
+        validate::key_name("resource", resource)?;
+        let mut inv = HOLDERS.prepare_invoke();
+        inv.key(self.keys(resource).holders);
+        inv.invoke_async(&mut self.conn.clone()).await.map_err(map_redis_error)
+    }
+
+    /// Whether `owner` holds a live permit of `resource`.
+    pub async fn is_held(&self, resource: &str, owner: &PermitOwner) -> Result<bool> {
+        Ok(self.holders(resource).await?.contains(&owner.key()))
+    }
+
+    /// Write a resource's live limits (what an operator does with `HSET`).
+    pub async fn set_limits(&self, resource: &str, limits: PermitLimits) -> Result<()> {
+        validate::key_name("resource", resource)?;
+        redis::cmd("HSET")
+            .arg(self.keys(resource).limits)
+            .arg("max_concurrency")
+            .arg(limits.max_concurrency)
+            .arg("max_starts_per_second")
+            .arg(limits.max_starts_per_second)
+            .query_async::<i64>(&mut self.conn.clone())
+            .await
+            .map_err(map_redis_error)?;
+        Ok(())
+    }
+
+    /// Delete a resource's live limits, so the configured ones apply.
+    pub async fn clear_limits(&self, resource: &str) -> Result<()> {
+        validate::key_name("resource", resource)?;
+        redis::cmd("DEL")
+            .arg(self.keys(resource).limits)
+            .query_async::<i64>(&mut self.conn.clone())
+            .await
+            .map_err(map_redis_error)?;
+        Ok(())
+    }
+
+    /// Redis `TIME` in µs.
+    pub async fn redis_time_us(&self) -> Result<i64> {
+        let (s, us): (i64, i64) =
+            redis::cmd("TIME").query_async(&mut self.conn.clone()).await.map_err(map_redis_error)?;
+        Ok(s * 1_000_000 + us)
+    }
+
+    /// The exact `EVALSHA` that [`Permits::acquire`] sends, for benchmarks that measure the
+    /// adapter's own overhead. The script must be loaded ([`Self::load_scripts`]).
+    pub fn raw_acquire_command(&self, resource: &str, owner: &PermitOwner) -> redis::Cmd {
+        let keys = self.keys(resource);
+        let configured = self.config.configured(resource);
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(ACQUIRE.get_hash())
+            .arg(3)
+            .arg(keys.limits)
+            .arg(keys.holders)
+            .arg(keys.starts)
+            .arg(owner.key())
+            .arg(self.config.lease_ms)
+            .arg(configured.max_concurrency)
+            .arg(configured.max_starts_per_second);
+        cmd
+    }
+
+    /// The exact `EVALSHA` that [`Permits::release`] sends.
+    pub fn raw_release_command(&self, resource: &str, owner: &PermitOwner) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(RELEASE.get_hash()).arg(1).arg(self.keys(resource).holders).arg(owner.key());
+        cmd
+    }
+}
+
+#[async_trait::async_trait]
+impl Permits for RedisPermits {
+    async fn acquire(&self, resource: &str, owner: &PermitOwner) -> Result<PermitDecision> {
+        Ok(self.acquire_at(resource, owner).await?.decision)
+    }
+
+    async fn release(&self, resource: &str, owner: &PermitOwner) -> Result<()> {
+        self.release_held(resource, owner).await.map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tenant_names_and_configured_lookup() {
+        assert_eq!(RedisPermits::tenant_resource("acme", "asr").unwrap(), "tenant:acme:asr");
+        assert!(RedisPermits::tenant_resource("a:b", "asr").is_err());
+        assert!(RedisPermits::tenant_resource("acme", "a.b").is_err());
+        assert!(RedisPermits::tenant_resource("$acme", "asr").is_err());
+        let asr = PermitLimits { max_concurrency: 8, max_starts_per_second: 2 };
+        let fallback = PermitLimits { max_concurrency: 1, max_starts_per_second: 0 };
+        let c = RedisPermitsConfig::new("p", fallback).default_limits("asr", asr);
+        assert_eq!(c.configured("asr"), asr);
+        assert_eq!(c.configured("tenant:acme:asr"), asr);
+        assert_eq!(c.configured("tenant:acme:"), fallback);
+        assert_eq!(c.configured("ocr"), fallback);
+    }
+
+    #[test]
+    fn config_limits() {
+        let c = RedisPermitsConfig::new("p", PermitLimits::default());
+        assert!(c.validate().is_ok());
+        assert!(c.clone().lease_ms(0).validate().is_err());
+        assert!(c.clone().lease_ms(LEASE_MS_MAX + 1).validate().is_err());
+        assert!(RedisPermitsConfig::new("", PermitLimits::default()).validate().is_err());
+        assert!(c.default_limits("a.b", PermitLimits::default()).validate().is_err());
+    }
+}

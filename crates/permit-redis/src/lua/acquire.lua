@@ -1,0 +1,56 @@
+-- Check and take (or renew) one permit (K-14), timed by Redis TIME.
+-- KEYS[1]: live limits hash (max_concurrency, max_starts_per_second)
+-- KEYS[2]: holders ZSET (member owner key, score lease end in ms)
+-- KEYS[3]: starts ZSET (member "<start µs>|<owner key>", score start time in µs)
+-- ARGV[1]: owner key; ARGV[2]: lease ms;
+-- ARGV[3], ARGV[4]: the application's configured max_concurrency and max_starts_per_second,
+-- used per field when the hash lacks it (0 = unlimited).
+-- Returns {granted 1|0, lease ms | retry-after ms, Redis time in µs, renewed 1|0}.
+local function int(x)
+  return string.format('%.0f', x)
+end
+local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now_ms = math.floor(now_us / 1000)
+local owner = ARGV[1]
+local lease = tonumber(ARGV[2])
+
+-- Purge first: expired holders, and starts older than the 1 s window.
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', int(now_ms))
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', int(now_us - 1000000))
+
+local function keep_holders()
+  local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]
+  if last then
+    redis.call('PEXPIREAT', KEYS[2], int(tonumber(last) + 1000))
+  end
+end
+
+-- Renewal: never revoked, even above a lowered limit; not a new start.
+if redis.call('ZSCORE', KEYS[2], owner) then
+  redis.call('ZADD', KEYS[2], int(now_ms + lease), owner)
+  keep_holders()
+  return {1, lease, now_us, 1}
+end
+
+local lim = redis.call('HMGET', KEYS[1], 'max_concurrency', 'max_starts_per_second')
+local max_concurrency = tonumber(lim[1] or ARGV[3])
+local max_starts = tonumber(lim[2] or ARGV[4])
+if not max_concurrency or not max_starts or max_concurrency < 0 or max_starts < 0 then
+  return redis.error_reply('ERR invalid permit limits in ' .. KEYS[1])
+end
+
+if max_concurrency > 0 and redis.call('ZCARD', KEYS[2]) >= max_concurrency then
+  local soonest = tonumber(redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')[2])
+  return {0, math.min(math.max(soonest - now_ms, 1), lease), now_us, 0}
+end
+if max_starts > 0 and redis.call('ZCARD', KEYS[3]) >= max_starts then
+  local oldest = tonumber(redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')[2])
+  return {0, math.max(math.ceil((oldest + 1000000 - now_us) / 1000), 1), now_us, 0}
+end
+
+redis.call('ZADD', KEYS[2], int(now_ms + lease), owner)
+keep_holders()
+redis.call('ZADD', KEYS[3], int(now_us), int(now_us) .. '|' .. owner)
+redis.call('PEXPIRE', KEYS[3], 2000)
+return {1, lease, now_us, 0}

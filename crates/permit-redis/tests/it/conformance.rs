@@ -1,0 +1,62 @@
+//! The shared permits conformance suite on Redis, timed by Redis `TIME`.
+
+use crate::{permits_fixture, PermitsFixture};
+use kernel_core::model::Millis;
+use kernel_core::ports::DynPermits;
+use permit_redis::{PermitLimits as RedisLimits, RedisPermitsConfig};
+use testkit::conformance::permits::{configured_defaults, PermitFixture, PermitHooks, FALLBACK_LIMITS};
+use testkit::memory::PermitLimits;
+
+/// Short enough to keep the lease cases quick, long enough that scheduling noise on a
+/// busy machine rarely disturbs a case (disturbed cases are retried anyway).
+const LEASE_MS: Millis = 1_000;
+
+fn convert(l: PermitLimits) -> RedisLimits {
+    RedisLimits { max_concurrency: l.max_concurrency, max_starts_per_second: l.max_starts_per_second }
+}
+
+#[async_trait::async_trait]
+impl PermitHooks for PermitsFixture {
+    async fn set_limits(&self, resource: &str, limits: PermitLimits) {
+        self.permits.set_limits(resource, convert(limits)).await.expect("set limits");
+    }
+    async fn clear_limits(&self, resource: &str) {
+        self.permits.clear_limits(resource).await.expect("clear limits");
+    }
+    async fn flush(&self) {
+        // Only this test's keys: the shared server is never flushed.
+        let keys = self.keys.keys();
+        if !keys.is_empty() {
+            let mut conn = queue_redis::connect(&self.keys.url).await.expect("connect");
+            redis::cmd("DEL").arg(keys).query_async::<i64>(&mut conn).await.expect("DEL");
+        }
+    }
+    fn lease_ms(&self) -> Millis {
+        self.permits.config().lease_ms
+    }
+    async fn now_ms(&self) -> Millis {
+        self.permits.redis_time_us().await.expect("TIME") / 1_000
+    }
+    async fn pass(&self, ms: Millis) {
+        tokio::time::sleep(std::time::Duration::from_millis(ms as u64)).await;
+    }
+}
+
+impl PermitFixture for PermitsFixture {
+    fn permits(&self) -> &DynPermits {
+        &self.permits
+    }
+    fn hooks(&self) -> &dyn PermitHooks {
+        self
+    }
+}
+
+async fn fixture(case: &'static str) -> Option<PermitsFixture> {
+    let mut config = RedisPermitsConfig::new("unused", convert(FALLBACK_LIMITS));
+    for (name, l) in configured_defaults() {
+        config = config.default_limits(name, convert(l));
+    }
+    permits_fixture(case, LEASE_MS, config).await
+}
+
+testkit::permits_conformance!(fixture);
