@@ -17,7 +17,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TOOL="$ROOT/tools/mongo-wire"
-HOME_DIR="${MONGO_WIRE_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/durable-kernel}"
+HOME_DIR="${MONGO_WIRE_HOME:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/durable-kernel}"
 VENV="$HOME_DIR/mongo-venv"
 RUN="$HOME_DIR/mongo-wire-run"
 PY="${PYTHON:-python3}"
@@ -34,7 +34,17 @@ ensure_venv() {
   log "creating virtualenv in $VENV"
   mkdir -p "$HOME_DIR"
   rm -rf "$VENV"
-  "$PY" -m venv "$VENV"
+  if ! "$PY" -m venv "$VENV" >&2; then
+    # Debian ships venv support separately; install it when we may.
+    if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null; then
+      log "installing python3-venv"
+      apt-get install -y -q python3-venv >&2 || { apt-get update -q >&2 && apt-get install -y -q python3-venv >&2; }
+      rm -rf "$VENV"
+      "$PY" -m venv "$VENV" >&2
+    else
+      log "python3 -m venv failed: install the python3-venv package"; exit 1
+    fi
+  fi
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$TOOL/requirements.txt" >&2
   printf '%s' "$want" >"$stamp"
 }

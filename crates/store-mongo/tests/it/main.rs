@@ -7,6 +7,7 @@
 
 mod bad_input;
 mod conformance;
+mod errors;
 mod protocol;
 mod races;
 mod support;
