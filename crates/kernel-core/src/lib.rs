@@ -12,6 +12,7 @@
 
 pub mod activity;
 pub mod definition;
+pub mod dispatch;
 pub mod engine;
 pub mod error;
 pub mod model;

@@ -197,6 +197,8 @@ pub struct CrashPorts {
     queue: Arc<DynQueue>,
     permits: Arc<DynPermits>,
     wakeup: Arc<DynWakeup>,
+    outbox: Option<Arc<DynOutbox>>,
+    candidates: Option<Arc<DynCandidates>>,
 }
 
 impl std::fmt::Debug for CrashPorts {
@@ -215,7 +217,19 @@ impl CrashPorts {
         permits: Arc<DynPermits>,
         wakeup: Arc<DynWakeup>,
     ) -> Self {
-        CrashPorts { switch, store, inbox, queue, permits, wakeup }
+        CrashPorts { switch, store, inbox, queue, permits, wakeup, outbox: None, candidates: None }
+    }
+    /// Also gate a dispatch outbox and its candidate index.
+    pub fn with_dispatch(mut self, outbox: Arc<DynOutbox>, candidates: Arc<DynCandidates>) -> Self {
+        self.outbox = Some(outbox);
+        self.candidates = Some(candidates);
+        self
+    }
+    fn outbox(&self) -> &DynOutbox {
+        self.outbox.as_deref().expect("CrashPorts built without with_dispatch")
+    }
+    fn cands(&self) -> &DynCandidates {
+        self.candidates.as_deref().expect("CrashPorts built without with_dispatch")
     }
     /// Replace the matching fields of `ports` with gated ones.
     pub fn wire(self: &Arc<Self>, mut ports: kernel_core::engine::Ports) -> kernel_core::engine::Ports {
@@ -347,6 +361,112 @@ impl Wakeup for CrashPorts {
     }
     async fn subscribe(&self) -> Result<WakeupReceiver> {
         self.wakeup.subscribe().await
+    }
+}
+
+#[async_trait::async_trait]
+impl DispatchOutbox for CrashPorts {
+    async fn accept(
+        &self,
+        object_id: &str,
+        fields: serde_json::Value,
+        initial_status: &str,
+        intent: DispatchIntent,
+    ) -> Result<AcceptOutcome> {
+        gated!(self, "outbox.accept", true, self.outbox().accept(object_id, fields, initial_status, intent).await)
+    }
+    async fn get(&self, object_id: &str) -> Result<Option<DispatchRecord>> {
+        gated!(self, "outbox.get", false, self.outbox().get(object_id).await)
+    }
+    async fn confirm_dispatched(&self, object_id: &str, f: &str) -> Result<bool> {
+        gated!(self, "outbox.confirm_dispatched", true, self.outbox().confirm_dispatched(object_id, f).await)
+    }
+    async fn defer_pending(&self, object_id: &str, f: &str, at: Millis) -> Result<bool> {
+        gated!(self, "outbox.defer_pending", true, self.outbox().defer_pending(object_id, f, at).await)
+    }
+    async fn try_lease(&self, object_id: &str, now: Millis, d: &str, until: Millis) -> Result<Option<DispatchRecord>> {
+        gated!(self, "outbox.try_lease", true, self.outbox().try_lease(object_id, now, d, until).await)
+    }
+    async fn renew_lease(&self, object_id: &str, f: &str, d: &str, until: Millis) -> Result<bool> {
+        let die = self.switch.enter("outbox.renew_lease", true).await;
+        let stale = self.lease_is_stale(object_id, d).await;
+        let r = self.outbox().renew_lease(object_id, f, d, until).await;
+        if stale {
+            self.switch.zombie_write(matches!(r, Ok(true)));
+        }
+        self.switch.leave(die).await;
+        r
+    }
+    async fn confirm_leased(&self, object_id: &str, f: &str, d: &str) -> Result<bool> {
+        let die = self.switch.enter("outbox.confirm_leased", true).await;
+        let stale = self.lease_is_stale(object_id, d).await;
+        let r = self.outbox().confirm_leased(object_id, f, d).await;
+        if stale {
+            self.switch.zombie_write(matches!(r, Ok(true)));
+        }
+        self.switch.leave(die).await;
+        r
+    }
+    async fn revert_leased(&self, object_id: &str, f: &str, d: &str, at: Millis) -> Result<bool> {
+        let die = self.switch.enter("outbox.revert_leased", true).await;
+        let stale = self.lease_is_stale(object_id, d).await;
+        let r = self.outbox().revert_leased(object_id, f, d, at).await;
+        if stale {
+            self.switch.zombie_write(matches!(r, Ok(true)));
+        }
+        self.switch.leave(die).await;
+        r
+    }
+    async fn scan_due(&self, now: Millis, after: Option<&str>, limit: usize) -> Result<Vec<(String, Millis)>> {
+        gated!(self, "outbox.scan_due", false, self.outbox().scan_due(now, after, limit).await)
+    }
+    async fn retry_failed(
+        &self,
+        object_id: &str,
+        prev: &str,
+        next: DispatchIntent,
+        initial_status: &str,
+    ) -> Result<bool> {
+        gated!(
+            self,
+            "outbox.retry_failed",
+            true,
+            self.outbox().retry_failed(object_id, prev, next, initial_status).await
+        )
+    }
+    async fn fenced_update(
+        &self,
+        object_id: &str,
+        f: &str,
+        fields: serde_json::Value,
+        status: Option<&str>,
+    ) -> Result<bool> {
+        gated!(self, "outbox.fenced_update", true, self.outbox().fenced_update(object_id, f, fields, status).await)
+    }
+    async fn try_lock(&self, name: &str, holder: &str, now: Millis, until: Millis) -> Result<bool> {
+        gated!(self, "outbox.try_lock", true, self.outbox().try_lock(name, holder, now, until).await)
+    }
+}
+
+#[async_trait::async_trait]
+impl DispatchCandidates for CrashPorts {
+    async fn add(&self, object_id: &str, due: Millis) -> Result<()> {
+        gated!(self, "candidates.add", true, self.cands().add(object_id, due).await)
+    }
+    async fn pop_due(&self, now: Millis, max: usize) -> Result<Vec<String>> {
+        gated!(self, "candidates.pop", true, self.cands().pop_due(now, max).await)
+    }
+}
+
+impl CrashPorts {
+    /// Whether a released dispatcher writes with a lease token that is no longer current.
+    async fn lease_is_stale(&self, object_id: &str, d: &str) -> bool {
+        if !self.switch.is_crashed() {
+            return false;
+        }
+        let current =
+            self.outbox().get(object_id).await.ok().flatten().and_then(|r| r.dispatch).and_then(|i| i.lease_token);
+        current.as_deref() != Some(d)
     }
 }
 

@@ -6,6 +6,7 @@
 //! that every adapter runs.
 
 mod clock;
+mod dispatch;
 mod ids;
 mod inbox;
 mod observe;
@@ -15,6 +16,7 @@ mod store;
 mod stream;
 
 pub use clock::*;
+pub use dispatch::*;
 pub use ids::*;
 pub use inbox::*;
 pub use observe::*;

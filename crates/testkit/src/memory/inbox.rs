@@ -81,7 +81,7 @@ impl SignalInbox for InMemoryInbox {
     async fn scan_pending(&self, after: Option<&str>, limit: usize) -> Result<Vec<SignalRecord>> {
         let r = self.records.lock().expect("inbox lock");
         Ok(r.values()
-            .filter(|s| s.status == SignalStatus::Pending && after.map_or(true, |a| s.signal_id.as_str() > a))
+            .filter(|s| s.status == SignalStatus::Pending && after.is_none_or(|a| s.signal_id.as_str() > a))
             .take(limit)
             .cloned()
             .collect())

@@ -3,12 +3,14 @@
 
 mod clock;
 mod inbox;
+mod outbox;
 mod permits;
 mod queue;
 mod store;
 
 pub use clock::{ManualClock, SeqIds};
 pub use inbox::InMemoryInbox;
+pub use outbox::{InMemoryCandidates, InMemoryOutbox};
 pub use permits::{InMemoryPermits, PermitLimits};
 pub use queue::{InMemoryQueue, InMemoryWakeup, LaneWeights};
 pub use store::InMemoryStore;

@@ -2,6 +2,7 @@
 
 mod bad_input;
 mod behaviour;
+mod dispatch;
 mod mocks;
 mod model;
 mod write_budget;

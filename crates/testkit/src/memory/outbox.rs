@@ -1,0 +1,338 @@
+use kernel_core::model::Millis;
+use kernel_core::ports::*;
+use kernel_core::{validate, Error, Result};
+use serde_json::{Map, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+
+#[derive(Debug, Clone)]
+struct Obj {
+    fields: Map<String, Value>,
+    status: Option<String>,
+    dispatch: Option<DispatchIntent>,
+    error: Option<Value>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    objects: BTreeMap<String, Obj>,
+    locks: BTreeMap<String, (String, Millis)>,
+}
+
+/// In-memory business collection with its dispatch outbox; one lock per call, so every
+/// write is one atomic conditional update, as on a document store.
+#[derive(Debug, Clone, Default)]
+pub struct InMemoryOutbox {
+    state: Arc<Mutex<State>>,
+}
+
+fn record(id: &str, o: &Obj) -> DispatchRecord {
+    DispatchRecord {
+        object_id: id.to_string(),
+        business_status: o.status.clone(),
+        dispatch: o.dispatch.clone(),
+        fields: Value::Object(o.fields.clone()),
+    }
+}
+
+/// Validate a dotted path of the user's document; each segment follows the key rule.
+pub(crate) fn field_path(path: &str) -> Result<()> {
+    for seg in path.split('.') {
+        validate::key_name("field path", seg)?;
+    }
+    Ok(())
+}
+
+impl InMemoryOutbox {
+    /// An empty collection.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Every object.
+    pub fn all(&self) -> Vec<DispatchRecord> {
+        self.state.lock().expect("outbox lock").objects.iter().map(|(k, o)| record(k, o)).collect()
+    }
+    /// Insert an object as it was before input snapshots existed (a legacy intent).
+    pub fn insert_legacy(&self, object_id: &str, fields: Value, status: &str, mut intent: DispatchIntent) {
+        intent.input = None;
+        let fields = fields.as_object().cloned().unwrap_or_default();
+        self.state
+            .lock()
+            .expect("outbox lock")
+            .objects
+            .insert(object_id.into(), Obj { fields, status: Some(status.into()), dispatch: Some(intent), error: None });
+    }
+    fn with<T>(&self, object_id: &str, f: impl FnOnce(&mut Obj) -> T) -> Result<Option<T>> {
+        validate::identifier("object_id", object_id)?;
+        let mut st = self.state.lock().expect("outbox lock");
+        Ok(st.objects.get_mut(object_id).map(f))
+    }
+}
+
+fn is(o: &Obj, f: &str, status: DispatchStatus) -> bool {
+    o.dispatch.as_ref().is_some_and(|d| d.fencing_token == f && d.status == status)
+}
+
+fn leased(o: &Obj, f: &str, lease: &str) -> bool {
+    is(o, f, DispatchStatus::Processing) && o.dispatch.as_ref().is_some_and(|d| d.lease_token.as_deref() == Some(lease))
+}
+
+#[async_trait::async_trait]
+impl DispatchOutbox for InMemoryOutbox {
+    async fn accept(
+        &self,
+        object_id: &str,
+        fields: Value,
+        initial_status: &str,
+        intent: DispatchIntent,
+    ) -> Result<AcceptOutcome> {
+        validate::identifier("object_id", object_id)?;
+        let Value::Object(fields) = fields else { return Err(Error::invalid("fields", "must be a JSON object")) };
+        for k in fields.keys() {
+            validate::key_name("fields", k)?;
+        }
+        let mut st = self.state.lock().expect("outbox lock");
+        if st.objects.contains_key(object_id) {
+            return Ok(AcceptOutcome::Exists);
+        }
+        st.objects.insert(
+            object_id.into(),
+            Obj { fields, status: Some(initial_status.into()), dispatch: Some(intent), error: None },
+        );
+        Ok(AcceptOutcome::Accepted)
+    }
+
+    async fn get(&self, object_id: &str) -> Result<Option<DispatchRecord>> {
+        validate::identifier("object_id", object_id)?;
+        Ok(self.state.lock().expect("outbox lock").objects.get(object_id).map(|o| record(object_id, o)))
+    }
+
+    async fn confirm_dispatched(&self, object_id: &str, f: &str) -> Result<bool> {
+        Ok(self
+            .with(object_id, |o| {
+                if !is(o, f, DispatchStatus::Pending) {
+                    return false;
+                }
+                o.dispatch.as_mut().expect("checked").status = DispatchStatus::Dispatched;
+                true
+            })?
+            .unwrap_or(false))
+    }
+
+    async fn defer_pending(&self, object_id: &str, f: &str, at: Millis) -> Result<bool> {
+        Ok(self
+            .with(object_id, |o| {
+                if !is(o, f, DispatchStatus::Pending) {
+                    return false;
+                }
+                o.dispatch.as_mut().expect("checked").next_attempt_time = at;
+                true
+            })?
+            .unwrap_or(false))
+    }
+
+    async fn try_lease(
+        &self,
+        object_id: &str,
+        now: Millis,
+        lease_token: &str,
+        lease_until: Millis,
+    ) -> Result<Option<DispatchRecord>> {
+        validate::identifier("lease_token", lease_token)?;
+        Ok(self
+            .with(object_id, |o| {
+                let d = o.dispatch.as_mut()?;
+                let due = (d.status == DispatchStatus::Pending && d.next_attempt_time <= now)
+                    || (d.status == DispatchStatus::Processing && d.lease_until.is_some_and(|u| u < now));
+                if !due {
+                    return None;
+                }
+                d.status = DispatchStatus::Processing;
+                d.lease_token = Some(lease_token.into());
+                d.lease_until = Some(lease_until);
+                Some(())
+            })?
+            .flatten()
+            .and_then(|_| self.state.lock().expect("outbox lock").objects.get(object_id).map(|o| record(object_id, o))))
+    }
+
+    async fn renew_lease(&self, object_id: &str, f: &str, lease_token: &str, lease_until: Millis) -> Result<bool> {
+        Ok(self
+            .with(object_id, |o| {
+                if !leased(o, f, lease_token) {
+                    return false;
+                }
+                o.dispatch.as_mut().expect("checked").lease_until = Some(lease_until);
+                true
+            })?
+            .unwrap_or(false))
+    }
+
+    async fn confirm_leased(&self, object_id: &str, f: &str, lease_token: &str) -> Result<bool> {
+        Ok(self
+            .with(object_id, |o| {
+                if !leased(o, f, lease_token) {
+                    return false;
+                }
+                let d = o.dispatch.as_mut().expect("checked");
+                d.status = DispatchStatus::Dispatched;
+                d.lease_token = None;
+                d.lease_until = None;
+                true
+            })?
+            .unwrap_or(false))
+    }
+
+    async fn revert_leased(&self, object_id: &str, f: &str, lease_token: &str, at: Millis) -> Result<bool> {
+        Ok(self
+            .with(object_id, |o| {
+                if !leased(o, f, lease_token) {
+                    return false;
+                }
+                let d = o.dispatch.as_mut().expect("checked");
+                d.status = DispatchStatus::Pending;
+                d.lease_token = None;
+                d.lease_until = None;
+                d.next_attempt_time = at;
+                true
+            })?
+            .unwrap_or(false))
+    }
+
+    async fn scan_due(&self, now: Millis, after: Option<&str>, limit: usize) -> Result<Vec<(String, Millis)>> {
+        let st = self.state.lock().expect("outbox lock");
+        Ok(st
+            .objects
+            .iter()
+            .filter(|(k, _)| after.is_none_or(|a| k.as_str() > a))
+            .filter_map(|(k, o)| {
+                let d = o.dispatch.as_ref()?;
+                match d.status {
+                    DispatchStatus::Pending if d.next_attempt_time <= now => Some((k.clone(), d.next_attempt_time)),
+                    DispatchStatus::Processing if d.lease_until.is_some_and(|u| u < now) => Some((k.clone(), now)),
+                    _ => None,
+                }
+            })
+            .take(limit)
+            .collect())
+    }
+
+    async fn retry_failed(
+        &self,
+        object_id: &str,
+        prev: &str,
+        next: DispatchIntent,
+        initial_status: &str,
+    ) -> Result<bool> {
+        Ok(self
+            .with(object_id, |o| {
+                let failed = o.status.as_deref() == Some("failed")
+                    && o.dispatch.as_ref().is_some_and(|d| d.fencing_token == prev);
+                if !failed {
+                    return false;
+                }
+                o.status = Some(initial_status.into());
+                o.dispatch = Some(next);
+                o.error = None;
+                true
+            })?
+            .unwrap_or(false))
+    }
+
+    async fn fenced_update(
+        &self,
+        object_id: &str,
+        f: &str,
+        fields: Value,
+        business_status: Option<&str>,
+    ) -> Result<bool> {
+        let Value::Object(fields) = fields else { return Err(Error::invalid("fields", "must be a JSON object")) };
+        for k in fields.keys() {
+            field_path(k)?;
+            if k == "workflow_dispatch" || k.starts_with("workflow_dispatch.") {
+                return Err(Error::invalid("fields", "the dispatch intent is not a business field"));
+            }
+        }
+        Ok(self
+            .with(object_id, |o| {
+                if o.dispatch.as_ref().is_none_or(|d| d.fencing_token != f) {
+                    return false;
+                }
+                for (k, v) in fields {
+                    o.fields.insert(k, v);
+                }
+                if let Some(s) = business_status {
+                    o.status = Some(s.into());
+                }
+                true
+            })?
+            .unwrap_or(false))
+    }
+
+    async fn try_lock(&self, name: &str, holder: &str, now: Millis, until: Millis) -> Result<bool> {
+        validate::identifier("lock name", name)?;
+        validate::identifier("lock holder", holder)?;
+        let mut st = self.state.lock().expect("outbox lock");
+        let free = st.locks.get(name).is_none_or(|(h, u)| h == holder || *u <= now);
+        if free {
+            st.locks.insert(name.into(), (holder.into(), until));
+        }
+        Ok(free)
+    }
+}
+
+/// id → due, and (due, id) ordered.
+type Index = (BTreeMap<String, Millis>, BTreeSet<(Millis, String)>);
+
+/// In-memory candidate index of the recovery dispatcher.
+#[derive(Debug, Clone, Default)]
+pub struct InMemoryCandidates {
+    state: Arc<Mutex<Index>>,
+    down: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl InMemoryCandidates {
+    /// An empty index.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Lose everything (a flushed Redis).
+    pub fn flush(&self) {
+        *self.state.lock().expect("candidates lock") = Default::default();
+    }
+    /// Fail every call until called with `false`.
+    pub fn set_down(&self, down: bool) {
+        self.down.store(down, std::sync::atomic::Ordering::SeqCst);
+    }
+    fn up(&self) -> Result<()> {
+        if self.down.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(Error::Unavailable("candidate index is down".into()));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl DispatchCandidates for InMemoryCandidates {
+    async fn add(&self, object_id: &str, due: Millis) -> Result<()> {
+        validate::identifier("object_id", object_id)?;
+        self.up()?;
+        let mut st = self.state.lock().expect("candidates lock");
+        if let Some(old) = st.0.insert(object_id.into(), due) {
+            st.1.remove(&(old, object_id.to_string()));
+        }
+        st.1.insert((due, object_id.into()));
+        Ok(())
+    }
+
+    async fn pop_due(&self, now: Millis, max: usize) -> Result<Vec<String>> {
+        self.up()?;
+        let mut st = self.state.lock().expect("candidates lock");
+        let due: Vec<(Millis, String)> = st.1.iter().take_while(|(d, _)| *d <= now).take(max).cloned().collect();
+        for (d, id) in &due {
+            st.1.remove(&(*d, id.clone()));
+            st.0.remove(id);
+        }
+        Ok(due.into_iter().map(|(_, id)| id).collect())
+    }
+}
