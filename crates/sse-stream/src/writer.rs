@@ -1,0 +1,259 @@
+//! The Redis writer: a [`StreamSink`] that batches text and appends with one Lua call.
+
+use crate::codec::{encode, Record};
+use crate::keys::StreamKeys;
+use crate::{map_redis_error, StreamConfig};
+use kernel_core::model::Millis;
+use kernel_core::ports::{DynClock, Frame, StreamKey, StreamSink};
+use kernel_core::{Error, Result};
+use redis::aio::ConnectionManager;
+use redis::Script;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+
+static APPEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/append.lua")));
+static RESET: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/reset.lua")));
+static TERMINAL: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/terminal.lua")));
+
+/// Writer-side state of one stream. Guarded by an async mutex so that a linger flush and
+/// an append never reorder frames.
+#[derive(Debug, Default)]
+struct KeyState {
+    /// Text not yet appended.
+    pending: String,
+    /// When the first pending text arrived.
+    pending_since: Option<Millis>,
+    /// Offset the next appended frame gets, when known.
+    next_offset: Option<u64>,
+    /// Bumped on every flush so a stale linger timer does nothing.
+    epoch: u64,
+    /// Terminal written: every later frame is refused.
+    terminal: bool,
+}
+
+type Shared = Arc<tokio::sync::Mutex<KeyState>>;
+
+struct Inner {
+    conn: ConnectionManager,
+    clock: Arc<DynClock>,
+    config: StreamConfig,
+    streams: Mutex<HashMap<StreamKey, Shared>>,
+}
+
+/// Client progress streams on Redis (K-16).
+///
+/// - Text is batched per stream: a frame is appended when ~[`StreamConfig::text_batch_bytes`]
+///   are pending or [`StreamConfig::text_linger_ms`] after the first pending text (on the
+///   [`Clock`](kernel_core::ports::Clock) port); control, error and terminal frames flush
+///   pending text first, in the same Lua call.
+/// - Every append is **one** Lua call: `RPUSH`, the offset, the frames' TTL refreshed;
+///   refused once the terminal reference exists.
+/// - `reset` clears frames and terminal reference and bumps the generation.
+/// - `terminal` appends the terminal frame and writes the terminal reference, then
+///   shortens only the frames' TTL to the read-out window.
+///
+/// Cheap to clone; clones share the connection and the batches.
+#[derive(Clone)]
+pub struct RedisStreamSink {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for RedisStreamSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStreamSink").field("config", &self.inner.config).finish_non_exhaustive()
+    }
+}
+
+impl RedisStreamSink {
+    /// A writer on `conn` with `config`; time comes from `clock`.
+    pub fn new(conn: ConnectionManager, clock: Arc<DynClock>, config: StreamConfig) -> Result<Self> {
+        config.validate()?;
+        Ok(RedisStreamSink { inner: Arc::new(Inner { conn, clock, config, streams: Mutex::new(HashMap::new()) }) })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &StreamConfig {
+        &self.inner.config
+    }
+
+    /// The keys of a stream.
+    pub fn keys(&self, key: &StreamKey) -> StreamKeys {
+        StreamKeys::new(&self.inner.config.prefix, key)
+    }
+
+    /// Append pending text of every stream now (e.g. before shutdown).
+    pub async fn flush_all(&self) -> Result<()> {
+        let all: Vec<(StreamKey, Shared)> =
+            self.inner.streams.lock().expect("streams lock").iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let mut first_err = None;
+        for (key, state) in all {
+            let mut st = state.lock().await;
+            if let Err(e) = self.inner.append_records(&key, &mut st, Vec::new()).await {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    fn state(&self, key: &StreamKey) -> Shared {
+        let mut map = self.inner.streams.lock().expect("streams lock");
+        if let Some(s) = map.get(key) {
+            return s.clone();
+        }
+        if map.len() >= self.inner.config.streams_max {
+            // Forget idle streams; their offsets are re-learnt on the next append.
+            map.retain(|_, s| Arc::strong_count(s) > 1 || s.try_lock().map_or(true, |st| !st.pending.is_empty()));
+        }
+        map.entry(key.clone()).or_default().clone()
+    }
+
+    fn forget(&self, key: &StreamKey) {
+        self.inner.streams.lock().expect("streams lock").remove(key);
+    }
+
+    fn arm_linger(&self, key: StreamKey, state: Shared, due: Millis, epoch: u64) {
+        let inner = self.inner.clone();
+        tokio::spawn(async move {
+            inner.clock.sleep_until(due).await;
+            let mut st = state.lock().await;
+            if st.epoch == epoch && !st.pending.is_empty() {
+                if let Err(e) = inner.append_records(&key, &mut st, Vec::new()).await {
+                    tracing::debug!(error = %e, "linger flush failed; pending text dropped");
+                }
+            }
+        });
+    }
+}
+
+fn terminal_refused() -> Error {
+    Error::Conflict("stream is terminal: no frames after the terminal frame".into())
+}
+
+fn encoded(record: &Record) -> Result<Vec<u8>> {
+    encode(record).map_err(|e| Error::invalid("frame", e))
+}
+
+impl Inner {
+    /// One Lua call: pending text (if any), then `extra`. Returns the offset of the first
+    /// frame of `extra` (or of the text frame when `extra` is empty).
+    async fn append_records(&self, key: &StreamKey, st: &mut KeyState, extra: Vec<Record>) -> Result<Option<u64>> {
+        let mut records = Vec::with_capacity(extra.len() + 1);
+        let had_text = !st.pending.is_empty();
+        if had_text {
+            records.push(encoded(&Record::Text(std::mem::take(&mut st.pending)))?);
+        }
+        st.pending_since = None;
+        st.epoch += 1;
+        for r in &extra {
+            records.push(encoded(r)?);
+        }
+        if records.is_empty() {
+            return Ok(None);
+        }
+        let keys = StreamKeys::new(&self.config.prefix, key);
+        let mut inv = APPEND.prepare_invoke();
+        inv.key(&keys.frames).key(&keys.terminal).key(&keys.generation);
+        inv.arg(self.config.frames_ttl_ms).arg(self.config.reconnect_ttl_ms);
+        for r in &records {
+            inv.arg(r.as_slice());
+        }
+        let mut conn = self.conn.clone();
+        let (offset, _gen): (i64, u64) = inv.invoke_async(&mut conn).await.map_err(map_redis_error)?;
+        if offset < 0 {
+            st.terminal = true;
+            return Err(terminal_refused());
+        }
+        let offset = offset as u64;
+        st.next_offset = Some(offset + records.len() as u64);
+        let skip = u64::from(had_text && !extra.is_empty());
+        Ok(Some(offset + skip))
+    }
+}
+
+#[async_trait::async_trait]
+impl StreamSink for RedisStreamSink {
+    async fn reset(&self, key: &StreamKey) -> Result<u64> {
+        let state = self.state(key);
+        let mut st = state.lock().await;
+        // Text of the previous generation must never land in the new one.
+        st.pending.clear();
+        st.pending_since = None;
+        st.epoch += 1;
+        let keys = self.keys(key);
+        let mut conn = self.inner.conn.clone();
+        let gen: u64 = RESET
+            .key(&keys.frames)
+            .key(&keys.terminal)
+            .key(&keys.generation)
+            .arg(self.inner.config.reconnect_ttl_ms)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(map_redis_error)?;
+        st.terminal = false;
+        st.next_offset = Some(0);
+        Ok(gen)
+    }
+
+    async fn append(&self, key: &StreamKey, frame: Frame) -> Result<u64> {
+        let cfg = &self.inner.config;
+        let state = self.state(key);
+        let mut st = state.lock().await;
+        if st.terminal {
+            return Err(terminal_refused());
+        }
+        let text = match frame {
+            Frame::Text(t) => t,
+            other => {
+                let r = Record::from_frame(other);
+                let off = self.inner.append_records(key, &mut st, vec![r]).await?;
+                return Ok(off.unwrap_or(0));
+            }
+        };
+        if text.len() > cfg.frame_bytes_max {
+            return Err(Error::invalid("frame", format_args!("{} bytes exceed {}", text.len(), cfg.frame_bytes_max)));
+        }
+        if !st.pending.is_empty() && st.pending.len() + text.len() > cfg.text_batch_bytes {
+            self.inner.append_records(key, &mut st, Vec::new()).await?;
+        }
+        let now = self.inner.clock.now();
+        let started = st.pending.is_empty();
+        let since = *st.pending_since.get_or_insert(now);
+        st.pending.push_str(&text);
+        let linger_over = now - since >= cfg.text_linger_ms;
+        match st.next_offset {
+            // Unknown offset (no reset seen by this writer): append now to learn it.
+            None => Ok(self.inner.append_records(key, &mut st, Vec::new()).await?.unwrap_or(0)),
+            Some(_) if st.pending.len() >= cfg.text_batch_bytes || linger_over => {
+                Ok(self.inner.append_records(key, &mut st, Vec::new()).await?.unwrap_or(0))
+            }
+            Some(next) => {
+                if started {
+                    self.arm_linger(key.clone(), state.clone(), since + cfg.text_linger_ms, st.epoch);
+                }
+                Ok(next)
+            }
+        }
+    }
+
+    async fn terminal(&self, key: &StreamKey, summary: Value) -> Result<()> {
+        let cfg = &self.inner.config;
+        let state = self.state(key);
+        let mut st = state.lock().await;
+        let keys = self.keys(key);
+        let mut inv = TERMINAL.prepare_invoke();
+        inv.key(&keys.frames).key(&keys.terminal).key(&keys.generation);
+        inv.arg(encoded(&Record::Terminal(summary))?).arg(cfg.readout_ttl_ms).arg(cfg.reconnect_ttl_ms);
+        if !st.pending.is_empty() {
+            inv.arg(encoded(&Record::Text(std::mem::take(&mut st.pending)))?);
+        }
+        st.pending_since = None;
+        st.epoch += 1;
+        st.terminal = true;
+        let mut conn = self.inner.conn.clone();
+        let r: std::result::Result<i64, _> = inv.invoke_async(&mut conn).await;
+        drop(st);
+        self.forget(key);
+        r.map(|_| ()).map_err(map_redis_error)
+    }
+}
