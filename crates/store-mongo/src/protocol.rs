@@ -26,7 +26,7 @@
 //! The one addition to the guard is structural: a write that patches `steps.<i>` also
 //! requires `steps.<max i>` to exist, because MongoDB would otherwise *pad the array with
 //! nulls* up to that index and corrupt the instance. The store reports such a write as
-//! [`Error::InvalidInput`](kernel_core::Error::InvalidInput) after a re-read.
+//! [`Error::InvalidInput`] after a re-read.
 //!
 //! Every user value is a BSON value under a fixed key: ids, tokens and names are strings
 //! compared for equality, never documents, so `{"$ne": null}` as an id is just a string.
