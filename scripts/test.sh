@@ -58,6 +58,9 @@ cargo test --workspace -- "${skip_args[@]}"
 log "reports"
 cargo test -p kernel-examples --test it crash_at_every_boundary -- --nocapture
 
+log "dispatch under fire (in-memory adapters)"
+cargo run -q -p dispatch-recovery -- --seed 7 --requests 1000
+
 log "demo smoke run"
 cargo run -q -p kernel-examples --example live_summary >/dev/null
 echo "demo: live_summary ok"

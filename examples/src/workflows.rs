@@ -1,7 +1,7 @@
 //! The workflows of the seed's story and of the crash sweep.
 
 use crate::business::{Business, FakeAsr};
-use kernel_core::ports::Signal;
+use kernel_core::ports::{DynOutbox, Signal};
 use kernel_core::{ActivityContext, ActivityError, Definition, OnFailed, RetryPolicy, StepDef, StepOutcome};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -297,4 +297,50 @@ pub fn waiter(biz: Arc<Business>) -> Definition {
         }
     };
     Definition::builder("waiter").step(StepDef::new("await_live", wait)).build().expect("valid definition")
+}
+
+/// Type of the dispatch demo's workflow.
+pub const ORDER: &str = "order";
+
+/// A two-step workflow whose last step writes the business result fenced by the round, and
+/// whose failure finalizer writes the business `failed` status.
+pub fn order(outbox: Arc<DynOutbox>) -> Definition {
+    let o1 = outbox.clone();
+    let write = move |c: ActivityContext| {
+        let outbox = o1.clone();
+        async move {
+            if c.input()["fail"] == json!(true) {
+                return Err(ActivityError::permanent("payment declined"));
+            }
+            let id = c.input()["object_id"].as_str().unwrap_or_default().to_string();
+            let f = c.fencing_token().unwrap_or_default().to_string();
+            let ok = outbox
+                .fenced_update(&id, &f, json!({ "result": format!("done in {f}") }), Some("done"))
+                .await
+                .map_err(|e| ActivityError::transient(e.to_string()))?;
+            if !ok {
+                return Err(ActivityError::canceled("the round moved on"));
+            }
+            Ok(StepOutcome::complete(json!({ "written": true })))
+        }
+    };
+    let o2 = outbox;
+    let on_failure = move |c: ActivityContext| {
+        let outbox = o2.clone();
+        async move {
+            let id = c.input()["object_id"].as_str().unwrap_or_default().to_string();
+            let f = c.fencing_token().unwrap_or_default().to_string();
+            outbox
+                .fenced_update(&id, &f, json!({ "error": "payment declined" }), Some("failed"))
+                .await
+                .map_err(|e| ActivityError::transient(e.to_string()))?;
+            Ok(StepOutcome::complete(Value::Null))
+        }
+    };
+    Definition::builder(ORDER)
+        .step(StepDef::new("prepare", |_c: ActivityContext| async { Ok(StepOutcome::complete(json!(1))) }))
+        .step(StepDef::new("write", write))
+        .failure_finalizer(on_failure)
+        .build()
+        .unwrap()
 }

@@ -2,7 +2,6 @@
 
 mod bad_input;
 mod behaviour;
-mod dispatch;
 mod mocks;
 mod model;
 mod write_budget;

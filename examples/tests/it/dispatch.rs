@@ -1,0 +1,340 @@
+//! K-11, K-12, K-3.1: from request to workflow, through crashes at every write boundary of
+//! the realtime and the recovery path, racing dispatchers and flushed candidates.
+
+use kernel_core::dispatch::*;
+use kernel_core::ports::*;
+use kernel_core::*;
+use serde_json::json;
+use std::sync::Arc;
+use testkit::faults::{CrashPlan, CrashPorts, CrashSwitch};
+use testkit::harness::{BoxFuture, World};
+use testkit::memory::{InMemoryCandidates, InMemoryOutbox};
+
+use kernel_examples::workflows::{order, ORDER as TYPE};
+
+fn request(i: usize, fail: bool) -> AcceptRequest {
+    let object_id = format!("obj-{i}");
+    AcceptRequest {
+        fields: json!({ "title": format!("note {i}") }),
+        workflow_type: TYPE.into(),
+        biz_key: format!("{TYPE}:{object_id}"),
+        fencing_token: "f1".into(),
+        input: json!({ "object_id": object_id, "fencing_token": "f1", "fail": fail, "stream": i.is_multiple_of(2) }),
+        priority: Priority::P1,
+        object_id,
+    }
+}
+
+struct Env {
+    world: World,
+    outbox: InMemoryOutbox,
+    candidates: InMemoryCandidates,
+}
+
+impl Env {
+    fn new(seed: u64) -> Self {
+        Env { world: World::new(seed), outbox: InMemoryOutbox::new(), candidates: InMemoryCandidates::new() }
+    }
+    fn defs(&self) -> Vec<Definition> {
+        vec![order(Arc::new(self.outbox.clone()))]
+    }
+    fn dispatcher(&self, id: &str) -> Dispatch {
+        let engine = self.world.engine(id, self.defs());
+        let config = DispatchConfig { dispatcher_id: id.into(), ..DispatchConfig::default() };
+        Dispatch::new(
+            Arc::new(self.outbox.clone()),
+            Arc::new(self.candidates.clone()),
+            engine.publisher(),
+            self.world.clock.clone(),
+            self.world.ids.clone(),
+            config,
+        )
+        .unwrap()
+    }
+    /// A process whose every port call goes through `switch`.
+    fn gated(&self, id: &str, switch: Arc<CrashSwitch>) -> Dispatch {
+        let p = self.world.ports();
+        let gated = Arc::new(
+            CrashPorts::new(
+                switch,
+                p.store.clone(),
+                p.inbox.clone(),
+                p.queue.clone(),
+                p.permits.clone(),
+                p.wakeup.clone(),
+            )
+            .with_dispatch(Arc::new(self.outbox.clone()), Arc::new(self.candidates.clone())),
+        );
+        let engine = self.world.engine_on(gated.wire(p), testkit::harness::test_config(id), self.defs());
+        let config = DispatchConfig { dispatcher_id: id.into(), ..DispatchConfig::default() };
+        Dispatch::new(
+            gated.clone(),
+            gated,
+            engine.publisher(),
+            self.world.clock.clone(),
+            self.world.ids.clone(),
+            config,
+        )
+        .unwrap()
+    }
+
+    /// Two recovery dispatchers and a worker until every accepted intent is dispatched and
+    /// every workflow finished (simulated time).
+    async fn recover(&self) {
+        let (r1, r2) = (self.dispatcher("R1"), self.dispatcher("R2"));
+        let worker = self.world.engine("W", self.defs());
+        for _ in 0..200 {
+            for r in [&r1, &r2] {
+                r.scan().await.unwrap();
+                r.recover_round().await.unwrap();
+            }
+            self.world.drive(&worker).await.unwrap();
+            let pending = self
+                .outbox
+                .all()
+                .iter()
+                .any(|r| r.dispatch.as_ref().is_some_and(|d| d.status != DispatchStatus::Dispatched));
+            if !pending {
+                return;
+            }
+            self.world.clock.advance(5_000);
+        }
+    }
+
+    /// K-3.1, K-3.2: every accepted intent registered exactly once with the exact snapshot.
+    fn verdict(&self) -> (usize, usize, usize, usize, usize) {
+        let (mut accepted, mut registered, mut duplicates, mut stuck, mut mismatch) = (0, 0, 0, 0, 0);
+        let instances = self.world.store.all();
+        for rec in self.outbox.all() {
+            accepted += 1;
+            let d = rec.dispatch.unwrap();
+            if d.status != DispatchStatus::Dispatched {
+                stuck += 1;
+            }
+            let mine: Vec<_> = instances.iter().filter(|i| i.biz_key == d.biz_key).collect();
+            match mine.len() {
+                0 => {}
+                1 => {
+                    registered += 1;
+                    if serde_json::to_vec(&mine[0].input).unwrap()
+                        != serde_json::to_vec(d.input.as_ref().unwrap()).unwrap()
+                    {
+                        mismatch += 1;
+                    }
+                }
+                n => duplicates += n - 1,
+            }
+        }
+        (accepted, registered, duplicates, stuck, mismatch)
+    }
+}
+
+/// The API process: accept, StartOrResume, confirm — for three requests.
+fn api<'a>(d: &'a Dispatch) -> BoxFuture<'a, ()> {
+    Box::pin(async move {
+        for i in 0..3 {
+            if d.accept(request(i, false)).await.is_ok() {
+                let _ = d.dispatch_now(&format!("obj-{i}")).await;
+            }
+        }
+    })
+}
+
+async fn realtime_boundaries(seed: u64) -> usize {
+    let env = Env::new(seed);
+    let switch = CrashSwitch::new(CrashPlan::Never);
+    let d = env.gated("api", switch.clone());
+    api(&d).await;
+    switch.log().len()
+}
+
+#[tokio::test]
+async fn realtime_path_survives_a_crash_at_every_boundary() {
+    let mut runs = 0;
+    for seed in 0..8u64 {
+        let n = realtime_boundaries(seed).await;
+        assert!(n >= 9, "accept, candidate, create, enqueue, confirm per request: {n}");
+        for k in 0..n as u64 {
+            for plan in [CrashPlan::Before(k), CrashPlan::After(k)] {
+                let env = Env::new(seed);
+                let switch = CrashSwitch::new(plan);
+                let d = env.gated("api", switch.clone());
+                let mut fut = api(&d);
+                let crashed = tokio::select! { _ = &mut fut => false, _ = switch.wait_crashed() => true };
+                assert!(crashed, "seed {seed} {plan:?} never crashed");
+                env.recover().await;
+                // The dead API process comes back and finishes what it was doing.
+                switch.release();
+                fut.await;
+                env.recover().await;
+                let (accepted, registered, duplicates, stuck, mismatch) = env.verdict();
+                assert_eq!((registered, duplicates, stuck, mismatch), (accepted, 0, 0, 0), "seed {seed} {plan:?}");
+                runs += 1;
+            }
+        }
+    }
+    println!("dispatch realtime crash windows: runs={runs}");
+}
+
+#[tokio::test]
+async fn recovery_path_survives_a_crash_at_every_boundary_and_late_holders_change_nothing() {
+    let mut stale_attempted = 0;
+    for seed in 0..4u64 {
+        // Requests accepted by an API process that died before StartOrResume.
+        let discover = {
+            let env = Env::new(seed);
+            for i in 0..3 {
+                env.dispatcher("api").accept(request(i, false)).await.unwrap();
+            }
+            env.world.clock.advance(10_000);
+            let switch = CrashSwitch::new(CrashPlan::Never);
+            let r = env.gated("R0", switch.clone());
+            r.recover_round().await.unwrap();
+            switch.log().len()
+        };
+        assert!(discover >= 10, "{discover}");
+        for k in 0..discover as u64 {
+            for plan in [CrashPlan::Before(k), CrashPlan::After(k)] {
+                let env = Env::new(seed);
+                for i in 0..3 {
+                    env.dispatcher("api").accept(request(i, false)).await.unwrap();
+                }
+                env.world.clock.advance(10_000);
+                let switch = CrashSwitch::new(plan);
+                let r0 = env.gated("R0", switch.clone());
+                let mut fut: BoxFuture<'_, ()> = Box::pin(async {
+                    let _ = r0.recover_round().await;
+                });
+                let crashed = tokio::select! { _ = &mut fut => false, _ = switch.wait_crashed() => true };
+                assert!(crashed);
+                env.world.clock.advance(31_000); // the dead dispatcher's lease expires
+                env.recover().await;
+                switch.release();
+                fut.await;
+                let z = switch.zombie_stats();
+                assert_eq!(z.stale_writes_accepted, 0, "seed {seed} {plan:?}: a late lease holder changed an intent");
+                stale_attempted += z.stale_writes_attempted;
+                env.recover().await;
+                let (accepted, registered, duplicates, stuck, mismatch) = env.verdict();
+                assert_eq!((registered, duplicates, stuck, mismatch), (accepted, 0, 0, 0), "seed {seed} {plan:?}");
+            }
+        }
+    }
+    assert!(stale_attempted > 0, "some zombie dispatcher tried a late write");
+}
+
+#[tokio::test]
+async fn confirm_rereads_on_a_miss() {
+    // K-11.2
+    let env = Env::new(1);
+    let d = env.dispatcher("api");
+    d.accept(request(1, false)).await.unwrap();
+    assert_eq!(d.dispatch_now("obj-1").await.unwrap(), RealtimeOutcome::Dispatched);
+    let stored = env.outbox.get("obj-1").await.unwrap().unwrap().dispatch.unwrap();
+    assert_eq!(stored.status, DispatchStatus::Dispatched, "confirmed in the store, not just reported");
+    assert_eq!(d.dispatch_now("obj-1").await.unwrap(), RealtimeOutcome::Dispatched, "idempotent");
+    // A recovery dispatcher holds the next one: the realtime path leaves it alone.
+    d.accept(request(2, false)).await.unwrap();
+    env.world.clock.advance(10_000);
+    let rec = env.outbox.try_lease("obj-2", env.world.now(), "d-1", env.world.now() + 30_000).await.unwrap();
+    assert!(rec.is_some());
+    assert_eq!(d.dispatch_now("obj-2").await.unwrap(), RealtimeOutcome::LeftToDispatcher);
+}
+
+#[tokio::test]
+async fn two_concurrent_retries_install_one_round_and_old_writes_are_fenced() {
+    // K-11.4, K-11.5, K-12
+    let env = Env::new(2);
+    let d = env.dispatcher("api");
+    d.accept(request(1, true)).await.unwrap();
+    d.dispatch_now("obj-1").await.unwrap();
+    let worker = env.world.engine("W", env.defs());
+    env.world.drive(&worker).await.unwrap();
+    assert_eq!(env.outbox.get("obj-1").await.unwrap().unwrap().business_status.as_deref(), Some("failed"));
+    let input = |f: &str| json!({ "object_id": "obj-1", "fencing_token": f, "fail": false, "stream": false });
+    let (a, b) = tokio::join!(
+        d.retry_failed("obj-1", "f1", "f2", input("f2")),
+        d.retry_failed("obj-1", "f1", "f3", input("f3"))
+    );
+    let outcomes = [a, b];
+    assert_eq!(outcomes.iter().filter(|r| r.is_ok()).count(), 1, "{outcomes:?}");
+    assert!(outcomes.iter().any(|r| matches!(r, Err(Error::RoundChanged(_)))));
+    let rec = env.outbox.get("obj-1").await.unwrap().unwrap();
+    let f = rec.dispatch.as_ref().unwrap().fencing_token.clone();
+    assert!(f == "f2" || f == "f3");
+    env.world.drive(&worker).await.unwrap();
+    let inst = env.world.store.all().pop().unwrap();
+    assert_eq!((inst.status, inst.retry_count), (WorkflowStatus::Completed, 1), "the same instance replayed");
+    assert_eq!(inst.input["fencing_token"], json!(f));
+    // A late write of the first round's activity changes nothing.
+    assert!(!env.outbox.fenced_update("obj-1", "f1", json!({ "result": "stale" }), Some("done")).await.unwrap());
+    let rec = env.outbox.get("obj-1").await.unwrap().unwrap();
+    assert_eq!(rec.fields["result"], json!(format!("done in {f}")));
+}
+
+#[tokio::test]
+async fn an_expired_dispatcher_cannot_confirm_renew_or_revert() {
+    // K-11.3
+    let env = Env::new(3);
+    env.dispatcher("api").accept(request(1, false)).await.unwrap();
+    let now = env.world.now() + 10_000;
+    assert!(env.outbox.try_lease("obj-1", now, "d-old", now + 30_000).await.unwrap().is_some());
+    assert!(env.outbox.try_lease("obj-1", now + 1, "d-other", now + 30_000).await.unwrap().is_none(), "held");
+    let later = now + 30_001;
+    assert!(
+        env.outbox.try_lease("obj-1", later, "d-new", later + 30_000).await.unwrap().is_some(),
+        "expired ⇒ taken over"
+    );
+    let before = env.outbox.get("obj-1").await.unwrap();
+    assert!(!env.outbox.renew_lease("obj-1", "f1", "d-old", later + 99_000).await.unwrap());
+    assert!(!env.outbox.confirm_leased("obj-1", "f1", "d-old").await.unwrap());
+    assert!(!env.outbox.revert_leased("obj-1", "f1", "d-old", later).await.unwrap());
+    assert_eq!(env.outbox.get("obj-1").await.unwrap(), before, "no document changed");
+}
+
+#[tokio::test]
+async fn recovery_works_while_the_candidate_index_is_down_or_flushed() {
+    // K-11.3: the store scan under the mutex keeps recovery going without Redis.
+    let env = Env::new(4);
+    for i in 0..5 {
+        env.dispatcher("api").accept(request(i, false)).await.unwrap();
+    }
+    env.candidates.flush();
+    env.candidates.set_down(true);
+    env.world.clock.advance(10_000);
+    let r = env.dispatcher("R1");
+    let rep = r.scan().await.unwrap().expect("mutex taken");
+    assert_eq!(rep.dispatched, 5);
+    assert!(env.dispatcher("R2").scan().await.unwrap().is_none(), "the mutex is held by R1");
+    env.candidates.set_down(false);
+    let (accepted, registered, duplicates, stuck, mismatch) = env.verdict();
+    assert_eq!((accepted, registered, duplicates, stuck, mismatch), (5, 5, 0, 0, 0));
+}
+
+#[tokio::test]
+async fn legacy_objects_get_a_conservative_input_from_stable_fields() {
+    // K-11.3
+    let env = Env::new(5);
+    let intent = DispatchIntent::pending(TYPE, "order:old-1", "f7", json!(null), Priority::P3, env.world.now());
+    env.outbox.insert_legacy("old-1", json!({ "title": "old note", "client_caps": "whatever" }), "initial", intent);
+    let d = env.dispatcher("R1").with_legacy_input(Arc::new(|rec: &DispatchRecord| {
+        let f = rec.dispatch.as_ref().map(|d| d.fencing_token.clone()).unwrap_or_default();
+        json!({ "object_id": rec.object_id, "fencing_token": f, "fail": false, "stream": false })
+    }));
+    assert_eq!(d.process("old-1").await.unwrap(), Processed::Dispatched);
+    let inst = env.world.store.all().pop().unwrap();
+    assert_eq!(inst.input, json!({ "object_id": "old-1", "fencing_token": "f7", "fail": false, "stream": false }));
+    // Without a builder the intent is reverted, never dispatched with a guessed input.
+    let intent = DispatchIntent::pending(TYPE, "order:old-2", "f1", json!(null), Priority::P3, env.world.now());
+    env.outbox.insert_legacy("old-2", json!({}), "initial", intent);
+    assert_eq!(env.dispatcher("R2").process("old-2").await.unwrap(), Processed::Reverted);
+}
+
+#[tokio::test]
+async fn accept_rejects_a_snapshot_of_another_round() {
+    let env = Env::new(6);
+    let mut req = request(1, false);
+    req.input["fencing_token"] = json!("f0");
+    assert!(matches!(env.dispatcher("api").accept(req).await, Err(Error::InvalidInput { .. })));
+    assert!(env.outbox.all().is_empty());
+}
