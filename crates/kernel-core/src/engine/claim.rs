@@ -32,7 +32,7 @@ enum StepResult {
         delay: Millis,
     },
     Suspend {
-        wait: Wait,
+        wait: Box<Wait>,
         checkpoint: Option<Value>,
         elapsed: i64,
     },
@@ -522,7 +522,7 @@ impl Claim {
                             step_index: idx as u32,
                             poll_time: Some(now + delay_ms),
                         };
-                        return StepResult::Suspend { wait, checkpoint, elapsed };
+                        return StepResult::Suspend { wait: Box::new(wait), checkpoint, elapsed };
                     }
                     Err(e) => e,
                 }
@@ -544,7 +544,7 @@ impl Claim {
                             step_index: idx as u32,
                             poll_time: spec.poll_after_ms.map(|d| now + d),
                         };
-                        return StepResult::Suspend { wait, checkpoint: spec.checkpoint, elapsed };
+                        return StepResult::Suspend { wait: Box::new(wait), checkpoint: spec.checkpoint, elapsed };
                     }
                     Err(e) => e,
                 }
@@ -736,7 +736,7 @@ impl Claim {
             }
             StepResult::Deferred { delay } => Transition::permit_deferral(widx, *delay, now).release_until(now + delay),
             StepResult::Suspend { wait, checkpoint, elapsed } => {
-                Transition::suspend(widx, wait.clone(), checkpoint.clone(), *elapsed, now)
+                Transition::suspend(widx, (**wait).clone(), checkpoint.clone(), *elapsed, now)
             }
             StepResult::Yield { checkpoint, elapsed } => {
                 Transition::yield_step(widx, checkpoint.clone(), *elapsed, now)
