@@ -52,7 +52,7 @@ async fn pop_lanes(q: &DynQueue, now: Millis, n: usize) -> Vec<usize> {
 }
 
 fn blocks(spec: &[(usize, usize)]) -> Vec<usize> {
-    spec.iter().flat_map(|(lane, n)| std::iter::repeat(*lane).take(*n)).collect()
+    spec.iter().flat_map(|(lane, n)| std::iter::repeat_n(*lane, *n)).collect()
 }
 
 async fn depths(q: &DynQueue, now: Millis) -> [u64; 4] {
