@@ -2,10 +2,11 @@
 //! (K-11.5, K-12) and an asynchronous speech-recognition service that deduplicates by the
 //! kernel's idempotency key (K-17.1).
 
+use kernel_core::ports::DynStore;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::sync::Mutex;
-use testkit::memory::InMemoryStore;
 
 /// One business object.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -116,21 +117,26 @@ struct Job {
 
 /// A fake asynchronous ASR service. `submit` deduplicates by idempotency key; a job is done
 /// after `polls_to_finish` polls.
-#[derive(Debug)]
 pub struct FakeAsr {
     jobs: Mutex<BTreeMap<String, Job>>,
     by_key: Mutex<BTreeMap<String, String>>,
     submissions: AtomicU64,
     late_submissions: AtomicU64,
     polls_to_finish: u32,
-    store: Option<InMemoryStore>,
+    store: Option<Arc<DynStore>>,
     step_name: String,
+}
+
+impl std::fmt::Debug for FakeAsr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeAsr").field("submissions", &self.submissions()).finish_non_exhaustive()
+    }
 }
 
 impl FakeAsr {
     /// A service finishing each job after `polls_to_finish` polls. With `store`, every
     /// submission checks that no task id is committed yet for that run.
-    pub fn new(polls_to_finish: u32, store: Option<InMemoryStore>, step_name: &str) -> Self {
+    pub fn new(polls_to_finish: u32, store: Option<Arc<DynStore>>, step_name: &str) -> Self {
         FakeAsr {
             jobs: Mutex::default(),
             by_key: Mutex::default(),
@@ -143,10 +149,10 @@ impl FakeAsr {
     }
 
     /// Submit a job; the same key returns the same task id.
-    pub fn submit(&self, idempotency_key: &str, workflow_id: &str, workflow_run: u32) -> String {
+    pub async fn submit(&self, idempotency_key: &str, workflow_id: &str, workflow_run: u32) -> String {
         self.submissions.fetch_add(1, Ordering::SeqCst);
         if let Some(store) = &self.store {
-            if let Some(inst) = store.peek(workflow_id) {
+            if let Some(inst) = store.get(workflow_id).await.ok().flatten() {
                 let committed = inst.retry_count == workflow_run
                     && inst.steps.iter().any(|s| {
                         s.name == self.step_name && s.checkpoint.as_ref().is_some_and(|c| c.get("task_id").is_some())

@@ -5,4 +5,5 @@
 
 pub mod business;
 pub mod scenarios;
+pub mod story;
 pub mod workflows;

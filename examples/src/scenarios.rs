@@ -2,10 +2,14 @@
 
 use crate::business::{Business, FakeAsr};
 use crate::workflows;
-use kernel_core::{Definition, Engine, Priority, StartRequest, WorkflowStatus};
+use kernel_core::{Definition, Engine, Priority, StartRequest, WorkflowInstance, WorkflowStatus};
 use serde_json::json;
 use std::sync::Arc;
 use testkit::harness::{BoxFuture, Scenario, ScenarioRun, ScenarioVerdict, World};
+
+fn peek<'a>(instances: &'a [WorkflowInstance], id: &str) -> Option<&'a WorkflowInstance> {
+    instances.iter().find(|i| i.workflow_id == id)
+}
 
 struct Objects {
     biz: Arc<Business>,
@@ -33,11 +37,11 @@ impl Objects {
         })
     }
 
-    fn verdict(&self, world: &World, done_status: &str) -> ScenarioVerdict {
+    fn verdict(&self, instances: &[WorkflowInstance], done_status: &str) -> ScenarioVerdict {
         let mut v = ScenarioVerdict::default();
         for (t, wf, obj, _) in &self.starts {
             v.expected.push(format!("{t}:{obj}"));
-            let inst = world.store.peek(wf);
+            let inst = peek(instances, wf);
             let terminal_ok = inst.as_ref().is_some_and(|i| i.status.is_terminal());
             let biz_ok = self
                 .biz
@@ -72,7 +76,7 @@ impl Scenario for LiveSummaryScenario {
     }
     fn instantiate(&self, world: &World) -> Box<dyn ScenarioRun> {
         let biz = Arc::new(Business::default());
-        let asr = Arc::new(FakeAsr::new(2, Some(world.store.clone()), "transcribe"));
+        let asr = Arc::new(FakeAsr::new(2, Some(world.durable.clone()), "transcribe"));
         let mut starts = vec![];
         for i in 1..=self.subscribers {
             let obj = format!("obj-{i}");
@@ -110,11 +114,11 @@ impl ScenarioRun for LivePage {
     fn start<'a>(&'a self, engine: &'a Engine) -> BoxFuture<'a, kernel_core::Result<()>> {
         self.run.objects.start(engine)
     }
-    fn verdict(&self, world: &World) -> ScenarioVerdict {
+    fn verdict(&self, instances: &[WorkflowInstance]) -> ScenarioVerdict {
         let mut v = ScenarioVerdict::default();
         for (t, wf, obj, _) in &self.run.objects.starts {
             v.expected.push(format!("{t}:{obj}"));
-            let inst = world.store.peek(wf);
+            let inst = peek(instances, wf);
             let ok = if t == workflows::LIVE_FANOUT {
                 inst.as_ref().is_some_and(|i| i.status == WorkflowStatus::Completed)
             } else {
@@ -164,9 +168,9 @@ impl ScenarioRun for FailingRun {
     fn start<'a>(&'a self, engine: &'a Engine) -> BoxFuture<'a, kernel_core::Result<()>> {
         self.0.start(engine)
     }
-    fn verdict(&self, world: &World) -> ScenarioVerdict {
-        let mut v = self.0.verdict(world, "failed");
-        if world.store.peek("pay-1").is_some_and(|i| i.status != WorkflowStatus::Failed) {
+    fn verdict(&self, instances: &[WorkflowInstance]) -> ScenarioVerdict {
+        let mut v = self.0.verdict(instances, "failed");
+        if peek(instances, "pay-1").is_some_and(|i| i.status != WorkflowStatus::Failed) {
             v.unfinished.push("failing_charge:order-1 (not failed)".into());
         }
         v
@@ -221,11 +225,11 @@ impl ScenarioRun for FanoutRun {
     fn start<'a>(&'a self, engine: &'a Engine) -> BoxFuture<'a, kernel_core::Result<()>> {
         self.objects.start(engine)
     }
-    fn verdict(&self, world: &World) -> ScenarioVerdict {
+    fn verdict(&self, instances: &[WorkflowInstance]) -> ScenarioVerdict {
         let mut v = ScenarioVerdict::default();
         for (t, wf, obj, _) in &self.objects.starts {
             v.expected.push(format!("{t}:{obj}"));
-            let completed = world.store.peek(wf).is_some_and(|i| i.status == WorkflowStatus::Completed);
+            let completed = peek(instances, wf).is_some_and(|i| i.status == WorkflowStatus::Completed);
             let biz_ok = t == workflows::LIVE_FANOUT || self.objects.biz.get(obj).is_some_and(|o| o.status == "done");
             if !completed || !biz_ok {
                 v.unfinished.push(format!("{t}:{obj}"));
@@ -259,9 +263,9 @@ impl ScenarioRun for DagRun {
     fn start<'a>(&'a self, engine: &'a Engine) -> BoxFuture<'a, kernel_core::Result<()>> {
         self.0.start(engine)
     }
-    fn verdict(&self, world: &World) -> ScenarioVerdict {
-        let mut v = self.0.verdict(world, "done");
-        if world.store.peek("dag-1").is_some_and(|i| i.status != WorkflowStatus::Completed) {
+    fn verdict(&self, instances: &[WorkflowInstance]) -> ScenarioVerdict {
+        let mut v = self.0.verdict(instances, "done");
+        if peek(instances, "dag-1").is_some_and(|i| i.status != WorkflowStatus::Completed) {
             v.unfinished.push("diamond:doc-1 (not completed)".into());
         }
         v

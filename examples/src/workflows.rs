@@ -63,7 +63,7 @@ pub fn live_summary(biz: Arc<Business>, asr: Arc<FakeAsr>, crash_in_compose: Opt
                     None => StepOutcome::sleep(ASR_POLL_MS, json!({ "task_id": task_id, "polls": polls + 1 })),
                 });
             }
-            let task_id = asr.submit(&ctx.idempotency_key(), ctx.workflow_id(), ctx.workflow_run());
+            let task_id = asr.submit(&ctx.idempotency_key(), ctx.workflow_id(), ctx.workflow_run()).await;
             Ok(StepOutcome::sleep(ASR_POLL_MS, json!({ "task_id": task_id, "polls": 0 })))
         }
     };

@@ -587,7 +587,7 @@ impl WorkflowStore for AuditStore {
 /// lease was held by someone else) until [`resume`](Self::resume).
 pub struct TakeoverPause {
     inner: Arc<DynStore>,
-    raw: crate::memory::InMemoryStore,
+    raw: Arc<DynStore>,
     armed: std::sync::atomic::AtomicBool,
     paused: tokio::sync::watch::Sender<bool>,
     resumed: tokio::sync::watch::Sender<bool>,
@@ -595,7 +595,7 @@ pub struct TakeoverPause {
 
 impl TakeoverPause {
     /// Pause `inner`'s first takeover; `raw` is read to know whether an instance was leased.
-    pub fn new(inner: Arc<DynStore>, raw: crate::memory::InMemoryStore) -> Self {
+    pub fn new(inner: Arc<DynStore>, raw: Arc<DynStore>) -> Self {
         TakeoverPause {
             inner,
             raw,
@@ -627,7 +627,7 @@ impl WorkflowStore for TakeoverPause {
         self.inner.get_by_biz_key(biz_key).await
     }
     async fn claim(&self, workflow_id: &str, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
-        let was_leased = self.raw.peek(workflow_id).is_some_and(|i| i.claim_token.is_some());
+        let was_leased = self.raw.get(workflow_id).await.ok().flatten().is_some_and(|i| i.claim_token.is_some());
         let r = self.inner.claim(workflow_id, spec).await;
         if was_leased && matches!(r, Ok(Some(_))) && self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
             self.paused.send_replace(true);

@@ -96,16 +96,26 @@ pub fn test_config(worker_id: &str) -> EngineConfig {
     EngineConfig { worker_id: worker_id.to_string(), ..EngineConfig::default() }
 }
 
-/// Every in-memory adapter, wired. Clones share state.
+/// Lists every instance of a durable store (test inspection, not a port).
+pub type Lister = Arc<dyn Fn() -> BoxFuture<'static, Result<Vec<WorkflowInstance>>> + Send + Sync>;
+
+/// Every adapter of a test, wired: in-memory by default, or with another durable store and
+/// inbox ([`World::with_durable`]) so the same harness runs against a real database.
+/// Clones share state.
 #[derive(Clone)]
 pub struct World {
     /// The manual clock.
     pub clock: Arc<ManualClock>,
-    /// Durable instances (raw).
+    /// Durable instances of an in-memory world (empty and unused with another backend).
     pub store: InMemoryStore,
+    /// The durable store engines use (below the audit).
+    pub durable: Arc<DynStore>,
+    /// The durable inbox engines use.
+    pub durable_inbox: Arc<DynInbox>,
+    lister: Lister,
     /// The store as engines see it, audited.
     pub audit: AuditStore,
-    /// Durable inbox.
+    /// Durable inbox of an in-memory world.
     pub inbox: InMemoryInbox,
     /// Ready lanes.
     pub queue: InMemoryQueue,
@@ -135,20 +145,63 @@ impl World {
 
     /// A world with configured permit limits.
     pub fn with_limits(seed: u64, limits: HashMap<String, PermitLimits>) -> Self {
-        let clock = Arc::new(ManualClock::default());
         let store = InMemoryStore::new();
+        let inbox = InMemoryInbox::new();
+        let listed = store.clone();
+        let lister: Lister = Arc::new(move || {
+            let all = listed.all();
+            Box::pin(async move { Ok(all) })
+        });
+        Self::assemble(seed, limits, store.clone(), Arc::new(store), inbox.clone(), Arc::new(inbox), lister)
+    }
+
+    /// A world on another durable store and inbox (e.g. MongoDB); `lister` lists its
+    /// instances for the driver and the verdicts.
+    pub fn with_durable(
+        seed: u64,
+        limits: HashMap<String, PermitLimits>,
+        store: Arc<DynStore>,
+        inbox: Arc<DynInbox>,
+        lister: Lister,
+    ) -> Self {
+        Self::assemble(seed, limits, InMemoryStore::new(), store, InMemoryInbox::new(), inbox, lister)
+    }
+
+    fn assemble(
+        seed: u64,
+        limits: HashMap<String, PermitLimits>,
+        store: InMemoryStore,
+        durable: Arc<DynStore>,
+        inbox: InMemoryInbox,
+        durable_inbox: Arc<DynInbox>,
+        lister: Lister,
+    ) -> Self {
+        let clock = Arc::new(ManualClock::default());
         World {
             permits: InMemoryPermits::new(clock.clone(), limits, 30_000),
             clock,
-            audit: AuditStore::new(Arc::new(store.clone())),
+            audit: AuditStore::new(durable.clone()),
+            durable,
+            durable_inbox,
+            lister,
             store,
-            inbox: InMemoryInbox::new(),
+            inbox,
             queue: InMemoryQueue::default(),
             wakeup: InMemoryWakeup::new(),
             ids: Arc::new(SeqIds::new("t", seed)),
             observations: RecordingSink::default(),
             streams: InMemoryStreamSink::default(),
         }
+    }
+
+    /// Every instance of the durable store.
+    pub async fn instances(&self) -> Result<Vec<WorkflowInstance>> {
+        (self.lister)().await
+    }
+
+    /// One instance, read from the durable store without auditing.
+    pub async fn instance(&self, workflow_id: &str) -> Option<WorkflowInstance> {
+        self.durable.get(workflow_id).await.ok().flatten()
     }
 
     /// Current simulated time.
@@ -160,7 +213,7 @@ impl World {
     pub fn ports(&self) -> Ports {
         Ports {
             store: Arc::new(self.audit.clone()),
-            inbox: Arc::new(self.inbox.clone()),
+            inbox: self.durable_inbox.clone(),
             queue: Arc::new(self.queue.clone()),
             wakeup: Arc::new(self.wakeup.clone()),
             permits: Arc::new(self.permits.clone()),
@@ -227,16 +280,14 @@ impl World {
                 }
             }
             let now = self.now();
-            let next = self
-                .store
-                .all()
+            let all = self.instances().await?;
+            let next = all
                 .iter()
                 .filter(|i| !i.status.is_terminal())
                 .filter_map(|i| i.claimable_time)
                 .filter(|t| *t > now)
                 .min();
-            let due_now =
-                self.store.all().iter().any(|i| !i.status.is_terminal() && i.claimable_time.is_some_and(|t| t <= now));
+            let due_now = all.iter().any(|i| !i.status.is_terminal() && i.claimable_time.is_some_and(|t| t <= now));
             match next {
                 _ if due_now => self.clock.advance(1),
                 Some(t) => self.clock.set(t),
@@ -275,8 +326,8 @@ pub trait ScenarioRun {
     /// Issue the start requests. Idempotent: after a crash it is issued again, as a client
     /// retry or a recovery dispatcher would.
     fn start<'a>(&'a self, engine: &'a Engine) -> BoxFuture<'a, Result<()>>;
-    /// Business-side verdict after the final drain.
-    fn verdict(&self, world: &World) -> ScenarioVerdict;
+    /// Business-side verdict after the final drain, given every stored instance.
+    fn verdict(&self, instances: &[WorkflowInstance]) -> ScenarioVerdict;
 }
 
 /// A workflow story the sweep can replay with a crash anywhere.
@@ -346,9 +397,22 @@ pub enum SweepSample {
 /// the scenario with a crash there, recover with a fresh engine on the surviving state,
 /// resume the crashed engine as a zombie that tries its pending write, drain, and count.
 pub async fn sweep(scenarios: &[&dyn Scenario], seed: u64, sample: SweepSample) -> SweepReport {
+    sweep_on(scenarios, seed, sample, &|seed| Box::pin(async move { World::new(seed) })).await
+}
+
+/// Makes a fresh world for one run of a sweep (a fresh database, say).
+pub type WorldFactory<'a> = &'a dyn Fn(u64) -> BoxFuture<'static, World>;
+
+/// [`sweep`] on worlds made by `factory`, e.g. on MongoDB.
+pub async fn sweep_on(
+    scenarios: &[&dyn Scenario],
+    seed: u64,
+    sample: SweepSample,
+    factory: WorldFactory<'_>,
+) -> SweepReport {
     let mut report = SweepReport::default();
     for sc in scenarios {
-        let boundaries = discover(*sc, seed).await;
+        let boundaries = discover(*sc, factory(seed).await).await;
         report.boundaries += boundaries.len() as u64;
         let mut points: Vec<CrashPlan> =
             (0..boundaries.len() as u64).flat_map(|i| [CrashPlan::Before(i), CrashPlan::After(i)]).collect();
@@ -364,7 +428,7 @@ pub async fn sweep(scenarios: &[&dyn Scenario], seed: u64, sample: SweepSample) 
                 _ => 0,
             };
             *report.by_boundary.entry(boundaries[idx].to_string()).or_insert(0) += 1;
-            let r = crash_run(*sc, seed, plan).await;
+            let r = crash_run_on(*sc, factory(seed).await, plan).await;
             report.runs += 1;
             report.lost += r.lost;
             report.duplicate_step_completions += r.duplicate_step_completions;
@@ -379,8 +443,7 @@ pub async fn sweep(scenarios: &[&dyn Scenario], seed: u64, sample: SweepSample) 
     report
 }
 
-async fn discover(sc: &dyn Scenario, seed: u64) -> Vec<&'static str> {
-    let world = World::new(seed);
+async fn discover(sc: &dyn Scenario, world: World) -> Vec<&'static str> {
     let run = sc.instantiate(&world);
     let (engine, switch) = world.crashing_engine("A", run.definitions(), CrashPlan::Never);
     run.start(&engine).await.expect("clean start");
@@ -390,7 +453,11 @@ async fn discover(sc: &dyn Scenario, seed: u64) -> Vec<&'static str> {
 
 /// One crash run; public so a failing point can be replayed alone.
 pub async fn crash_run(sc: &dyn Scenario, seed: u64, plan: CrashPlan) -> SweepReport {
-    let world = World::new(seed);
+    crash_run_on(sc, World::new(seed), plan).await
+}
+
+/// [`crash_run`] on a given world.
+pub async fn crash_run_on(sc: &dyn Scenario, world: World, plan: CrashPlan) -> SweepReport {
     let run = sc.instantiate(&world);
     let defs = run.definitions();
     let (e1, switch) = world.crashing_engine("A", defs.clone(), plan);
@@ -410,7 +477,7 @@ pub async fn crash_run(sc: &dyn Scenario, seed: u64, plan: CrashPlan) -> SweepRe
         // A fresh process on the surviving durable state; the client retries its request.
         // It pauses right after its first takeover of a leased instance, so the zombie's
         // pending write meets an instance that is running under the new token.
-        let pause = Arc::new(crate::faults::TakeoverPause::new(world.ports().store, world.store.clone()));
+        let pause = Arc::new(crate::faults::TakeoverPause::new(world.ports().store, world.durable.clone()));
         let mut ports = world.ports();
         ports.store = pause.clone();
         let e2 = world.engine_on(ports, test_config("B"), defs.clone());
@@ -436,8 +503,8 @@ pub async fn crash_run(sc: &dyn Scenario, seed: u64, plan: CrashPlan) -> SweepRe
         out.stale_writes_attempted = z.stale_writes_attempted;
         out.stale_writes_accepted = z.stale_writes_accepted;
     }
-    let verdict = run.verdict(&world);
-    let instances = world.store.all();
+    let instances = world.instances().await.unwrap_or_default();
+    let verdict = run.verdict(&instances);
     out.lost = verdict.expected.iter().filter(|k| !instances.iter().any(|i| &i.biz_key == *k)).count() as u64;
     let not_terminal = instances.iter().filter(|i| !i.status.is_terminal()).count() as u64;
     out.unfinished = not_terminal.max(verdict.unfinished.len() as u64);

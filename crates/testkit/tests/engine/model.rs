@@ -220,7 +220,7 @@ impl Model {
                 // the oldest zombie returns and tries its pending write against the new token.
                 self.world.clock.advance(30_001);
                 self.workers[*w as usize].maintain().await.map_err(|e| e.to_string())?;
-                let pause = Arc::new(TakeoverPause::new(self.world.ports().store, self.world.store.clone()));
+                let pause = Arc::new(TakeoverPause::new(self.world.ports().store, self.world.durable.clone()));
                 let mut ports = self.world.ports();
                 ports.store = pause.clone();
                 let engine = self.world.engine_on(ports, test_config("taker"), vec![definition(self.facts.clone())]);
