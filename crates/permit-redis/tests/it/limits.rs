@@ -128,9 +128,9 @@ async fn two_starts_per_second_judged_on_redis_time() {
         assert!(w[2] - w[0] >= 1_000_000, "3 starts within {} µs of Redis time: {w:?}", w[2] - w[0]);
     }
     println!("{} starts in 5 s of Redis time", starts.len());
-    // At most 2 per second by the check above (≤ 10 plus window edges); eager acquirers
-    // must also have got close to the limit, or the run proved nothing.
-    assert!((8..=12).contains(&starts.len()), "{} starts", starts.len());
+    // The check above allows at most 10 in 5 s; eager acquirers must also have come close
+    // to the limit (with slack for a loaded machine), or the run proved nothing.
+    assert!((6..=10).contains(&starts.len()), "{} starts", starts.len());
 }
 
 /// A holder that stops renewing loses its slot once its lease has passed on Redis time,

@@ -135,8 +135,7 @@ async fn burst_window_is_shared_by_all_workers() {
         let m = ws[(i + 1) % WORKERS].pop_due(t1).await.unwrap().expect("due");
         lanes.push(lane_of_member(&m));
     }
-    let want: Vec<usize> =
-        [(0, 8), (1, 6), (2, 4), (0, 6)].iter().flat_map(|(l, n)| std::iter::repeat(*l).take(*n)).collect();
+    let want: Vec<usize> = [(0, 8), (1, 6), (2, 4), (0, 6)].iter().flat_map(|(l, n)| vec![*l; *n]).collect();
     assert_eq!(lanes, want, "burst of 8 from P0, then the rotation from P1");
     // Only an empty pop arms it: a pop that empties P0's due set does not.
     let rotation: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
