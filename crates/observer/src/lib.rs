@@ -1,0 +1,84 @@
+//! # observer
+//!
+//! The observation projection of the durable workflow kernel (SPEC K-15): operators' eyes
+//! on running work that never decide a result (K-1.2).
+//!
+//! - [`Observer`]: the engine's [`ObservationSink`](kernel_core::ports::ObservationSink).
+//!   `emit` never awaits and never blocks: a bounded queue rejects the newest event when
+//!   full (`dropped`) and never evicts an accepted one.
+//! - Its writer task ([`ObserverWriter`]) writes batches by size or interval on the
+//!   [`Clock`](kernel_core::ports::Clock) port; while the repository is down it keeps its
+//!   batch and pauses; a permanently invalid record is isolated by bisection (`poison`).
+//!   Call [`ObserverWriter::close`] after `RunningEngine::shutdown` to drain.
+//! - [`ObservationRepository`]: attempt rows upserted on `(biz_key, workflow_run,
+//!   step_name, attempt)` and one [`Snapshot`] per `biz_key` that accepts only revisions ≥
+//!   its own; [`InMemoryObservationRepository`] and, with the `mongo` feature,
+//!   `MongoObservationRepository`. Both run [`conformance`].
+//! - [`repair_snapshots`] rebuilds snapshots of finished workflows from instances;
+//!   [`OpsView`] answers the ops queries without ever touching `workflow_instances`.
+//!
+//! ```
+//! use kernel_core::ports::{ObservationSink, SystemClock};
+//! use observer::{InMemoryObservationRepository, Observer, ObserverConfig};
+//! use std::sync::Arc;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let repo = Arc::new(InMemoryObservationRepository::new());
+//! let (sink, writer) = Observer::start(repo.clone(), Arc::new(SystemClock), ObserverConfig::default()).unwrap();
+//! // Hand `Arc::new(sink.clone())` to the engine's ports as `observer`; on shutdown:
+//! let stats = writer.close().await;
+//! assert_eq!(stats.dropped, 0);
+//! # }
+//! ```
+
+pub mod conformance;
+pub mod faults;
+pub mod model;
+#[cfg(feature = "mongo")]
+mod mongo;
+mod ops;
+mod repair;
+mod repo;
+mod sink;
+
+pub use model::{AttemptOutcome, AttemptQuery, AttemptRow, Snapshot, SnapshotQuery, StepSummary};
+#[cfg(feature = "mongo")]
+pub use mongo::{MongoObservationRepository, ATTEMPTS_COLLECTION, SNAPSHOTS_COLLECTION};
+pub use ops::OpsView;
+pub use repair::{repair_snapshots, RepairReport, REPAIR_IDS_MAX};
+pub use repo::{check_step_key, DynRepository, InMemoryObservationRepository, ObservationRepository};
+pub use sink::{Observer, ObserverConfig, ObserverStats, ObserverWriter};
+
+/// Result alias of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can fail in the projection.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The repository could not be reached; the same call may be retried later.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// A record the repository refuses for good (a poison record).
+    #[error("invalid record: {0}")]
+    InvalidRecord(String),
+    /// A caller-supplied value breaks a limit.
+    #[error("invalid {field}: {reason}")]
+    InvalidInput {
+        /// Which input.
+        field: String,
+        /// Why.
+        reason: String,
+    },
+    /// The writer has stopped.
+    #[error("observer closed")]
+    Closed,
+}
+
+impl Error {
+    /// Whether the same call may simply be retried later.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Unavailable(_))
+    }
+}

@@ -1,0 +1,153 @@
+//! The repository port of the projection and its in-memory implementation.
+
+use crate::model::{effective_limit, AttemptQuery, AttemptRow, Snapshot, SnapshotQuery};
+use crate::{Error, Result};
+use kernel_core::ports::Observation;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Where observations are projected: attempt rows and snapshots (K-15). Only the
+/// projection's own collections; it never reads `workflow_instances`.
+#[async_trait::async_trait]
+pub trait ObservationRepository: Send + Sync + 'static {
+    /// Project a batch: upsert each observation's attempt row on `(biz_key, workflow_run,
+    /// step_name, attempt)` and apply it to the `biz_key` snapshot.
+    ///
+    /// # Contract
+    /// Idempotent (writing a batch twice changes nothing more than once). A row or snapshot
+    /// accepts an observation only when its revision is ≥ the stored one; an older one is
+    /// silently ignored (not an error). [`Error::Unavailable`]: the repository could not be
+    /// reached, retry the same batch later. [`Error::InvalidRecord`]: at least one record
+    /// is permanently refused; others may have been applied.
+    async fn write_batch(&self, batch: &[Observation]) -> Result<()>;
+
+    /// Replace a snapshot wholesale (repair) if its revision is ≥ the stored one.
+    ///
+    /// # Contract
+    /// Atomic per `biz_key`; returns whether it was applied.
+    async fn put_snapshot(&self, snapshot: &Snapshot) -> Result<bool>;
+
+    /// The snapshot of a `biz_key`.
+    async fn snapshot(&self, biz_key: &str) -> Result<Option<Snapshot>>;
+
+    /// Snapshots matching `query`, newest `updated_at` first, at most its limit.
+    async fn find_snapshots(&self, query: &SnapshotQuery) -> Result<Vec<Snapshot>>;
+
+    /// Attempt rows matching `query`, newest `updated_at` first, at most its limit.
+    async fn find_attempts(&self, query: &AttemptQuery) -> Result<Vec<AttemptRow>>;
+}
+
+/// `dyn ObservationRepository`.
+pub type DynRepository = dyn ObservationRepository;
+
+/// The rule a step name must follow to become a document key (K-2.0's key names): a record
+/// breaking it is permanently invalid. The in-memory repository enforces it entirely; the
+/// Mongo one leaves the `$` prefix to the server, which refuses it.
+pub fn check_step_key(name: &str) -> std::result::Result<(), String> {
+    kernel_core::validate::key_name("step_name", name).map_err(|e| e.to_string())
+}
+
+type AttemptKey = (String, u32, String, u32);
+
+#[derive(Debug, Default)]
+struct State {
+    attempts: HashMap<AttemptKey, AttemptRow>,
+    snapshots: HashMap<String, Snapshot>,
+}
+
+/// In-memory projection with the same semantics as the Mongo one. Clones share state.
+#[derive(Debug, Clone, Default)]
+pub struct InMemoryObservationRepository {
+    state: Arc<Mutex<State>>,
+}
+
+impl InMemoryObservationRepository {
+    /// An empty repository.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Number of attempt rows.
+    pub fn attempt_count(&self) -> usize {
+        self.state.lock().expect("repo lock").attempts.len()
+    }
+    /// Number of snapshots.
+    pub fn snapshot_count(&self) -> usize {
+        self.state.lock().expect("repo lock").snapshots.len()
+    }
+}
+
+#[async_trait::async_trait]
+impl ObservationRepository for InMemoryObservationRepository {
+    async fn write_batch(&self, batch: &[Observation]) -> Result<()> {
+        let mut st = self.state.lock().expect("repo lock");
+        let mut invalid = None;
+        for obs in batch {
+            if let Some(name) = &obs.step_name {
+                if let Err(reason) = check_step_key(name) {
+                    invalid.get_or_insert(reason);
+                    continue;
+                }
+            }
+            if let Some(row) = AttemptRow::from_observation(obs) {
+                let key = (row.biz_key.clone(), row.workflow_run, row.step_name.clone(), row.attempt);
+                match st.attempts.get_mut(&key) {
+                    Some(existing) => {
+                        existing.merge(row);
+                    }
+                    None => {
+                        st.attempts.insert(key, row);
+                    }
+                }
+            }
+            match st.snapshots.get_mut(&obs.biz_key) {
+                Some(s) => {
+                    s.apply(obs);
+                }
+                None => {
+                    st.snapshots.insert(obs.biz_key.clone(), Snapshot::from_observation(obs));
+                }
+            }
+        }
+        invalid.map_or(Ok(()), |r| Err(Error::InvalidRecord(r)))
+    }
+
+    async fn put_snapshot(&self, snapshot: &Snapshot) -> Result<bool> {
+        let mut st = self.state.lock().expect("repo lock");
+        match st.snapshots.get(&snapshot.biz_key) {
+            Some(s) if s.revision > snapshot.revision => Ok(false),
+            _ => {
+                st.snapshots.insert(snapshot.biz_key.clone(), snapshot.clone());
+                Ok(true)
+            }
+        }
+    }
+
+    async fn snapshot(&self, biz_key: &str) -> Result<Option<Snapshot>> {
+        Ok(self.state.lock().expect("repo lock").snapshots.get(biz_key).cloned())
+    }
+
+    async fn find_snapshots(&self, query: &SnapshotQuery) -> Result<Vec<Snapshot>> {
+        let st = self.state.lock().expect("repo lock");
+        let mut out: Vec<Snapshot> = st.snapshots.values().filter(|s| query.matches(s)).cloned().collect();
+        out.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then_with(|| a.biz_key.cmp(&b.biz_key)));
+        out.truncate(effective_limit(query.limit));
+        Ok(out)
+    }
+
+    async fn find_attempts(&self, query: &AttemptQuery) -> Result<Vec<AttemptRow>> {
+        let st = self.state.lock().expect("repo lock");
+        let mut out: Vec<AttemptRow> = st.attempts.values().filter(|r| query.matches(r)).cloned().collect();
+        out.sort_by(|a, b| {
+            b.updated_at.cmp(&a.updated_at).then_with(|| {
+                (&a.biz_key, a.workflow_run, &a.step_name, a.attempt).cmp(&(
+                    &b.biz_key,
+                    b.workflow_run,
+                    &b.step_name,
+                    b.attempt,
+                ))
+            })
+        });
+        out.truncate(effective_limit(query.limit));
+        Ok(out)
+    }
+}
