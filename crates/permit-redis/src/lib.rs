@@ -371,6 +371,15 @@ mod tests {
         assert_eq!(c.configured("ocr"), fallback);
     }
 
+    /// Workers of different versions share the permit keys during a rolling deploy, so a
+    /// script change is a protocol change: these pins make it deliberate.
+    #[test]
+    fn script_fingerprints_are_pinned() {
+        assert_eq!(ACQUIRE.get_hash(), "73ffb4ef3e7f17500c18318c126cc14083b1af59");
+        assert_eq!(RELEASE.get_hash(), "c5a93b835a3561b233615b8b84c98b6a16c6f840");
+        assert_eq!(HOLDERS.get_hash(), "efbf4e7f3cd5b8e84052a29d3a4e64d8217b8e07");
+    }
+
     #[test]
     fn config_limits() {
         let c = RedisPermitsConfig::new("p", PermitLimits::default());

@@ -7,6 +7,11 @@ use std::sync::LazyLock;
 
 static POP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/dispatch_pop.lua")));
 
+#[cfg(test)]
+pub(crate) fn pop_script_hash() -> &'static str {
+    POP.get_hash()
+}
+
 /// Largest batch one [`RedisDispatchCandidates::pop_due`] may take.
 pub const DISPATCH_BATCH_MAX: usize = 1_000;
 

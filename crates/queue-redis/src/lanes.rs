@@ -193,3 +193,27 @@ impl ReadyQueue for RedisReadyQueue {
 fn map_parse(e: redis::ParsingError) -> Error {
     Error::Unavailable(format!("redis: unexpected reply: {e}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Workers of different versions share the lanes and the rotation hash during a rolling
+    /// deploy, so a script change is a protocol change: these pins make it deliberate.
+    #[test]
+    fn script_fingerprints_are_pinned() {
+        assert_eq!(ENQUEUE.get_hash(), "55ab236ae81d376acd05a84f0048c59aee5c92ea");
+        assert_eq!(POP.get_hash(), "890503be52e255a1f20bd33f5c0670759996a9b3");
+        assert_eq!(STATS.get_hash(), "c52c1d51178a38ab0c42224281f251f9b71c0172");
+        assert_eq!(crate::dispatch::pop_script_hash(), "e4805134d70d05ac8838c09a69c8e33c4d448990");
+    }
+
+    #[test]
+    fn weights_are_bounded() {
+        assert!(LaneWeights::default().validate().is_ok());
+        assert!(LaneWeights { weights: [8, 6, 4, 0], burst: 8 }.validate().is_err());
+        assert!(LaneWeights { weights: [LANE_WEIGHT_MAX + 1, 6, 4, 2], burst: 8 }.validate().is_err());
+        assert!(LaneWeights { weights: [8, 6, 4, 2], burst: 0 }.validate().is_ok());
+        assert!(LaneWeights { weights: [8, 6, 4, 2], burst: BURST_MAX + 1 }.validate().is_err());
+    }
+}
