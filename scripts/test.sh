@@ -48,7 +48,7 @@ cleanup() { if [ -n "$started_mongo" ]; then bash scripts/mongo-wire.sh stop >/d
 trap cleanup EXIT
 
 # Reports whose one-line summaries belong in the output run separately, uncaptured.
-REPORTS=(crash_at_every_boundary)
+REPORTS=(crash_at_every_boundary crash_sweep_on_mongo)
 skip_args=()
 for r in "${REPORTS[@]}"; do skip_args+=(--skip "$r"); done
 
@@ -57,6 +57,7 @@ cargo test --workspace -- "${skip_args[@]}"
 
 log "reports"
 cargo test -p kernel-examples --test it crash_at_every_boundary -- --nocapture
+cargo test -p store-mongo --test it crash_sweep_on_mongo -- --nocapture
 
 log "dispatch under fire (in-memory adapters)"
 cargo run -q -p dispatch-recovery -- --seed 7 --requests 1000

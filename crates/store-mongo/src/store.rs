@@ -69,6 +69,21 @@ impl MongoWorkflowStore {
         &self.config
     }
 
+    /// Up to `limit` instances ordered by `workflow_id`, for inspection tools and tests.
+    /// Not a port method: the engine never lists instances.
+    pub async fn list(&self, limit: usize) -> Result<Vec<WorkflowInstance>> {
+        let Some(limit) = self.page(limit) else { return Ok(vec![]) };
+        let cursor = self
+            .coll
+            .find(doc! {})
+            .sort(doc! { "workflow_id": 1 })
+            .limit(limit)
+            .await
+            .map_err(|e| map(Op::Read, "list instances", e))?;
+        let docs: Vec<RawDocumentBuf> = cursor.try_collect().await.map_err(|e| map(Op::Read, "list instances", e))?;
+        docs.iter().map(codec::decode_instance).collect()
+    }
+
     async fn find_one(&self, filter: Document) -> Result<Option<WorkflowInstance>> {
         let d = self.coll.find_one(filter).await.map_err(|e| map(Op::Read, "find instance", e))?;
         d.as_ref().map(codec::decode_instance).transpose()

@@ -11,3 +11,4 @@ mod errors;
 mod protocol;
 mod races;
 mod support;
+mod sweep;
