@@ -187,6 +187,7 @@ pub struct Snapshot {
     /// Worker of the latest transition.
     pub worker_id: Option<String>,
     /// Per step, the latest transition seen (keys are step names).
+    #[serde(default)]
     pub steps: BTreeMap<String, StepSummary>,
 }
 

@@ -1,0 +1,287 @@
+//! The MongoDB repository (feature `mongo`): collections `observation_attempts` and
+//! `observation_snapshots`, never `workflow_instances`.
+//!
+//! Both collections use the same revision rule with one upsert per record:
+//! filter `{_id, revision: {$lte: r}}`, `upsert: true`. When the stored revision is newer
+//! the filter misses and the upsert's insert collides on `_id` (duplicate key 11000): that
+//! is the "older revision ignored" outcome, not an error. Any other per-record write error
+//! is the server refusing the record for good ([`Error::InvalidRecord`]); connection and
+//! selection failures are [`Error::Unavailable`]. A batch is one `update` command per
+//! collection with `ordered: false`.
+
+use crate::model::{effective_limit, AttemptQuery, AttemptRow, Snapshot, SnapshotQuery};
+use crate::repo::ObservationRepository;
+use crate::{Error, Result};
+use futures::TryStreamExt;
+use kernel_core::ports::Observation;
+use mongodb::bson::{doc, Bson, Document};
+use mongodb::error::{ErrorKind, WriteFailure};
+use mongodb::options::IndexOptions;
+use mongodb::{Collection, Database, IndexModel};
+
+/// Attempt rows.
+pub const ATTEMPTS_COLLECTION: &str = "observation_attempts";
+/// Snapshots, `_id = biz_key`.
+pub const SNAPSHOTS_COLLECTION: &str = "observation_snapshots";
+
+const DUPLICATE_KEY: i32 = 11000;
+
+/// The projection on MongoDB. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct MongoObservationRepository {
+    db: Database,
+}
+
+fn map_err(e: mongodb::error::Error) -> Error {
+    match *e.kind {
+        ErrorKind::Write(WriteFailure::WriteError(ref w)) if w.code != DUPLICATE_KEY => {
+            Error::InvalidRecord(format!("code {}: {}", w.code, w.message))
+        }
+        ErrorKind::BsonSerialization(_) | ErrorKind::InvalidArgument { .. } => Error::InvalidRecord(e.to_string()),
+        _ => Error::Unavailable(format!("mongodb: {e}")),
+    }
+}
+
+fn is_duplicate(e: &mongodb::error::Error) -> bool {
+    match *e.kind {
+        ErrorKind::Write(WriteFailure::WriteError(ref w)) => w.code == DUPLICATE_KEY,
+        ErrorKind::Command(ref c) => c.code == DUPLICATE_KEY,
+        _ => false,
+    }
+}
+
+fn to_doc<T: serde::Serialize>(v: &T) -> Result<Document> {
+    mongodb::bson::to_document(v).map_err(|e| Error::InvalidRecord(e.to_string()))
+}
+
+/// `_id` of an attempt row: length-prefixed, so no two keys collide.
+fn attempt_id(r: &AttemptRow) -> String {
+    format!("{}:{}|{}|{}:{}|{}", r.biz_key.len(), r.biz_key, r.workflow_run, r.step_name.len(), r.step_name, r.attempt)
+}
+
+/// The guarded `$set` of a record, keeping `_id` out of it.
+fn set_doc(mut d: Document) -> Document {
+    d.remove("_id");
+    d
+}
+
+impl MongoObservationRepository {
+    /// The repository on `db`, indexes created (idempotent).
+    pub async fn open(db: &Database) -> Result<Self> {
+        let repo = MongoObservationRepository { db: db.clone() };
+        let ix = |keys: Document, name: &str| {
+            IndexModel::builder().keys(keys).options(IndexOptions::builder().name(name.to_string()).build()).build()
+        };
+        repo.snapshots()
+            .create_indexes([
+                ix(doc! {"workflow_type": 1, "updated_at": -1}, "type_updated"),
+                ix(doc! {"status": 1, "updated_at": -1}, "status_updated"),
+                ix(doc! {"step_name": 1, "updated_at": -1}, "step_updated"),
+                ix(doc! {"updated_at": -1}, "updated"),
+            ])
+            .await
+            .map_err(map_err)?;
+        repo.attempts()
+            .create_indexes([
+                ix(doc! {"biz_key": 1, "workflow_run": 1}, "biz_run"),
+                ix(doc! {"workflow_type": 1, "step_name": 1, "outcome": 1, "updated_at": -1}, "type_step_outcome"),
+                ix(doc! {"step_name": 1, "outcome": 1, "updated_at": -1}, "step_outcome"),
+            ])
+            .await
+            .map_err(map_err)?;
+        Ok(repo)
+    }
+
+    fn snapshots(&self) -> Collection<Document> {
+        self.db.collection(SNAPSHOTS_COLLECTION)
+    }
+
+    fn attempts(&self) -> Collection<Document> {
+        self.db.collection(ATTEMPTS_COLLECTION)
+    }
+
+    /// One `update` command, unordered; duplicate keys (older revisions) are ignored.
+    async fn run_updates(&self, collection: &str, updates: Vec<Document>) -> Result<()> {
+        if updates.is_empty() {
+            return Ok(());
+        }
+        let reply = self
+            .db
+            .run_command(doc! { "update": collection, "updates": updates, "ordered": false })
+            .await
+            .map_err(map_err)?;
+        let mut refused = Vec::new();
+        if let Ok(errors) = reply.get_array("writeErrors") {
+            for e in errors.iter().filter_map(Bson::as_document) {
+                let code = e.get_i32("code").map(i64::from).or_else(|_| e.get_i64("code")).unwrap_or(-1);
+                if code != i64::from(DUPLICATE_KEY) {
+                    refused.push(format!("#{} code {code}: {}", e.get_i32("index").unwrap_or(-1), e.get_str("errmsg").unwrap_or("")));
+                }
+            }
+        }
+        if refused.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::InvalidRecord(refused.join("; ")))
+        }
+    }
+
+    fn snapshot_update(obs: &Observation) -> Result<Document> {
+        let snap = Snapshot::from_observation(obs);
+        let mut set = to_doc(&snap)?;
+        set.remove("steps");
+        if let Some(name) = &obs.step_name {
+            // The step name becomes a path component: the server refuses names it cannot store.
+            let summary = snap.steps.get(name).map(to_doc).transpose()?.unwrap_or_default();
+            set.insert(format!("steps.{name}"), summary);
+        }
+        let mut update = doc! { "$set": set };
+        if !obs.status.is_terminal() {
+            update.get_document_mut("$set").map_err(|e| Error::InvalidRecord(e.to_string()))?.remove("finished_at");
+            update.insert("$unset", doc! { "finished_at": "" });
+        }
+        Ok(doc! {
+            "q": { "_id": &obs.biz_key, "revision": { "$lte": obs.revision as i64 } },
+            "u": update,
+            "upsert": true,
+        })
+    }
+
+    fn attempt_update(row: &AttemptRow) -> Result<Document> {
+        let mut set = set_doc(to_doc(row)?);
+        if row.started_at.is_none() {
+            set.remove("started_at");
+        }
+        Ok(doc! {
+            "q": { "_id": attempt_id(row), "revision": { "$lte": row.revision as i64 } },
+            "u": { "$set": set },
+            "upsert": true,
+        })
+    }
+
+    async fn find<T: serde::de::DeserializeOwned>(
+        &self,
+        coll: Collection<Document>,
+        filter: Document,
+        limit: usize,
+    ) -> Result<Vec<T>> {
+        let cursor = coll
+            .find(filter)
+            .sort(doc! { "updated_at": -1, "_id": 1 })
+            .limit(effective_limit(limit) as i64)
+            .await
+            .map_err(map_err)?;
+        let docs: Vec<Document> = cursor.try_collect().await.map_err(map_err)?;
+        docs.into_iter()
+            .map(|d| mongodb::bson::from_document(d).map_err(|e| Error::Unavailable(format!("decode: {e}"))))
+            .collect()
+    }
+}
+
+fn window(filter: &mut Document, from: Option<i64>, to: Option<i64>) {
+    let mut range = Document::new();
+    if let Some(f) = from {
+        range.insert("$gte", f);
+    }
+    if let Some(t) = to {
+        range.insert("$lt", t);
+    }
+    if !range.is_empty() {
+        filter.insert("updated_at", range);
+    }
+}
+
+fn bson_str<T: serde::Serialize>(v: &T) -> Result<Bson> {
+    mongodb::bson::to_bson(v).map_err(|e| Error::InvalidInput { field: "query".into(), reason: e.to_string() })
+}
+
+#[async_trait::async_trait]
+impl ObservationRepository for MongoObservationRepository {
+    async fn write_batch(&self, batch: &[Observation]) -> Result<()> {
+        let mut attempts = Vec::new();
+        let mut snapshots = Vec::with_capacity(batch.len());
+        let mut invalid = None;
+        for obs in batch {
+            // `.` would silently nest the path and NUL cannot be a BSON key: refuse those
+            // here; a `$` prefix is left to the server, which refuses it.
+            if let Some(name) = &obs.step_name {
+                if name.is_empty() || name.contains('.') || name.contains('\0') {
+                    invalid.get_or_insert(format!("step name {name:?} cannot be a document key"));
+                    continue;
+                }
+            }
+            if let Some(row) = AttemptRow::from_observation(obs) {
+                attempts.push(Self::attempt_update(&row)?);
+            }
+            snapshots.push(Self::snapshot_update(obs)?);
+        }
+        // Attempts first: a snapshot never points at a row that is missing for good.
+        let a = self.run_updates(ATTEMPTS_COLLECTION, attempts).await;
+        let s = self.run_updates(SNAPSHOTS_COLLECTION, snapshots).await;
+        for r in [a, s] {
+            match r {
+                Err(Error::InvalidRecord(m)) => {
+                    invalid.get_or_insert(m);
+                }
+                Err(e) => return Err(e),
+                Ok(()) => {}
+            }
+        }
+        invalid.map_or(Ok(()), |m| Err(Error::InvalidRecord(m)))
+    }
+
+    async fn put_snapshot(&self, snapshot: &Snapshot) -> Result<bool> {
+        let set = to_doc(snapshot)?;
+        let r = self
+            .snapshots()
+            .update_one(
+                doc! { "_id": &snapshot.biz_key, "revision": { "$lte": snapshot.revision as i64 } },
+                doc! { "$set": set },
+            )
+            .upsert(true)
+            .await;
+        match r {
+            Ok(_) => Ok(true),
+            Err(e) if is_duplicate(&e) => Ok(false),
+            Err(e) => Err(map_err(e)),
+        }
+    }
+
+    async fn snapshot(&self, biz_key: &str) -> Result<Option<Snapshot>> {
+        let d = self.snapshots().find_one(doc! { "_id": biz_key }).await.map_err(map_err)?;
+        d.map(|d| mongodb::bson::from_document(d).map_err(|e| Error::Unavailable(format!("decode: {e}")))).transpose()
+    }
+
+    async fn find_snapshots(&self, q: &SnapshotQuery) -> Result<Vec<Snapshot>> {
+        let mut filter = Document::new();
+        if let Some(t) = &q.workflow_type {
+            filter.insert("workflow_type", t);
+        }
+        if let Some(s) = &q.status {
+            filter.insert("status", bson_str(s)?);
+        }
+        if let Some(n) = &q.step_name {
+            filter.insert("step_name", n);
+        }
+        window(&mut filter, q.updated_from, q.updated_to);
+        self.find(self.snapshots(), filter, q.limit).await
+    }
+
+    async fn find_attempts(&self, q: &AttemptQuery) -> Result<Vec<AttemptRow>> {
+        let mut filter = Document::new();
+        if let Some(b) = &q.biz_key {
+            filter.insert("biz_key", b);
+        }
+        if let Some(t) = &q.workflow_type {
+            filter.insert("workflow_type", t);
+        }
+        if let Some(n) = &q.step_name {
+            filter.insert("step_name", n);
+        }
+        if let Some(o) = &q.outcome {
+            filter.insert("outcome", bson_str(o)?);
+        }
+        window(&mut filter, q.updated_from, q.updated_to);
+        self.find(self.attempts(), filter, q.limit).await
+    }
+}
