@@ -65,3 +65,7 @@ cargo run -q -p dispatch-recovery -- --seed 7 --requests 1000
 log "demo smoke run"
 cargo run -q -p kernel-examples --example live_summary >/dev/null
 echo "demo: live_summary ok"
+if [ -n "${MONGODB_URI:-}" ]; then
+  cargo run -q -p store-mongo --example live_summary_mongo >/dev/null
+  echo "demo: live_summary on MongoDB ok"
+fi
