@@ -1,1 +1,250 @@
-fn main() {}
+//! A browser-facing progress stream: an axum server whose `/events` endpoint is a
+//! `text/event-stream` an `EventSource` consumes, fed by the streaming `compose` step of a
+//! small live-summary workflow running on the engine (in-memory store, Redis frames).
+//!
+//! Run: `cargo run -p sse-stream --example sse_server -- --port 8080` and open the page.
+//! `--check` makes it a test driver: it exits after the page reports (or after 90 s),
+//! prints `browser-sse: frames_before_reconnect=<n> reconnects=<m> final_matches=<bool>`
+//! and exits non-zero unless n ≥ 2, m ≥ 1 and the final result equals the stored one.
+//!
+//! The page asks for `drop_after=3`: the server ends a first connection (one without
+//! `Last-Event-ID`) after three text frames, so the browser's reconnect is exercised.
+
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{Html, IntoResponse};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures::Stream;
+use kernel_core::engine::{Engine, EngineConfig, Ports};
+use kernel_core::ports::{DynClock, NoopObservationSink, StreamKey, SystemClock};
+use kernel_core::{ActivityContext, ActivityError, Definition, StartRequest, StepDef, StepOutcome};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sse_stream::codec::Record;
+use sse_stream::event::{SseEvent, DEFAULTS};
+use sse_stream::test_support::{redis_url, TestKeys};
+use sse_stream::{connect, ForwardConfig, ForwardEvent, Forwarder, RedisStreamSink, StreamConfig};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use testkit::memory::{InMemoryInbox, InMemoryPermits, InMemoryQueue, InMemoryStore, InMemoryWakeup, SeqIds};
+use tokio::sync::mpsc;
+
+const TYPE: &str = "live_summary_stream";
+const SUMMARY: &str = "The speaker explained durable workflows: every step is a persisted fact, \
+workers can die at any boundary, and a client stream is only a view of the work.";
+const CHUNK_DELAY_MS: u64 = 200;
+
+/// The live-summary shape reduced to what the stream needs: `transcribe` records a
+/// transcript, `compose` streams the summary in chunks and stores it as its output.
+fn definition() -> Definition {
+    let transcribe = |_ctx: ActivityContext| async move {
+        Ok(StepOutcome::complete(json!({ "transcript": "durable workflows, persisted facts, replaceable workers" })))
+    };
+    let compose = |ctx: ActivityContext| async move {
+        let stream = ctx.stream().ok_or_else(|| ActivityError::permanent("compose must be a streaming step"))?;
+        let _ = stream.append(kernel_core::ports::Frame::Control(json!({ "phase": "compose" }))).await;
+        let words: Vec<&str> = SUMMARY.split_inclusive(' ').collect();
+        for chunk in words.chunks(2) {
+            // A failed append never fails the step (K-16): the stream is best effort.
+            let _ = stream.text(chunk.concat()).await;
+            tokio::time::sleep(Duration::from_millis(CHUNK_DELAY_MS)).await;
+        }
+        Ok(StepOutcome::complete(json!({ "text": SUMMARY })))
+    };
+    Definition::builder(TYPE)
+        .step(StepDef::new("transcribe", transcribe))
+        .step(StepDef::new("compose", compose).timeout_ms(120_000).streaming())
+        .build()
+        .expect("valid definition")
+}
+
+#[derive(Clone)]
+struct App {
+    engine: Engine,
+    store: InMemoryStore,
+    conn: redis::aio::ConnectionManager,
+    prefix: String,
+    started: Arc<AtomicU64>,
+    reports: mpsc::Sender<Value>,
+}
+
+async fn page() -> Html<&'static str> {
+    Html(include_str!("page.html"))
+}
+
+async fn start(State(app): State<App>) -> Result<Json<Value>, (StatusCode, String)> {
+    let n = app.started.fetch_add(1, Ordering::SeqCst) + 1;
+    let object_id = format!("talk-{}-{n}", std::process::id());
+    let input = json!({ "object_id": object_id, "fencing_token": "f1" });
+    let out = app
+        .engine
+        .publisher()
+        .start_or_resume(StartRequest::new(TYPE, object_id.clone(), input))
+        .await
+        .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    Ok(Json(json!({ "object_id": object_id, "workflow_id": out.instance.workflow_id, "fencing_token": "f1" })))
+}
+
+#[derive(Deserialize)]
+struct EventsQuery {
+    object: String,
+    workflow: String,
+    token: String,
+    drop_after: Option<u64>,
+}
+
+fn sse_of(e: &ForwardEvent) -> Event {
+    let base = Event::default();
+    match e {
+        ForwardEvent::Replay { generation } => base.event("replay").data(json!({ "generation": generation }).to_string()),
+        ForwardEvent::Frame { generation, offset, record } => base
+            .event("frame")
+            .id(format!("{generation}-{offset}"))
+            .data(SseEvent::from_record(record.clone()).to_json()),
+        ForwardEvent::Terminal(v) => base.event("terminal").data(SseEvent::from_record(Record::Terminal(v.clone())).to_json()),
+        ForwardEvent::Final(v) => base.event("final").data(SseEvent::from_record(Record::Terminal(v.clone())).to_json()),
+    }
+}
+
+async fn events(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Query(q): Query<EventsQuery>,
+) -> Sse<impl Stream<Item = Result<Event, std::convert::Infallible>>> {
+    let key = StreamKey { object_id: q.object, workflow_id: q.workflow, fencing_token: q.token };
+    let forwarder = Forwarder::new(app.conn.clone(), &app.prefix, &key, ForwardConfig::default());
+    // Only a first connection is cut short; a reconnect carries Last-Event-ID.
+    let drop_after = if headers.contains_key("last-event-id") { None } else { q.drop_after };
+    let retry = Event::default().retry(Duration::from_millis(DEFAULTS.retry_ms)).comment("stream");
+    let state = (forwarder, 0u64, false);
+    let stream = futures::stream::unfold(state, move |(mut f, mut texts, done)| async move {
+        if done || drop_after.is_some_and(|n| texts >= n) {
+            return None;
+        }
+        match f.next().await {
+            Ok(Some(e)) => {
+                if matches!(e, ForwardEvent::Frame { record: Record::Text(_), .. }) {
+                    texts += 1;
+                }
+                let last = matches!(e, ForwardEvent::Terminal(_) | ForwardEvent::Final(_));
+                Some((Ok(sse_of(&e)), (f, texts, last)))
+            }
+            Ok(None) => None,
+            Err(e) => {
+                let err = SseEvent::from_record(Record::Error(json!({ "code": 503, "message": e.to_string() })));
+                Some((Ok(Event::default().event("frame").data(err.to_json())), (f, texts, true)))
+            }
+        }
+    });
+    let stream = futures::StreamExt::chain(futures::stream::once(async move { Ok(retry) }), stream);
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}
+
+/// The stored truth the page's final result is compared with (K-1.3).
+async fn stored(app: &App, workflow_id: &str) -> Option<Value> {
+    let inst = kernel_core::ports::WorkflowStore::get(&app.store, workflow_id).await.ok()??;
+    Some(json!({
+        "status": inst.status.as_str(),
+        "revision": inst.revision,
+        "text": inst.output.get("compose").and_then(|o| o.get("text")).cloned().unwrap_or(Value::Null),
+    }))
+}
+
+async fn result(State(app): State<App>, Query(q): Query<HashMap<String, String>>) -> impl IntoResponse {
+    match stored(&app, q.get("workflow").map(String::as_str).unwrap_or_default()).await {
+        Some(v) => Json(v).into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+async fn report(State(app): State<App>, Json(body): Json<Value>) -> StatusCode {
+    let _ = app.reports.send(body).await;
+    StatusCode::NO_CONTENT
+}
+
+/// Compare the page's report with the stored instance.
+async fn verdict(app: &App, report: &Value) -> (u64, u64, bool) {
+    let n = report["frames_before_reconnect"].as_u64().unwrap_or(0);
+    let m = report["reconnects"].as_u64().unwrap_or(0);
+    let wf = report["workflow_id"].as_str().unwrap_or_default();
+    let matches = match stored(app, wf).await {
+        Some(s) => {
+            let summary_ok = report["final"]["status"] == s["status"] && report["final"]["revision"] == s["revision"];
+            // A client that followed the generation to its terminal frame also holds the text.
+            let text_ok = report["kind"] != "terminal" || report["text"] == s["text"];
+            summary_ok && text_ok && s["status"] == "completed"
+        }
+        None => false,
+    };
+    (n, m, matches)
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let port: u16 = args.iter().position(|a| a == "--port").and_then(|i| args.get(i + 1)).map_or(Ok(0), |p| p.parse())?;
+    let check = args.iter().any(|a| a == "--check");
+
+    let url = redis_url();
+    let keys = TestKeys::new(&url, "sse-demo");
+    let conn = connect(&url).await.map_err(|e| format!("Redis at {url}: {e}"))?;
+    let clock: Arc<DynClock> = Arc::new(SystemClock);
+    let sink = RedisStreamSink::new(conn.clone(), clock.clone(), StreamConfig::with_prefix(&keys.prefix))?;
+    let store = InMemoryStore::new();
+    let ports = Ports {
+        store: Arc::new(store.clone()),
+        inbox: Arc::new(InMemoryInbox::new()),
+        queue: Arc::new(InMemoryQueue::default()),
+        wakeup: Arc::new(InMemoryWakeup::new()),
+        permits: Arc::new(InMemoryPermits::new(clock.clone(), HashMap::new(), 30_000)),
+        clock,
+        ids: Arc::new(SeqIds::new(&format!("demo{}", std::process::id()), 1)),
+        observer: Arc::new(NoopObservationSink),
+        stream: Arc::new(sink.clone()),
+    };
+    let config = EngineConfig { worker_id: "demo".into(), poll_interval_ms: 100, ..EngineConfig::default() };
+    let engine = Engine::builder(ports).config(config).register(definition()).build()?;
+    let running = engine.spawn();
+
+    let (tx, mut rx) = mpsc::channel(4);
+    let app = App { engine, store, conn, prefix: keys.prefix.clone(), started: Arc::new(AtomicU64::new(0)), reports: tx };
+    let router = Router::new()
+        .route("/", get(page))
+        .route("/start", post(start))
+        .route("/events", get(events))
+        .route("/result", get(result))
+        .route("/report", post(report))
+        .with_state(app.clone());
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+    println!("listening on http://{}/", listener.local_addr()?);
+    let server = tokio::spawn(async move { axum::serve(listener, router).await });
+
+    let code = if check {
+        match tokio::time::timeout(Duration::from_secs(90), rx.recv()).await {
+            Ok(Some(report)) => {
+                for line in report["log"].as_array().into_iter().flatten() {
+                    eprintln!("page: {}", line.as_str().unwrap_or_default());
+                }
+                let (n, m, ok) = verdict(&app, &report).await;
+                println!("browser-sse: frames_before_reconnect={n} reconnects={m} final_matches={ok}");
+                i32::from(!(n >= 2 && m >= 1 && ok))
+            }
+            _ => {
+                println!("browser-sse: no report from the page within 90 s");
+                1
+            }
+        }
+    } else {
+        tokio::signal::ctrl_c().await?;
+        0
+    };
+    server.abort();
+    running.shutdown().await;
+    sink.flush_all().await.ok();
+    drop(keys);
+    std::process::exit(code);
+}
