@@ -3,6 +3,7 @@
 //! adapter crate invokes the macro once; the in-memory adapters run it too.
 
 pub mod inbox;
+pub mod outbox;
 pub mod permits;
 pub mod queue;
 pub mod store;

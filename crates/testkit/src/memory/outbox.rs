@@ -10,7 +10,6 @@ struct Obj {
     fields: Map<String, Value>,
     status: Option<String>,
     dispatch: Option<DispatchIntent>,
-    error: Option<Value>,
 }
 
 #[derive(Debug, Default)]
@@ -21,9 +20,20 @@ struct State {
 
 /// In-memory business collection with its dispatch outbox; one lock per call, so every
 /// write is one atomic conditional update, as on a document store.
-#[derive(Debug, Clone, Default)]
+///
+/// The business status is kept beside the user's fields; the previous-error field (default
+/// `previous_error`) is a user field that a new round clears.
+#[derive(Debug, Clone)]
 pub struct InMemoryOutbox {
     state: Arc<Mutex<State>>,
+    error_field: String,
+    failed_status: String,
+}
+
+impl Default for InMemoryOutbox {
+    fn default() -> Self {
+        InMemoryOutbox { state: Arc::default(), error_field: "previous_error".into(), failed_status: "failed".into() }
+    }
 }
 
 fn record(id: &str, o: &Obj) -> DispatchRecord {
@@ -60,12 +70,30 @@ impl InMemoryOutbox {
             .lock()
             .expect("outbox lock")
             .objects
-            .insert(object_id.into(), Obj { fields, status: Some(status.into()), dispatch: Some(intent), error: None });
+            .insert(object_id.into(), Obj { fields, status: Some(status.into()), dispatch: Some(intent) });
     }
     fn with<T>(&self, object_id: &str, f: impl FnOnce(&mut Obj) -> T) -> Result<Option<T>> {
         validate::identifier("object_id", object_id)?;
         let mut st = self.state.lock().expect("outbox lock");
         Ok(st.objects.get_mut(object_id).map(f))
+    }
+}
+
+/// `$set` of a dotted path: intermediate objects are created, non-objects replaced.
+fn set_path(map: &mut Map<String, Value>, path: &str, v: Value) {
+    match path.split_once('.') {
+        None => {
+            map.insert(path.to_string(), v);
+        }
+        Some((head, rest)) => {
+            let child = map.entry(head.to_string()).or_insert_with(|| Value::Object(Map::new()));
+            if !child.is_object() {
+                *child = Value::Object(Map::new());
+            }
+            if let Value::Object(m) = child {
+                set_path(m, rest, v);
+            }
+        }
     }
 }
 
@@ -95,10 +123,8 @@ impl DispatchOutbox for InMemoryOutbox {
         if st.objects.contains_key(object_id) {
             return Ok(AcceptOutcome::Exists);
         }
-        st.objects.insert(
-            object_id.into(),
-            Obj { fields, status: Some(initial_status.into()), dispatch: Some(intent), error: None },
-        );
+        st.objects
+            .insert(object_id.into(), Obj { fields, status: Some(initial_status.into()), dispatch: Some(intent) });
         Ok(AcceptOutcome::Accepted)
     }
 
@@ -226,14 +252,14 @@ impl DispatchOutbox for InMemoryOutbox {
     ) -> Result<bool> {
         Ok(self
             .with(object_id, |o| {
-                let failed = o.status.as_deref() == Some("failed")
+                let failed = o.status.as_deref() == Some(self.failed_status.as_str())
                     && o.dispatch.as_ref().is_some_and(|d| d.fencing_token == prev);
                 if !failed {
                     return false;
                 }
                 o.status = Some(initial_status.into());
                 o.dispatch = Some(next);
-                o.error = None;
+                o.fields.remove(&self.error_field);
                 true
             })?
             .unwrap_or(false))
@@ -259,7 +285,7 @@ impl DispatchOutbox for InMemoryOutbox {
                     return false;
                 }
                 for (k, v) in fields {
-                    o.fields.insert(k, v);
+                    set_path(&mut o.fields, &k, v);
                 }
                 if let Some(s) = business_status {
                     o.status = Some(s.into());

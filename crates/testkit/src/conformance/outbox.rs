@@ -1,0 +1,271 @@
+//! Conformance cases for [`DispatchOutbox`] and [`DispatchCandidates`] (K-11): one hit and
+//! one miss for every conditional write.
+
+use crate::memory::{InMemoryCandidates, InMemoryOutbox};
+use kernel_core::model::{Millis, Priority};
+use kernel_core::ports::*;
+use serde_json::json;
+use std::sync::Arc;
+
+/// What an outbox case needs.
+pub trait OutboxFixture: Send + Sync + 'static {
+    /// The port under test.
+    fn outbox(&self) -> &DynOutbox;
+    /// Drop the fixture's namespace; the default does nothing.
+    fn teardown(self) -> futures::future::BoxFuture<'static, ()>
+    where
+        Self: Sized,
+    {
+        Box::pin(async {})
+    }
+}
+
+impl OutboxFixture for InMemoryOutbox {
+    fn outbox(&self) -> &DynOutbox {
+        self
+    }
+}
+
+impl OutboxFixture for Arc<DynOutbox> {
+    fn outbox(&self) -> &DynOutbox {
+        &**self
+    }
+}
+
+/// What a candidates case needs.
+pub trait CandidatesFixture: Send + Sync + 'static {
+    /// The port under test.
+    fn candidates(&self) -> &DynCandidates;
+    /// Drop the fixture's namespace; the default does nothing.
+    fn teardown(self) -> futures::future::BoxFuture<'static, ()>
+    where
+        Self: Sized,
+    {
+        Box::pin(async {})
+    }
+}
+
+impl CandidatesFixture for InMemoryCandidates {
+    fn candidates(&self) -> &DynCandidates {
+        self
+    }
+}
+
+impl CandidatesFixture for Arc<DynCandidates> {
+    fn candidates(&self) -> &DynCandidates {
+        &**self
+    }
+}
+
+const T0: Millis = 1_700_000_000_000;
+
+/// A pending intent of round `f` due at `due`.
+pub fn intent(f: &str, due: Millis) -> DispatchIntent {
+    DispatchIntent::pending(
+        "order",
+        "order:obj-1",
+        f,
+        json!({ "object_id": "obj-1", "fencing_token": f, "caps": { "stream": true } }),
+        Priority::P1,
+        due,
+    )
+}
+
+async fn accepted(o: &DynOutbox) -> DispatchRecord {
+    let out = o.accept("obj-1", json!({ "title": "note", "n": 3 }), "initial", intent("f1", T0)).await.unwrap();
+    assert_eq!(out, AcceptOutcome::Accepted);
+    o.get("obj-1").await.unwrap().expect("stored")
+}
+
+fn dispatch(r: &Option<DispatchRecord>) -> DispatchIntent {
+    r.as_ref().and_then(|r| r.dispatch.clone()).expect("intent")
+}
+
+/// Accept stores fields, status and the exact intent in one write; a second accept of the
+/// same id writes nothing.
+pub async fn accept_once(o: &DynOutbox) {
+    let rec = accepted(o).await;
+    assert_eq!(rec.business_status.as_deref(), Some("initial"));
+    assert_eq!(rec.fields["title"], json!("note"));
+    assert_eq!(rec.dispatch, Some(intent("f1", T0)));
+    let again = o.accept("obj-1", json!({ "title": "other" }), "initial", intent("f9", T0)).await.unwrap();
+    assert_eq!(again, AcceptOutcome::Exists);
+    assert_eq!(o.get("obj-1").await.unwrap().unwrap(), rec);
+    assert!(o.get("obj-missing").await.unwrap().is_none());
+}
+
+/// K-11.2: confirm hits `(f, pending)` only.
+pub async fn confirm_dispatched_guard(o: &DynOutbox) {
+    accepted(o).await;
+    assert!(!o.confirm_dispatched("obj-1", "f0").await.unwrap(), "wrong round");
+    assert!(o.confirm_dispatched("obj-1", "f1").await.unwrap());
+    assert_eq!(dispatch(&o.get("obj-1").await.unwrap()).status, DispatchStatus::Dispatched);
+    assert!(!o.confirm_dispatched("obj-1", "f1").await.unwrap(), "not pending any more");
+    assert!(!o.confirm_dispatched("obj-missing", "f1").await.unwrap());
+}
+
+/// Defer hits `(f, pending)` only and moves the attempt time.
+pub async fn defer_pending_guard(o: &DynOutbox) {
+    accepted(o).await;
+    assert!(!o.defer_pending("obj-1", "f0", T0 + 5).await.unwrap());
+    assert!(o.defer_pending("obj-1", "f1", T0 + 5).await.unwrap());
+    assert_eq!(dispatch(&o.get("obj-1").await.unwrap()).next_attempt_time, T0 + 5);
+}
+
+/// K-11.3: the lease is taken on due pending or expired processing intents only.
+pub async fn try_lease_guard(o: &DynOutbox) {
+    accepted(o).await;
+    assert!(o.try_lease("obj-1", T0 - 1, "d1", T0 + 100).await.unwrap().is_none(), "not due yet");
+    let rec = o.try_lease("obj-1", T0, "d1", T0 + 100).await.unwrap();
+    let d = dispatch(&rec);
+    assert_eq!(
+        (d.status, d.lease_token.as_deref(), d.lease_until),
+        (DispatchStatus::Processing, Some("d1"), Some(T0 + 100))
+    );
+    assert!(o.try_lease("obj-1", T0 + 100, "d2", T0 + 200).await.unwrap().is_none(), "held until expiry");
+    let rec = o.try_lease("obj-1", T0 + 101, "d2", T0 + 300).await.unwrap();
+    assert_eq!(dispatch(&rec).lease_token.as_deref(), Some("d2"), "expired lease taken over");
+    assert!(o.try_lease("obj-missing", T0, "d3", T0 + 1).await.unwrap().is_none());
+}
+
+/// Renew, confirm and revert hit `(f, processing, d)` only; a late holder changes nothing.
+pub async fn lease_holder_writes_guard(o: &DynOutbox) {
+    accepted(o).await;
+    o.try_lease("obj-1", T0, "d1", T0 + 100).await.unwrap().expect("leased");
+    o.try_lease("obj-1", T0 + 101, "d2", T0 + 300).await.unwrap().expect("taken over");
+    let before = o.get("obj-1").await.unwrap();
+    assert!(!o.renew_lease("obj-1", "f1", "d1", T0 + 999).await.unwrap());
+    assert!(!o.confirm_leased("obj-1", "f1", "d1").await.unwrap());
+    assert!(!o.revert_leased("obj-1", "f1", "d1", T0 + 999).await.unwrap());
+    assert!(!o.renew_lease("obj-1", "f0", "d2", T0 + 999).await.unwrap(), "wrong round");
+    assert_eq!(o.get("obj-1").await.unwrap(), before, "nothing changed");
+    assert!(o.renew_lease("obj-1", "f1", "d2", T0 + 400).await.unwrap());
+    assert_eq!(dispatch(&o.get("obj-1").await.unwrap()).lease_until, Some(T0 + 400));
+    assert!(o.revert_leased("obj-1", "f1", "d2", T0 + 500).await.unwrap());
+    let d = dispatch(&o.get("obj-1").await.unwrap());
+    assert_eq!(
+        (d.status, d.lease_token, d.lease_until, d.next_attempt_time),
+        (DispatchStatus::Pending, None, None, T0 + 500)
+    );
+    o.try_lease("obj-1", T0 + 500, "d3", T0 + 600).await.unwrap().expect("leased again");
+    assert!(o.confirm_leased("obj-1", "f1", "d3").await.unwrap());
+    let d = dispatch(&o.get("obj-1").await.unwrap());
+    assert_eq!((d.status, d.lease_token, d.lease_until), (DispatchStatus::Dispatched, None, None));
+}
+
+/// The scan lists due pending and expired processing intents, paged by id.
+pub async fn scan_due_pages(o: &DynOutbox) {
+    for i in 0..5 {
+        let mut it = intent("f1", T0 + i);
+        it.biz_key = format!("order:obj-{i}");
+        o.accept(&format!("obj-{i}"), json!({}), "initial", it).await.unwrap();
+    }
+    o.confirm_dispatched("obj-0", "f1").await.unwrap();
+    o.try_lease("obj-1", T0 + 1, "d", T0 + 2).await.unwrap().expect("leased");
+    let due: Vec<String> = o.scan_due(T0 + 2, None, 10).await.unwrap().into_iter().map(|(id, _)| id).collect();
+    assert_eq!(due, vec!["obj-2"], "obj-1's lease has not expired, obj-3/4 not due");
+    let due: Vec<String> = o.scan_due(T0 + 10, None, 2).await.unwrap().into_iter().map(|(id, _)| id).collect();
+    assert_eq!(due, vec!["obj-1", "obj-2"]);
+    let due: Vec<String> = o.scan_due(T0 + 10, Some("obj-2"), 2).await.unwrap().into_iter().map(|(id, _)| id).collect();
+    assert_eq!(due, vec!["obj-3", "obj-4"]);
+}
+
+/// K-11.4: a new round is installed only over `failed + prev`, wholesale.
+pub async fn retry_failed_guard(o: &DynOutbox) {
+    accepted(o).await;
+    let next = intent("f2", T0 + 7);
+    assert!(!o.retry_failed("obj-1", "f1", next.clone(), "initial").await.unwrap(), "not failed");
+    assert!(o.fenced_update("obj-1", "f1", json!({ "previous_error": "declined" }), Some("failed")).await.unwrap());
+    assert!(!o.retry_failed("obj-1", "f0", next.clone(), "initial").await.unwrap(), "wrong previous round");
+    assert!(o.retry_failed("obj-1", "f1", next.clone(), "initial").await.unwrap());
+    let rec = o.get("obj-1").await.unwrap().unwrap();
+    assert_eq!(rec.business_status.as_deref(), Some("initial"));
+    assert_eq!(rec.dispatch, Some(next.clone()));
+    assert!(rec.fields.get("previous_error").is_none(), "previous error cleared");
+    assert!(!o.retry_failed("obj-1", "f1", intent("f3", T0), "initial").await.unwrap(), "the loser installs nothing");
+    assert_eq!(o.get("obj-1").await.unwrap().unwrap().dispatch, Some(next));
+}
+
+/// K-11.5: business writes are fenced by the round and cannot touch the intent.
+pub async fn fenced_update_guard(o: &DynOutbox) {
+    accepted(o).await;
+    assert!(o.fenced_update("obj-1", "f1", json!({ "result": "r1", "meta.lang": "en" }), Some("done")).await.unwrap());
+    let rec = o.get("obj-1").await.unwrap().unwrap();
+    assert_eq!(rec.business_status.as_deref(), Some("done"));
+    assert_eq!(rec.fields["result"], json!("r1"));
+    assert_eq!(rec.fields["meta"], json!({ "lang": "en" }), "dotted paths nest");
+    assert!(!o.fenced_update("obj-1", "f0", json!({ "result": "late" }), None).await.unwrap(), "old round");
+    assert_eq!(o.get("obj-1").await.unwrap().unwrap().fields["result"], json!("r1"));
+    assert!(!o.fenced_update("obj-missing", "f1", json!({ "result": "x" }), None).await.unwrap());
+    for bad in [
+        json!({ "workflow_dispatch": {} }),
+        json!({ "workflow_dispatch.status": "dispatched" }),
+        json!({ "$set": 1 }),
+        json!({ "a..b": 1 }),
+    ] {
+        assert!(o.fenced_update("obj-1", "f1", bad, None).await.is_err());
+    }
+    assert_eq!(o.get("obj-1").await.unwrap().unwrap().dispatch, Some(intent("f1", T0)), "intent untouched");
+}
+
+/// User values are data: an operator-shaped value is stored as is.
+pub async fn operator_shaped_values_are_data(o: &DynOutbox) {
+    let mut it = intent("f1", T0);
+    it.input = Some(json!({ "object_id": "obj-1", "fencing_token": "f1", "q": { "$ne": null } }));
+    o.accept("obj-1", json!({ "filter": { "$gt": 1 } }), "initial", it.clone()).await.unwrap();
+    let rec = o.get("obj-1").await.unwrap().unwrap();
+    assert_eq!(rec.fields["filter"], json!({ "$gt": 1 }));
+    assert_eq!(rec.dispatch, Some(it));
+    assert!(!o.confirm_dispatched("obj-1", "{\"$ne\":null}").await.unwrap());
+}
+
+/// The scan mutex: free, held, re-entrant for its holder, taken after expiry.
+pub async fn scan_lock(o: &DynOutbox) {
+    assert!(o.try_lock("scan", "a", T0, T0 + 10).await.unwrap());
+    assert!(!o.try_lock("scan", "b", T0 + 5, T0 + 15).await.unwrap());
+    assert!(o.try_lock("scan", "a", T0 + 5, T0 + 20).await.unwrap(), "the holder renews");
+    assert!(!o.try_lock("scan", "b", T0 + 19, T0 + 30).await.unwrap());
+    assert!(o.try_lock("scan", "b", T0 + 20, T0 + 30).await.unwrap(), "expired");
+    assert!(o.try_lock("other", "a", T0, T0 + 1).await.unwrap(), "independent names");
+}
+
+/// Candidates: due ones pop once, earliest first, bounded.
+pub async fn candidates_pop_once(c: &DynCandidates) {
+    for (id, due) in [("c", T0 + 3), ("a", T0 + 1), ("b", T0 + 2), ("later", T0 + 100)] {
+        c.add(id, due).await.unwrap();
+    }
+    c.add("a", T0).await.unwrap(); // moved, not duplicated
+    assert_eq!(c.pop_due(T0 + 3, 2).await.unwrap(), vec!["a", "b"]);
+    assert_eq!(c.pop_due(T0 + 3, 10).await.unwrap(), vec!["c"]);
+    assert!(c.pop_due(T0 + 3, 10).await.unwrap().is_empty());
+    assert_eq!(c.pop_due(T0 + 100, 10).await.unwrap(), vec!["later"]);
+}
+
+/// One named test per outbox case.
+#[macro_export]
+macro_rules! outbox_conformance {
+    ($factory:expr) => {
+        $crate::__conformance_cases!(outbox, OutboxFixture, outbox, $factory;
+            accept_once,
+            confirm_dispatched_guard,
+            defer_pending_guard,
+            try_lease_guard,
+            lease_holder_writes_guard,
+            scan_due_pages,
+            retry_failed_guard,
+            fenced_update_guard,
+            operator_shaped_values_are_data,
+            scan_lock,
+        );
+    };
+}
+
+/// One named test per candidates case.
+#[macro_export]
+macro_rules! candidates_conformance {
+    ($factory:expr) => {
+        $crate::__conformance_cases!(outbox, CandidatesFixture, candidates, $factory;
+            candidates_pop_once,
+        );
+    };
+}
