@@ -86,3 +86,17 @@ impl RedisDispatchCandidates {
         Ok(self.len().await? == 0)
     }
 }
+
+#[async_trait::async_trait]
+impl kernel_core::ports::DispatchCandidates for RedisDispatchCandidates {
+    async fn add(&self, object_id: &str, due: Millis) -> Result<()> {
+        RedisDispatchCandidates::add(self, object_id, due).await
+    }
+
+    async fn pop_due(&self, now: Millis, max: usize) -> Result<Vec<String>> {
+        if max == 0 {
+            return Ok(vec![]);
+        }
+        RedisDispatchCandidates::pop_due(self, now, max.min(DISPATCH_BATCH_MAX)).await
+    }
+}

@@ -74,3 +74,22 @@ async fn concurrent_poppers_never_share_a_candidate() {
     assert_eq!(all.len(), 400);
     assert_eq!(unique.len(), 400, "a candidate was handed out twice");
 }
+
+/// The candidates port conformance suite on Redis.
+pub struct Cands(RedisDispatchCandidates, TestKeys);
+
+impl testkit::conformance::outbox::CandidatesFixture for Cands {
+    fn candidates(&self) -> &kernel_core::ports::DynCandidates {
+        &self.0
+    }
+}
+
+/// A fresh prefix per case.
+pub async fn cands_fixture() -> Option<Cands> {
+    let (d, keys) = fixture("candidates_conformance").await?;
+    Some(Cands(d, keys))
+}
+
+mod conformance {
+    testkit::candidates_conformance!(super::cands_fixture);
+}
