@@ -196,7 +196,10 @@ pub async fn put_snapshot_accepts_only_revisions_at_least_its_own(repo: &DynRepo
     s.revision = 7;
     assert!(repo.put_snapshot(&s).await.unwrap());
     assert_eq!(repo.snapshot("f").await.unwrap().unwrap(), s);
-    assert!(repo.put_snapshot(&Snapshot::from_observation(&obs("g", 1, TransitionKind::Create, None, 0))).await.unwrap());
+    assert!(repo
+        .put_snapshot(&Snapshot::from_observation(&obs("g", 1, TransitionKind::Create, None, 0)))
+        .await
+        .unwrap());
 }
 
 /// Ops queries filter by type, step, status and window, newest first, limited.
@@ -216,9 +219,10 @@ pub async fn queries_filter_by_type_step_status_and_window(repo: &DynRepository)
         f(&mut q);
         q
     };
-    assert_eq!(keys(repo.find_snapshots(&q(|q| q.workflow_type = Some("summary".into()))).await.unwrap()), [
-        "h4", "h2", "h1"
-    ]);
+    assert_eq!(
+        keys(repo.find_snapshots(&q(|q| q.workflow_type = Some("summary".into()))).await.unwrap()),
+        ["h4", "h2", "h1"]
+    );
     assert_eq!(keys(repo.find_snapshots(&q(|q| q.step_name = Some("compose".into()))).await.unwrap()), ["h4", "h1"]);
     assert_eq!(keys(repo.find_snapshots(&q(|q| q.status = Some(WorkflowStatus::Completed))).await.unwrap()), ["h2"]);
     let window = q(|q| {

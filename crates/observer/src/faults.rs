@@ -8,6 +8,9 @@ use kernel_core::ports::Observation;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+/// `(accepted by the switch, batch)` per `write_batch` call.
+pub type BatchLog = Vec<(bool, Vec<Observation>)>;
+
 /// Wraps a repository; while [`set_down(true)`](Self::set_down) every call fails with
 /// [`Error::Unavailable`] without reaching it. Clones share the switch and the log.
 #[derive(Clone)]
@@ -16,7 +19,7 @@ pub struct FaultyRepository {
     down: Arc<AtomicBool>,
     calls: Arc<AtomicU64>,
     refused: Arc<AtomicU64>,
-    batches: Arc<Mutex<Vec<(bool, Vec<Observation>)>>>,
+    batches: Arc<Mutex<BatchLog>>,
 }
 
 impl std::fmt::Debug for FaultyRepository {
@@ -56,7 +59,7 @@ impl FaultyRepository {
         self.refused.load(Ordering::SeqCst)
     }
     /// Every `write_batch` call: `(accepted by the switch, batch)`.
-    pub fn batches(&self) -> Vec<(bool, Vec<Observation>)> {
+    pub fn batches(&self) -> BatchLog {
         self.batches.lock().expect("log lock").clone()
     }
 

@@ -284,7 +284,13 @@ impl Snapshot {
 }
 
 fn step_summary(obs: &Observation) -> StepSummary {
-    StepSummary { attempt: obs.attempt, kind: obs.kind, revision: obs.revision, at: obs.at, error_class: obs.error_class }
+    StepSummary {
+        attempt: obs.attempt,
+        kind: obs.kind,
+        revision: obs.revision,
+        at: obs.at,
+        error_class: obs.error_class,
+    }
 }
 
 /// Snapshots for the ops view; every filter is optional. Newest `updated_at` first.

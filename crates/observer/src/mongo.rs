@@ -115,7 +115,11 @@ impl MongoObservationRepository {
             for e in errors.iter().filter_map(Bson::as_document) {
                 let code = e.get_i32("code").map(i64::from).or_else(|_| e.get_i64("code")).unwrap_or(-1);
                 if code != i64::from(DUPLICATE_KEY) {
-                    refused.push(format!("#{} code {code}: {}", e.get_i32("index").unwrap_or(-1), e.get_str("errmsg").unwrap_or("")));
+                    refused.push(format!(
+                        "#{} code {code}: {}",
+                        e.get_i32("index").unwrap_or(-1),
+                        e.get_str("errmsg").unwrap_or("")
+                    ));
                 }
             }
         }

@@ -100,13 +100,19 @@ struct EventsQuery {
 fn sse_of(e: &ForwardEvent) -> Event {
     let base = Event::default();
     match e {
-        ForwardEvent::Replay { generation } => base.event("replay").data(json!({ "generation": generation }).to_string()),
+        ForwardEvent::Replay { generation } => {
+            base.event("replay").data(json!({ "generation": generation }).to_string())
+        }
         ForwardEvent::Frame { generation, offset, record } => base
             .event("frame")
             .id(format!("{generation}-{offset}"))
             .data(SseEvent::from_record(record.clone()).to_json()),
-        ForwardEvent::Terminal(v) => base.event("terminal").data(SseEvent::from_record(Record::Terminal(v.clone())).to_json()),
-        ForwardEvent::Final(v) => base.event("final").data(SseEvent::from_record(Record::Terminal(v.clone())).to_json()),
+        ForwardEvent::Terminal(v) => {
+            base.event("terminal").data(SseEvent::from_record(Record::Terminal(v.clone())).to_json())
+        }
+        ForwardEvent::Final(v) => {
+            base.event("final").data(SseEvent::from_record(Record::Terminal(v.clone())).to_json())
+        }
     }
 }
 
@@ -186,7 +192,8 @@ async fn verdict(app: &App, report: &Value) -> (u64, u64, bool) {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let port: u16 = args.iter().position(|a| a == "--port").and_then(|i| args.get(i + 1)).map_or(Ok(0), |p| p.parse())?;
+    let port: u16 =
+        args.iter().position(|a| a == "--port").and_then(|i| args.get(i + 1)).map_or(Ok(0), |p| p.parse())?;
     let check = args.iter().any(|a| a == "--check");
 
     let url = redis_url();
@@ -211,7 +218,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let running = engine.spawn();
 
     let (tx, mut rx) = mpsc::channel(4);
-    let app = App { engine, store, conn, prefix: keys.prefix.clone(), started: Arc::new(AtomicU64::new(0)), reports: tx };
+    let app =
+        App { engine, store, conn, prefix: keys.prefix.clone(), started: Arc::new(AtomicU64::new(0)), reports: tx };
     let router = Router::new()
         .route("/", get(page))
         .route("/start", post(start))

@@ -22,7 +22,9 @@ fn mongo_uri(test: &str) -> Option<String> {
             panic!("{test}: MONGODB_URI is not set but CI=true (start one with scripts/mongo-wire.sh start)")
         }
         _ => {
-            eprintln!("SKIPPED {test}: MONGODB_URI is not set (eval \"$(scripts/mongo-wire.sh start)\"; export MONGODB_URI)");
+            eprintln!(
+                "SKIPPED {test}: MONGODB_URI is not set (eval \"$(scripts/mongo-wire.sh start)\"; export MONGODB_URI)"
+            );
             None
         }
     }

@@ -68,7 +68,8 @@ async fn outage_never_blocks_emit_workflows_finish_queue_is_bounded_and_kept_bat
         retry_backoff_max_ms: 1_000,
         drain_timeout_ms: 5_000,
     };
-    let (observer, writer) = Observer::start(Arc::new(faulty.clone()), world.clock.clone() as Arc<DynClock>, config).unwrap();
+    let (observer, writer) =
+        Observer::start(Arc::new(faulty.clone()), world.clock.clone() as Arc<DynClock>, config).unwrap();
     let counting = Arc::new(CountingSink {
         inner: observer.clone(),
         entered: AtomicU64::new(0),
@@ -139,7 +140,8 @@ async fn poison_in_a_batch_of_100_is_isolated_by_bisection() {
     let repo = InMemoryObservationRepository::new();
     let faulty = FaultyRepository::new(Arc::new(repo.clone()));
     let config = ObserverConfig { queue_capacity: 200, batch_size_max: 100, ..ObserverConfig::default() };
-    let (observer, writer) = Observer::start(Arc::new(faulty.clone()), world.clock.clone() as Arc<DynClock>, config).unwrap();
+    let (observer, writer) =
+        Observer::start(Arc::new(faulty.clone()), world.clock.clone() as Arc<DynClock>, config).unwrap();
     for i in 0..100u64 {
         if i == 37 {
             observer.emit(poison(&format!("k{i}"), 1));
@@ -165,7 +167,8 @@ async fn batches_are_written_by_size_or_by_interval_on_the_clock() {
     let repo = InMemoryObservationRepository::new();
     let faulty = FaultyRepository::new(Arc::new(repo.clone()));
     let config = ObserverConfig { batch_size_max: 10, flush_interval_ms: 1_000, ..ObserverConfig::default() };
-    let (observer, writer) = Observer::start(Arc::new(faulty.clone()), world.clock.clone() as Arc<DynClock>, config).unwrap();
+    let (observer, writer) =
+        Observer::start(Arc::new(faulty.clone()), world.clock.clone() as Arc<DynClock>, config).unwrap();
     for i in 0..3u64 {
         observer.emit(obs("x", i + 1, TransitionKind::MarkRunning, Some("s1"), 1));
     }
@@ -191,7 +194,8 @@ async fn close_abandons_only_after_the_drain_timeout_while_down() {
     let world = World::new(3);
     let faulty = FaultyRepository::new(Arc::new(InMemoryObservationRepository::new()));
     let config = ObserverConfig { drain_timeout_ms: 2_000, retry_backoff_ms: 100, ..ObserverConfig::default() };
-    let (observer, writer) = Observer::start(Arc::new(faulty.clone()), world.clock.clone() as Arc<DynClock>, config).unwrap();
+    let (observer, writer) =
+        Observer::start(Arc::new(faulty.clone()), world.clock.clone() as Arc<DynClock>, config).unwrap();
     faulty.set_down(true);
     for i in 0..5u64 {
         observer.emit(obs("z", i + 1, TransitionKind::MarkRunning, Some("s1"), 1));
