@@ -47,10 +47,12 @@
 mod codec;
 pub mod error;
 mod inbox;
+mod outbox;
 pub mod protocol;
 mod store;
 
 pub use inbox::MongoSignalInbox;
+pub use outbox::{MongoOutbox, OutboxSchema};
 pub use protocol::Limits;
 pub use store::MongoWorkflowStore;
 

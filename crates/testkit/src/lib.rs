@@ -19,6 +19,7 @@
 //! ```
 
 pub mod conformance;
+pub mod dispatch;
 pub mod faults;
 pub mod harness;
 pub mod memory;

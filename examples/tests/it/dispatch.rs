@@ -6,7 +6,7 @@ use kernel_core::ports::*;
 use kernel_core::*;
 use serde_json::json;
 use std::sync::Arc;
-use testkit::faults::{CrashPlan, CrashPorts, CrashSwitch};
+use testkit::dispatch::{crash_windows, DispatchEnv};
 use testkit::harness::{BoxFuture, World};
 use testkit::memory::{InMemoryCandidates, InMemoryOutbox};
 
@@ -26,6 +26,7 @@ fn request(i: usize, fail: bool) -> AcceptRequest {
 }
 
 struct Env {
+    inner: DispatchEnv,
     world: World,
     outbox: InMemoryOutbox,
     candidates: InMemoryCandidates,
@@ -33,194 +34,40 @@ struct Env {
 
 impl Env {
     fn new(seed: u64) -> Self {
-        Env { world: World::new(seed), outbox: InMemoryOutbox::new(), candidates: InMemoryCandidates::new() }
+        let (outbox, candidates) = (InMemoryOutbox::new(), InMemoryCandidates::new());
+        let world = World::new(seed);
+        let inner = DispatchEnv {
+            world: world.clone(),
+            outbox: Arc::new(outbox.clone()),
+            candidates: Arc::new(candidates.clone()),
+            defs: Arc::new(|o| vec![order(o)]),
+        };
+        Env { inner, world, outbox, candidates }
     }
     fn defs(&self) -> Vec<Definition> {
         vec![order(Arc::new(self.outbox.clone()))]
     }
     fn dispatcher(&self, id: &str) -> Dispatch {
-        let engine = self.world.engine(id, self.defs());
-        let config = DispatchConfig { dispatcher_id: id.into(), ..DispatchConfig::default() };
-        Dispatch::new(
-            Arc::new(self.outbox.clone()),
-            Arc::new(self.candidates.clone()),
-            engine.publisher(),
-            self.world.clock.clone(),
-            self.world.ids.clone(),
-            config,
-        )
-        .unwrap()
+        self.inner.dispatcher(id)
     }
-    /// A process whose every port call goes through `switch`.
-    fn gated(&self, id: &str, switch: Arc<CrashSwitch>) -> Dispatch {
-        let p = self.world.ports();
-        let gated = Arc::new(
-            CrashPorts::new(
-                switch,
-                p.store.clone(),
-                p.inbox.clone(),
-                p.queue.clone(),
-                p.permits.clone(),
-                p.wakeup.clone(),
-            )
-            .with_dispatch(Arc::new(self.outbox.clone()), Arc::new(self.candidates.clone())),
-        );
-        let engine = self.world.engine_on(gated.wire(p), testkit::harness::test_config(id), self.defs());
-        let config = DispatchConfig { dispatcher_id: id.into(), ..DispatchConfig::default() };
-        Dispatch::new(
-            gated.clone(),
-            gated,
-            engine.publisher(),
-            self.world.clock.clone(),
-            self.world.ids.clone(),
-            config,
-        )
-        .unwrap()
-    }
-
-    /// Two recovery dispatchers and a worker until every accepted intent is dispatched and
-    /// every workflow finished (simulated time).
-    async fn recover(&self) {
-        let (r1, r2) = (self.dispatcher("R1"), self.dispatcher("R2"));
-        let worker = self.world.engine("W", self.defs());
-        for _ in 0..200 {
-            for r in [&r1, &r2] {
-                r.scan().await.unwrap();
-                r.recover_round().await.unwrap();
-            }
-            self.world.drive(&worker).await.unwrap();
-            let pending = self
-                .outbox
-                .all()
-                .iter()
-                .any(|r| r.dispatch.as_ref().is_some_and(|d| d.status != DispatchStatus::Dispatched));
-            if !pending {
-                return;
-            }
-            self.world.clock.advance(5_000);
-        }
-    }
-
-    /// K-3.1, K-3.2: every accepted intent registered exactly once with the exact snapshot.
-    fn verdict(&self) -> (usize, usize, usize, usize, usize) {
-        let (mut accepted, mut registered, mut duplicates, mut stuck, mut mismatch) = (0, 0, 0, 0, 0);
-        let instances = self.world.store.all();
-        for rec in self.outbox.all() {
-            accepted += 1;
-            let d = rec.dispatch.unwrap();
-            if d.status != DispatchStatus::Dispatched {
-                stuck += 1;
-            }
-            let mine: Vec<_> = instances.iter().filter(|i| i.biz_key == d.biz_key).collect();
-            match mine.len() {
-                0 => {}
-                1 => {
-                    registered += 1;
-                    if serde_json::to_vec(&mine[0].input).unwrap()
-                        != serde_json::to_vec(d.input.as_ref().unwrap()).unwrap()
-                    {
-                        mismatch += 1;
-                    }
-                }
-                n => duplicates += n - 1,
-            }
-        }
-        (accepted, registered, duplicates, stuck, mismatch)
+    async fn verdict(&self) -> (usize, usize, usize, usize, usize) {
+        let ids: Vec<String> = self.outbox.all().into_iter().map(|r| r.object_id).collect();
+        let v = self.inner.verdict(&ids).await.unwrap();
+        (v.accepted, v.registered, v.duplicate_instances, v.stuck_pending, v.input_mismatch)
     }
 }
 
-/// The API process: accept, StartOrResume, confirm — for three requests.
-fn api<'a>(d: &'a Dispatch) -> BoxFuture<'a, ()> {
-    Box::pin(async move {
-        for i in 0..3 {
-            if d.accept(request(i, false)).await.is_ok() {
-                let _ = d.dispatch_now(&format!("obj-{i}")).await;
-            }
-        }
-    })
-}
-
-async fn realtime_boundaries(seed: u64) -> usize {
-    let env = Env::new(seed);
-    let switch = CrashSwitch::new(CrashPlan::Never);
-    let d = env.gated("api", switch.clone());
-    api(&d).await;
-    switch.log().len()
-}
-
+/// K-3.1, K-3.2 through a crash at every write boundary of both paths, 8 seeds.
 #[tokio::test]
-async fn realtime_path_survives_a_crash_at_every_boundary() {
-    let mut runs = 0;
-    for seed in 0..8u64 {
-        let n = realtime_boundaries(seed).await;
-        assert!(n >= 9, "accept, candidate, create, enqueue, confirm per request: {n}");
-        for k in 0..n as u64 {
-            for plan in [CrashPlan::Before(k), CrashPlan::After(k)] {
-                let env = Env::new(seed);
-                let switch = CrashSwitch::new(plan);
-                let d = env.gated("api", switch.clone());
-                let mut fut = api(&d);
-                let crashed = tokio::select! { _ = &mut fut => false, _ = switch.wait_crashed() => true };
-                assert!(crashed, "seed {seed} {plan:?} never crashed");
-                env.recover().await;
-                // The dead API process comes back and finishes what it was doing.
-                switch.release();
-                fut.await;
-                env.recover().await;
-                let (accepted, registered, duplicates, stuck, mismatch) = env.verdict();
-                assert_eq!((registered, duplicates, stuck, mismatch), (accepted, 0, 0, 0), "seed {seed} {plan:?}");
-                runs += 1;
-            }
-        }
-    }
-    println!("dispatch realtime crash windows: runs={runs}");
-}
-
-#[tokio::test]
-async fn recovery_path_survives_a_crash_at_every_boundary_and_late_holders_change_nothing() {
-    let mut stale_attempted = 0;
-    for seed in 0..4u64 {
-        // Requests accepted by an API process that died before StartOrResume.
-        let discover = {
-            let env = Env::new(seed);
-            for i in 0..3 {
-                env.dispatcher("api").accept(request(i, false)).await.unwrap();
-            }
-            env.world.clock.advance(10_000);
-            let switch = CrashSwitch::new(CrashPlan::Never);
-            let r = env.gated("R0", switch.clone());
-            r.recover_round().await.unwrap();
-            switch.log().len()
-        };
-        assert!(discover >= 10, "{discover}");
-        for k in 0..discover as u64 {
-            for plan in [CrashPlan::Before(k), CrashPlan::After(k)] {
-                let env = Env::new(seed);
-                for i in 0..3 {
-                    env.dispatcher("api").accept(request(i, false)).await.unwrap();
-                }
-                env.world.clock.advance(10_000);
-                let switch = CrashSwitch::new(plan);
-                let r0 = env.gated("R0", switch.clone());
-                let mut fut: BoxFuture<'_, ()> = Box::pin(async {
-                    let _ = r0.recover_round().await;
-                });
-                let crashed = tokio::select! { _ = &mut fut => false, _ = switch.wait_crashed() => true };
-                assert!(crashed);
-                env.world.clock.advance(31_000); // the dead dispatcher's lease expires
-                env.recover().await;
-                switch.release();
-                fut.await;
-                let z = switch.zombie_stats();
-                assert_eq!(z.stale_writes_accepted, 0, "seed {seed} {plan:?}: a late lease holder changed an intent");
-                stale_attempted += z.stale_writes_attempted;
-                env.recover().await;
-                let (accepted, registered, duplicates, stuck, mismatch) = env.verdict();
-                assert_eq!((registered, duplicates, stuck, mismatch), (accepted, 0, 0, 0), "seed {seed} {plan:?}");
-            }
-        }
-    }
-    assert!(stale_attempted > 0, "some zombie dispatcher tried a late write");
+async fn both_paths_survive_a_crash_at_every_boundary() {
+    let factory = |seed: u64| -> BoxFuture<'static, DispatchEnv> { Box::pin(async move { Env::new(seed).inner }) };
+    let report = crash_windows(&factory, &[0, 1, 2, 3, 4, 5, 6, 7], 3, Arc::new(|i| request(i, false)), 0).await;
+    println!("{report}");
+    assert!(report.realtime_boundaries >= 9, "{report:?}");
+    assert!(report.recovery_boundaries >= 10, "{report:?}");
+    assert_eq!(report.dirty_runs, 0, "{report:?}");
+    assert_eq!(report.stale_writes_accepted, 0, "{report:?}");
+    assert!(report.stale_writes_attempted > 0, "a dead dispatcher tried a late write: {report:?}");
 }
 
 #[tokio::test]
@@ -307,7 +154,7 @@ async fn recovery_works_while_the_candidate_index_is_down_or_flushed() {
     assert_eq!(rep.dispatched, 5);
     assert!(env.dispatcher("R2").scan().await.unwrap().is_none(), "the mutex is held by R1");
     env.candidates.set_down(false);
-    let (accepted, registered, duplicates, stuck, mismatch) = env.verdict();
+    let (accepted, registered, duplicates, stuck, mismatch) = env.verdict().await;
     assert_eq!((accepted, registered, duplicates, stuck, mismatch), (5, 5, 0, 0, 0));
 }
 

@@ -8,6 +8,7 @@
 mod bad_input;
 mod conformance;
 mod errors;
+mod outbox;
 mod protocol;
 mod races;
 mod support;
