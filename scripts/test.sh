@@ -61,6 +61,9 @@ cargo test -p store-mongo --test it crash_sweep_on_mongo -- --nocapture
 
 log "dispatch under fire (in-memory adapters)"
 cargo run -q -p dispatch-recovery -- --seed 7 --requests 1000
+if [ -n "${MONGODB_URI:-}" ]; then
+  cargo run -q -p dispatch-recovery -- --seed 7 --requests 50 --backend mongo
+fi
 
 log "demo smoke run"
 cargo run -q -p kernel-examples --example live_summary >/dev/null

@@ -9,31 +9,41 @@
 //!
 //! `dispatch: seed=<s> accepted=<n> registered=<n> duplicate_instances=0 stuck_pending=0 input_mismatch=0 late_writes_rejected=<n>`
 //!
-//! Run: `cargo run -p dispatch-recovery -- [--seed S] [--requests N]`
+//! Backends: `memory` (default: every port in memory; the candidate index is flushed) or
+//! `mongo` (`MONGODB_URI`: instances, inbox and the business collection on MongoDB in a
+//! fresh database; candidates on a dedicated `redis-server` started on a free port and
+//! flushed once — the shared Redis is never flushed).
+//!
+//! Run: `cargo run -p dispatch-recovery -- [--seed S] [--requests N] [--backend memory|mongo]`
 
 use kernel_core::dispatch::{AcceptRequest, Dispatch, DispatchConfig};
-use kernel_core::ports::{DispatchOutbox, DispatchStatus};
+use kernel_core::ports::{DispatchStatus, DynCandidates, DynOutbox};
 use kernel_core::{Engine, Priority, StartRequest};
 use kernel_examples::workflows::{order, ORDER};
+use queue_redis::RedisDispatchCandidates;
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use serde_json::json;
+use std::collections::HashMap;
 use std::sync::Arc;
-use testkit::harness::World;
+use store_mongo::{MongoConfig, MongoOutbox, MongoSignalInbox, MongoWorkflowStore, OutboxSchema};
+use testkit::harness::{Lister, World};
 use testkit::memory::{InMemoryCandidates, InMemoryOutbox};
 
 struct Args {
     seed: u64,
     requests: usize,
+    backend: String,
 }
 
 fn args() -> Result<Args, String> {
-    let mut a = Args { seed: 7, requests: 1_000 };
+    let mut a = Args { seed: 7, requests: 1_000, backend: "memory".into() };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
         match flag.as_str() {
             "--seed" => a.seed = value.parse().map_err(|e| format!("--seed: {e}"))?,
             "--requests" => a.requests = value.parse().map_err(|e| format!("--requests: {e}"))?,
+            "--backend" if value == "memory" || value == "mongo" => a.backend = value,
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -43,35 +53,87 @@ fn args() -> Result<Args, String> {
     Ok(a)
 }
 
+/// The ports of one backend, and how to lose the candidate index.
+struct Backend {
+    world: World,
+    outbox: Arc<DynOutbox>,
+    candidates: Arc<DynCandidates>,
+    flush: Box<dyn Fn()>,
+    cleanup: Option<(mongodb::Database, queue_redis::test_support::DedicatedRedis)>,
+}
+
+async fn backend(args: &Args) -> Result<Backend, Box<dyn std::error::Error>> {
+    if args.backend == "memory" {
+        let (outbox, candidates) = (InMemoryOutbox::new(), InMemoryCandidates::new());
+        let c = candidates.clone();
+        return Ok(Backend {
+            world: World::new(args.seed),
+            outbox: Arc::new(outbox),
+            candidates: Arc::new(candidates),
+            flush: Box::new(move || c.flush()),
+            cleanup: None,
+        });
+    }
+    let uri = std::env::var("MONGODB_URI").map_err(|_| "--backend mongo needs MONGODB_URI")?;
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos();
+    let db = store_mongo::connect(&uri, &format!("dispatch_recovery_{stamp:x}")).await?;
+    let store = MongoWorkflowStore::open(&db, MongoConfig::default()).await?;
+    let inbox = MongoSignalInbox::open(&db, MongoConfig::default()).await?;
+    let outbox = MongoOutbox::open(&db, OutboxSchema::default(), MongoConfig::default()).await?;
+    let redis =
+        queue_redis::test_support::DedicatedRedis::start("dispatch_recovery").ok_or("cannot start redis-server")?;
+    let candidates = RedisDispatchCandidates::new(queue_redis::connect(&redis.url).await?, "dispatch-demo")?;
+    let listed = store.clone();
+    let lister: Lister = Arc::new(move || {
+        let s = listed.clone();
+        Box::pin(async move { s.list(100_000).await })
+    });
+    let url = redis.url.clone();
+    let flush = Box::new(move || {
+        // Our own instance only.
+        if let Ok(mut c) = redis::Client::open(url.as_str()).and_then(|c| c.get_connection()) {
+            let _: redis::RedisResult<()> = redis::cmd("FLUSHALL").query(&mut c);
+        }
+    });
+    Ok(Backend {
+        world: World::with_durable(args.seed, HashMap::new(), Arc::new(store), Arc::new(inbox), lister),
+        outbox: Arc::new(outbox),
+        candidates: Arc::new(candidates),
+        flush,
+        cleanup: Some((db, redis)),
+    })
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = args()?;
     let mut rng = SmallRng::seed_from_u64(args.seed);
-    let world = World::new(args.seed);
-    let outbox = InMemoryOutbox::new();
-    let candidates = InMemoryCandidates::new();
-    let defs = || vec![order(Arc::new(outbox.clone()))];
+    let b = backend(&args).await?;
+    let (world, outbox, candidates) = (b.world.clone(), b.outbox.clone(), b.candidates.clone());
+    let defs = || vec![order(outbox.clone())];
     let dispatch = |id: &str, engine: &Engine| {
         let config = DispatchConfig { dispatcher_id: id.into(), ..DispatchConfig::default() };
         Dispatch::new(
-            Arc::new(outbox.clone()),
-            Arc::new(candidates.clone()),
+            outbox.clone(),
+            candidates.clone(),
             engine.publisher(),
             world.clock.clone(),
             world.ids.clone(),
             config,
         )
     };
+    let mut objects = Vec::with_capacity(args.requests);
     let api_engine = world.engine("api", defs());
     let api = dispatch("api", &api_engine)?;
     let worker = world.engine("worker", defs());
     let (r1e, r2e) = (world.engine("R1", defs()), world.engine("R2", defs()));
     let (r1, r2) = (dispatch("R1", &r1e)?, dispatch("R2", &r2e)?);
 
-    let mut accepted = 0usize;
+    let mut accepted_calls = 0usize;
     let mut failing = Vec::new();
     for i in 0..args.requests {
         let object_id = format!("note-{i}");
+        objects.push(object_id.clone());
         let fail = rng.gen_ratio(1, 10);
         if fail {
             failing.push(object_id.clone());
@@ -104,9 +166,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 api.dispatch_now(&object_id).await?;
             }
         }
-        accepted += 1;
+        accepted_calls += 1;
         if i == args.requests / 2 {
-            candidates.flush(); // the candidate index is lost once
+            (b.flush)(); // the candidate index is lost once
         }
         if i % 50 == 49 {
             world.clock.advance(1_000);
@@ -124,9 +186,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             r?;
         }
         world.drive(&worker).await?;
-        let all = outbox.all();
-        let pending = all.iter().any(|r| r.dispatch.as_ref().is_some_and(|d| d.status != DispatchStatus::Dispatched));
-        let unfinished = world.store.all().iter().any(|i| !i.status.is_terminal());
+        let mut pending = false;
+        for id in &objects {
+            pending |=
+                outbox.get(id).await?.and_then(|r| r.dispatch).is_some_and(|d| d.status != DispatchStatus::Dispatched);
+        }
+        let unfinished = world.instances().await?.iter().any(|i| !i.status.is_terminal());
         if !pending && !unfinished {
             if retried {
                 break;
@@ -150,28 +215,28 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         world.clock.advance(5_000);
     }
 
-    let instances = world.store.all();
-    let (mut registered, mut duplicates, mut stuck, mut mismatch) = (0, 0, 0, 0);
-    for rec in outbox.all() {
-        let d = rec.dispatch.expect("accepted objects carry an intent");
-        if d.status != DispatchStatus::Dispatched {
-            stuck += 1;
-        }
-        let mine: Vec<_> = instances.iter().filter(|i| i.biz_key == d.biz_key).collect();
-        if !mine.is_empty() {
-            registered += 1;
-            duplicates += mine.len() - 1;
-            let snapshot = serde_json::to_vec(d.input.as_ref().expect("snapshot"))?;
-            if serde_json::to_vec(&mine[0].input)? != snapshot {
-                mismatch += 1;
-            }
-        }
+    let env = testkit::dispatch::DispatchEnv {
+        world: world.clone(),
+        outbox: outbox.clone(),
+        candidates: candidates.clone(),
+        defs: Arc::new(|o| vec![order(o)]),
+    };
+    let v = env.verdict(&objects).await?;
+    let (accepted, registered, duplicates, stuck, mismatch) =
+        (v.accepted, v.registered, v.duplicate_instances, v.stuck_pending, v.input_mismatch);
+    if let Some((db, redis)) = b.cleanup {
+        db.drop().await?;
+        drop(redis);
     }
     println!(
-        "dispatch: seed={} accepted={accepted} registered={registered} duplicate_instances={duplicates} stuck_pending={stuck} input_mismatch={mismatch} late_writes_rejected={late_writes_rejected}",
-        args.seed
+        "dispatch: seed={} accepted={accepted} registered={registered} duplicate_instances={duplicates} stuck_pending={stuck} input_mismatch={mismatch} late_writes_rejected={late_writes_rejected} backend={}",
+        args.seed, args.backend
     );
-    if registered != accepted || duplicates + stuck + mismatch > 0 || late_writes_rejected == 0 {
+    if accepted != accepted_calls
+        || registered != accepted
+        || duplicates + stuck + mismatch > 0
+        || late_writes_rejected == 0
+    {
         return Err("dispatch invariants violated".into());
     }
     Ok(())
