@@ -65,6 +65,9 @@ if [ -n "${MONGODB_URI:-}" ]; then
   cargo run -q -p dispatch-recovery -- --seed 7 --requests 50 --backend mongo
 fi
 
+log "browser check (headless chromium on the SSE example page)"
+bash scripts/browser-check.sh
+
 log "demo smoke run"
 cargo run -q -p kernel-examples --example live_summary >/dev/null
 echo "demo: live_summary ok"
