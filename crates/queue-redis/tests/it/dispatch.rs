@@ -76,18 +76,22 @@ async fn concurrent_poppers_never_share_a_candidate() {
 }
 
 /// The candidates port conformance suite on Redis.
-pub struct Cands(RedisDispatchCandidates, TestKeys);
+pub struct Cands {
+    candidates: RedisDispatchCandidates,
+    // Deletes the case's keys when the fixture is dropped.
+    _keys: TestKeys,
+}
 
 impl testkit::conformance::outbox::CandidatesFixture for Cands {
     fn candidates(&self) -> &kernel_core::ports::DynCandidates {
-        &self.0
+        &self.candidates
     }
 }
 
 /// A fresh prefix per case.
 pub async fn cands_fixture() -> Option<Cands> {
     let (d, keys) = fixture("candidates_conformance").await?;
-    Some(Cands(d, keys))
+    Some(Cands { candidates: d, _keys: keys })
 }
 
 mod conformance {
