@@ -44,7 +44,12 @@ if [ -z "${MONGODB_URI:-}" ] && [ -f scripts/mongo-wire.sh ]; then
     exit 1
   fi
 fi
-cleanup() { if [ -n "$started_mongo" ]; then bash scripts/mongo-wire.sh stop >/dev/null 2>&1 || true; fi; }
+cleanup() {
+  if [ -n "$started_mongo" ]; then
+    echo "mongo-wire op counters of this run: $(bash scripts/mongo-wire.sh stats 2>/dev/null || echo unavailable)"
+    bash scripts/mongo-wire.sh stop >/dev/null 2>&1 || true
+  fi
+}
 trap cleanup EXIT
 
 # Reports whose one-line summaries belong in the output run separately, uncaptured.

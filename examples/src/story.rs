@@ -20,6 +20,8 @@ pub const WORKERS: [&str; 4] = ["A", "B", "C", "D"];
 fn describe(o: &Observation) -> String {
     let step = o.step_name.as_deref().map(|s| format!(" {s}")).unwrap_or_default();
     let what = match o.kind {
+        TransitionKind::Create => format!("StartOrResume registers {}", o.workflow_id),
+        TransitionKind::Replay => format!("StartOrResume replays {}", o.workflow_id),
         TransitionKind::Claim => format!("claims {}", o.workflow_id),
         TransitionKind::MarkRunning => format!("starts{step} (attempt {})", o.attempt),
         TransitionKind::CompleteStep => format!("completes{step}"),

@@ -46,6 +46,10 @@ pub enum Error {
     /// The engine is shutting down.
     #[error("shutting down")]
     ShuttingDown,
+    /// A stored record cannot be read back (written by an incompatible version, or changed
+    /// outside the kernel). Nothing was written by the failing call.
+    #[error("corrupt stored data: {0}")]
+    Corrupt(String),
 }
 
 impl Error {

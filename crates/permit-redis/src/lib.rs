@@ -236,6 +236,16 @@ impl RedisPermits {
 
     /// Acquire or renew, also returning the Redis time the script judged it at.
     pub async fn acquire_at(&self, resource: &str, owner: &PermitOwner) -> Result<Acquired> {
+        self.invoke_acquire(resource, owner, false).await
+    }
+
+    /// Renew for a running activity: a lost permit is re-registered without a limit check
+    /// and without counting a start (see [`Permits::renew`]).
+    pub async fn renew_at(&self, resource: &str, owner: &PermitOwner) -> Result<Acquired> {
+        self.invoke_acquire(resource, owner, true).await
+    }
+
+    async fn invoke_acquire(&self, resource: &str, owner: &PermitOwner, renewal: bool) -> Result<Acquired> {
         validate::key_name("resource", resource)?;
         check_owner(owner)?;
         let keys = self.keys(resource);
@@ -247,7 +257,8 @@ impl RedisPermits {
             .arg(owner.key())
             .arg(self.config.lease_ms)
             .arg(configured.max_concurrency)
-            .arg(configured.max_starts_per_second);
+            .arg(configured.max_starts_per_second)
+            .arg(if renewal { "1" } else { "0" });
         let (granted, ms, redis_time_us, renewed): (i64, i64, i64, i64) =
             inv.invoke_async(&mut self.conn.clone()).await.map_err(map_redis_error)?;
         let decision = if granted == 1 {
@@ -329,7 +340,8 @@ impl RedisPermits {
             .arg(owner.key())
             .arg(self.config.lease_ms)
             .arg(configured.max_concurrency)
-            .arg(configured.max_starts_per_second);
+            .arg(configured.max_starts_per_second)
+            .arg("0");
         cmd
     }
 
@@ -345,6 +357,10 @@ impl RedisPermits {
 impl Permits for RedisPermits {
     async fn acquire(&self, resource: &str, owner: &PermitOwner) -> Result<PermitDecision> {
         Ok(self.acquire_at(resource, owner).await?.decision)
+    }
+
+    async fn renew(&self, resource: &str, owner: &PermitOwner) -> Result<PermitDecision> {
+        Ok(self.renew_at(resource, owner).await?.decision)
     }
 
     async fn release(&self, resource: &str, owner: &PermitOwner) -> Result<()> {
@@ -375,7 +391,7 @@ mod tests {
     /// script change is a protocol change: these pins make it deliberate.
     #[test]
     fn script_fingerprints_are_pinned() {
-        assert_eq!(ACQUIRE.get_hash(), "73ffb4ef3e7f17500c18318c126cc14083b1af59");
+        assert_eq!(ACQUIRE.get_hash(), "d6f662187ec7226eaafe87cd60185baf9635fcff");
         assert_eq!(RELEASE.get_hash(), "c5a93b835a3561b233615b8b84c98b6a16c6f840");
         assert_eq!(HOLDERS.get_hash(), "efbf4e7f3cd5b8e84052a29d3a4e64d8217b8e07");
     }

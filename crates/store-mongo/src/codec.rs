@@ -69,7 +69,7 @@ pub(crate) fn bson_to_json(field: &str, b: &Bson) -> Result<Value> {
 
 /// A stored document that does not decode. Nothing was written by the failing call.
 pub(crate) fn corrupt(field: &str, reason: impl std::fmt::Display) -> Error {
-    Error::invalid(format!("stored document field `{field}`"), reason)
+    Error::Corrupt(format!("stored document field `{field}`: {reason}"))
 }
 
 pub(crate) fn dt(ms: Millis) -> Bson {

@@ -464,7 +464,7 @@ impl Claim {
             let Some(p) = permit else { return std::future::pending::<()>().await };
             loop {
                 clock.sleep_until(clock.now() + self.inner.config.permit_renew_ms).await;
-                if let Err(e) = self.inner.ports.permits.acquire(&p.resource, &p.owner).await {
+                if let Err(e) = self.inner.ports.permits.renew(&p.resource, &p.owner).await {
                     tracing::debug!(error = %e, "permit renewal failed");
                 }
             }

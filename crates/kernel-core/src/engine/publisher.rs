@@ -127,7 +127,10 @@ impl Publisher {
                     finished_at: None,
                 };
                 match store.create(doc).await? {
-                    CreateOutcome::Created(i) => (i, true, true),
+                    CreateOutcome::Created(i) => {
+                        self.observe(&i, Transition::new(crate::transition::TransitionKind::Create, now));
+                        (i, true, true)
+                    }
                     CreateOutcome::Exists(i) => (i, false, false),
                 }
             }
@@ -179,6 +182,29 @@ impl Publisher {
             }
         }
         Ok(StartOutcome { instance: inst, execution_activated: activated, created })
+    }
+}
+
+impl Publisher {
+    /// One observation of a publisher write (create, replay) for the ops projection (K-15).
+    fn observe(&self, inst: &WorkflowInstance, t: Transition) {
+        self.ports.observer.emit(Observation {
+            workflow_id: inst.workflow_id.clone(),
+            biz_key: inst.biz_key.clone(),
+            workflow_type: inst.workflow_type.clone(),
+            workflow_run: inst.retry_count,
+            revision: inst.revision,
+            kind: t.kind(),
+            status: inst.status,
+            step_name: None,
+            attempt: 0,
+            elapsed_ms: 0,
+            traffic_wait_ms: 0,
+            error_class: None,
+            at: t.now,
+            worker_id: None,
+            claim_token: None,
+        });
     }
 }
 

@@ -53,6 +53,18 @@ pub trait Permits: Send + Sync + 'static {
     /// purged first. An error means "unknown": callers fail closed (defer the step).
     async fn acquire(&self, resource: &str, owner: &PermitOwner) -> Result<PermitDecision>;
 
+    /// Renew a permit held by `owner` while its activity runs (every `permit_renew_ms`).
+    ///
+    /// # Contract
+    /// Extends the owner's lease. When the permit was lost (its lease expired, or the
+    /// backing store was flushed) the owner re-registers without a limit check and without
+    /// counting a start: the activity is already running. The overshoot this allows is
+    /// bounded by one renewal interval (K-14). The default re-acquires, which adapters
+    /// without that distinction may keep.
+    async fn renew(&self, resource: &str, owner: &PermitOwner) -> Result<PermitDecision> {
+        self.acquire(resource, owner).await
+    }
+
     /// Give a permit back.
     ///
     /// # Contract

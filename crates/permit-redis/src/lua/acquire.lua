@@ -5,6 +5,8 @@
 -- ARGV[1]: owner key; ARGV[2]: lease ms;
 -- ARGV[3], ARGV[4]: the application's configured max_concurrency and max_starts_per_second,
 -- used per field when the hash lacks it (0 = unlimited).
+-- ARGV[5]: "1" for a renewal by a running activity: a lost permit (expired, flushed) is
+-- re-registered without a limit check and without counting a start (K-14).
 -- Returns {granted 1|0, lease ms | retry-after ms, Redis time in µs, renewed 1|0}.
 local function int(x)
   return string.format('%.0f', x)
@@ -28,6 +30,14 @@ end
 
 -- Renewal: never revoked, even above a lowered limit; not a new start.
 if redis.call('ZSCORE', KEYS[2], owner) then
+  redis.call('ZADD', KEYS[2], int(now_ms + lease), owner)
+  keep_holders()
+  return {1, lease, now_us, 1}
+end
+
+-- A running activity's renewal re-registers a lost permit; the overshoot is bounded by one
+-- renewal interval.
+if ARGV[5] == '1' then
   redis.call('ZADD', KEYS[2], int(now_ms + lease), owner)
   keep_holders()
   return {1, lease, now_us, 1}

@@ -306,3 +306,29 @@ async fn owners_with_separators_are_distinct() {
     assert!(f.permits.is_held("r", &a).await.unwrap());
     assert!(!f.permits.is_held("r", &b).await.unwrap());
 }
+
+/// K-14: after a flush, a running holder re-registers on its next renewal — without a limit
+/// check and without counting a start — while a new acquire still respects both limits.
+#[tokio::test]
+async fn renewal_after_a_flush_reregisters_without_a_start() {
+    let Some(f) = permits_fixture("renewal_after_a_flush_reregisters_without_a_start", 30_000, config()).await else {
+        return;
+    };
+    let r = "asr";
+    f.permits.set_limits(r, limits(1, 1)).await.unwrap();
+    assert!(matches!(f.permits.acquire(r, &owner(1)).await.unwrap(), PermitDecision::Granted { .. }));
+    // Lose the holders and the start window (what a flush does to this resource).
+    let mut admin = queue_redis::connect(&f.keys.url).await.unwrap();
+    let keys = f.permits.keys(r);
+    redis::cmd("DEL").arg(&keys.holders).arg(&keys.starts).query_async::<i64>(&mut admin).await.unwrap();
+    assert!(f.permits.holders(r).await.unwrap().is_empty());
+    // Another owner starts first; the running holder's renewal still re-registers.
+    assert!(matches!(f.permits.acquire(r, &owner(2)).await.unwrap(), PermitDecision::Granted { .. }));
+    let a = f.permits.renew_at(r, &owner(1)).await.unwrap();
+    assert!(matches!(a.decision, PermitDecision::Granted { .. }) && a.renewed);
+    assert_eq!(f.permits.holders(r).await.unwrap().len(), 2, "overshoot bounded by one renewal interval");
+    let starts: i64 = redis::cmd("ZCARD").arg(&keys.starts).query_async(&mut admin).await.unwrap();
+    assert_eq!(starts, 1, "the renewal counted no start");
+    // New acquires still respect the limits.
+    assert!(matches!(f.permits.acquire(r, &owner(3)).await.unwrap(), PermitDecision::Denied { .. }));
+}

@@ -198,6 +198,19 @@ impl Permits for InMemoryPermits {
         Ok(PermitDecision::Granted { lease_ms: self.lease_ms })
     }
 
+    async fn renew(&self, resource: &str, owner: &PermitOwner) -> Result<PermitDecision> {
+        validate::key_name("resource", resource)?;
+        check_owner(owner)?;
+        self.check_up()?;
+        let now = self.clock.now();
+        let mut st = self.state.lock().expect("permit lock");
+        let r = st.resources.entry(resource.to_string()).or_default();
+        r.purge(now);
+        // Held or lost (expired, flushed): re-register, no limit check, no new start.
+        r.holders.insert(owner.key(), now + self.lease_ms);
+        Ok(PermitDecision::Granted { lease_ms: self.lease_ms })
+    }
+
     async fn release(&self, resource: &str, owner: &PermitOwner) -> Result<()> {
         validate::key_name("resource", resource)?;
         check_owner(owner)?;

@@ -45,8 +45,16 @@ impl WorkflowStore for InMemoryStore {
     async fn create(&self, instance: WorkflowInstance) -> Result<CreateOutcome> {
         validate::identifier("workflow_id", &instance.workflow_id)?;
         validate::identifier("biz_key", &instance.biz_key)?;
+        validate::identifier("workflow_type", &instance.workflow_type)?;
+        let mut names = std::collections::BTreeSet::new();
         for (i, s) in instance.steps.iter().enumerate() {
             validate::key_name(&format!("steps[{i}].name"), &s.name)?;
+            if !names.insert(s.name.as_str()) {
+                return Err(Error::invalid(
+                    format!("steps[{i}].name"),
+                    format_args!("duplicate step name `{}`", s.name),
+                ));
+            }
         }
         let mut st = self.state.lock().expect("store lock");
         if let Some(id) = st.by_biz_key.get(&instance.biz_key) {

@@ -45,6 +45,7 @@ async fn fused_writes_still_emit_one_observation_per_transition() {
     assert_eq!(
         kinds,
         vec![
+            K::Create,
             K::Claim,
             K::MarkRunning,
             K::CompleteStep,
@@ -59,5 +60,5 @@ async fn fused_writes_still_emit_one_observation_per_transition() {
     );
     // Revisions are the committed ones: fused transitions share a revision.
     let revs: Vec<u64> = world.observations.events().iter().map(|o| o.revision).collect();
-    assert_eq!(revs, vec![0, 1, 2, 2, 3, 3, 4, 4, 5, 5]);
+    assert_eq!(revs, vec![0, 0, 1, 2, 2, 3, 3, 4, 4, 5, 5]);
 }
