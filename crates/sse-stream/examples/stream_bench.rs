@@ -5,10 +5,10 @@
 //! `REDIS_URL`, default `redis://127.0.0.1:6379`; its keys are deleted afterwards).
 
 use kernel_core::ports::{DynClock, Frame, StreamKey, StreamSink, SystemClock};
+use queue_redis::test_support::{require_redis, TestKeys};
 use serde_json::json;
 use sse_stream::codec::{decode, encode, Record};
 use sse_stream::event::SseEvent;
-use sse_stream::test_support::{require_redis, TestKeys};
 use sse_stream::{connect, RedisStreamSink, StreamConfig};
 use std::sync::Arc;
 use std::time::Instant;

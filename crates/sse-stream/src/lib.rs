@@ -34,7 +34,6 @@ pub mod codec;
 pub mod event;
 mod forward;
 mod keys;
-pub mod test_support;
 mod writer;
 
 pub use forward::{ForwardConfig, ForwardEvent, Forwarder, ReadHook};

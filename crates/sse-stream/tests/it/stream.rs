@@ -4,10 +4,10 @@
 use futures::FutureExt;
 use kernel_core::ports::{DynClock, Frame, StreamKey, StreamSink};
 use kernel_core::Error;
+use queue_redis::test_support::{require_redis, TestKeys};
 use redis::AsyncCommands;
 use serde_json::json;
 use sse_stream::codec::Record;
-use sse_stream::test_support::{require_redis, TestKeys};
 use sse_stream::{connect, ForwardConfig, ForwardEvent, Forwarder, RedisStreamSink, StreamConfig};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
