@@ -96,8 +96,8 @@ async fn both_paths_survive_crashes_on_mongo_and_redis() {
             })
         }
     };
-    // Two seeds, every second crash point of each path: ~30 runs on the slow test server.
-    let report = crash_windows(&factory, &[1, 2], 2, Arc::new(|i| request(i, false)), 4).await;
+    // Two seeds, three spread crash points per path and side: 24 runs on the slow server.
+    let report = crash_windows(&factory, &[1, 2], 2, Arc::new(|i| request(i, false)), 3).await;
     let made: Vec<Database> = dbs.lock().unwrap().drain(..).collect();
     for db in made {
         let _ = db.drop().await;
@@ -107,7 +107,7 @@ async fn both_paths_survive_crashes_on_mongo_and_redis() {
     println!("{report} store=mongo candidates=redis");
     assert_eq!(report.dirty_runs, 0, "{report:?}");
     assert_eq!(report.stale_writes_accepted, 0, "{report:?}");
-    assert!(report.runs >= 16, "{report:?}");
+    assert!(report.runs >= 12, "{report:?}");
 }
 
 fn probe_name() -> String {

@@ -35,7 +35,7 @@ async fn crash_sweep_on_mongo() {
     let live = LiveSummaryScenario { subscribers: 1, page_size: 1 };
     let fan = FanoutScenario { waiters: 2, page_size: 1 };
     let scenarios: [&dyn Scenario; 4] = [&live, &FailingScenario, &fan, &DagScenario];
-    let report = sweep_on(&scenarios, 7, SweepSample::AtMost(7), &factory).await;
+    let report = sweep_on(&scenarios, 7, SweepSample::AtMost(5), &factory).await;
     let made: Vec<Database> = dbs.lock().unwrap().drain(..).collect();
     for db in made {
         let _ = db.drop().await;
