@@ -62,17 +62,8 @@ static HOLDERS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lu
 pub const LEASE_MS_MAX: Millis = 3_600_000;
 /// Default permit lease (renewed by the engine while the activity runs).
 pub const LEASE_MS_DEFAULT: Millis = 30_000;
-/// Start of a tenant-scoped resource name: `tenant:<tenant>:<resource>`.
-pub const TENANT_SCOPE: &str = "tenant:";
-
-/// Limits of one resource; 0 disables a limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct PermitLimits {
-    /// Holders at once.
-    pub max_concurrency: u32,
-    /// Starts in any 1 s window.
-    pub max_starts_per_second: u32,
-}
+use kernel_core::ports::tenant_base;
+pub use kernel_core::ports::{PermitLimits, TENANT_SCOPE};
 
 /// Settings of [`RedisPermits`].
 #[derive(Debug, Clone)]
@@ -170,19 +161,6 @@ pub fn map_redis_error(e: redis::RedisError) -> Error {
     Error::Unavailable(format!("redis: {e}"))
 }
 
-/// `<base>` of `tenant:<t>:<base>`.
-fn tenant_base(resource: &str) -> Option<&str> {
-    let rest = resource.strip_prefix(TENANT_SCOPE)?;
-    let (_tenant, base) = rest.split_once(':')?;
-    (!base.is_empty()).then_some(base)
-}
-
-fn check_owner(owner: &PermitOwner) -> Result<()> {
-    validate::identifier("owner.workflow_id", &owner.workflow_id)?;
-    validate::key_name("owner.step", &owner.step)?;
-    validate::identifier("owner.claim_token", &owner.claim_token)
-}
-
 impl RedisPermits {
     /// Permits with `config`.
     pub fn new(conn: ConnectionManager, config: RedisPermitsConfig) -> Result<Self> {
@@ -194,14 +172,7 @@ impl RedisPermits {
     /// `<resource>`'s configured limits and counts separately. The tenant must not contain
     /// `:` so that the name splits back unambiguously.
     pub fn tenant_resource(tenant: &str, resource: &str) -> Result<String> {
-        validate::key_name("tenant", tenant)?;
-        if tenant.contains(':') {
-            return Err(Error::invalid("tenant", "must not contain `:`"));
-        }
-        validate::key_name("resource", resource)?;
-        let name = format!("{TENANT_SCOPE}{tenant}:{resource}");
-        validate::key_name("resource", &name)?;
-        Ok(name)
+        kernel_core::ports::tenant_resource(tenant, resource)
     }
 
     /// Settings in use.
@@ -247,7 +218,7 @@ impl RedisPermits {
 
     async fn invoke_acquire(&self, resource: &str, owner: &PermitOwner, renewal: bool) -> Result<Acquired> {
         validate::key_name("resource", resource)?;
-        check_owner(owner)?;
+        owner.validate()?;
         let keys = self.keys(resource);
         let configured = self.config.configured(resource);
         let mut inv = ACQUIRE.prepare_invoke();
@@ -273,7 +244,7 @@ impl RedisPermits {
     /// Release; `true` when the owner held a live permit.
     pub async fn release_held(&self, resource: &str, owner: &PermitOwner) -> Result<bool> {
         validate::key_name("resource", resource)?;
-        check_owner(owner)?;
+        owner.validate()?;
         let mut inv = RELEASE.prepare_invoke();
         inv.key(self.keys(resource).holders).arg(owner.key());
         let removed: i64 = inv.invoke_async(&mut self.conn.clone()).await.map_err(map_redis_error)?;

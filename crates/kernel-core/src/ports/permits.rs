@@ -1,5 +1,6 @@
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::model::Millis;
+use crate::validate;
 
 /// Who holds a permit: `workflow_id + step + claim_token` (K-14).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -13,6 +14,13 @@ pub struct PermitOwner {
 }
 
 impl PermitOwner {
+    /// Check the owner's parts (the step is a document key).
+    pub fn validate(&self) -> Result<()> {
+        validate::identifier("owner.workflow_id", &self.workflow_id)?;
+        validate::key_name("owner.step", &self.step)?;
+        validate::identifier("owner.claim_token", &self.claim_token)
+    }
+
     /// Unambiguous single-string form used as a set member.
     pub fn key(&self) -> String {
         format!(
@@ -87,4 +95,42 @@ impl Permits for UnlimitedPermits {
     async fn release(&self, _resource: &str, _owner: &PermitOwner) -> Result<()> {
         Ok(())
     }
+}
+
+/// Limits of one resource; 0 disables a limit (K-14).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PermitLimits {
+    /// Holders at once.
+    pub max_concurrency: u32,
+    /// Starts in any 1 s window.
+    pub max_starts_per_second: u32,
+}
+
+/// Start of a tenant-scoped resource name: `tenant:<tenant>:<resource>`.
+pub const TENANT_SCOPE: &str = "tenant:";
+
+/// The tenant-scoped name of `resource` (K-14): `tenant:<tenant>:<resource>`, so one tenant
+/// cannot fill every worker.
+///
+/// ```
+/// use kernel_core::ports::tenant_resource;
+/// assert_eq!(tenant_resource("acme", "asr").unwrap(), "tenant:acme:asr");
+/// assert!(tenant_resource("a:b", "asr").is_err());
+/// ```
+pub fn tenant_resource(tenant: &str, resource: &str) -> Result<String> {
+    validate::key_name("tenant", tenant)?;
+    if tenant.contains(':') {
+        return Err(Error::invalid("tenant", "must not contain `:`"));
+    }
+    validate::key_name("resource", resource)?;
+    let name = format!("{TENANT_SCOPE}{tenant}:{resource}");
+    validate::key_name("resource", &name)?;
+    Ok(name)
+}
+
+/// `<base>` of `tenant:<t>:<base>`, whose configured limits a tenant-scoped resource inherits.
+pub fn tenant_base(resource: &str) -> Option<&str> {
+    let rest = resource.strip_prefix(TENANT_SCOPE)?;
+    let (_tenant, base) = rest.split_once(':')?;
+    (!base.is_empty()).then_some(base)
 }

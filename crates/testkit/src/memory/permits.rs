@@ -4,17 +4,8 @@ use kernel_core::{validate, Error, Result};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
-/// Limits of one resource; 0 disables a limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct PermitLimits {
-    /// Holders at once.
-    pub max_concurrency: u32,
-    /// Starts in any 1 s window.
-    pub max_starts_per_second: u32,
-}
-
-/// Start of a tenant-scoped resource name: `tenant:<tenant>:<resource>`.
-const TENANT_SCOPE: &str = "tenant:";
+use kernel_core::ports::tenant_base;
+pub use kernel_core::ports::PermitLimits;
 
 #[derive(Debug, Default)]
 struct Resource {
@@ -89,7 +80,7 @@ impl InMemoryPermits {
     /// `tenant:<tenant>:<resource>`, the tenant-scoped name of a resource. The tenant must
     /// not contain `:` so that the name splits back unambiguously.
     pub fn tenant_resource(tenant: &str, resource: &str) -> Result<String> {
-        tenant_resource(tenant, resource)
+        kernel_core::ports::tenant_resource(tenant, resource)
     }
     /// Lease length granted.
     pub fn lease_ms(&self) -> Millis {
@@ -142,36 +133,11 @@ impl InMemoryPermits {
     }
 }
 
-/// See [`InMemoryPermits::tenant_resource`].
-fn tenant_resource(tenant: &str, resource: &str) -> Result<String> {
-    validate::key_name("tenant", tenant)?;
-    if tenant.contains(':') {
-        return Err(Error::invalid("tenant", "must not contain `:`"));
-    }
-    validate::key_name("resource", resource)?;
-    let name = format!("{TENANT_SCOPE}{tenant}:{resource}");
-    validate::key_name("resource", &name)?;
-    Ok(name)
-}
-
-/// `<base>` of `tenant:<t>:<base>`.
-fn tenant_base(resource: &str) -> Option<&str> {
-    let rest = resource.strip_prefix(TENANT_SCOPE)?;
-    let (_tenant, base) = rest.split_once(':')?;
-    (!base.is_empty()).then_some(base)
-}
-
-fn check_owner(owner: &PermitOwner) -> Result<()> {
-    validate::identifier("owner.workflow_id", &owner.workflow_id)?;
-    validate::key_name("owner.step", &owner.step)?;
-    validate::identifier("owner.claim_token", &owner.claim_token)
-}
-
 #[async_trait::async_trait]
 impl Permits for InMemoryPermits {
     async fn acquire(&self, resource: &str, owner: &PermitOwner) -> Result<PermitDecision> {
         validate::key_name("resource", resource)?;
-        check_owner(owner)?;
+        owner.validate()?;
         self.check_up()?;
         let now = self.clock.now();
         let configured = self.configured(resource);
@@ -200,7 +166,7 @@ impl Permits for InMemoryPermits {
 
     async fn renew(&self, resource: &str, owner: &PermitOwner) -> Result<PermitDecision> {
         validate::key_name("resource", resource)?;
-        check_owner(owner)?;
+        owner.validate()?;
         self.check_up()?;
         let now = self.clock.now();
         let mut st = self.state.lock().expect("permit lock");
@@ -213,7 +179,7 @@ impl Permits for InMemoryPermits {
 
     async fn release(&self, resource: &str, owner: &PermitOwner) -> Result<()> {
         validate::key_name("resource", resource)?;
-        check_owner(owner)?;
+        owner.validate()?;
         self.check_up()?;
         let now = self.clock.now();
         let mut st = self.state.lock().expect("permit lock");

@@ -4,44 +4,7 @@ use kernel_core::{validate, Error, Result};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
-/// Largest block weight of one lane.
-pub const LANE_WEIGHT_MAX: u32 = 1_000;
-/// Longest burst window.
-pub const BURST_MAX: u32 = 1_000;
-
-/// Weighted round-robin settings of the lanes (K-13).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LaneWeights {
-    /// Pops per block, P0 first (default 8, 6, 4, 2). Each in `1..=1000`: a
-    /// weight of 0 would starve its lane.
-    pub weights: [u32; 4],
-    /// Length of the burst window (default 8), at most 1000; 0 disables it.
-    pub burst: u32,
-}
-
-impl LaneWeights {
-    /// Check the limits.
-    pub fn validate(&self) -> Result<()> {
-        for (i, w) in self.weights.iter().enumerate() {
-            if !(1..=LANE_WEIGHT_MAX).contains(w) {
-                return Err(Error::invalid(
-                    format!("weights[{i}]"),
-                    format_args!("{w} is not in 1..={LANE_WEIGHT_MAX}"),
-                ));
-            }
-        }
-        if self.burst > BURST_MAX {
-            return Err(Error::invalid("burst", format_args!("{} exceeds {BURST_MAX}", self.burst)));
-        }
-        Ok(())
-    }
-}
-
-impl Default for LaneWeights {
-    fn default() -> Self {
-        LaneWeights { weights: [8, 6, 4, 2], burst: 8 }
-    }
-}
+pub use kernel_core::ports::LaneWeights;
 
 #[derive(Debug, Default, Clone)]
 struct Lane {
