@@ -421,6 +421,11 @@ impl Dispatch {
 /// Whether StartOrResume left a registered execution for this round. A `failing` instance
 /// is not (its old finalizer must finish first, K-5); canceled and completed ones are
 /// registered and need nothing more from the dispatcher.
+///
+/// Known edge: when a process dies between StartOrResume and confirm, and the workflow then
+/// fails before recovery takes the intent, recovery's StartOrResume replays the failed
+/// instance in the same round (K-5: failed ⇒ replay). Activities stay correct (writes are
+/// fenced by the same round and idempotent); failed steps run once more.
 fn registered(out: &crate::engine::StartOutcome) -> bool {
     out.execution_activated || out.instance.status != WorkflowStatus::Failing
 }
