@@ -41,7 +41,8 @@ impl MongoSignalInbox {
     /// - `signal_id_unique` — a duplicate delivery is ignored (K-9.3);
     /// - `status_signal_id` — the pending-signal repair scan, paged by `signal_id` (K-9.4);
     /// - `workflow_id_status_created_at` — the early-signal lookup after a suspend: a
-    ///   handful of records per instance, oldest first.
+    ///   handful of records per instance, oldest first;
+    /// - `created_at` — retention (`purge_older_than`).
     pub async fn ensure_indexes(&self) -> Result<()> {
         let unique = |name: &str| IndexOptions::builder().unique(true).name(name.to_string()).build();
         let named = |name: &str| IndexOptions::builder().name(name.to_string()).build();
@@ -52,6 +53,7 @@ impl MongoSignalInbox {
                 .keys(doc! { "workflow_id": 1, "status": 1, "created_at": 1 })
                 .options(named("workflow_id_status_created_at"))
                 .build(),
+            IndexModel::builder().keys(doc! { "created_at": 1 }).options(named("created_at")).build(),
         ];
         self.coll.create_indexes(models).await.map_err(|e| map(Op::Write, "create indexes", e))?;
         Ok(())
@@ -146,5 +148,39 @@ impl SignalInbox for MongoSignalInbox {
             .await
             .map_err(|e| map(Op::Read, "scan pending signals", e))?;
         docs.iter().map(codec::decode_signal).collect()
+    }
+
+    async fn purge_older_than(&self, before: Millis, limit: usize) -> Result<u64> {
+        if limit == 0 {
+            return Ok(0);
+        }
+        // Two bounded steps: pick at most `limit` ids (oldest first), then delete exactly
+        // those; a record matched meanwhile is deleted all the same (it is as old).
+        let docs: Vec<RawDocumentBuf> = self
+            .coll
+            .find(doc! { "created_at": { "$lt": codec::dt(before) } })
+            .sort(doc! { "created_at": 1 })
+            .limit(limit.min(self.config.scan_page_max) as i64)
+            .await
+            .map_err(|e| map(Op::Read, "find old signals", e))?
+            .try_collect()
+            .await
+            .map_err(|e| map(Op::Read, "find old signals", e))?;
+        let ids: Vec<String> = docs
+            .iter()
+            .map(codec::decode_signal)
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .map(|r| r.signal_id)
+            .collect();
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let r = self
+            .coll
+            .delete_many(doc! { "signal_id": { "$in": ids } })
+            .await
+            .map_err(|e| map(Op::Write, "purge old signals", e))?;
+        Ok(r.deleted_count)
     }
 }

@@ -329,6 +329,9 @@ impl SignalInbox for CrashPorts {
     async fn scan_pending(&self, after: Option<&str>, limit: usize) -> Result<Vec<SignalRecord>> {
         gated!(self, "inbox.scan_pending", false, self.inbox.scan_pending(after, limit).await)
     }
+    async fn purge_older_than(&self, before: Millis, limit: usize) -> Result<u64> {
+        gated!(self, "inbox.purge", true, self.inbox.purge_older_than(before, limit).await)
+    }
 }
 
 #[async_trait::async_trait]

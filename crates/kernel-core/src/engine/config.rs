@@ -19,6 +19,8 @@ pub struct EngineConfig {
     pub rebuild_interval_ms: Millis,
     /// Pending-signal repair interval (K-9.4).
     pub signal_repair_interval_ms: Millis,
+    /// How long inbox records are kept; older ones are purged by maintenance.
+    pub signal_retention_ms: Millis,
     /// Stale candidates tried per scheduling round (K-6.1).
     pub candidates_per_round_max: usize,
     /// Push-back delay on a fingerprint mismatch (K-4.3).
@@ -53,6 +55,7 @@ impl Default for EngineConfig {
             poll_interval_ms: 5_000,
             rebuild_interval_ms: 30_000,
             signal_repair_interval_ms: 30_000,
+            signal_retention_ms: 7 * 24 * 3_600_000,
             candidates_per_round_max: 8,
             fingerprint_pushback_ms: 3_600_000,
             permit_retry_ms: 1_000,
@@ -78,6 +81,7 @@ impl EngineConfig {
             ("poll_interval_ms", self.poll_interval_ms),
             ("rebuild_interval_ms", self.rebuild_interval_ms),
             ("signal_repair_interval_ms", self.signal_repair_interval_ms),
+            ("signal_retention_ms", self.signal_retention_ms),
             ("fingerprint_pushback_ms", self.fingerprint_pushback_ms),
             ("permit_retry_ms", self.permit_retry_ms),
             ("permit_renew_ms", self.permit_renew_ms),

@@ -105,6 +105,8 @@ pub struct MaintenanceReport {
     pub enqueued: usize,
     /// Pending signals repaired.
     pub signals_repaired: usize,
+    /// Inbox records past retention deleted.
+    pub signals_purged: u64,
 }
 
 pub(crate) struct Inner {
@@ -366,6 +368,9 @@ impl Engine {
             }
         }
         report.signals_repaired = signals::repair(inner, inner.config.scan_pages_max).await?;
+        // Retention keeps the inbox bounded: one page per pass.
+        let cutoff = now.saturating_sub(inner.config.signal_retention_ms);
+        report.signals_purged = inner.ports.inbox.purge_older_than(cutoff, inner.config.scan_page_size).await?;
         // Rebuild: re-enqueue claimable instances even while the queue has a backlog.
         for _ in 0..inner.config.scan_pages_max {
             let after = inner.rebuild_cursor.lock().expect("cursor lock").clone();

@@ -80,6 +80,15 @@ pub trait SignalInbox: Send + Sync + 'static {
     /// # Contract
     /// Bounded by `limit`; read-only.
     async fn scan_pending(&self, after: Option<&str>, limit: usize) -> Result<Vec<SignalRecord>>;
+
+    /// Retention: delete up to `limit` records (pending or matched) created before
+    /// `before`; returns how many were deleted.
+    ///
+    /// # Contract
+    /// Bounded by `limit`. A pending record that never met its wait (a stale generation, a
+    /// wait that ended another way) would otherwise stay forever; after the retention
+    /// period the poll fallback and the business facts are the recovery path.
+    async fn purge_older_than(&self, before: Millis, limit: usize) -> Result<u64>;
 }
 
 /// `dyn SignalInbox`.

@@ -147,6 +147,21 @@ pub async fn insert_validates_identifiers(inbox: &DynInbox) {
     assert_eq!(inbox.get(r#"{"$gt": ""}"#).await.unwrap(), None);
 }
 
+/// Retention deletes records older than the cutoff, pending or matched, at most `limit`.
+pub async fn purge_deletes_old_records_bounded(inbox: &DynInbox) {
+    for (id, at) in [("s-1", T0), ("s-2", T0 + 1), ("s-3", T0 + 2), ("s-4", T0 + 10)] {
+        insert_new(inbox, record(id, at)).await;
+    }
+    assert!(inbox.mark_matched("s-2", T0 + 5).await.unwrap());
+    assert_eq!(inbox.purge_older_than(T0 + 3, 2).await.unwrap(), 2, "bounded by the limit");
+    assert_eq!(inbox.purge_older_than(T0 + 3, 10).await.unwrap(), 1);
+    assert_eq!(inbox.purge_older_than(T0 + 3, 10).await.unwrap(), 0);
+    for id in ["s-1", "s-2", "s-3"] {
+        assert!(inbox.get(id).await.unwrap().is_none(), "{id} purged");
+    }
+    assert!(inbox.get("s-4").await.unwrap().is_some(), "newer records stay");
+}
+
 /// Expands to one `#[tokio::test]` per inbox conformance case (see
 /// [`store_conformance!`](crate::store_conformance)).
 #[macro_export]
@@ -160,6 +175,7 @@ macro_rules! inbox_conformance {
             mark_matched_once,
             scan_pending_pages,
             insert_validates_identifiers,
+            purge_deletes_old_records_bounded,
         );
     };
 }

@@ -86,4 +86,14 @@ impl SignalInbox for InMemoryInbox {
             .cloned()
             .collect())
     }
+
+    async fn purge_older_than(&self, before: Millis, limit: usize) -> Result<u64> {
+        let mut r = self.records.lock().expect("inbox lock");
+        let old: Vec<String> =
+            r.values().filter(|s| s.created_at < before).take(limit).map(|s| s.signal_id.clone()).collect();
+        for id in &old {
+            r.remove(id);
+        }
+        Ok(old.len() as u64)
+    }
 }

@@ -696,3 +696,18 @@ async fn graceful_shutdown_lets_claims_finish_and_a_timeout_leaves_the_lease() {
     let i = world.store.peek("wf-c").unwrap();
     assert!(i.claim_token.is_some(), "the lease is left to expire, never cleared");
 }
+
+#[tokio::test]
+async fn stale_signals_are_purged_after_retention() {
+    // Bound on inbox growth: a doorbell that never meets its wait does not stay forever.
+    let world = World::new(1);
+    let engine = world.engine("w", vec![signal_waiter(Arc::new(Mutex::new(false)), 3, None)]);
+    start(&engine, "sig", "b", json!({})).await;
+    tick_end(&engine).await;
+    assert_eq!(engine.deliver_signal(sig("stale", 1)).await.unwrap(), DeliverOutcome::Pending);
+    assert_eq!(engine.maintain().await.unwrap().signals_purged, 0, "kept within retention");
+    world.clock.advance(engine.config().signal_retention_ms + 1);
+    assert_eq!(engine.maintain().await.unwrap().signals_purged, 1);
+    assert!(world.inbox.all().is_empty());
+    assert_eq!(world.store.peek("wf-b").unwrap().status, WorkflowStatus::Waiting, "the wait is untouched");
+}
