@@ -9,7 +9,9 @@
 //! - Its writer task ([`ObserverWriter`]) writes batches by size or interval on the
 //!   [`Clock`](kernel_core::ports::Clock) port; while the repository is down it keeps its
 //!   batch and pauses; a permanently invalid record is isolated by bisection (`poison`).
-//!   Call [`ObserverWriter::close`] after `RunningEngine::shutdown` to drain.
+//!   Drain it on shutdown: install `ObserverWriter::flush` as an engine shutdown hook
+//!   (`EngineBuilder::on_shutdown`), or call [`ObserverWriter::close`] after
+//!   `RunningEngine::shutdown`.
 //! - [`ObservationRepository`]: attempt rows upserted on `(biz_key, workflow_run,
 //!   step_name, attempt)` and one [`Snapshot`] per `biz_key` that accepts only revisions ≥
 //!   its own; [`InMemoryObservationRepository`] and, with the `mongo` feature,

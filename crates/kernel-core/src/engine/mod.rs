@@ -29,6 +29,10 @@ use tokio_util::sync::CancellationToken;
 /// start of each claim (K-2.3). Deterministic, no external I/O.
 pub type PrepareContext = Arc<dyn Fn(&WorkflowInstance) -> std::result::Result<Value, String> + Send + Sync>;
 
+/// Work that must happen after the running claims finished on a graceful shutdown, such as
+/// draining the observer (K-6.6).
+pub type ShutdownHook = Arc<dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
+
 /// The adapters an engine runs on.
 #[derive(Clone)]
 pub struct Ports {
@@ -124,6 +128,7 @@ pub(crate) struct Inner {
     pub(crate) repair_cursor: Mutex<Option<String>>,
     pub(crate) rebuild_cursor: Mutex<Option<String>>,
     pub(crate) repair_failed: AtomicBool,
+    pub(crate) shutdown_hooks: Vec<ShutdownHook>,
 }
 
 /// A worker engine. Cheap to clone.
@@ -147,6 +152,7 @@ pub struct EngineBuilder {
     config: EngineConfig,
     defs: DefinitionRegistry,
     prepare: Option<PrepareContext>,
+    shutdown_hooks: Vec<ShutdownHook>,
     error: Option<Error>,
 }
 
@@ -166,6 +172,12 @@ impl EngineBuilder {
     /// Install the PrepareContext hook (K-2.3).
     pub fn prepare_context(mut self, f: PrepareContext) -> Self {
         self.prepare = Some(f);
+        self
+    }
+    /// Run `hook` on a graceful shutdown, after the running claims finished (K-6.6: "then
+    /// drain the observer"). Hooks run in order, within the shutdown timeout.
+    pub fn on_shutdown(mut self, hook: ShutdownHook) -> Self {
+        self.shutdown_hooks.push(hook);
         self
     }
     /// Validate and build.
@@ -189,6 +201,7 @@ impl EngineBuilder {
                 repair_cursor: Mutex::new(None),
                 rebuild_cursor: Mutex::new(None),
                 repair_failed: AtomicBool::new(false),
+                shutdown_hooks: self.shutdown_hooks,
             }),
         })
     }
@@ -202,6 +215,7 @@ impl Engine {
             config: EngineConfig::default(),
             defs: DefinitionRegistry::default(),
             prepare: None,
+            shutdown_hooks: Vec::new(),
             error: None,
         }
     }
@@ -487,7 +501,8 @@ impl RunningEngine {
     }
 
     /// Graceful shutdown (K-6.6): stop polling and wakeups, let running claims finish
-    /// (they stop between waves and release), then return. After `shutdown_timeout_ms` of
+    /// (they stop between waves and release), run the shutdown hooks (drain the observer),
+    /// then return. After `shutdown_timeout_ms` of
     /// the engine's clock it behaves like a crash: activities are cancelled and leases are
     /// left to expire, never cleared. Returns whether the shutdown was clean.
     pub async fn shutdown(self) -> bool {
@@ -496,8 +511,14 @@ impl RunningEngine {
         self.maint.abort();
         let deadline = inner.ports.clock.now() + inner.config.shutdown_timeout_ms;
         let mut handle = self.handle;
+        let drained = async {
+            let _ = (&mut handle).await;
+            for hook in &inner.shutdown_hooks {
+                hook().await;
+            }
+        };
         tokio::select! {
-            _ = &mut handle => true,
+            _ = drained => true,
             _ = inner.ports.clock.sleep_until(deadline) => {
                 inner.killed.cancel();
                 handle.abort();

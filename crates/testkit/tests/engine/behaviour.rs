@@ -658,7 +658,18 @@ async fn graceful_shutdown_lets_claims_finish_and_a_timeout_leaves_the_lease() {
         },
         |s| s.timeout_ms(3_600_000),
     );
-    let engine = world.engine("w", vec![def]);
+    // K-6.6: the observer is drained after the claims finished, through a shutdown hook.
+    let drained_after: Arc<Mutex<Option<WorkflowStatus>>> = Arc::default();
+    let (d, store) = (drained_after.clone(), world.store.clone());
+    let hook: kernel_core::engine::ShutdownHook = Arc::new(move || {
+        let (d, store) = (d.clone(), store.clone());
+        Box::pin(async move {
+            *d.lock().unwrap() = store.peek("wf-b").map(|i| i.status);
+        })
+    });
+    let mut b = Engine::builder(world.ports()).config(testkit::harness::test_config("w")).on_shutdown(hook);
+    b = b.register(def);
+    let engine = b.build().unwrap();
     let running = engine.spawn();
     start(&engine, "t", "b", json!({})).await;
     for _ in 0..50 {
@@ -672,6 +683,7 @@ async fn graceful_shutdown_lets_claims_finish_and_a_timeout_leaves_the_lease() {
     gate.notify_one();
     assert!(shut.await.unwrap(), "clean shutdown after the claim finished");
     assert_eq!(world.store.peek("wf-b").unwrap().status, WorkflowStatus::Completed);
+    assert_eq!(*drained_after.lock().unwrap(), Some(WorkflowStatus::Completed), "hook ran after the claim");
 
     // Now a claim that never finishes: the shutdown times out and leaves the lease.
     let engine2 = world.engine(
