@@ -48,10 +48,17 @@ SERVER_BIN="$CARGO_TARGET_DIR/debug/examples/sse_server"
 WORK="$(mktemp -d)"
 server_pid=""; browser_pid=""
 cleanup() {
-  [ -n "$browser_pid" ] && kill "$browser_pid" 2>/dev/null || true
+  # Chromium forks helpers that keep writing to the profile: end the whole process group.
+  if [ -n "$browser_pid" ]; then
+    kill -TERM -- "-$browser_pid" 2>/dev/null || kill "$browser_pid" 2>/dev/null || true
+  fi
   [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null || true
   wait 2>/dev/null || true
-  rm -rf "$WORK"
+  for _ in 1 2 3 4 5; do
+    rm -rf "$WORK" 2>/dev/null && break
+    sleep 0.5
+  done
+  return 0
 }
 trap cleanup EXIT
 
@@ -69,7 +76,7 @@ if [ -z "$url" ]; then
 fi
 log "server at $url; driving headless chromium"
 
-"$CHROMIUM" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
+setsid "$CHROMIUM" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
   --disable-background-networking --disable-component-update --disable-sync \
   --disable-dev-shm-usage --user-data-dir="$WORK/profile" "$url" >"$WORK/browser.log" 2>&1 &
 browser_pid=$!
