@@ -366,6 +366,22 @@ pub struct SweepReport {
     pub by_boundary: BTreeMap<String, u64>,
 }
 
+impl SweepReport {
+    /// Panic unless the sweep kept every K-3 promise: nothing lost, no step completed
+    /// twice, zombies tried stale writes and none was accepted, everything finished, one
+    /// effective external job per run, no late submission, no hung zombie.
+    pub fn assert_clean(&self) {
+        assert_eq!(self.lost, 0, "{self:?}");
+        assert_eq!(self.duplicate_step_completions, 0, "{self:?}");
+        assert_eq!(self.stale_writes_accepted, 0, "{self:?}");
+        assert!(self.stale_writes_attempted > 0, "{self:?}");
+        assert_eq!(self.unfinished, 0, "{self:?}");
+        assert_eq!(self.effective_asr_jobs_max, 1, "{self:?}");
+        assert_eq!(self.late_asr_submissions, 0, "{self:?}");
+        assert_eq!(self.hung_zombies, 0, "{self:?}");
+    }
+}
+
 impl std::fmt::Display for SweepReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(

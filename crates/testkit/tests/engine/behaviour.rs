@@ -15,6 +15,20 @@ fn one_step(t: &str, a: impl Activity, f: impl FnOnce(StepDef) -> StepDef) -> De
     Definition::builder(t).step(f(StepDef::new("only", a))).build().unwrap()
 }
 
+/// A one-step workflow `t` on `resource` whose activity counts its entries.
+fn counting_step_on(resource: &str) -> (Definition, Arc<AtomicU32>) {
+    let runs = Arc::new(AtomicU32::new(0));
+    let r = runs.clone();
+    let activity = move |_c: ActivityContext| {
+        let r = r.clone();
+        async move {
+            r.fetch_add(1, Ordering::SeqCst);
+            Ok(StepOutcome::complete(json!(1)))
+        }
+    };
+    (one_step("t", activity, |s| s.resource(resource)), runs)
+}
+
 async fn start(engine: &Engine, t: &str, biz: &str, input: Value) -> StartOutcome {
     engine.publisher().start_or_resume(StartRequest::new(t, biz, input).workflow_id(format!("wf-{biz}"))).await.unwrap()
 }
@@ -52,19 +66,7 @@ async fn permit_denial_defers_without_counting_an_attempt() {
     // K-7.1 (permit), K-2.1, K-14
     let limits = HashMap::from([("asr".to_string(), PermitLimits { max_concurrency: 1, max_starts_per_second: 0 })]);
     let world = World::with_limits(1, limits);
-    let runs = Arc::new(AtomicU32::new(0));
-    let r = runs.clone();
-    let def = one_step(
-        "t",
-        move |_c: ActivityContext| {
-            let r = r.clone();
-            async move {
-                r.fetch_add(1, Ordering::SeqCst);
-                Ok(StepOutcome::complete(json!(1)))
-            }
-        },
-        |s| s.resource("asr"),
-    );
+    let (def, runs) = counting_step_on("asr");
     let engine = world.engine("w", vec![def]);
     let other = PermitOwner { workflow_id: "x".into(), step: "s".into(), claim_token: "t".into() };
     assert!(matches!(world.permits.acquire("asr", &other).await.unwrap(), PermitDecision::Granted { .. }));
@@ -86,19 +88,7 @@ async fn permit_denial_defers_without_counting_an_attempt() {
 async fn permit_errors_fail_closed() {
     // K-14: Redis error ⇒ defer, never run unpermitted.
     let world = World::new(1);
-    let runs = Arc::new(AtomicU32::new(0));
-    let r = runs.clone();
-    let def = one_step(
-        "t",
-        move |_c: ActivityContext| {
-            let r = r.clone();
-            async move {
-                r.fetch_add(1, Ordering::SeqCst);
-                Ok(StepOutcome::complete(json!(1)))
-            }
-        },
-        |s| s.resource("asr"),
-    );
+    let (def, runs) = counting_step_on("asr");
     let engine = world.engine("w", vec![def]);
     world.permits.set_down(true);
     start(&engine, "t", "b", json!({})).await;
