@@ -22,6 +22,6 @@ pub mod validate;
 
 pub use activity::{idempotency_key, Activity, ActivityContext, ActivityError, SignalWaitSpec, StepOutcome};
 pub use definition::{Definition, OnFailed, Plan, PlanRegistry, RetryPolicy, StepDef};
-pub use engine::{Engine, EngineConfig, Ports, Publisher, StartOutcome, StartRequest};
+pub use engine::{Engine, EngineConfig, EngineHealth, Ports, Publisher, PublisherBuilder, StartOutcome, StartRequest};
 pub use error::{Error, Result};
 pub use model::*;

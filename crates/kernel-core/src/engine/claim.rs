@@ -1,15 +1,20 @@
 //! One claim, from the won `Claim` write to its end (K-6.5, K-7, K-8, K-4.5).
+//!
+//! This module only sequences: permit → mark running → the activity
+//! ([`invoke`](super::invoke)) → what the result means and how a wave resolves
+//! ([`outcome`](super::outcome), pure) → one guarded write. Finalizers and the terminal
+//! side channels follow.
 
-use super::{enqueue_and_wake, observe, publisher::stream_key, signals, ClaimEnd, Inner};
+use super::effects::{self, Writer};
+use super::invoke::{self, HeldPermit, Invocation, Renewal};
+use super::outcome::{self, AfterWave, Entry, Halt, StepPolicy, StepResult};
+use super::{signals, ClaimEnd, Inner, PrepareContext};
 use crate::activity::{Activity, ActivityContext, ActivityError, StepOutcome};
-use crate::definition::{Definition, OnFailed};
+use crate::definition::Definition;
 use crate::model::*;
 use crate::ports::*;
 use crate::transition::{Guard, Transition};
-use crate::validate;
-use futures::FutureExt;
 use serde_json::Value;
-use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
@@ -23,75 +28,54 @@ enum G {
     Token,
 }
 
-/// Result of one step invocation that did not simply complete.
-#[derive(Debug)]
-enum StepResult {
-    /// Completed or skipped, already committed.
-    Done,
-    Deferred {
-        delay: Millis,
-    },
-    Suspend {
-        wait: Box<Wait>,
-        checkpoint: Option<Value>,
-        elapsed: i64,
-    },
-    Yield {
-        checkpoint: Option<Value>,
-        elapsed: i64,
-    },
-    Retry {
-        error: StepError,
-        delay: Millis,
-        elapsed: i64,
-    },
-    Failed {
-        error: StepError,
-        elapsed: i64,
-    },
-    Canceled {
-        error: StepError,
-        elapsed: i64,
-    },
+/// Where one step of a wave stands once it returned.
+enum Member {
+    /// Its completion or skip is committed.
+    Settled,
+    /// It stops the claim; resolved with its siblings (K-4.5).
+    Halted(Halt),
+    /// A write of this step missed or was uncertain: the claim has ended.
     Lost(ClaimEnd),
 }
 
-impl StepResult {
-    /// K-4.5 severity: canceled > failed > retry release > (permit deferral) > suspend > yield.
-    fn severity(&self) -> u8 {
-        match self {
-            StepResult::Done => 0,
-            StepResult::Yield { .. } => 1,
-            StepResult::Suspend { .. } => 2,
-            StepResult::Deferred { .. } => 3,
-            StepResult::Retry { .. } => 4,
-            StepResult::Failed { .. } => 5,
-            StepResult::Canceled { .. } => 6,
-            StepResult::Lost(_) => 7,
-        }
-    }
-}
-
-struct HeldPermit {
-    resource: String,
-    owner: PermitOwner,
-}
-
 enum Next {
+    /// Go on; with the step whose mark-running was fused into the last write, and its permit.
     Continue(Option<(usize, Option<HeldPermit>)>),
     End(ClaimEnd),
+}
+
+/// Why a claim stops before any step runs, decided from the claimed document alone.
+enum Refusal {
+    /// K-4.3: the persisted fingerprint is not this worker's.
+    FingerprintMismatch,
+    /// K-2.3: PrepareContext refused the input.
+    PrepareFailed(String),
+}
+
+/// The prepared context of a claim (K-2.3), computed once from the claimed document after
+/// the fingerprint check (K-4.3), before anything runs.
+fn prepare(inst: &WorkflowInstance, def: &Definition, hook: Option<&PrepareContext>) -> Result<Arc<Value>, Refusal> {
+    if inst.definition_fingerprint != def.plan().fingerprint() {
+        return Err(Refusal::FingerprintMismatch);
+    }
+    match hook {
+        None => Ok(Arc::new(Value::Null)),
+        Some(prepare) => prepare(inst).map(Arc::new).map_err(Refusal::PrepareFailed),
+    }
 }
 
 struct Claim {
     inner: Arc<Inner>,
     def: Arc<Definition>,
     workflow_id: String,
+    /// The token this worker minted for the claim (K-6.2); every write is fenced by it.
     token: String,
     doc: Mutex<WorkflowInstance>,
     /// Cancelled on claim loss, uncertain writes and hard shutdown; parent of every
     /// activity's cancellation.
     cancel: CancellationToken,
-    prepared: Mutex<Arc<Value>>,
+    /// What PrepareContext rebuilt from the input (null without a hook).
+    prepared: Arc<Value>,
     /// End of the lease as last written by this claim (claim or heartbeat).
     lease_until: AtomicI64,
 }
@@ -101,9 +85,9 @@ fn suffix(token: &str) -> &str {
     token.get(n.saturating_sub(6)..).unwrap_or(token)
 }
 
-/// Run a claim to its end. Activity panics become step errors; no write is ever retried.
-pub(crate) async fn run(inner: Arc<Inner>, inst: WorkflowInstance) -> ClaimEnd {
-    let token = inst.claim_token.clone().unwrap_or_default();
+/// Run a claim won with `token` to its end. Activity panics become step errors; no write
+/// is ever retried.
+pub(crate) async fn run(inner: Arc<Inner>, inst: WorkflowInstance, token: String) -> ClaimEnd {
     let span = tracing::info_span!(
         "claim",
         worker = %inner.config.worker_id,
@@ -119,7 +103,12 @@ pub(crate) async fn run(inner: Arc<Inner>, inst: WorkflowInstance) -> ClaimEnd {
         };
         tracing::info!(status = inst.status.as_str(), "claimed");
         let claim_t = Transition::claim(&token, inst.updated_at.max(inner.ports.clock.now()), inner.config.lease_ms);
-        observe(&inner, &inst, &claim_t, inst.revision, Some(&token));
+        let writer = Writer { worker_id: Some(&inner.config.worker_id), claim_token: Some(&token) };
+        effects::observe(&*inner.ports.observer, &inst, &claim_t, inst.revision, writer);
+        let (prepared, refusal) = match prepare(&inst, &def, inner.prepare.as_ref()) {
+            Ok(p) => (p, None),
+            Err(r) => (Arc::new(Value::Null), Some(r)),
+        };
         let claim = Arc::new(Claim {
             cancel: inner.killed.child_token(),
             inner: inner.clone(),
@@ -128,11 +117,11 @@ pub(crate) async fn run(inner: Arc<Inner>, inst: WorkflowInstance) -> ClaimEnd {
             token,
             lease_until: AtomicI64::new(inst.claimable_time.unwrap_or(Millis::MIN)),
             doc: Mutex::new(inst),
-            prepared: Mutex::new(Arc::new(Value::Null)),
+            prepared,
         });
         let hb_stop = CancellationToken::new();
         let hb = tokio::spawn(heartbeat(claim.clone(), hb_stop.clone()));
-        let end = claim.drive().await;
+        let end = claim.drive(refusal).await;
         hb_stop.cancel();
         let _ = hb.await;
         tracing::info!(end = ?end, "claim ended");
@@ -169,17 +158,6 @@ async fn heartbeat(c: Arc<Claim>, stop: CancellationToken) {
     }
 }
 
-fn truncate(mut s: String, max: usize) -> String {
-    if s.len() > max {
-        let mut cut = max;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-    }
-    s
-}
-
 impl Claim {
     fn now(&self) -> Millis {
         self.inner.ports.clock.now()
@@ -198,6 +176,11 @@ impl Claim {
         }
     }
 
+    async fn enqueue(&self, priority: Priority, at: Millis) {
+        let ports = &self.inner.ports;
+        effects::enqueue_and_wake(&*ports.queue, &*ports.wakeup, &self.workflow_id, priority, at).await;
+    }
+
     /// One guarded write. A miss is claim loss, an error is an uncertain outcome: both end
     /// the claim and cancel its activities (K-6.4); neither is retried.
     async fn commit(&self, g: G, t: Transition) -> Result<(), ClaimEnd> {
@@ -209,7 +192,8 @@ impl Claim {
                     d.revision = revision;
                     d.clone()
                 };
-                observe(&self.inner, &after, &t, revision, Some(&self.token));
+                let writer = Writer { worker_id: Some(&self.inner.config.worker_id), claim_token: Some(&self.token) };
+                effects::observe(&*self.inner.ports.observer, &after, &t, revision, writer);
                 Ok(())
             }
             Ok(WriteOutcome::Missed) => {
@@ -225,33 +209,30 @@ impl Claim {
         }
     }
 
-    async fn drive(&self) -> ClaimEnd {
+    async fn drive(&self, refusal: Option<Refusal>) -> ClaimEnd {
         let inst = self.snapshot();
         let plan = self.def.plan();
-        // K-4.3: a fingerprint mismatch is not a failure; push back, touch no step.
-        if inst.definition_fingerprint != plan.fingerprint() {
-            tracing::warn!(persisted = %inst.definition_fingerprint, worker = %plan.fingerprint(), "definition fingerprint mismatch; pushing back");
-            let t = Transition::fingerprint_push_back(
-                &inst.definition_fingerprint,
-                plan.fingerprint(),
-                self.now(),
-                self.inner.config.fingerprint_pushback_ms,
-            );
-            return match self.commit(G::Token, t).await {
-                Ok(()) => ClaimEnd::PushedBack,
-                Err(e) => e,
-            };
-        }
         let status_guard = if inst.status == WorkflowStatus::Failing { G::Failing } else { G::Running };
-        // K-2.3: rebuild the execution context from the persisted input.
-        if let Some(prepare) = &self.inner.prepare {
-            match prepare(&inst) {
-                Ok(v) => *self.prepared.lock().expect("prepared lock") = Arc::new(v),
-                Err(msg) => {
-                    tracing::error!(error = %msg, "PrepareContext failed; releasing with a delay");
-                    return self.release_after(status_guard, self.inner.config.finalizer_retry_ms).await;
-                }
+        match refusal {
+            // K-4.3: a fingerprint mismatch is not a failure; push back, touch no step.
+            Some(Refusal::FingerprintMismatch) => {
+                tracing::warn!(persisted = %inst.definition_fingerprint, worker = %plan.fingerprint(), "definition fingerprint mismatch; pushing back");
+                let t = Transition::fingerprint_push_back(
+                    &inst.definition_fingerprint,
+                    plan.fingerprint(),
+                    self.now(),
+                    self.inner.config.fingerprint_pushback_ms,
+                );
+                return match self.commit(G::Token, t).await {
+                    Ok(()) => ClaimEnd::PushedBack,
+                    Err(e) => e,
+                };
             }
+            Some(Refusal::PrepareFailed(msg)) => {
+                tracing::error!(error = %msg, "PrepareContext failed; releasing with a delay");
+                return self.release_after(status_guard, self.inner.config.finalizer_retry_ms).await;
+            }
+            None => {}
         }
         // K-9.4: finish a half-done signal match before any step runs, so the record can
         // never wake the next identical wait.
@@ -309,14 +290,15 @@ impl Claim {
         match self.commit(g, Transition::finalizer_release(now, delay)).await {
             Ok(()) => {
                 let prio = self.snapshot().business_priority;
-                enqueue_and_wake(&self.inner, &self.workflow_id, prio, now + delay).await;
+                self.enqueue(prio, now + delay).await;
                 ClaimEnd::Released
             }
             Err(e) => e,
         }
     }
 
-    /// Acquire the step's permit, failing closed on errors (K-14).
+    /// Acquire the step's permit, failing closed on errors (K-14). `Err` is the delay of
+    /// the deferral.
     async fn acquire_permit(&self, idx: usize) -> Result<Option<HeldPermit>, Millis> {
         let sd = &self.def.steps()[idx];
         let Some(resource) = sd.resource_name() else { return Ok(None) };
@@ -338,6 +320,16 @@ impl Claim {
         }
     }
 
+    /// Give the permit back when the activity returned, whatever the outcome (K-14).
+    async fn release_permit(&self, permit: Option<HeldPermit>) {
+        if let Some(p) = permit {
+            if let Err(e) = self.inner.ports.permits.release(&p.resource, &p.owner).await {
+                tracing::debug!(error = %e, "permit release failed (its lease will expire)");
+            }
+            let _ = self.inner.ports.wakeup.notify().await;
+        }
+    }
+
     /// Reset the client stream before a streaming step re-executes (K-7.2, K-16); a failed
     /// reset never blocks the step.
     async fn maybe_reset_stream(&self, idx: usize) {
@@ -347,32 +339,26 @@ impl Claim {
         let doc = self.snapshot();
         let step = &doc.steps[idx];
         if step.status == StepStatus::Running || step.error.is_some() {
-            if let Some(key) = stream_key(&doc) {
-                if let Err(e) = self.inner.ports.stream.reset(&key).await {
-                    tracing::debug!(error = %e, "stream reset failed");
-                }
+            if let Err(e) = self.inner.ports.stream.reset(&effects::stream_key(&doc)).await {
+                tracing::debug!(error = %e, "stream reset failed");
             }
         }
     }
 
-    /// Permit, mark running, invoke. Returns the raw outcome with its elapsed time, or the
-    /// non-invocation result (deferral, loss).
-    async fn enter_and_invoke(
-        &self,
-        idx: usize,
-        premarked: Option<Option<HeldPermit>>,
-    ) -> Result<(Result<StepOutcome, ActivityError>, i64), StepResult> {
+    /// Permit, mark running, invoke (K-7 steps 1–3). A step that did not reach its
+    /// activity is a deferral, or the end of the claim.
+    async fn enter_and_invoke(&self, idx: usize, premarked: Option<Option<HeldPermit>>) -> Result<Invocation, Member> {
         let permit = match premarked {
             Some(p) => p,
             None => {
                 let permit = match self.acquire_permit(idx).await {
                     Ok(p) => p,
-                    Err(delay) => return Err(StepResult::Deferred { delay }),
+                    Err(delay_ms) => return Err(Member::Halted(Halt::Deferred { delay_ms })),
                 };
                 self.maybe_reset_stream(idx).await;
                 if let Err(e) = self.commit(G::Running, Transition::mark_running(idx, self.now())).await {
                     self.release_permit(permit).await;
-                    return Err(StepResult::Lost(e));
+                    return Err(Member::Lost(e));
                 }
                 permit
             }
@@ -383,18 +369,9 @@ impl Claim {
             tracing::warn!("lease expired before the activity started; stopping");
             self.cancel.cancel();
             self.release_permit(permit).await;
-            return Err(StepResult::Lost(ClaimEnd::ClaimLost));
+            return Err(Member::Lost(ClaimEnd::ClaimLost));
         }
         Ok(self.invoke_step(idx, permit).await)
-    }
-
-    async fn release_permit(&self, permit: Option<HeldPermit>) {
-        if let Some(p) = permit {
-            if let Err(e) = self.inner.ports.permits.release(&p.resource, &p.owner).await {
-                tracing::debug!(error = %e, "permit release failed (its lease will expire)");
-            }
-            let _ = self.inner.ports.wakeup.notify().await;
-        }
     }
 
     fn context(
@@ -413,7 +390,7 @@ impl Claim {
             step_index: idx.unwrap_or(usize::MAX),
             input: Arc::new(doc.input.clone()),
             outputs: Arc::new(doc.output.clone()),
-            prepared: self.prepared.lock().expect("prepared lock").clone(),
+            prepared: self.prepared.clone(),
             attempt: step.map_or(1, |s| s.attempt),
             workflow_run: doc.retry_count,
             checkpoint: step.and_then(|s| s.checkpoint.clone()),
@@ -421,9 +398,9 @@ impl Claim {
             previous_error: step.and_then(|s| s.error.clone()),
             claim_token: self.token.as_str().into(),
             cancel,
-            signals: SignalSender::new(Arc::new(signals::Delivery { inner: self.inner.clone() })),
+            signals: signals::sender(&self.inner),
             stream: if idx.is_some_and(|i| self.def.steps()[i].is_streaming()) {
-                stream_key(doc).map(|k| StreamHandle::new(self.inner.ports.stream.clone(), k))
+                Some(StreamHandle::new(self.inner.ports.stream.clone(), effects::stream_key(doc)))
             } else {
                 None
             },
@@ -431,190 +408,70 @@ impl Claim {
         }
     }
 
-    async fn invoke_step(&self, idx: usize, permit: Option<HeldPermit>) -> (Result<StepOutcome, ActivityError>, i64) {
+    async fn invoke_step(&self, idx: usize, permit: Option<HeldPermit>) -> Invocation {
         let doc = self.snapshot();
         let sd = &self.def.steps()[idx];
         let span = tracing::info_span!("step", step = sd.name(), attempt = doc.steps[idx].attempt);
         let cancel = self.cancel.child_token();
         let ctx = self.context(&doc, Some(idx), sd.name(), cancel.clone());
-        let out = self
-            .invoke(sd.activity().clone(), ctx, cancel, sd.get_timeout_ms(), permit.as_ref())
+        let renewal = permit.as_ref().map(|permit| Renewal {
+            permits: &*self.inner.ports.permits,
+            permit,
+            every_ms: self.inner.config.permit_renew_ms,
+        });
+        let clock = &self.inner.ports.clock;
+        let out = invoke::invoke(clock, sd.activity().clone(), ctx, cancel, sd.get_timeout_ms(), renewal)
             .instrument(span)
             .await;
         self.release_permit(permit).await;
         out
     }
 
-    /// The single activity entry point (K-7.3): fresh timeout window, cancellation passed
-    /// in, panics captured; after a timeout it waits for the activity to return.
-    async fn invoke(
-        &self,
-        activity: Arc<dyn Activity>,
-        ctx: ActivityContext,
-        cancel: CancellationToken,
-        timeout_ms: Millis,
-        permit: Option<&HeldPermit>,
-    ) -> (Result<StepOutcome, ActivityError>, i64) {
-        let clock = self.inner.ports.clock.clone();
-        let start = clock.now();
-        let deadline = start + timeout_ms;
-        let fut = AssertUnwindSafe(async move { activity.run(ctx).await }).catch_unwind();
-        tokio::pin!(fut);
-        let renew = async {
-            let Some(p) = permit else { return std::future::pending::<()>().await };
-            loop {
-                clock.sleep_until(clock.now() + self.inner.config.permit_renew_ms).await;
-                if let Err(e) = self.inner.ports.permits.renew(&p.resource, &p.owner).await {
-                    tracing::debug!(error = %e, "permit renewal failed");
-                }
-            }
+    /// What the invocation means for step `idx` (K-7.4), from the facts as they are now.
+    fn classify(&self, idx: usize, inv: Invocation) -> StepResult {
+        let entry = Entry {
+            index: idx,
+            attempt: self.doc.lock().expect("doc lock").steps[idx].attempt,
+            elapsed_ms: inv.elapsed_ms,
+            now: self.now(),
+            policy: StepPolicy::from(&self.def.steps()[idx]),
+            payload_bytes_max: self.inner.config.payload_bytes_max,
+            error_message_bytes_max: self.inner.config.error_message_bytes_max,
         };
-        tokio::pin!(renew);
-        let result = loop {
-            tokio::select! {
-                r = &mut fut => break r,
-                _ = clock.sleep_until(deadline) => {
-                    tracing::warn!(timeout_ms, "activity timed out; waiting for it to return");
-                    cancel.cancel();
-                    let _ = (&mut fut).await;
-                    break Ok(Err(ActivityError::transient(format!("timed out after {timeout_ms} ms"))));
-                }
-                _ = &mut renew => {}
-            }
-        };
-        let elapsed = (clock.now() - start).max(0);
-        let result = result.unwrap_or_else(|panic| {
-            let msg = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "non-string panic".into());
-            tracing::error!(panic = %msg, "activity panicked");
-            Err(ActivityError::transient(format!("panic: {msg}")))
-        });
-        (result, elapsed)
+        outcome::classify(inv.result, &entry, || self.inner.ports.ids.random_u64())
     }
 
-    fn step_error(&self, e: &ActivityError) -> StepError {
-        StepError { class: e.class, message: truncate(e.message.clone(), self.inner.config.error_message_bytes_max) }
-    }
-
-    /// Turn a non-complete invocation result into a [`StepResult`] (K-7.4 order).
-    fn classify(&self, idx: usize, result: Result<StepOutcome, ActivityError>, elapsed: i64) -> StepResult {
-        let now = self.now();
-        let limit = self.inner.config.payload_bytes_max;
-        let check_cp = |cp: &Option<Value>| match cp {
-            Some(v) => validate::payload("checkpoint", v, limit).map_err(|e| ActivityError::permanent(e.to_string())),
-            None => Ok(()),
-        };
-        let perm = |e: crate::Error| ActivityError::permanent(e.to_string());
-        let e: ActivityError = match result {
-            Ok(StepOutcome::Sleep { delay_ms, checkpoint }) => {
-                match check_cp(&checkpoint)
-                    .and_then(|_| validate::positive_ms("sleep.delay_ms", delay_ms).map_err(perm))
-                {
-                    Ok(()) => {
-                        let wait = Wait {
-                            kind: WaitKind::Timer,
-                            signal_type: None,
-                            wait_key: None,
-                            generation: 0,
-                            step_index: idx as u32,
-                            poll_time: Some(now + delay_ms),
-                        };
-                        return StepResult::Suspend { wait: Box::new(wait), checkpoint, elapsed };
-                    }
-                    Err(e) => e,
-                }
-            }
-            Ok(StepOutcome::WaitForSignal(spec)) => {
-                let valid = check_cp(&spec.checkpoint)
-                    .and_then(|_| validate::identifier("signal_type", &spec.signal_type).map_err(perm))
-                    .and_then(|_| validate::identifier("wait_key", &spec.wait_key).map_err(perm))
-                    .and_then(|_| {
-                        spec.poll_after_ms.map_or(Ok(()), |ms| validate::positive_ms("poll_after_ms", ms).map_err(perm))
-                    });
-                match valid {
-                    Ok(()) => {
-                        let wait = Wait {
-                            kind: WaitKind::Signal,
-                            signal_type: Some(spec.signal_type),
-                            wait_key: Some(spec.wait_key),
-                            generation: spec.generation,
-                            step_index: idx as u32,
-                            poll_time: spec.poll_after_ms.map(|d| now + d),
-                        };
-                        return StepResult::Suspend { wait: Box::new(wait), checkpoint: spec.checkpoint, elapsed };
-                    }
-                    Err(e) => e,
-                }
-            }
-            Ok(StepOutcome::Yield { checkpoint }) => match check_cp(&checkpoint) {
-                Ok(()) => return StepResult::Yield { checkpoint, elapsed },
-                Err(e) => e,
-            },
-            Ok(StepOutcome::Complete(_)) => ActivityError::permanent("internal: completion routed to classify"),
-            Err(e) => e,
-        };
-        let error = self.step_error(&e);
-        let sd = &self.def.steps()[idx];
-        let attempt = self.doc.lock().expect("doc lock").steps[idx].attempt;
-        match e.class {
-            ErrorClass::Canceled => StepResult::Canceled { error, elapsed },
-            ErrorClass::Transient | ErrorClass::UnknownOutcome if attempt <= sd.get_max_retry() => {
-                let delay = sd.retry_policy().delay_ms(attempt, self.inner.ports.ids.random_u64());
-                StepResult::Retry { error, delay, elapsed }
-            }
-            _ if sd.get_on_failed() == OnFailed::Skip => {
-                // Marked as failed-with-skip; committed by the caller as a skip.
-                StepResult::Failed {
-                    error: StepError { message: format!("[skip] {}", error.message), ..error },
-                    elapsed,
-                }
-            }
-            _ => StepResult::Failed { error, elapsed },
-        }
-    }
-
-    fn is_skip(&self, idx: usize, r: &StepResult) -> bool {
-        matches!(r, StepResult::Failed { .. }) && self.def.steps()[idx].get_on_failed() == OnFailed::Skip
-    }
-
-    fn strip_skip(error: StepError) -> StepError {
-        let message = error.message.strip_prefix("[skip] ").map(str::to_string).unwrap_or(error.message);
-        StepError { message, ..error }
-    }
-
-    /// Validate an output and build its completion, or the failure it turns into.
-    fn completion(&self, idx: usize, output: Value, elapsed: i64) -> Result<Transition, StepResult> {
-        if let Err(e) = validate::payload("output", &output, self.inner.config.payload_bytes_max) {
-            let r = self.classify(idx, Err(ActivityError::permanent(e.to_string())), elapsed);
-            return Err(r);
-        }
+    /// The `CompleteStep` write of a valid output.
+    fn completion(&self, idx: usize, output: Value, elapsed_ms: i64) -> Transition {
         let doc = self.doc.lock().expect("doc lock");
         let clears = doc.resume.as_ref().is_some_and(|r| r.step_index as usize == idx);
-        Ok(Transition::complete_step(idx, &doc.steps[idx].name, output, elapsed, self.now(), clears))
+        Transition::complete_step(idx, &doc.steps[idx].name, output, elapsed_ms, self.now(), clears)
+    }
+
+    async fn commit_skip(&self, idx: usize, error: StepError, elapsed_ms: i64) -> Member {
+        match self.commit(G::Running, Transition::skip_step(idx, error, elapsed_ms, self.now())).await {
+            Ok(()) => Member::Settled,
+            Err(e) => Member::Lost(e),
+        }
     }
 
     /// A lone ready step: the fusion path of K-7.1.
     async fn run_single(&self, idx: usize, premarked: Option<Option<HeldPermit>>) -> Next {
-        let (result, elapsed) = match self.enter_and_invoke(idx, premarked).await {
-            Ok(r) => r,
-            Err(r) => return self.finish_wave(vec![(idx, r)]).await,
+        let inv = match self.enter_and_invoke(idx, premarked).await {
+            Ok(inv) => inv,
+            Err(m) => return self.settle(vec![(idx, m)]).await,
         };
-        if self.cancel.is_cancelled() && !matches!(result, Ok(StepOutcome::Complete(_))) {
+        if self.cancel.is_cancelled() && !matches!(inv.result, Ok(StepOutcome::Complete(_))) {
             // The claim was lost during the activity; any write would miss.
             return Next::End(ClaimEnd::ClaimLost);
         }
-        let t = match result {
-            Ok(StepOutcome::Complete(output)) => match self.completion(idx, output, elapsed) {
-                Ok(t) => t,
-                Err(r) => return self.finish_wave(vec![(idx, r)]).await,
-            },
-            other => {
-                let r = self.classify(idx, other, elapsed);
-                return self.finish_wave(vec![(idx, r)]).await;
+        let t = match self.classify(idx, inv) {
+            StepResult::Complete { output, elapsed_ms } => self.completion(idx, output, elapsed_ms),
+            StepResult::Skipped { error, elapsed_ms } => {
+                let m = self.commit_skip(idx, error, elapsed_ms).await;
+                return self.settle(vec![(idx, m)]).await;
             }
+            StepResult::Halt(h) => return self.settle(vec![(idx, Member::Halted(h))]).await,
         };
         let plan = self.def.plan();
         let mut after = self.snapshot();
@@ -650,8 +507,7 @@ impl Claim {
                     let t = t.fuse(Transition::permit_deferral(j, delay, now).release_until(now + delay));
                     return match self.commit(G::Running, t).await {
                         Ok(()) => {
-                            enqueue_and_wake(&self.inner, &self.workflow_id, after.business_priority, now + delay)
-                                .await;
+                            self.enqueue(after.business_priority, now + delay).await;
                             Next::End(ClaimEnd::Released)
                         }
                         Err(e) => Next::End(e),
@@ -665,130 +521,66 @@ impl Claim {
         }
     }
 
-    /// A wave of parallel steps: each commits its own completion (K-4.4); the rest is
-    /// resolved after all siblings returned (K-4.5).
+    /// A wave of parallel steps: each commits its own completion or skip (K-4.4); the rest
+    /// is resolved after all siblings returned (K-4.5).
     async fn run_wave(&self, ready: Vec<usize>) -> Next {
         let futs = ready.iter().map(|&idx| async move {
-            let (result, elapsed) = match self.enter_and_invoke(idx, None).await {
-                Ok(r) => r,
-                Err(r) => return (idx, r),
+            let inv = match self.enter_and_invoke(idx, None).await {
+                Ok(inv) => inv,
+                Err(m) => return (idx, m),
             };
-            let r = match result {
-                Ok(StepOutcome::Complete(output)) => match self.completion(idx, output, elapsed) {
-                    Ok(t) => match self.commit(G::Running, t).await {
-                        Ok(()) => StepResult::Done,
-                        Err(e) => StepResult::Lost(e),
-                    },
-                    Err(r) => r,
-                },
-                other => self.classify(idx, other, elapsed),
+            let m = match self.classify(idx, inv) {
+                StepResult::Complete { output, elapsed_ms } => {
+                    match self.commit(G::Running, self.completion(idx, output, elapsed_ms)).await {
+                        Ok(()) => Member::Settled,
+                        Err(e) => Member::Lost(e),
+                    }
+                }
+                StepResult::Skipped { error, elapsed_ms } => self.commit_skip(idx, error, elapsed_ms).await,
+                StepResult::Halt(h) => Member::Halted(h),
             };
-            let r = if self.is_skip(idx, &r) { self.commit_skip(idx, r).await } else { r };
-            (idx, r)
+            (idx, m)
         });
-        let results = futures::future::join_all(futs).await;
-        self.finish_wave(results).await
+        let members = futures::future::join_all(futs).await;
+        self.settle(members).await
     }
 
-    async fn commit_skip(&self, idx: usize, r: StepResult) -> StepResult {
-        let StepResult::Failed { error, elapsed } = r else { return r };
-        match self.commit(G::Running, Transition::skip_step(idx, Self::strip_skip(error), elapsed, self.now())).await {
-            Ok(()) => StepResult::Done,
-            Err(e) => StepResult::Lost(e),
-        }
-    }
-
-    /// Resolve the non-completed outcomes of a wave into one write (K-4.5).
-    async fn finish_wave(&self, results: Vec<(usize, StepResult)>) -> Next {
-        let mut results = results;
-        // A single-step "wave" may still be a skip.
-        for (idx, r) in results.iter_mut() {
-            if self.is_skip(*idx, r) {
-                let taken = std::mem::replace(r, StepResult::Done);
-                *r = self.commit_skip(*idx, taken).await;
+    /// End a wave: a lost member ends the claim; otherwise [`outcome::resolve_wave`] gives
+    /// the one write (if any step halted) and what follows it.
+    async fn settle(&self, members: Vec<(usize, Member)>) -> Next {
+        let mut wave = Vec::with_capacity(members.len());
+        for (idx, m) in members {
+            match m {
+                Member::Settled => wave.push((idx, None)),
+                Member::Halted(h) => wave.push((idx, Some(h))),
+                Member::Lost(e) => return Next::End(e),
             }
         }
-        if let Some((_, StepResult::Lost(e))) = results.iter().find(|(_, r)| matches!(r, StepResult::Lost(_))) {
-            return Next::End(e.clone());
-        }
-        let Some(win) = results
-            .iter()
-            .enumerate()
-            .filter(|(_, (_, r))| r.severity() > 0)
-            .max_by_key(|(i, (_, r))| (r.severity(), std::cmp::Reverse(*i)))
-            .map(|(i, _)| i)
-        else {
+        let Some(resolution) = outcome::resolve_wave(wave, self.now()) else {
             return Next::Continue(None);
         };
-        let now = self.now();
-        let (widx, wres) = results.swap_remove(win);
-        let mut t = match &wres {
-            StepResult::Canceled { error, elapsed } => {
-                Transition::activity_canceled(widx, error.clone(), *elapsed, now)
-            }
-            StepResult::Failed { error, elapsed } => Transition::step_failed(widx, error.clone(), *elapsed, now),
-            StepResult::Retry { error, delay, elapsed } => {
-                let d = results
-                    .iter()
-                    .filter_map(|(_, r)| if let StepResult::Retry { delay, .. } = r { Some(*delay) } else { None })
-                    .fold(*delay, Millis::max);
-                Transition::step_retry(widx, error.clone(), *elapsed, now).release_until(now + d)
-            }
-            StepResult::Deferred { delay } => Transition::permit_deferral(widx, *delay, now).release_until(now + delay),
-            StepResult::Suspend { wait, checkpoint, elapsed } => {
-                Transition::suspend(widx, (**wait).clone(), checkpoint.clone(), *elapsed, now)
-            }
-            StepResult::Yield { checkpoint, elapsed } => {
-                Transition::yield_step(widx, checkpoint.clone(), *elapsed, now)
-            }
-            StepResult::Done | StepResult::Lost(_) => unreachable!("filtered above"),
-        };
-        let terminal_win = matches!(wres, StepResult::Canceled { .. });
-        for (idx, r) in results {
-            let sibling = match r {
-                _ if terminal_win => continue,
-                StepResult::Failed { error, elapsed } => Transition::step_failed(idx, error, elapsed, now),
-                StepResult::Retry { error, elapsed, .. } => Transition::step_retry(idx, error, elapsed, now),
-                StepResult::Deferred { delay } => Transition::permit_deferral(idx, delay, now),
-                StepResult::Suspend { checkpoint, elapsed, .. } | StepResult::Yield { checkpoint, elapsed } => {
-                    Transition::park_sibling(idx, checkpoint, elapsed, now)
-                }
-                StepResult::Done | StepResult::Lost(_) | StepResult::Canceled { .. } => continue,
-            };
-            // Keep the winner's claim/status fields: fuse the sibling's step patch only.
-            let mut s = sibling;
-            s.status = None;
-            s.claim_token = None;
-            s.claimable_time = None;
-            s.wait = None;
-            s.resume = None;
-            s.finished_at = None;
-            t = t.fuse(s);
-        }
-        if let Err(e) = self.commit(G::Running, t).await {
+        if let Err(e) = self.commit(G::Running, resolution.transition).await {
             return Next::End(e);
         }
         let prio = self.snapshot().business_priority;
-        Next::End(match wres {
-            StepResult::Canceled { .. } => {
+        Next::End(match resolution.then {
+            AfterWave::Canceled => {
                 self.on_terminal().await;
                 ClaimEnd::Terminal(WorkflowStatus::Canceled)
             }
-            StepResult::Failed { .. } => self.fail_path().await,
-            StepResult::Retry { .. } | StepResult::Deferred { .. } => {
-                let at = self.snapshot().claimable_time.unwrap_or(now);
-                enqueue_and_wake(&self.inner, &self.workflow_id, prio, at).await;
+            AfterWave::Failing => self.fail_path().await,
+            AfterWave::Released { at } => {
+                self.enqueue(prio, at).await;
                 ClaimEnd::Released
             }
-            StepResult::Suspend { wait, .. } => {
+            AfterWave::Suspended { wait } => {
                 self.after_suspend(&wait).await;
                 ClaimEnd::Suspended
             }
-            StepResult::Yield { .. } => {
-                enqueue_and_wake(&self.inner, &self.workflow_id, prio, now).await;
+            AfterWave::Yielded { at } => {
+                self.enqueue(prio, at).await;
                 ClaimEnd::Yielded
             }
-            StepResult::Done | StepResult::Lost(_) => unreachable!(),
         })
     }
 
@@ -812,9 +604,9 @@ impl Claim {
         let cancel = self.cancel.child_token();
         let ctx = self.context(&doc, None, name, cancel.clone());
         let span = tracing::info_span!("finalizer", name);
-        let (r, _) =
-            self.invoke(activity, ctx, cancel, self.inner.config.finalizer_timeout_ms, None).instrument(span).await;
-        match r {
+        let timeout_ms = self.inner.config.finalizer_timeout_ms;
+        let inv = invoke::invoke(&self.inner.ports.clock, activity, ctx, cancel, timeout_ms, None).instrument(span).await;
+        match inv.result {
             Ok(StepOutcome::Complete(_)) => Ok(()),
             Ok(other) => Err(ActivityError::permanent(format!("a finalizer must complete, got {other:?}"))),
             Err(e) => Err(e),
@@ -862,11 +654,9 @@ impl Claim {
             return;
         }
         let doc = self.snapshot();
-        if let Some(key) = stream_key(&doc) {
-            let summary = serde_json::json!({ "status": doc.status.as_str(), "revision": doc.revision });
-            if let Err(e) = self.inner.ports.stream.terminal(&key, summary).await {
-                tracing::debug!(error = %e, "terminal frame failed");
-            }
+        let summary = serde_json::json!({ "status": doc.status.as_str(), "revision": doc.revision });
+        if let Err(e) = self.inner.ports.stream.terminal(&effects::stream_key(&doc), summary).await {
+            tracing::debug!(error = %e, "terminal frame failed");
         }
     }
 }

@@ -8,17 +8,23 @@
 
 mod claim;
 mod config;
+mod effects;
+mod health;
+mod invoke;
+mod outcome;
 mod publisher;
 mod signals;
 
 pub use config::EngineConfig;
-pub use publisher::{Publisher, StartOutcome, StartRequest};
+pub use health::{EngineHealth, MaintenancePass, WakeupState};
+pub use publisher::{Publisher, PublisherBuilder, StartOutcome, StartRequest};
 
 use crate::definition::{Definition, DefinitionRegistry};
 use crate::error::{Error, Result};
-use crate::model::{Millis, Priority, WorkflowInstance};
+use crate::model::{Millis, WorkflowInstance};
 use crate::ports::*;
-use crate::transition::{Guard, Transition, TransitionKind};
+use crate::transition::{Guard, Transition};
+use effects::Writer;
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -129,6 +135,20 @@ pub(crate) struct Inner {
     pub(crate) rebuild_cursor: Mutex<Option<String>>,
     pub(crate) repair_failed: AtomicBool,
     pub(crate) shutdown_hooks: Vec<ShutdownHook>,
+    pub(crate) health: health::HealthState,
+}
+
+impl Inner {
+    /// The writer of observations emitted outside a claim (no token).
+    fn writer(&self) -> Writer<'_> {
+        Writer { worker_id: Some(&self.config.worker_id), claim_token: None }
+    }
+}
+
+/// Run a claim won with `token`, counted as running while it lasts.
+async fn run_claim(inner: Arc<Inner>, inst: WorkflowInstance, token: String) -> ClaimEnd {
+    let _running = inner.health.claim_started();
+    claim::run(inner.clone(), inst, token).await
 }
 
 /// A worker engine. Cheap to clone.
@@ -202,6 +222,7 @@ impl EngineBuilder {
                 rebuild_cursor: Mutex::new(None),
                 repair_failed: AtomicBool::new(false),
                 shutdown_hooks: self.shutdown_hooks,
+                health: health::HealthState::default(),
             }),
         })
     }
@@ -237,7 +258,7 @@ impl Engine {
 
     /// A cloneable signal sender backed by this engine.
     pub fn signal_sender(&self) -> SignalSender {
-        SignalSender::new(Arc::new(signals::Delivery { inner: self.inner.clone() }))
+        signals::sender(&self.inner)
     }
 
     /// Deliver a signal (K-9.3).
@@ -254,7 +275,7 @@ impl Engine {
         match self.inner.ports.store.apply(workflow_id, &Guard::Active, &t).await? {
             WriteOutcome::Applied { revision } => {
                 if let Some(inst) = self.inner.ports.store.get(workflow_id).await.ok().flatten() {
-                    observe(&self.inner, &inst, &t, revision, None);
+                    effects::observe(&*self.inner.ports.observer, &inst, &t, revision, self.inner.writer());
                 }
                 Ok(true)
             }
@@ -270,9 +291,9 @@ impl Engine {
             return Ok(RoundOutcome::NoSlot);
         };
         let out = match self.claim_next().await? {
-            ClaimAttempt::Won(inst) => {
+            ClaimAttempt::Won { inst, token } => {
                 let id = inst.workflow_id.clone();
-                let end = claim::run(self.inner.clone(), *inst).await;
+                let end = run_claim(self.inner.clone(), *inst, token).await;
                 RoundOutcome::Ran { workflow_id: id, end }
             }
             ClaimAttempt::None { stale } => RoundOutcome::Idle { stale },
@@ -301,7 +322,7 @@ impl Engine {
                     }
                     let spec = self.claim_spec(now);
                     match inner.ports.store.claim(&id, &spec).await {
-                        Ok(Some(inst)) => return Ok(ClaimAttempt::Won(Box::new(inst))),
+                        Ok(Some(inst)) => return Ok(ClaimAttempt::Won { inst: Box::new(inst), token: spec.token }),
                         Ok(None) => stale += 1,
                         Err(e) => {
                             tracing::warn!(worker = %inner.config.worker_id, error = %e, "claim failed");
@@ -323,12 +344,14 @@ impl Engine {
         if fallback {
             let spec = self.claim_spec(inner.ports.clock.now());
             if let Some(inst) = inner.ports.store.claim_any(&spec).await? {
-                return Ok(ClaimAttempt::Won(Box::new(inst)));
+                return Ok(ClaimAttempt::Won { inst: Box::new(inst), token: spec.token });
             }
         }
         Ok(ClaimAttempt::None { stale })
     }
 
+    /// A claim with a freshly minted token: the token the claim then runs with, never one
+    /// read back from the document (K-6.2).
     fn claim_spec(&self, now: Millis) -> ClaimSpec {
         ClaimSpec {
             now,
@@ -348,7 +371,7 @@ impl Engine {
         let out = match self.inner.ports.store.claim_any(&spec).await? {
             Some(inst) => {
                 let id = inst.workflow_id.clone();
-                RoundOutcome::Ran { workflow_id: id, end: claim::run(self.inner.clone(), inst).await }
+                RoundOutcome::Ran { workflow_id: id, end: run_claim(self.inner.clone(), inst, spec.token).await }
             }
             None => RoundOutcome::Idle { stale: 0 },
         };
@@ -357,8 +380,20 @@ impl Engine {
     }
 
     /// Timer activation (K-9.2), pending-signal repair (K-9.4) and the rebuild scan (K-13),
-    /// each bounded by `scan_page_size × scan_pages_max`.
+    /// each bounded by `scan_page_size × scan_pages_max`. The pass is recorded for
+    /// [`RunningEngine::health`].
     pub async fn maintain(&self) -> Result<MaintenanceReport> {
+        let result = self.maintenance_pass().await;
+        let outcome = match &result {
+            Ok(report) => Ok(report.clone()),
+            Err(e) => Err(e.to_string()),
+        };
+        let finished_at = self.inner.ports.clock.now();
+        self.inner.health.maintenance_finished(MaintenancePass { finished_at, outcome });
+        result
+    }
+
+    async fn maintenance_pass(&self) -> Result<MaintenanceReport> {
         let inner = &self.inner;
         let mut report = MaintenanceReport::default();
         let now = inner.ports.clock.now();
@@ -372,9 +407,10 @@ impl Engine {
                 if let WriteOutcome::Applied { revision } = inner.ports.store.apply(&d.workflow_id, &guard, &t).await? {
                     report.activated += 1;
                     if let Ok(Some(inst)) = inner.ports.store.get(&d.workflow_id).await {
-                        observe(inner, &inst, &t, revision, None);
+                        effects::observe(&*inner.ports.observer, &inst, &t, revision, inner.writer());
                     }
-                    enqueue_and_wake(inner, &d.workflow_id, d.priority, now).await;
+                    effects::enqueue_and_wake(&*inner.ports.queue, &*inner.ports.wakeup, &d.workflow_id, d.priority, now)
+                        .await;
                 }
             }
             if n < inner.config.scan_page_size {
@@ -434,9 +470,13 @@ impl Engine {
     async fn run_loop(&self) {
         let inner = self.inner.clone();
         let mut wake = match inner.ports.wakeup.subscribe().await {
-            Ok(rx) => Some(rx),
+            Ok(rx) => {
+                inner.health.set_wakeup(WakeupState::Subscribed);
+                Some(rx)
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "wakeup subscription failed; polling only");
+                inner.health.set_wakeup(WakeupState::Polling);
                 None
             }
         };
@@ -449,11 +489,11 @@ impl Engine {
                 }
                 let Ok(permit) = inner.slots.clone().try_acquire_owned() else { break };
                 match self.claim_next().await {
-                    Ok(ClaimAttempt::Won(inst)) => {
+                    Ok(ClaimAttempt::Won { inst, token }) => {
                         let inner2 = inner.clone();
                         claims.spawn(async move {
                             let _slot = permit;
-                            claim::run(inner2, *inst).await
+                            run_claim(inner2, *inst, token).await
                         });
                     }
                     Ok(ClaimAttempt::None { .. }) => break,
@@ -467,7 +507,13 @@ impl Engine {
             tokio::select! {
                 _ = inner.stopping.cancelled() => break,
                 _ = inner.ports.clock.sleep_until(next_poll) => {}
-                Some(_) = async { match wake.as_mut() { Some(rx) => rx.recv().await, None => std::future::pending().await } } => {}
+                rung = async { match wake.as_mut() { Some(rx) => rx.recv().await, None => std::future::pending().await } } => {
+                    if rung.is_none() {
+                        tracing::warn!("wakeup subscription closed; polling only");
+                        inner.health.set_wakeup(WakeupState::Polling);
+                        wake = None;
+                    }
+                }
                 Some(_) = claims.join_next(), if !claims.is_empty() => {}
             }
         }
@@ -477,7 +523,8 @@ impl Engine {
 }
 
 enum ClaimAttempt {
-    Won(Box<WorkflowInstance>),
+    /// Claimed `inst` with `token`, the token minted for the claim.
+    Won { inst: Box<WorkflowInstance>, token: String },
     None { stale: usize },
 }
 
@@ -498,6 +545,13 @@ impl RunningEngine {
     /// The engine.
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// A snapshot of the engine's health: whether the wakeup is subscribed or the engine
+    /// fell back to polling, the last maintenance pass and the claims running now.
+    pub fn health(&self) -> EngineHealth {
+        let inner = &self.engine.inner;
+        inner.health.snapshot(inner.stopping.is_cancelled())
     }
 
     /// Graceful shutdown (K-6.6): stop polling and wakeups, let running claims finish
@@ -525,41 +579,5 @@ impl RunningEngine {
                 false
             }
         }
-    }
-}
-
-pub(crate) async fn enqueue_and_wake(inner: &Inner, workflow_id: &str, priority: Priority, at: Millis) {
-    // Best effort: the queue only accelerates; the rebuild scan restores lost entries.
-    if let Err(e) = inner.ports.queue.enqueue(workflow_id, priority, at).await {
-        tracing::debug!(workflow_id, error = %e, "enqueue failed (rebuild scan will restore)");
-        return;
-    }
-    let _ = inner.ports.wakeup.notify().await;
-}
-
-/// Emit one observation per logical transition of a committed write (K-15).
-pub(crate) fn observe(inner: &Inner, inst: &WorkflowInstance, t: &Transition, revision: u64, token: Option<&str>) {
-    for (i, kind) in t.kinds.iter().enumerate() {
-        if matches!(kind, TransitionKind::Heartbeat) {
-            continue;
-        }
-        let step = t.kind_steps.get(i).copied().flatten().and_then(|s| inst.steps.get(s as usize));
-        inner.ports.observer.emit(Observation {
-            workflow_id: inst.workflow_id.clone(),
-            biz_key: inst.biz_key.clone(),
-            workflow_type: inst.workflow_type.clone(),
-            workflow_run: inst.retry_count,
-            revision,
-            kind: *kind,
-            status: inst.status,
-            step_name: step.map(|s| s.name.clone()),
-            attempt: step.map_or(0, |s| s.attempt),
-            elapsed_ms: step.map_or(0, |s| s.elapsed_ms),
-            traffic_wait_ms: step.map_or(0, |s| s.traffic_wait_ms),
-            error_class: step.and_then(|s| s.error.as_ref().map(|e| e.class)),
-            at: t.now,
-            worker_id: Some(inner.config.worker_id.clone()),
-            claim_token: token.map(str::to_string),
-        });
     }
 }

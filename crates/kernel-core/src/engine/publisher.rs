@@ -1,10 +1,13 @@
-use crate::definition::PlanRegistry;
+use super::effects::{self, Writer};
+use super::{EngineConfig, Ports};
+use crate::definition::{Plan, PlanRegistry};
 use crate::error::{Error, Result};
 use crate::model::*;
 use crate::ports::*;
-use crate::transition::{Guard, Transition};
+use crate::transition::{Guard, Transition, TransitionKind};
 use crate::validate;
 use serde_json::Value;
+use std::sync::Arc;
 
 /// A StartOrResume request (K-5).
 #[derive(Debug, Clone, PartialEq)]
@@ -56,14 +59,22 @@ pub struct StartOutcome {
 }
 
 /// Registers instances from plans (API or cron processes need no activities, K-4.1).
+///
+/// A process that only starts workflows builds one from the store, the queue and the
+/// wakeup ([`Publisher::builder`]); an engine hands out one on its own ports
+/// ([`Engine::publisher`](super::Engine::publisher)).
 #[derive(Clone)]
 pub struct Publisher {
-    ports: Ports,
+    store: Arc<DynStore>,
+    queue: Arc<DynQueue>,
+    wakeup: Arc<DynWakeup>,
+    clock: Arc<DynClock>,
+    ids: Arc<DynIds>,
+    observer: Arc<DynObservationSink>,
+    stream: Arc<DynStreamSink>,
     plans: PlanRegistry,
     payload_bytes_max: usize,
 }
-
-use super::Ports;
 
 impl std::fmt::Debug for Publisher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -71,10 +82,114 @@ impl std::fmt::Debug for Publisher {
     }
 }
 
+/// Builder of a standalone [`Publisher`]: the store, the queue and the wakeup are required;
+/// the rest defaults to the system clock, random ids and no-op observation and stream
+/// sinks, each of which can be replaced.
+#[derive(Clone)]
+pub struct PublisherBuilder {
+    publisher: Publisher,
+}
+
+impl std::fmt::Debug for PublisherBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PublisherBuilder").field("plans", &self.publisher.plans).finish_non_exhaustive()
+    }
+}
+
+impl PublisherBuilder {
+    /// The time source of `created_at` and the first `claimable_time` (default:
+    /// [`SystemClock`]).
+    pub fn clock(mut self, clock: Arc<DynClock>) -> Self {
+        self.publisher.clock = clock;
+        self
+    }
+    /// Where generated workflow ids come from (default: [`RandomIds`]).
+    pub fn ids(mut self, ids: Arc<DynIds>) -> Self {
+        self.publisher.ids = ids;
+        self
+    }
+    /// Where the `create` observation goes (default: [`NoopObservationSink`], K-15).
+    pub fn observer(mut self, observer: Arc<DynObservationSink>) -> Self {
+        self.publisher.observer = observer;
+        self
+    }
+    /// The client streams reset when a start activates execution (default:
+    /// [`NoopStreamSink`], K-16).
+    pub fn stream(mut self, stream: Arc<DynStreamSink>) -> Self {
+        self.publisher.stream = stream;
+        self
+    }
+    /// Make the workflow type of `plan` startable (K-4.1: publishers register plans, never
+    /// activities). A second plan of the same type replaces the first.
+    pub fn plan(mut self, plan: Plan) -> Self {
+        self.publisher.plans.register(plan);
+        self
+    }
+    /// Use `plans` (for instance a worker's `DefinitionRegistry::plans`), replacing the
+    /// plans registered so far.
+    pub fn plans(mut self, plans: PlanRegistry) -> Self {
+        self.publisher.plans = plans;
+        self
+    }
+    /// Largest serialized input a start accepts (default: the engine's default,
+    /// [`EngineConfig::payload_bytes_max`]). Must be > 0.
+    pub fn payload_bytes_max(mut self, bytes: usize) -> Self {
+        self.publisher.payload_bytes_max = bytes;
+        self
+    }
+    /// Check the settings and build.
+    pub fn build(self) -> Result<Publisher> {
+        if self.publisher.payload_bytes_max == 0 {
+            return Err(Error::invalid("payload_bytes_max", "must be > 0"));
+        }
+        Ok(self.publisher)
+    }
+}
+
 impl Publisher {
-    /// A publisher on `ports` knowing `plans`.
+    /// A publisher on an engine's `ports` knowing `plans`; the inbox and permits are not
+    /// used.
     pub fn new(ports: Ports, plans: PlanRegistry, payload_bytes_max: usize) -> Self {
-        Publisher { ports, plans, payload_bytes_max }
+        Publisher {
+            store: ports.store,
+            queue: ports.queue,
+            wakeup: ports.wakeup,
+            clock: ports.clock,
+            ids: ports.ids,
+            observer: ports.observer,
+            stream: ports.stream,
+            plans,
+            payload_bytes_max,
+        }
+    }
+
+    /// A standalone publisher (an API or cron process that only starts workflows) on the
+    /// store, the queue and the wakeup; see [`PublisherBuilder`] for the defaults.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use kernel_core::ports::*;
+    /// # fn wire(store: Arc<DynStore>, queue: Arc<DynQueue>, wakeup: Arc<DynWakeup>, plan: kernel_core::Plan)
+    /// # -> kernel_core::Result<()> {
+    /// let publisher = kernel_core::Publisher::builder(store, queue, wakeup).plan(plan).build()?;
+    /// # let _ = publisher;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn builder(store: Arc<DynStore>, queue: Arc<DynQueue>, wakeup: Arc<DynWakeup>) -> PublisherBuilder {
+        PublisherBuilder {
+            publisher: Publisher {
+                store,
+                queue,
+                wakeup,
+                clock: Arc::new(SystemClock),
+                ids: Arc::new(RandomIds::default()),
+                observer: Arc::new(NoopObservationSink),
+                stream: Arc::new(NoopStreamSink),
+                plans: PlanRegistry::default(),
+                payload_bytes_max: EngineConfig::default().payload_bytes_max,
+            },
+        }
     }
 
     /// StartOrResume (K-5): idempotent on `biz_key`.
@@ -95,8 +210,8 @@ impl Publisher {
         }
         validate::payload("input", &req.input, self.payload_bytes_max)?;
         let plan = self.plans.get(&req.workflow_type)?;
-        let store = &self.ports.store;
-        let now = self.ports.clock.now();
+        let store = &self.store;
+        let now = self.clock.now();
 
         let existing = store.get_by_biz_key(&req.biz_key).await?;
         let (mut inst, mut activated, created) = match existing {
@@ -106,7 +221,7 @@ impl Publisher {
                     workflow_id: req
                         .workflow_id
                         .clone()
-                        .unwrap_or_else(|| format!("wf-{}", self.ports.ids.new_token())),
+                        .unwrap_or_else(|| format!("wf-{}", self.ids.new_token())),
                     workflow_type: req.workflow_type.clone(),
                     biz_key: req.biz_key.clone(),
                     status: WorkflowStatus::Running,
@@ -128,7 +243,8 @@ impl Publisher {
                 };
                 match store.create(doc).await? {
                     CreateOutcome::Created(i) => {
-                        self.observe(&i, Transition::new(crate::transition::TransitionKind::Create, now));
+                        let t = Transition::new(TransitionKind::Create, now);
+                        effects::observe(&*self.observer, &i, &t, i.revision, Writer::default());
                         (i, true, true)
                     }
                     CreateOutcome::Exists(i) => (i, false, false),
@@ -163,55 +279,14 @@ impl Publisher {
             }
         }
         if matches!(inst.status, WorkflowStatus::Running) {
-            if let Err(e) = self
-                .ports
-                .queue
-                .enqueue(&inst.workflow_id, inst.business_priority, inst.claimable_time.unwrap_or(now))
-                .await
-            {
-                tracing::debug!(workflow_id = %inst.workflow_id, error = %e, "enqueue after start failed");
-            } else {
-                let _ = self.ports.wakeup.notify().await;
-            }
+            let at = inst.claimable_time.unwrap_or(now);
+            effects::enqueue_and_wake(&*self.queue, &*self.wakeup, &inst.workflow_id, inst.business_priority, at).await;
         }
         if activated {
-            if let Some(key) = stream_key(&inst) {
-                if let Err(e) = self.ports.stream.reset(&key).await {
-                    tracing::debug!(workflow_id = %inst.workflow_id, error = %e, "stream reset failed");
-                }
+            if let Err(e) = self.stream.reset(&effects::stream_key(&inst)).await {
+                tracing::debug!(workflow_id = %inst.workflow_id, error = %e, "stream reset failed");
             }
         }
         Ok(StartOutcome { instance: inst, execution_activated: activated, created })
     }
-}
-
-impl Publisher {
-    /// One observation of a publisher write (create, replay) for the ops projection (K-15).
-    fn observe(&self, inst: &WorkflowInstance, t: Transition) {
-        self.ports.observer.emit(Observation {
-            workflow_id: inst.workflow_id.clone(),
-            biz_key: inst.biz_key.clone(),
-            workflow_type: inst.workflow_type.clone(),
-            workflow_run: inst.retry_count,
-            revision: inst.revision,
-            kind: t.kind(),
-            status: inst.status,
-            step_name: None,
-            attempt: 0,
-            elapsed_ms: 0,
-            traffic_wait_ms: 0,
-            error_class: None,
-            at: t.now,
-            worker_id: None,
-            claim_token: None,
-        });
-    }
-}
-
-/// The stream key of an instance: `input.object_id` (or the biz key), workflow id and
-/// `input.fencing_token` (or the run number) (K-16).
-pub(crate) fn stream_key(inst: &WorkflowInstance) -> Option<StreamKey> {
-    let object_id = inst.input.get("object_id").and_then(Value::as_str).unwrap_or(&inst.biz_key).to_string();
-    let fencing_token = inst.fencing_token().map(str::to_string).unwrap_or_else(|| format!("run-{}", inst.retry_count));
-    Some(StreamKey { object_id, workflow_id: inst.workflow_id.clone(), fencing_token })
 }

@@ -1,6 +1,7 @@
 //! Signal delivery, early-signal matching and the repair scan (K-9.3, K-9.4, K-9.6).
 
-use super::{enqueue_and_wake, observe, Inner};
+use super::effects::{self, Writer};
+use super::Inner;
 use crate::error::Result;
 use crate::model::*;
 use crate::ports::*;
@@ -8,8 +9,13 @@ use crate::transition::{Guard, Transition};
 use crate::validate;
 use std::sync::Arc;
 
-pub(crate) struct Delivery {
-    pub(crate) inner: Arc<Inner>,
+struct Delivery {
+    inner: Arc<Inner>,
+}
+
+/// A signal sender delivering through this engine (K-10 fan-out from activities).
+pub(crate) fn sender(inner: &Arc<Inner>) -> SignalSender {
+    SignalSender::new(Arc::new(Delivery { inner: inner.clone() }))
 }
 
 #[async_trait::async_trait]
@@ -71,9 +77,11 @@ pub(crate) async fn try_match(inner: &Inner, rec: &SignalRecord) -> Result<bool>
         WriteOutcome::Applied { revision } => {
             let mut after = inst.clone();
             t.apply_to(&mut after);
-            observe(inner, &after, &t, revision, None);
+            let writer = Writer { worker_id: Some(&inner.config.worker_id), claim_token: None };
+            effects::observe(&*inner.ports.observer, &after, &t, revision, writer);
             inner.ports.inbox.mark_matched(&rec.signal_id, now).await?;
-            enqueue_and_wake(inner, &rec.workflow_id, inst.business_priority, now).await;
+            let (queue, wakeup) = (&*inner.ports.queue, &*inner.ports.wakeup);
+            effects::enqueue_and_wake(queue, wakeup, &rec.workflow_id, inst.business_priority, now).await;
             Ok(true)
         }
         // The poll fallback, a timer scan or a duplicate won the CAS (K-9.5).

@@ -64,9 +64,23 @@ async fn claimed_instance(world: &World) -> WorkflowInstance {
     i
 }
 
+/// Mints `tok-1`, the token of the scripted claimed document: the engine runs a claim with
+/// the token it minted (K-6.2), as a real store would have stored it.
+struct OneToken;
+
+impl IdGenerator for OneToken {
+    fn new_token(&self) -> String {
+        "tok-1".into()
+    }
+    fn random_u64(&self) -> u64 {
+        0
+    }
+}
+
 fn engine_with(world: &World, store: MockStore) -> Engine {
     let mut ports = world.ports();
     ports.store = Arc::new(Forward(store));
+    ports.ids = Arc::new(OneToken);
     world.engine_on(ports, testkit::harness::test_config("m"), vec![super::linear("t", 4, false)])
 }
 

@@ -1,0 +1,652 @@
+//! The step logic as plain values (sans-IO): what an invocation's result means for its step
+//! ([`classify`], the K-7.4 order) and how the outcomes of one wave become one write
+//! ([`resolve_wave`], K-4.5). No locks, no ports, no clock: the claim driver reads the
+//! facts, calls these functions and performs the writes they describe.
+
+use crate::activity::{ActivityError, StepOutcome};
+use crate::definition::{OnFailed, RetryPolicy, StepDef};
+use crate::model::{ErrorClass, Millis, StepError, Wait, WaitKind};
+use crate::transition::Transition;
+use crate::validate;
+use serde_json::Value;
+
+/// The settings of a step that decide what a failure means (K-4.1, K-7.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StepPolicy {
+    /// Retries after the first attempt; a retryable error at `attempt <= max_retry` retries.
+    pub(crate) max_retry: u32,
+    /// Where the delay of a retry comes from.
+    pub(crate) retry: RetryPolicy,
+    /// Whether a step that failed for good is skipped or fails the workflow.
+    pub(crate) on_failed: OnFailed,
+}
+
+impl From<&StepDef> for StepPolicy {
+    fn from(sd: &StepDef) -> Self {
+        StepPolicy { max_retry: sd.get_max_retry(), retry: sd.retry_policy(), on_failed: sd.get_on_failed() }
+    }
+}
+
+/// The facts of one entry into a step's activity that classification reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Entry {
+    /// Index of the step in the instance.
+    pub(crate) index: usize,
+    /// Physical attempt of this entry (already counted by mark-running, K-2.1).
+    pub(crate) attempt: u32,
+    /// Time the invocation took, added to the step's `elapsed_ms`.
+    pub(crate) elapsed_ms: i64,
+    /// The engine's clock when the result is classified: the origin of a sleep's due time.
+    pub(crate) now: Millis,
+    /// The step's failure settings.
+    pub(crate) policy: StepPolicy,
+    /// Largest serialized output or checkpoint.
+    pub(crate) payload_bytes_max: usize,
+    /// Longest stored error message; longer ones are cut at a character boundary.
+    pub(crate) error_message_bytes_max: usize,
+}
+
+/// What one invocation comes to for its step (K-7.4).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum StepResult {
+    /// A valid output: committed with the step in one `CompleteStep` write.
+    Complete {
+        /// The step's output.
+        output: Value,
+        /// Time the invocation took.
+        elapsed_ms: i64,
+    },
+    /// Failed for good under `on_failed = skip`: the step is skipped with its error and the
+    /// wave goes on (K-7.4 row 3).
+    Skipped {
+        /// The error, stored on the step.
+        error: StepError,
+        /// Time the invocation took.
+        elapsed_ms: i64,
+    },
+    /// An outcome that ends the claim once every sibling of the wave returned (K-4.5).
+    Halt(Halt),
+}
+
+/// An outcome that stops the claim; the most severe of a wave wins (K-4.5).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Halt {
+    /// The activity reported cancellation: step skipped, workflow canceled (K-7.4 row 1).
+    Canceled {
+        /// The cancellation error, stored on the step.
+        error: StepError,
+        /// Time the invocation took.
+        elapsed_ms: i64,
+    },
+    /// Failed for good: step failed, workflow failing (K-7.4 row 4).
+    Failed {
+        /// The error, stored on the step.
+        error: StepError,
+        /// Time the invocation took.
+        elapsed_ms: i64,
+    },
+    /// A retryable error within the retry budget (K-7.4 row 2).
+    Retry {
+        /// The error, stored on the step for the next attempt to see.
+        error: StepError,
+        /// Delay drawn from the step's retry policy.
+        delay_ms: Millis,
+        /// Time the invocation took.
+        elapsed_ms: i64,
+    },
+    /// The step's permit was denied or could not be checked (K-7.1, K-14): it never ran.
+    Deferred {
+        /// How long until the claim may be taken again.
+        delay_ms: Millis,
+    },
+    /// A sleep or a signal wait (K-9.1).
+    Suspend {
+        /// The wait to store on the instance.
+        wait: Wait,
+        /// Saved for the next entry.
+        checkpoint: Option<Value>,
+        /// Time the invocation took.
+        elapsed_ms: i64,
+    },
+    /// Hand the worker back and run again soon (K-7.4).
+    Yield {
+        /// Saved for the next entry.
+        checkpoint: Option<Value>,
+        /// Time the invocation took.
+        elapsed_ms: i64,
+    },
+}
+
+impl Halt {
+    /// K-4.5 rank, higher wins: canceled > failed > retry release > permit deferral >
+    /// suspend > yield.
+    pub(crate) fn rank(&self) -> u8 {
+        match self {
+            Halt::Yield { .. } => 1,
+            Halt::Suspend { .. } => 2,
+            Halt::Deferred { .. } => 3,
+            Halt::Retry { .. } => 4,
+            Halt::Failed { .. } => 5,
+            Halt::Canceled { .. } => 6,
+        }
+    }
+
+    /// This outcome's write when it wins its wave, and what follows the commit.
+    fn winning(self, index: usize, release_delay_ms: Millis, now: Millis) -> Resolution {
+        match self {
+            Halt::Canceled { error, elapsed_ms } => Resolution {
+                transition: Transition::activity_canceled(index, error, elapsed_ms, now),
+                then: AfterWave::Canceled,
+            },
+            Halt::Failed { error, elapsed_ms } => Resolution {
+                transition: Transition::step_failed(index, error, elapsed_ms, now),
+                then: AfterWave::Failing,
+            },
+            Halt::Retry { error, elapsed_ms, .. } => Resolution {
+                transition: Transition::step_retry(index, error, elapsed_ms, now).release_until(now + release_delay_ms),
+                then: AfterWave::Released { at: now + release_delay_ms },
+            },
+            Halt::Deferred { delay_ms } => Resolution {
+                transition: Transition::permit_deferral(index, delay_ms, now).release_until(now + delay_ms),
+                then: AfterWave::Released { at: now + delay_ms },
+            },
+            Halt::Suspend { wait, checkpoint, elapsed_ms } => Resolution {
+                transition: Transition::suspend(index, wait.clone(), checkpoint, elapsed_ms, now),
+                then: AfterWave::Suspended { wait },
+            },
+            Halt::Yield { checkpoint, elapsed_ms } => Resolution {
+                transition: Transition::yield_step(index, checkpoint, elapsed_ms, now),
+                then: AfterWave::Yielded { at: now },
+            },
+        }
+    }
+
+    /// This outcome's step patch when another outcome won: no claim or wait change. A
+    /// failed sibling also moves the workflow to `failing`, which the winner (a failure:
+    /// only a cancellation outranks it) does anyway. A canceled sibling leaves nothing: a
+    /// cancellation is the winner or is dropped with the winning one.
+    fn sibling(self, index: usize, now: Millis) -> Option<Transition> {
+        Some(match self {
+            Halt::Canceled { .. } => return None,
+            Halt::Failed { error, elapsed_ms } => Transition::step_failed(index, error, elapsed_ms, now),
+            Halt::Retry { error, elapsed_ms, .. } => Transition::step_retry(index, error, elapsed_ms, now),
+            Halt::Deferred { delay_ms } => Transition::permit_deferral(index, delay_ms, now),
+            Halt::Suspend { checkpoint, elapsed_ms, .. } | Halt::Yield { checkpoint, elapsed_ms } => {
+                Transition::park_sibling(index, checkpoint, elapsed_ms, now)
+            }
+        })
+    }
+}
+
+/// What the claim does once the wave's write committed.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum AfterWave {
+    /// The workflow is canceled: terminal frame only, no finalizer.
+    Canceled,
+    /// The workflow is failing: run the failure path (K-8).
+    Failing,
+    /// The claim is released until `at`: enqueue for then.
+    Released {
+        /// The stored `claimable_time`.
+        at: Millis,
+    },
+    /// The instance waits: consume an early signal for this wait (K-9.4).
+    Suspended {
+        /// The stored wait.
+        wait: Wait,
+    },
+    /// The step yielded: enqueue for `at` (now).
+    Yielded {
+        /// The stored `claimable_time`.
+        at: Millis,
+    },
+}
+
+/// The one write that ends a wave, and what follows it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Resolution {
+    /// Written under the running token guard (K-6.4).
+    pub(crate) transition: Transition,
+    /// What the claim does after the commit.
+    pub(crate) then: AfterWave,
+}
+
+/// Classify an invocation's result (K-7.4): a valid completion or request is taken as it
+/// is; an invalid one (output or checkpoint too large, a bad sleep or signal spec) becomes
+/// a permanent error; an error then goes through the K-7.4 order — canceled, retryable
+/// within `max_retry`, `on_failed = skip`, failed. `jitter` is drawn only when a retry is
+/// scheduled, so a seeded id source gives the same delays on every replay.
+pub(crate) fn classify(
+    result: Result<StepOutcome, ActivityError>,
+    entry: &Entry,
+    jitter: impl FnOnce() -> u64,
+) -> StepResult {
+    let e = match accept(result, entry) {
+        Ok(r) => return r,
+        Err(e) => e,
+    };
+    let error = StepError { class: e.class, message: truncate(e.message, entry.error_message_bytes_max) };
+    let elapsed_ms = entry.elapsed_ms;
+    let policy = entry.policy;
+    match e.class {
+        ErrorClass::Canceled => StepResult::Halt(Halt::Canceled { error, elapsed_ms }),
+        ErrorClass::Transient | ErrorClass::UnknownOutcome if entry.attempt <= policy.max_retry => {
+            let delay_ms = policy.retry.delay_ms(entry.attempt, jitter());
+            StepResult::Halt(Halt::Retry { error, delay_ms, elapsed_ms })
+        }
+        _ if policy.on_failed == OnFailed::Skip => StepResult::Skipped { error, elapsed_ms },
+        _ => StepResult::Halt(Halt::Failed { error, elapsed_ms }),
+    }
+}
+
+/// A result the activity asked for, checked against the limits; the error to classify
+/// when it is an error or an invalid request.
+fn accept(result: Result<StepOutcome, ActivityError>, entry: &Entry) -> Result<StepResult, ActivityError> {
+    let limit = entry.payload_bytes_max;
+    let perm = |e: crate::Error| ActivityError::permanent(e.to_string());
+    let checkpoint_fits = |cp: &Option<Value>| match cp {
+        Some(v) => validate::payload("checkpoint", v, limit).map_err(perm),
+        None => Ok(()),
+    };
+    let (index, now, elapsed_ms) = (entry.index, entry.now, entry.elapsed_ms);
+    match result? {
+        StepOutcome::Complete(output) => {
+            validate::payload("output", &output, limit).map_err(perm)?;
+            Ok(StepResult::Complete { output, elapsed_ms })
+        }
+        StepOutcome::Sleep { delay_ms, checkpoint } => {
+            checkpoint_fits(&checkpoint)?;
+            validate::positive_ms("sleep.delay_ms", delay_ms).map_err(perm)?;
+            let wait = Wait {
+                kind: WaitKind::Timer,
+                signal_type: None,
+                wait_key: None,
+                generation: 0,
+                step_index: index as u32,
+                poll_time: Some(now + delay_ms),
+            };
+            Ok(StepResult::Halt(Halt::Suspend { wait, checkpoint, elapsed_ms }))
+        }
+        StepOutcome::WaitForSignal(spec) => {
+            checkpoint_fits(&spec.checkpoint)?;
+            validate::identifier("signal_type", &spec.signal_type).map_err(perm)?;
+            validate::identifier("wait_key", &spec.wait_key).map_err(perm)?;
+            if let Some(ms) = spec.poll_after_ms {
+                validate::positive_ms("poll_after_ms", ms).map_err(perm)?;
+            }
+            let wait = Wait {
+                kind: WaitKind::Signal,
+                signal_type: Some(spec.signal_type),
+                wait_key: Some(spec.wait_key),
+                generation: spec.generation,
+                step_index: index as u32,
+                poll_time: spec.poll_after_ms.map(|d| now + d),
+            };
+            Ok(StepResult::Halt(Halt::Suspend { wait, checkpoint: spec.checkpoint, elapsed_ms }))
+        }
+        StepOutcome::Yield { checkpoint } => {
+            checkpoint_fits(&checkpoint)?;
+            Ok(StepResult::Halt(Halt::Yield { checkpoint, elapsed_ms }))
+        }
+    }
+}
+
+/// Resolve a wave (K-4.5). `wave` lists every step of the wave in order, `None` for a step
+/// whose completion or skip is already committed. Returns `None` when the claim continues
+/// (nothing halted); otherwise the one write that ends the wave: the highest-ranked outcome
+/// wins (ties go to the earliest step), a retry waits for the longest delay of the retrying
+/// steps, the other halted steps add their own step patch (a suspending or yielding sibling
+/// is left pending with its checkpoint, attempt rolled back), and a cancellation drops them.
+pub(crate) fn resolve_wave(mut wave: Vec<(usize, Option<Halt>)>, now: Millis) -> Option<Resolution> {
+    let win = wave
+        .iter()
+        .enumerate()
+        .filter_map(|(pos, (_, h))| h.as_ref().map(|h| (pos, h.rank())))
+        .max_by_key(|&(pos, rank)| (rank, std::cmp::Reverse(pos)))
+        .map(|(pos, _)| pos)?;
+    let (index, winner) = wave.swap_remove(win);
+    let winner = winner.expect("the winner halted");
+    let retry_delay_ms = match &winner {
+        Halt::Retry { delay_ms, .. } => wave
+            .iter()
+            .filter_map(|(_, h)| match h {
+                Some(Halt::Retry { delay_ms, .. }) => Some(*delay_ms),
+                _ => None,
+            })
+            .fold(*delay_ms, Millis::max),
+        _ => 0,
+    };
+    let drops_siblings = matches!(winner, Halt::Canceled { .. });
+    let mut resolution = winner.winning(index, retry_delay_ms, now);
+    if !drops_siblings {
+        for (i, h) in wave {
+            if let Some(patch) = h.and_then(|h| h.sibling(i, now)) {
+                resolution.transition = resolution.transition.fuse(patch);
+            }
+        }
+    }
+    Some(resolution)
+}
+
+/// Cut `s` to at most `max` bytes at a character boundary.
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::activity::SignalWaitSpec;
+    use crate::model::StepStatus;
+    use crate::transition::{AttemptChange, Patch, TransitionKind};
+    use serde_json::json;
+    use std::cell::Cell;
+
+    const NOW: Millis = 1_000_000;
+    const LIMIT: usize = 64;
+
+    fn entry(attempt: u32, max_retry: u32, on_failed: OnFailed) -> Entry {
+        Entry {
+            index: 2,
+            attempt,
+            elapsed_ms: 7,
+            now: NOW,
+            policy: StepPolicy {
+                max_retry,
+                retry: RetryPolicy::Exponential { base_ms: 1_000, cap_ms: 60_000 },
+                on_failed,
+            },
+            payload_bytes_max: LIMIT,
+            error_message_bytes_max: 16,
+        }
+    }
+
+    fn err(class: ErrorClass, message: &str) -> StepError {
+        StepError { class, message: message.into() }
+    }
+
+    /// Classify with a jitter source that counts its draws.
+    fn run(result: Result<StepOutcome, ActivityError>, e: &Entry) -> (StepResult, u32) {
+        let draws = Cell::new(0);
+        let r = classify(result, e, || {
+            draws.set(draws.get() + 1);
+            u64::MAX
+        });
+        (r, draws.get())
+    }
+
+    fn big() -> Value {
+        json!("x".repeat(LIMIT + 1))
+    }
+
+    fn timer(poll_time: Millis) -> Wait {
+        Wait {
+            kind: WaitKind::Timer,
+            signal_type: None,
+            wait_key: None,
+            generation: 0,
+            step_index: 2,
+            poll_time: Some(poll_time),
+        }
+    }
+
+    fn signal(spec: SignalWaitSpec) -> Result<StepOutcome, ActivityError> {
+        Ok(StepOutcome::WaitForSignal(spec))
+    }
+
+    /// Name, invocation result, entry facts, expected result, jitter draws.
+    type Row = (&'static str, Result<StepOutcome, ActivityError>, Entry, StepResult, u32);
+
+    #[test]
+    fn k7_4_classification_order_row_by_row() {
+        use ErrorClass::*;
+        let stop = OnFailed::Stop;
+        let skip = OnFailed::Skip;
+        let halt = StepResult::Halt;
+        let failed = |class, m: &str| halt(Halt::Failed { error: err(class, m), elapsed_ms: 7 });
+        let skipped = |class, m: &str| StepResult::Skipped { error: err(class, m), elapsed_ms: 7 };
+        // The exponential policy at attempt n with jitter u64::MAX: MAX % (ceiling + 1).
+        let retry = |class, m: &str, attempt: u32| {
+            let delay_ms = RetryPolicy::Exponential { base_ms: 1_000, cap_ms: 60_000 }.delay_ms(attempt, u64::MAX);
+            halt(Halt::Retry { error: err(class, m), delay_ms, elapsed_ms: 7 })
+        };
+        let too_big = |field: &str| format!("invalid {field}: 67 bytes exceeds the payload limit of {LIMIT}");
+        #[rustfmt::skip]
+        let table: Vec<Row> = vec![
+            // Completion and requests taken as they are.
+            ("complete", Ok(StepOutcome::complete(json!({"n": 1}))), entry(1, 0, stop),
+                StepResult::Complete { output: json!({"n": 1}), elapsed_ms: 7 }, 0),
+            ("sleep", Ok(StepOutcome::sleep(500, json!(1))), entry(1, 0, stop),
+                halt(Halt::Suspend { wait: timer(NOW + 500), checkpoint: Some(json!(1)), elapsed_ms: 7 }), 0),
+            ("yield", Ok(StepOutcome::yield_with(json!(2))), entry(1, 0, stop),
+                halt(Halt::Yield { checkpoint: Some(json!(2)), elapsed_ms: 7 }), 0),
+            // Row 1: canceled, even with retries left and a skip policy.
+            ("canceled", Err(ActivityError::canceled("gone")), entry(1, 5, skip),
+                halt(Halt::Canceled { error: err(Canceled, "gone"), elapsed_ms: 7 }), 0),
+            // Row 2: retryable within max_retry (attempt <= max_retry).
+            ("transient within", Err(ActivityError::transient("busy")), entry(1, 2, stop), retry(Transient, "busy", 1), 1),
+            ("transient at the edge", Err(ActivityError::transient("busy")), entry(2, 2, skip), retry(Transient, "busy", 2), 1),
+            ("unknown within", Err(ActivityError::unknown_outcome("lost")), entry(1, 1, stop), retry(UnknownOutcome, "lost", 1), 1),
+            // ... and beyond it: row 3 or 4.
+            ("transient beyond", Err(ActivityError::transient("busy")), entry(3, 2, stop), failed(Transient, "busy"), 0),
+            ("unknown beyond, skip", Err(ActivityError::unknown_outcome("lost")), entry(2, 1, skip), skipped(UnknownOutcome, "lost"), 0),
+            // A permanent error is never retried.
+            ("permanent", Err(ActivityError::permanent("no")), entry(1, 5, stop), failed(Permanent, "no"), 0),
+            // Row 3: on_failed = skip.
+            ("permanent, skip", Err(ActivityError::permanent("no")), entry(1, 5, skip), skipped(Permanent, "no"), 0),
+            // Messages are cut at error_message_bytes_max (16), on a character boundary.
+            ("long message", Err(ActivityError::permanent("0123456789abcdefXYZ")), entry(1, 0, stop),
+                failed(Permanent, "0123456789abcdef"), 0),
+            ("multibyte cut", Err(ActivityError::permanent("0123456789abcdeé")), entry(1, 0, stop),
+                failed(Permanent, "0123456789abcde"), 0),
+            // Invalid results become permanent errors, then go through the same order.
+            ("output too large", Ok(StepOutcome::complete(big())), entry(1, 5, stop), failed(Permanent, &too_big("output")[..16]), 0),
+            ("output too large, skip", Ok(StepOutcome::complete(big())), entry(1, 5, skip), skipped(Permanent, &too_big("output")[..16]), 0),
+            ("checkpoint too large (sleep)", Ok(StepOutcome::sleep(500, big())), entry(1, 5, stop),
+                failed(Permanent, &too_big("checkpoint")[..16]), 0),
+            ("checkpoint too large (yield)", Ok(StepOutcome::yield_with(big())), entry(1, 0, stop),
+                failed(Permanent, &too_big("checkpoint")[..16]), 0),
+            ("checkpoint too large (signal)", signal(StepOutcome::wait_for_signal("t", "k").checkpoint(big())), entry(1, 0, stop),
+                failed(Permanent, &too_big("checkpoint")[..16]), 0),
+            ("sleep of 0 ms", Ok(StepOutcome::Sleep { delay_ms: 0, checkpoint: None }), entry(1, 5, stop),
+                failed(Permanent, "invalid sleep.de"), 0),
+            ("bad signal type", signal(StepOutcome::wait_for_signal("", "k")), entry(1, 0, stop),
+                failed(Permanent, "invalid signal_t"), 0),
+            ("bad wait key", signal(StepOutcome::wait_for_signal("t", "a\0b")), entry(1, 0, skip),
+                skipped(Permanent, "invalid wait_key"), 0),
+            ("bad poll delay", signal(StepOutcome::wait_for_signal("t", "k").poll_after_ms(-1)), entry(1, 0, stop),
+                failed(Permanent, "invalid poll_aft"), 0),
+        ];
+        for (name, result, e, expect, draws) in table {
+            assert_eq!(run(result, &e), (expect, draws), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_signal_wait_carries_its_identity_and_poll_fallback() {
+        // K-9.1, K-9.5, K-9.6
+        let spec = StepOutcome::wait_for_signal("approved", "order-1").generation(3).poll_after_ms(250).checkpoint(json!(9));
+        let (r, _) = run(signal(spec), &entry(1, 0, OnFailed::Stop));
+        let wait = Wait {
+            kind: WaitKind::Signal,
+            signal_type: Some("approved".into()),
+            wait_key: Some("order-1".into()),
+            generation: 3,
+            step_index: 2,
+            poll_time: Some(NOW + 250),
+        };
+        assert_eq!(r, StepResult::Halt(Halt::Suspend { wait, checkpoint: Some(json!(9)), elapsed_ms: 7 }));
+        let (r, _) = run(signal(StepOutcome::wait_for_signal("approved", "order-1")), &entry(1, 0, OnFailed::Stop));
+        let StepResult::Halt(Halt::Suspend { wait, checkpoint, .. }) = r else { panic!("{r:?}") };
+        assert_eq!((wait.poll_time, checkpoint), (None, None), "no poll fallback, no checkpoint");
+    }
+
+    // ---- K-4.5 wave resolution ----
+
+    fn e(class: ErrorClass) -> StepError {
+        err(class, "x")
+    }
+    fn canceled() -> Halt {
+        Halt::Canceled { error: e(ErrorClass::Canceled), elapsed_ms: 1 }
+    }
+    fn failed() -> Halt {
+        Halt::Failed { error: e(ErrorClass::Permanent), elapsed_ms: 2 }
+    }
+    fn retry(delay_ms: Millis) -> Halt {
+        Halt::Retry { error: e(ErrorClass::Transient), delay_ms, elapsed_ms: 3 }
+    }
+    fn deferred(delay_ms: Millis) -> Halt {
+        Halt::Deferred { delay_ms }
+    }
+    fn suspend(poll_time: Millis) -> Halt {
+        Halt::Suspend { wait: timer(poll_time), checkpoint: Some(json!("s")), elapsed_ms: 4 }
+    }
+    fn yielded() -> Halt {
+        Halt::Yield { checkpoint: Some(json!("y")), elapsed_ms: 5 }
+    }
+
+    /// The kind of the winning write (its first kind) and the step it concerns (its first
+    /// step patch).
+    fn winner(r: &Resolution) -> (TransitionKind, u32) {
+        (r.transition.kind(), r.transition.steps[0].index)
+    }
+
+    #[test]
+    fn k4_5_rank_is_canceled_failed_retry_deferral_suspend_yield() {
+        // The pinned order, deferral between retry and suspend.
+        let order = [canceled(), failed(), retry(10), deferred(10), suspend(NOW + 10), yielded()];
+        let ranks: Vec<u8> = order.iter().map(Halt::rank).collect();
+        assert!(ranks.windows(2).all(|w| w[0] > w[1]), "{ranks:?}");
+        // Every pair, in both positions: the more severe wins wherever it stands.
+        let kinds = [
+            TransitionKind::Canceled,
+            TransitionKind::StepFailed,
+            TransitionKind::RetryRelease,
+            TransitionKind::PermitDeferral,
+            TransitionKind::SuspendClaim,
+            TransitionKind::Yield,
+        ];
+        for (a, ha) in order.iter().enumerate() {
+            for (b, hb) in order.iter().enumerate() {
+                if a == b {
+                    continue;
+                }
+                let r = resolve_wave(vec![(0, Some(ha.clone())), (1, Some(hb.clone()))], NOW).unwrap();
+                let (w, step) = if a < b { (a, 0) } else { (b, 1) };
+                assert_eq!(winner(&r), (kinds[w], step), "{a} vs {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn k4_5_each_winner_writes_its_transition_and_says_what_follows() {
+        #[rustfmt::skip]
+        let table: Vec<(Halt, Transition, AfterWave)> = vec![
+            (canceled(), Transition::activity_canceled(1, e(ErrorClass::Canceled), 1, NOW), AfterWave::Canceled),
+            (failed(), Transition::step_failed(1, e(ErrorClass::Permanent), 2, NOW), AfterWave::Failing),
+            (retry(40), Transition::step_retry(1, e(ErrorClass::Transient), 3, NOW).release_until(NOW + 40),
+                AfterWave::Released { at: NOW + 40 }),
+            (deferred(30), Transition::permit_deferral(1, 30, NOW).release_until(NOW + 30),
+                AfterWave::Released { at: NOW + 30 }),
+            (suspend(NOW + 9), Transition::suspend(1, timer(NOW + 9), Some(json!("s")), 4, NOW),
+                AfterWave::Suspended { wait: timer(NOW + 9) }),
+            (yielded(), Transition::yield_step(1, Some(json!("y")), 5, NOW), AfterWave::Yielded { at: NOW }),
+        ];
+        for (halt, transition, then) in table {
+            // Alone, and next to a committed completion: the completion adds nothing.
+            let alone = resolve_wave(vec![(1, Some(halt.clone()))], NOW).unwrap();
+            assert_eq!(alone, Resolution { transition: transition.clone(), then: then.clone() });
+            let with_done = resolve_wave(vec![(0, None), (1, Some(halt)), (2, None)], NOW).unwrap();
+            assert_eq!(with_done, Resolution { transition, then });
+        }
+    }
+
+    #[test]
+    fn k4_5_a_wave_of_completions_and_skips_continues() {
+        assert_eq!(resolve_wave(vec![(0, None), (1, None)], NOW), None);
+        assert_eq!(resolve_wave(vec![], NOW), None);
+    }
+
+    #[test]
+    fn k4_5_ties_go_to_the_earliest_step() {
+        let r = resolve_wave(vec![(3, None), (4, Some(failed())), (5, Some(failed()))], NOW).unwrap();
+        assert_eq!(winner(&r), (TransitionKind::StepFailed, 4));
+        let r = resolve_wave(vec![(3, Some(yielded())), (4, Some(yielded()))], NOW).unwrap();
+        assert_eq!(winner(&r), (TransitionKind::Yield, 3));
+    }
+
+    #[test]
+    fn k4_5_parked_siblings_roll_the_attempt_back_and_keep_their_checkpoint() {
+        let r = resolve_wave(vec![(0, Some(suspend(NOW + 5))), (1, Some(retry(20))), (2, Some(yielded()))], NOW).unwrap();
+        assert_eq!(winner(&r), (TransitionKind::RetryRelease, 1));
+        let t = &r.transition;
+        for (index, cp, elapsed) in [(0, "s", 4), (2, "y", 5)] {
+            let p = t.steps.iter().find(|p| p.index == index).expect("a sibling patch");
+            assert_eq!(p.status, Some(StepStatus::Pending), "step {index}");
+            assert_eq!(p.attempt, Some(AttemptChange::Inc(-1)), "step {index}");
+            assert_eq!(p.checkpoint, Some(Patch::Set(json!(cp))), "step {index}");
+            assert_eq!(p.elapsed_ms_inc, elapsed, "step {index}");
+        }
+        // Only the winner touches the claim, and no wait is stored.
+        assert_eq!(t.wait, None);
+        assert_eq!(t.status, None);
+        assert_eq!(t.claimable_time, Some(Patch::Set(NOW + 20)));
+        assert_eq!(t.claim_token, Some(Patch::Unset));
+        assert_eq!(r.then, AfterWave::Released { at: NOW + 20 });
+    }
+
+    #[test]
+    fn k4_5_a_retry_waits_for_the_longest_sibling_retry_delay() {
+        let r = resolve_wave(vec![(0, Some(retry(10))), (1, Some(retry(70))), (2, Some(deferred(500)))], NOW).unwrap();
+        assert_eq!(winner(&r), (TransitionKind::RetryRelease, 0));
+        assert_eq!(r.transition.claimable_time, Some(Patch::Set(NOW + 70)), "the deferral's delay does not count");
+        assert_eq!(r.then, AfterWave::Released { at: NOW + 70 });
+        // The retrying sibling records its own error; the deferred one its traffic wait.
+        let p1 = r.transition.steps.iter().find(|p| p.index == 1).unwrap();
+        assert_eq!((p1.status, p1.error.clone()), (Some(StepStatus::Pending), Some(Patch::Set(e(ErrorClass::Transient)))));
+        let p2 = r.transition.steps.iter().find(|p| p.index == 2).unwrap();
+        assert_eq!((p2.traffic_waits_inc, p2.traffic_wait_ms_inc, p2.attempt), (1, 500, None));
+    }
+
+    #[test]
+    fn k4_5_failed_siblings_fail_too_and_every_sibling_write_is_fused() {
+        // Siblings follow the wave order with the last step taking the winner's place.
+        let wave = vec![(0, Some(failed())), (1, Some(suspend(NOW + 1))), (2, None), (3, Some(failed()))];
+        let r = resolve_wave(wave, NOW).unwrap();
+        let expect = Transition::step_failed(0, e(ErrorClass::Permanent), 2, NOW)
+            .fuse(Transition::step_failed(3, e(ErrorClass::Permanent), 2, NOW))
+            .fuse(Transition::park_sibling(1, Some(json!("s")), 4, NOW));
+        assert_eq!(r, Resolution { transition: expect, then: AfterWave::Failing });
+    }
+
+    #[test]
+    fn k4_5_a_canceled_winner_drops_its_siblings() {
+        let wave = vec![(0, Some(yielded())), (1, Some(failed())), (2, Some(canceled())), (3, Some(canceled()))];
+        let r = resolve_wave(wave, NOW).unwrap();
+        assert_eq!(
+            r,
+            Resolution {
+                transition: Transition::activity_canceled(2, e(ErrorClass::Canceled), 1, NOW),
+                then: AfterWave::Canceled
+            }
+        );
+    }
+
+    #[test]
+    fn k4_5_a_deferral_wins_over_suspend_and_yield_and_parks_them() {
+        let r = resolve_wave(vec![(0, Some(yielded())), (1, Some(suspend(NOW + 3))), (2, Some(deferred(15)))], NOW)
+            .unwrap();
+        let expect = Transition::permit_deferral(2, 15, NOW)
+            .release_until(NOW + 15)
+            .fuse(Transition::park_sibling(0, Some(json!("y")), 5, NOW))
+            .fuse(Transition::park_sibling(1, Some(json!("s")), 4, NOW));
+        assert_eq!(r, Resolution { transition: expect, then: AfterWave::Released { at: NOW + 15 } });
+    }
+}
