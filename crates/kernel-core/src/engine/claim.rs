@@ -605,7 +605,8 @@ impl Claim {
         let ctx = self.context(&doc, None, name, cancel.clone());
         let span = tracing::info_span!("finalizer", name);
         let timeout_ms = self.inner.config.finalizer_timeout_ms;
-        let inv = invoke::invoke(&self.inner.ports.clock, activity, ctx, cancel, timeout_ms, None).instrument(span).await;
+        let inv =
+            invoke::invoke(&self.inner.ports.clock, activity, ctx, cancel, timeout_ms, None).instrument(span).await;
         match inv.result {
             Ok(StepOutcome::Complete(_)) => Ok(()),
             Ok(other) => Err(ActivityError::permanent(format!("a finalizer must complete, got {other:?}"))),

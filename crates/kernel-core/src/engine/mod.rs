@@ -409,8 +409,14 @@ impl Engine {
                     if let Ok(Some(inst)) = inner.ports.store.get(&d.workflow_id).await {
                         effects::observe(&*inner.ports.observer, &inst, &t, revision, inner.writer());
                     }
-                    effects::enqueue_and_wake(&*inner.ports.queue, &*inner.ports.wakeup, &d.workflow_id, d.priority, now)
-                        .await;
+                    effects::enqueue_and_wake(
+                        &*inner.ports.queue,
+                        &*inner.ports.wakeup,
+                        &d.workflow_id,
+                        d.priority,
+                        now,
+                    )
+                    .await;
                 }
             }
             if n < inner.config.scan_page_size {
@@ -524,8 +530,13 @@ impl Engine {
 
 enum ClaimAttempt {
     /// Claimed `inst` with `token`, the token minted for the claim.
-    Won { inst: Box<WorkflowInstance>, token: String },
-    None { stale: usize },
+    Won {
+        inst: Box<WorkflowInstance>,
+        token: String,
+    },
+    None {
+        stale: usize,
+    },
 }
 
 /// A spawned engine.

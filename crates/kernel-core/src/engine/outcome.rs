@@ -472,7 +472,8 @@ mod tests {
     #[test]
     fn a_signal_wait_carries_its_identity_and_poll_fallback() {
         // K-9.1, K-9.5, K-9.6
-        let spec = StepOutcome::wait_for_signal("approved", "order-1").generation(3).poll_after_ms(250).checkpoint(json!(9));
+        let spec =
+            StepOutcome::wait_for_signal("approved", "order-1").generation(3).poll_after_ms(250).checkpoint(json!(9));
         let (r, _) = run(signal(spec), &entry(1, 0, OnFailed::Stop));
         let wait = Wait {
             kind: WaitKind::Signal,
@@ -584,7 +585,8 @@ mod tests {
 
     #[test]
     fn k4_5_parked_siblings_roll_the_attempt_back_and_keep_their_checkpoint() {
-        let r = resolve_wave(vec![(0, Some(suspend(NOW + 5))), (1, Some(retry(20))), (2, Some(yielded()))], NOW).unwrap();
+        let r =
+            resolve_wave(vec![(0, Some(suspend(NOW + 5))), (1, Some(retry(20))), (2, Some(yielded()))], NOW).unwrap();
         assert_eq!(winner(&r), (TransitionKind::RetryRelease, 1));
         let t = &r.transition;
         for (index, cp, elapsed) in [(0, "s", 4), (2, "y", 5)] {
@@ -610,7 +612,10 @@ mod tests {
         assert_eq!(r.then, AfterWave::Released { at: NOW + 70 });
         // The retrying sibling records its own error; the deferred one its traffic wait.
         let p1 = r.transition.steps.iter().find(|p| p.index == 1).unwrap();
-        assert_eq!((p1.status, p1.error.clone()), (Some(StepStatus::Pending), Some(Patch::Set(e(ErrorClass::Transient)))));
+        assert_eq!(
+            (p1.status, p1.error.clone()),
+            (Some(StepStatus::Pending), Some(Patch::Set(e(ErrorClass::Transient))))
+        );
         let p2 = r.transition.steps.iter().find(|p| p.index == 2).unwrap();
         assert_eq!((p2.traffic_waits_inc, p2.traffic_wait_ms_inc, p2.attempt), (1, 500, None));
     }

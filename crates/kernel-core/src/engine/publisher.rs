@@ -218,10 +218,7 @@ impl Publisher {
             Some(inst) => (inst, false, false),
             None => {
                 let doc = WorkflowInstance {
-                    workflow_id: req
-                        .workflow_id
-                        .clone()
-                        .unwrap_or_else(|| format!("wf-{}", self.ids.new_token())),
+                    workflow_id: req.workflow_id.clone().unwrap_or_else(|| format!("wf-{}", self.ids.new_token())),
                     workflow_type: req.workflow_type.clone(),
                     biz_key: req.biz_key.clone(),
                     status: WorkflowStatus::Running,

@@ -2,8 +2,11 @@
 
 mod bad_input;
 mod behaviour;
+mod health;
 mod mocks;
 mod model;
+mod renewal;
+mod standalone_publisher;
 mod write_budget;
 
 use kernel_core::{ActivityContext, Definition, StepDef, StepOutcome};
