@@ -27,7 +27,10 @@ pub struct EngineConfig {
     pub fingerprint_pushback_ms: Millis,
     /// Delay before retrying a step whose permit was denied (or errored: fail closed).
     pub permit_retry_ms: Millis,
-    /// Permit renewal interval while an activity holds it.
+    /// Permit renewal interval while an activity holds it (K-14). A renewal error is
+    /// logged at warn level and retried at the next interval; a denied renewal stops
+    /// renewing for that invocation. Neither cancels the running activity: a lapsed permit
+    /// overshoots its limit by at most one renewal interval.
     pub permit_renew_ms: Millis,
     /// Delay after a finalizer error (K-8).
     pub finalizer_retry_ms: Millis,

@@ -4,7 +4,13 @@
 //! - [`Engine::tick`]: one scheduling round (K-6.7) that runs the claim it wins to its end.
 //! - [`Engine::maintain`]: timer activation and the rebuild scan (K-9.2, K-13).
 //! - [`Engine::spawn`]: the background worker with slots, wakeups, polling and graceful
-//!   shutdown (K-6.6).
+//!   shutdown (K-6.6); [`RunningEngine::health`] reports on it.
+//!
+//! Inside, one claim is driven by `claim.rs`, which only sequences: the activity entry
+//! point (timeout, cancellation, panic capture, permit renewal) is `invoke.rs`; what a
+//! result means (the K-7.4 order) and how a wave resolves (K-4.5) are pure functions over
+//! plain values in `outcome.rs`; observations, enqueue + wakeup and stream keys, shared by
+//! the engine and the publisher, are `effects.rs`.
 
 mod claim;
 mod config;
