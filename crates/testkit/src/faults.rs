@@ -47,6 +47,11 @@ pub enum CrashPlan {
     /// lease to expire, as a crash would), so one engine lives through many crash points.
     /// `n = 0` never fires. Every firing is listed by [`CrashSwitch::fired`].
     ///
+    /// The schedule is deterministic: when a recovery cycle (lease expiry, re-claim, retry)
+    /// crosses a multiple of `n` boundaries, a `Before` plan fails the same write on every
+    /// cycle and the workflow never gets past it. Pick a period that is not such a multiple,
+    /// or use `After`, whose failed writes took effect.
+    ///
     /// ```
     /// use testkit::faults::{CrashPlan, CrashSide};
     /// // Lose the result of every third durable call, over the engine's whole life.

@@ -1,6 +1,7 @@
 //! Engine behaviour on the in-memory adapters, in simulated time.
 
 mod bad_input;
+mod harness;
 mod behaviour;
 mod mocks;
 mod model;
