@@ -267,15 +267,23 @@ impl Dispatch {
     ///
     /// A complete one, with the clock and ids of the engine's ports:
     ///
-    /// ```ignore
-    /// let dispatch = Dispatch::builder()
-    ///     .outbox(outbox)
-    ///     .candidates(candidates)
-    ///     .publisher(engine.publisher())
-    ///     .clock(ports.clock.clone())
-    ///     .ids(ports.ids.clone())
-    ///     .config(DispatchConfig { dispatcher_id: "api-1".into(), ..DispatchConfig::default() })
-    ///     .build()?;
+    /// ```
+    /// use std::sync::Arc;
+    /// use kernel_core::dispatch::{Dispatch, DispatchConfig};
+    /// use kernel_core::ports::{DynCandidates, DynOutbox};
+    /// use kernel_core::{Engine, Result};
+    ///
+    /// fn api_dispatch(engine: &Engine, outbox: Arc<DynOutbox>, candidates: Arc<DynCandidates>) -> Result<Dispatch> {
+    ///     Dispatch::builder()
+    ///         .outbox(outbox)
+    ///         .candidates(candidates)
+    ///         .publisher(engine.publisher())
+    ///         .clock(engine.ports().clock.clone())
+    ///         .ids(engine.ports().ids.clone())
+    ///         .config(DispatchConfig { dispatcher_id: "api-1".into(), ..DispatchConfig::default() })
+    ///         .build()
+    /// }
+    /// # let _ = api_dispatch;
     /// ```
     pub fn builder() -> DispatchBuilder {
         DispatchBuilder::default()
