@@ -15,8 +15,8 @@
 
 use kernel_core::model::*;
 use kernel_core::ports::*;
-use kernel_core::transition::{Guard, Transition};
 use kernel_core::transition::TransitionKind;
+use kernel_core::transition::{Guard, Transition};
 use kernel_core::{Error, Result};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -881,11 +881,8 @@ impl WorkflowStore for AuditStore {
                 // The run of a completion comes from the store (its claim, or the document),
                 // not from the engine.
                 let completed: Vec<u32> = transition.completed_steps().collect();
-                let run = if completed.is_empty() && !self.read_back {
-                    0
-                } else {
-                    self.run_of(workflow_id, guard).await
-                };
+                let run =
+                    if completed.is_empty() && !self.read_back { 0 } else { self.run_of(workflow_id, guard).await };
                 let mut st = self.lock();
                 for step in &completed {
                     *st.counts.completions.entry((workflow_id.to_string(), run, *step)).or_insert(0) += 1;

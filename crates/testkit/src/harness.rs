@@ -128,8 +128,7 @@ pub fn test_config(worker_id: &str) -> EngineConfig {
 
 /// Lists every instance of a durable store (test inspection, not a port). Its future is
 /// `Send`, so a drive can run on a multi-threaded runtime or be spawned.
-pub type Lister =
-    Arc<dyn Fn() -> futures::future::BoxFuture<'static, Result<Vec<WorkflowInstance>>> + Send + Sync>;
+pub type Lister = Arc<dyn Fn() -> futures::future::BoxFuture<'static, Result<Vec<WorkflowInstance>>> + Send + Sync>;
 
 /// One claim a drive ran: who ran it, on which instance, and how it ended.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -62,10 +62,8 @@ async fn drive_reports_a_zombies_claim_lost_next_to_the_successors_completion() 
 #[tokio::test]
 async fn two_engines_share_the_work_and_the_report_shows_both() {
     let world = World::new(2);
-    let (a, b) = (
-        world.engine("A", vec![super::linear("t", 2, false)]),
-        world.engine("B", vec![super::linear("t", 2, false)]),
-    );
+    let (a, b) =
+        (world.engine("A", vec![super::linear("t", 2, false)]), world.engine("B", vec![super::linear("t", 2, false)]));
     for i in 0..6 {
         start(&a, "t", &format!("b{i}")).await;
     }

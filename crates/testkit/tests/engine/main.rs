@@ -1,8 +1,8 @@
 //! Engine behaviour on the in-memory adapters, in simulated time.
 
 mod bad_input;
-mod harness;
 mod behaviour;
+mod harness;
 mod mocks;
 mod model;
 mod write_budget;
