@@ -21,7 +21,7 @@ async fn start(engine: &Engine, t: &str, biz: &str) {
 
 #[tokio::test]
 async fn drive_reports_a_zombies_claim_lost_next_to_the_successors_completion() {
-    // K-6.5, K-3.3: A's activity outlives its lease, B takes over and finishes, A's write is
+    // K-6.5, K-3.4: A's activity outlives its lease, B takes over and finishes, A's write is
     // fenced. The drive's report shows both ends without a hand-written tick loop.
     let world = World::new(1);
     let lease_ms = world.engine("probe", vec![]).config().lease_ms;
