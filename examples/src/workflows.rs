@@ -171,13 +171,12 @@ pub fn live_fanout(biz: Arc<Business>, page_size: usize) -> Definition {
             let cursor = ctx.checkpoint().and_then(|c| c.get("cursor")).and_then(Value::as_u64).unwrap_or(0) as usize;
             let end = (cursor + page_size).min(subs.len());
             for wf in &subs[cursor.min(end)..end] {
-                let s = Signal {
-                    signal_id: format!("live-ready:{live_id}:{wf}"),
-                    workflow_id: wf.clone(),
-                    signal_type: "live_ready".into(),
-                    wait_key: live_id.clone(),
-                    generation: 0,
-                };
+                let s = Signal::builder(wf.clone(), "live_ready")
+                    .wait_key(live_id.clone())
+                    .generation(0)
+                    .signal_id(format!("live-ready:{live_id}:{wf}"))
+                    .build()
+                    .map_err(|e| ActivityError::transient(e.to_string()))?;
                 ctx.signals().deliver(s).await.map_err(|e| ActivityError::transient(e.to_string()))?;
             }
             if end >= subs.len() {

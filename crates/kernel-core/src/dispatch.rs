@@ -171,22 +171,122 @@ impl std::fmt::Debug for Dispatch {
     }
 }
 
+/// Builder of a [`Dispatch`], from [`Dispatch::builder`]. Every port is named, none is
+/// positional; the clock defaults to [`SystemClock`], the ids to [`RandomIds`] and the
+/// settings to [`DispatchConfig::default`].
+#[derive(Default)]
+#[must_use = "a builder does nothing until `build`"]
+pub struct DispatchBuilder {
+    outbox: Option<Arc<DynOutbox>>,
+    candidates: Option<Arc<DynCandidates>>,
+    publisher: Option<Publisher>,
+    clock: Option<Arc<DynClock>>,
+    ids: Option<Arc<DynIds>>,
+    config: DispatchConfig,
+    legacy: Option<LegacyInput>,
+}
+
+impl std::fmt::Debug for DispatchBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DispatchBuilder")
+            .field("outbox", &self.outbox.is_some())
+            .field("candidates", &self.candidates.is_some())
+            .field("publisher", &self.publisher.is_some())
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DispatchBuilder {
+    /// The business collection holding objects and their intents (required).
+    pub fn outbox(mut self, outbox: Arc<DynOutbox>) -> Self {
+        self.outbox = Some(outbox);
+        self
+    }
+    /// The recovery candidate index (required).
+    pub fn candidates(mut self, candidates: Arc<DynCandidates>) -> Self {
+        self.candidates = Some(candidates);
+        self
+    }
+    /// Registers workflows: StartOrResume (required).
+    pub fn publisher(mut self, publisher: Publisher) -> Self {
+        self.publisher = Some(publisher);
+        self
+    }
+    /// Time for due dates, leases and the scan mutex (default: the system clock).
+    pub fn clock(mut self, clock: Arc<DynClock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+    /// Lease tokens (default: random).
+    pub fn ids(mut self, ids: Arc<DynIds>) -> Self {
+        self.ids = Some(ids);
+        self
+    }
+    /// Settings, validated by [`build`](Self::build).
+    pub fn config(mut self, config: DispatchConfig) -> Self {
+        self.config = config;
+        self
+    }
+    /// Builds inputs for objects accepted before input snapshots existed (K-11.3).
+    pub fn legacy_input(mut self, f: LegacyInput) -> Self {
+        self.legacy = Some(f);
+        self
+    }
+    /// Validate and build; a missing required port is [`Error::InvalidInput`] naming it.
+    pub fn build(self) -> Result<Dispatch> {
+        let outbox = self.outbox.ok_or_else(|| Error::invalid("outbox", "required"))?;
+        let candidates = self.candidates.ok_or_else(|| Error::invalid("candidates", "required"))?;
+        let publisher = self.publisher.ok_or_else(|| Error::invalid("publisher", "required"))?;
+        self.config.validate()?;
+        Ok(Dispatch {
+            outbox,
+            candidates,
+            publisher,
+            clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
+            ids: self.ids.unwrap_or_else(|| Arc::new(RandomIds::default())),
+            config: self.config,
+            legacy: self.legacy,
+        })
+    }
+}
+
 fn start_request(intent: &DispatchIntent, input: Value) -> StartRequest {
     StartRequest::new(intent.workflow_type.clone(), intent.biz_key.clone(), input).priority(intent.priority)
 }
 
 impl Dispatch {
-    /// Dispatch over `outbox` and `candidates`, registering through `publisher`.
-    pub fn new(
-        outbox: Arc<DynOutbox>,
-        candidates: Arc<DynCandidates>,
-        publisher: Publisher,
-        clock: Arc<DynClock>,
-        ids: Arc<DynIds>,
-        config: DispatchConfig,
-    ) -> Result<Self> {
-        config.validate()?;
-        Ok(Dispatch { outbox, candidates, publisher, clock, ids, config, legacy: None })
+    /// Start building a dispatch; the outbox, candidate index and publisher are required.
+    ///
+    /// ```
+    /// use kernel_core::dispatch::{Dispatch, DispatchConfig};
+    /// // Without its ports a dispatch is refused, naming what is missing.
+    /// let err = Dispatch::builder().config(DispatchConfig::default()).build().unwrap_err();
+    /// assert!(err.to_string().contains("outbox"));
+    /// ```
+    ///
+    /// A complete one, with the clock and ids of the engine's ports:
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use kernel_core::dispatch::{Dispatch, DispatchConfig};
+    /// use kernel_core::ports::{DynCandidates, DynOutbox};
+    /// use kernel_core::{Engine, Result};
+    ///
+    /// fn api_dispatch(engine: &Engine, outbox: Arc<DynOutbox>, candidates: Arc<DynCandidates>) -> Result<Dispatch> {
+    ///     Dispatch::builder()
+    ///         .outbox(outbox)
+    ///         .candidates(candidates)
+    ///         .publisher(engine.publisher())
+    ///         .clock(engine.ports().clock.clone())
+    ///         .ids(engine.ports().ids.clone())
+    ///         .config(DispatchConfig { dispatcher_id: "api-1".into(), ..DispatchConfig::default() })
+    ///         .build()
+    /// }
+    /// # let _ = api_dispatch;
+    /// ```
+    pub fn builder() -> DispatchBuilder {
+        DispatchBuilder::default()
     }
 
     /// Install the legacy-input builder.

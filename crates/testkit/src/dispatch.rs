@@ -55,15 +55,15 @@ impl DispatchEnv {
     pub fn dispatcher(&self, id: &str) -> Dispatch {
         let engine = self.world.engine(id, (self.defs)(self.outbox.clone()));
         let config = DispatchConfig { dispatcher_id: id.into(), ..DispatchConfig::default() };
-        Dispatch::new(
-            self.outbox.clone(),
-            self.candidates.clone(),
-            engine.publisher(),
-            self.world.clock.clone(),
-            self.world.ids.clone(),
-            config,
-        )
-        .expect("valid dispatch config")
+        Dispatch::builder()
+            .outbox(self.outbox.clone())
+            .candidates(self.candidates.clone())
+            .publisher(engine.publisher())
+            .clock(self.world.clock.clone())
+            .ids(self.world.ids.clone())
+            .config(config)
+            .build()
+            .expect("valid dispatch config")
     }
 
     /// A dispatcher whose every port call (store, queue, outbox, candidates) goes through
@@ -83,15 +83,15 @@ impl DispatchEnv {
         );
         let engine = self.world.engine_on(gated.wire(p), test_config(id), (self.defs)(self.outbox.clone()));
         let config = DispatchConfig { dispatcher_id: id.into(), ..DispatchConfig::default() };
-        Dispatch::new(
-            gated.clone(),
-            gated,
-            engine.publisher(),
-            self.world.clock.clone(),
-            self.world.ids.clone(),
-            config,
-        )
-        .expect("valid dispatch config")
+        Dispatch::builder()
+            .outbox(gated.clone())
+            .candidates(gated)
+            .publisher(engine.publisher())
+            .clock(self.world.clock.clone())
+            .ids(self.world.ids.clone())
+            .config(config)
+            .build()
+            .expect("valid dispatch config")
     }
 
     /// Two recovery dispatchers and a worker until every intent among `objects` is

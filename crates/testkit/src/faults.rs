@@ -6,13 +6,19 @@
 //! A crash is modelled as in TigerBeetle's and object_store's harnesses: the durable state
 //! survives (it lives behind the decorator), the process's every later call parks forever,
 //! and a later [`CrashSwitch::release`] lets the parked "zombie" continue, so its pending
-//! write can be shown to be fenced.
+//! write can be shown to be fenced. [`CrashPlan::Every`] instead fails every n-th boundary
+//! call and lets the same process go on, so one engine's life crosses many crash points.
+//!
+//! Every decorator here implements every method of the port it wraps (enforced with
+//! `clippy::missing_trait_methods`), so a default body can never change meaning under a
+//! wrapper — the way a permit renewal once became a counted start.
 
 use kernel_core::model::*;
 use kernel_core::ports::*;
+use kernel_core::transition::TransitionKind;
 use kernel_core::transition::{Guard, Transition};
-use kernel_core::Result;
-use std::collections::BTreeMap;
+use kernel_core::{Error, Result};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
@@ -33,6 +39,82 @@ pub enum CrashPlan {
     BeforeNamed(BoundaryName, u64),
     /// Crash after the n-th (0-based) call of this named boundary.
     AfterNamed(BoundaryName, u64),
+    /// Fire at every `n`-th boundary (the n-th, 2n-th, … — 1-based; `n = 1` fires at
+    /// every one) without killing the process: on [`CrashSide::Before`] the call never
+    /// reaches the port and fails with [`Error::Unavailable`]; on [`CrashSide::After`] the
+    /// call takes effect and its result is lost as [`Error::Uncertain`]. The engine's own
+    /// error handling is what recovers (a write that fails ends the claim and leaves the
+    /// lease to expire, as a crash would), so one engine lives through many crash points.
+    /// `n = 0` never fires. Every firing is listed by [`CrashSwitch::fired`].
+    ///
+    /// The schedule is deterministic: when a recovery cycle (lease expiry, re-claim, retry)
+    /// crosses a multiple of `n` boundaries, a `Before` plan fails the same write on every
+    /// cycle and the workflow never gets past it. Pick a period that is not such a multiple,
+    /// or use `After`, whose failed writes took effect.
+    ///
+    /// ```
+    /// use testkit::faults::{CrashPlan, CrashSide};
+    /// // Lose the result of every third durable call, over the engine's whole life.
+    /// let plan = CrashPlan::Every { n: 3, side: CrashSide::After };
+    /// # let _ = plan;
+    /// ```
+    Every {
+        /// Period, in boundary calls.
+        n: u64,
+        /// Whether the call is dropped (before) or its result lost (after).
+        side: CrashSide,
+    },
+}
+
+/// Which side of a boundary call a repeated crash hits ([`CrashPlan::Every`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrashSide {
+    /// The call does not reach the port.
+    Before,
+    /// The call took effect; the caller never sees its result.
+    After,
+}
+
+/// One firing of a [`CrashPlan::Every`] switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fired {
+    /// 0-based index of the boundary in the switch's log.
+    pub index: u64,
+    /// The boundary.
+    pub name: BoundaryName,
+    /// Before or after the call.
+    pub side: CrashSide,
+}
+
+/// What the switch decided for one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gate {
+    /// Let the call through.
+    Pass,
+    /// Let it through, then die.
+    DieAfter,
+    /// Refuse it: the port never sees it.
+    FailBefore(BoundaryName),
+    /// Let it through and lose its result.
+    FailAfter(BoundaryName),
+}
+
+impl Gate {
+    /// Run `call` as this gate says.
+    async fn run<T, F: std::future::Future<Output = Result<T>>>(self, switch: &CrashSwitch, call: F) -> Result<T> {
+        match self {
+            Gate::FailBefore(name) => Err(Error::Unavailable(format!("crash switch: fired before {name}"))),
+            Gate::FailAfter(name) => {
+                call.await.and_then(|_| Err(Error::Uncertain(format!("crash switch: fired after {name}"))))
+            }
+            Gate::Pass => call.await,
+            Gate::DieAfter => {
+                let r = call.await;
+                switch.leave(true).await;
+                r
+            }
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -40,6 +122,7 @@ struct SwitchState {
     log: Vec<BoundaryName>,
     per_name: BTreeMap<BoundaryName, u64>,
     crashed_at: Option<(u64, BoundaryName)>,
+    fired: Vec<Fired>,
 }
 
 /// Counters of what a released zombie tried.
@@ -82,6 +165,11 @@ impl CrashSwitch {
     /// The boundary the process died at.
     pub fn crashed_at(&self) -> Option<(u64, BoundaryName)> {
         self.state.lock().expect("switch lock").crashed_at
+    }
+    /// Every firing of a [`CrashPlan::Every`] plan so far, in order (empty for the other
+    /// plans, whose one crash is [`crashed_at`](Self::crashed_at)).
+    pub fn fired(&self) -> Vec<Fired> {
+        self.state.lock().expect("switch lock").fired.clone()
     }
     /// Whether the process has died.
     pub fn is_crashed(&self) -> bool {
@@ -128,14 +216,14 @@ impl CrashSwitch {
         }
     }
 
-    /// Gate one call. Returns `true` when the process must die right after the call.
-    async fn enter(&self, name: BoundaryName, boundary: bool) -> bool {
+    /// Gate one call: whether it passes, fails on one side, or the process dies after it.
+    async fn enter(&self, name: BoundaryName, boundary: bool) -> Gate {
         if self.is_crashed() {
             self.wait_released().await;
-            return false;
+            return Gate::Pass;
         }
         if !boundary {
-            return false;
+            return Gate::Pass;
         }
         let (index, nth) = {
             let mut st = self.state.lock().expect("switch lock");
@@ -152,16 +240,26 @@ impl CrashSwitch {
             CrashPlan::After(i) => (false, i == index),
             CrashPlan::BeforeNamed(b, n) => (b == name && n == nth, false),
             CrashPlan::AfterNamed(b, n) => (false, b == name && n == nth),
+            CrashPlan::Every { n, side } => {
+                if n == 0 || (index + 1) % n != 0 {
+                    return Gate::Pass;
+                }
+                self.state.lock().expect("switch lock").fired.push(Fired { index, name, side });
+                return match side {
+                    CrashSide::Before => Gate::FailBefore(name),
+                    CrashSide::After => Gate::FailAfter(name),
+                };
+            }
         };
         if before {
             self.die(index, name);
             self.wait_released().await;
         }
-        after
-            .then(|| {
-                self.state.lock().expect("switch lock").crashed_at = Some((index, name));
-            })
-            .is_some()
+        if after {
+            self.state.lock().expect("switch lock").crashed_at = Some((index, name));
+            return Gate::DieAfter;
+        }
+        Gate::Pass
     }
 
     fn die(&self, index: u64, name: BoundaryName) {
@@ -244,14 +342,13 @@ impl CrashPorts {
 
 macro_rules! gated {
     ($self:ident, $name:literal, $boundary:expr, $call:expr) => {{
-        let die = $self.switch.enter($name, $boundary).await;
-        let r = $call;
-        $self.switch.leave(die).await;
-        r
+        let gate = $self.switch.enter($name, $boundary).await;
+        gate.run(&$self.switch, async { $call }).await
     }};
 }
 
 #[async_trait::async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl WorkflowStore for CrashPorts {
     async fn create(&self, instance: WorkflowInstance) -> Result<CreateOutcome> {
         gated!(self, "store.create", true, self.store.create(instance).await)
@@ -273,7 +370,10 @@ impl WorkflowStore for CrashPorts {
             kernel_core::transition::TransitionKind::Heartbeat => "store.apply.heartbeat",
             _ => "store.apply",
         };
-        let die = self.switch.enter(name, true).await;
+        let gate = self.switch.enter(name, true).await;
+        if let Gate::FailBefore(_) = gate {
+            return gate.run(&self.switch, async { Ok(WriteOutcome::Missed) }).await;
+        }
         // A zombie's token write is stale when its token is no longer the current one.
         let stale = if self.switch.is_crashed() {
             let current = self.store.get(workflow_id).await.ok().flatten().and_then(|i| i.claim_token);
@@ -290,8 +390,7 @@ impl WorkflowStore for CrashPorts {
         if stale {
             self.switch.zombie_write(matches!(r, Ok(WriteOutcome::Applied { .. })));
         }
-        self.switch.leave(die).await;
-        r
+        gate.run(&self.switch, async { r }).await
     }
     async fn scan_due_waits(&self, now: Millis, limit: usize) -> Result<Vec<DueWait>> {
         gated!(self, "store.scan_due_waits", false, self.store.scan_due_waits(now, limit).await)
@@ -302,6 +401,7 @@ impl WorkflowStore for CrashPorts {
 }
 
 #[async_trait::async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl SignalInbox for CrashPorts {
     async fn insert(&self, record: SignalRecord) -> Result<InsertOutcome> {
         gated!(self, "inbox.insert", true, self.inbox.insert(record).await)
@@ -335,6 +435,7 @@ impl SignalInbox for CrashPorts {
 }
 
 #[async_trait::async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl ReadyQueue for CrashPorts {
     async fn enqueue(&self, workflow_id: &str, priority: Priority, claimable_at: Millis) -> Result<()> {
         gated!(self, "queue.enqueue", true, self.queue.enqueue(workflow_id, priority, claimable_at).await)
@@ -348,9 +449,15 @@ impl ReadyQueue for CrashPorts {
 }
 
 #[async_trait::async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl Permits for CrashPorts {
     async fn acquire(&self, resource: &str, owner: &PermitOwner) -> Result<PermitDecision> {
         gated!(self, "permits.acquire", true, self.permits.acquire(resource, owner).await)
+    }
+    /// Its own boundary, never an acquire: under a crash test a renewal stays what the
+    /// port promises, an uncounted re-registration (K-14).
+    async fn renew(&self, resource: &str, owner: &PermitOwner) -> Result<PermitDecision> {
+        gated!(self, "permits.renew", true, self.permits.renew(resource, owner).await)
     }
     async fn release(&self, resource: &str, owner: &PermitOwner) -> Result<()> {
         gated!(self, "permits.release", true, self.permits.release(resource, owner).await)
@@ -358,6 +465,7 @@ impl Permits for CrashPorts {
 }
 
 #[async_trait::async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl Wakeup for CrashPorts {
     async fn notify(&self) -> Result<()> {
         gated!(self, "wakeup.notify", false, self.wakeup.notify().await)
@@ -368,6 +476,7 @@ impl Wakeup for CrashPorts {
 }
 
 #[async_trait::async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl DispatchOutbox for CrashPorts {
     async fn accept(
         &self,
@@ -391,34 +500,40 @@ impl DispatchOutbox for CrashPorts {
         gated!(self, "outbox.try_lease", true, self.outbox().try_lease(object_id, now, d, until).await)
     }
     async fn renew_lease(&self, object_id: &str, f: &str, d: &str, until: Millis) -> Result<bool> {
-        let die = self.switch.enter("outbox.renew_lease", true).await;
+        let gate = self.switch.enter("outbox.renew_lease", true).await;
+        if let Gate::FailBefore(_) = gate {
+            return gate.run(&self.switch, async { Ok(false) }).await;
+        }
         let stale = self.lease_is_stale(object_id, d).await;
         let r = self.outbox().renew_lease(object_id, f, d, until).await;
         if stale {
             self.switch.zombie_write(matches!(r, Ok(true)));
         }
-        self.switch.leave(die).await;
-        r
+        gate.run(&self.switch, async { r }).await
     }
     async fn confirm_leased(&self, object_id: &str, f: &str, d: &str) -> Result<bool> {
-        let die = self.switch.enter("outbox.confirm_leased", true).await;
+        let gate = self.switch.enter("outbox.confirm_leased", true).await;
+        if let Gate::FailBefore(_) = gate {
+            return gate.run(&self.switch, async { Ok(false) }).await;
+        }
         let stale = self.lease_is_stale(object_id, d).await;
         let r = self.outbox().confirm_leased(object_id, f, d).await;
         if stale {
             self.switch.zombie_write(matches!(r, Ok(true)));
         }
-        self.switch.leave(die).await;
-        r
+        gate.run(&self.switch, async { r }).await
     }
     async fn revert_leased(&self, object_id: &str, f: &str, d: &str, at: Millis) -> Result<bool> {
-        let die = self.switch.enter("outbox.revert_leased", true).await;
+        let gate = self.switch.enter("outbox.revert_leased", true).await;
+        if let Gate::FailBefore(_) = gate {
+            return gate.run(&self.switch, async { Ok(false) }).await;
+        }
         let stale = self.lease_is_stale(object_id, d).await;
         let r = self.outbox().revert_leased(object_id, f, d, at).await;
         if stale {
             self.switch.zombie_write(matches!(r, Ok(true)));
         }
-        self.switch.leave(die).await;
-        r
+        gate.run(&self.switch, async { r }).await
     }
     async fn scan_due(&self, now: Millis, after: Option<&str>, limit: usize) -> Result<Vec<(String, Millis)>> {
         gated!(self, "outbox.scan_due", false, self.outbox().scan_due(now, after, limit).await)
@@ -452,6 +567,7 @@ impl DispatchOutbox for CrashPorts {
 }
 
 #[async_trait::async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl DispatchCandidates for CrashPorts {
     async fn add(&self, object_id: &str, due: Millis) -> Result<()> {
         gated!(self, "candidates.add", true, self.cands().add(object_id, due).await)
@@ -493,12 +609,113 @@ impl AuditCounts {
     }
 }
 
-/// The database's own view: counts writes and reads, and accepted completions per
-/// (instance, run, step), independently of the engine.
+/// Which store call an [`AuditedWrite`] records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteOp {
+    /// [`WorkflowStore::create`].
+    Create,
+    /// [`WorkflowStore::claim`] of a named instance.
+    Claim,
+    /// [`WorkflowStore::claim_any`] (the store fallback).
+    ClaimAny,
+    /// [`WorkflowStore::apply`].
+    Apply,
+}
+
+/// How an audited write ended, as the store answered it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuditOutcome {
+    /// The store accepted it; `revision` is the instance's revision after the write
+    /// (a claim does not bump it; a create reports the stored instance's).
+    Applied {
+        /// Revision after the write.
+        revision: u64,
+    },
+    /// The guard did not match (a claim that found nothing, a create that met an
+    /// existing `biz_key`).
+    Missed,
+    /// The store returned an error; its message.
+    Failed(String),
+}
+
+/// One write as the store saw it, in call order ([`AuditStore::log`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditedWrite {
+    /// Which call.
+    pub op: WriteOp,
+    /// The instance written; for a `claim_any`, the one it claimed (`None` when it found
+    /// nothing).
+    pub workflow_id: Option<String>,
+    /// The condition the write was made under (a claim's is [`Guard::Claimable`]; a create
+    /// has none, the unique `biz_key` is its condition).
+    pub guard: Option<Guard>,
+    /// Transition kinds in the write, in fusion order (`[Create]` for a create, `[Claim]`
+    /// for a claim).
+    pub kinds: Vec<TransitionKind>,
+    /// What the store answered.
+    pub outcome: AuditOutcome,
+    /// Steps the write completed, if accepted.
+    pub completed_steps: Vec<u32>,
+    /// The workflow run (`retry_count`) accepted completions were counted for, if any.
+    pub run: Option<u32>,
+}
+
+#[derive(Debug, Default)]
+struct AuditState {
+    counts: AuditCounts,
+    log: Vec<AuditedWrite>,
+    log_dropped: u64,
+    /// Per instance, the token of its last accepted claim and the run it claimed.
+    claimed_run: HashMap<String, (String, u32)>,
+}
+
+impl AuditState {
+    fn record(&mut self, w: AuditedWrite) {
+        if self.log.len() < AuditStore::LOG_CAPACITY {
+            self.log.push(w);
+        } else {
+            self.log_dropped += 1;
+        }
+    }
+}
+
+/// The database's own view: counts writes and reads, accepted completions per
+/// (instance, run, step) independently of the engine, and keeps a log of every write
+/// (guard, transition kinds, outcome, revision).
+///
+/// The run of a completion is the one the store handed out with the claim whose token
+/// guarded the write; the document is read back after a write only when that is unknown
+/// (a write under a token this audit did not see claimed), or for every accepted write when
+/// [`read_back`](Self::read_back) asks for it.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use kernel_core::{Definition, StartRequest, StepDef, StepOutcome, ActivityContext};
+/// use kernel_core::transition::TransitionKind;
+/// use testkit::faults::{AuditOutcome, WriteOp};
+/// use testkit::harness::World;
+///
+/// let world = World::new(1);
+/// let def = Definition::builder("t")
+///     .step(StepDef::new("a", |_c: ActivityContext| async { Ok(StepOutcome::complete(serde_json::json!(1))) }))
+///     .build()
+///     .unwrap();
+/// let engine = world.engine("w", vec![def]);
+/// engine.publisher().start_or_resume(StartRequest::new("t", "b", serde_json::json!({}))).await.unwrap();
+/// world.drive(&engine).await.unwrap();
+/// let log = world.audit.log();
+/// assert_eq!(log[0].op, WriteOp::Create);
+/// let last = log.last().unwrap();
+/// assert!(last.kinds.contains(&TransitionKind::Completed));
+/// assert!(matches!(last.outcome, AuditOutcome::Applied { .. }));
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct AuditStore {
     inner: Arc<DynStore>,
-    counts: Arc<Mutex<AuditCounts>>,
+    state: Arc<Mutex<AuditState>>,
+    read_back: bool,
 }
 
 impl std::fmt::Debug for AuditStore {
@@ -508,34 +725,124 @@ impl std::fmt::Debug for AuditStore {
 }
 
 impl AuditStore {
+    /// Most writes kept in the log; later ones are counted by
+    /// [`log_dropped`](Self::log_dropped) instead.
+    pub const LOG_CAPACITY: usize = 100_000;
+
     /// Audit `inner`.
     pub fn new(inner: Arc<DynStore>) -> Self {
-        AuditStore { inner, counts: Arc::default() }
+        AuditStore { inner, state: Arc::default(), read_back: false }
+    }
+    /// Read the document back after every accepted write and take the completion's run
+    /// from it, as a database-side trigger would (one extra read per write: off by
+    /// default). Clones made afterwards share the setting; counters are shared either way.
+    pub fn read_back(mut self, on: bool) -> Self {
+        self.read_back = on;
+        self
     }
     /// A snapshot of the counters.
     pub fn counts(&self) -> AuditCounts {
-        self.counts.lock().expect("audit lock").clone()
+        self.lock().counts.clone()
     }
-    /// Zero the write/read counters (completions are kept).
+    /// Every write so far, in call order (at most [`LOG_CAPACITY`](Self::LOG_CAPACITY)).
+    pub fn log(&self) -> Vec<AuditedWrite> {
+        self.lock().log.clone()
+    }
+    /// The writes of one instance, in call order.
+    pub fn log_of(&self, workflow_id: &str) -> Vec<AuditedWrite> {
+        self.lock().log.iter().filter(|w| w.workflow_id.as_deref() == Some(workflow_id)).cloned().collect()
+    }
+    /// Writes not logged because the log was full.
+    pub fn log_dropped(&self) -> u64 {
+        self.lock().log_dropped
+    }
+    /// Zero the write/read counters and clear the log (completions are kept).
     pub fn reset_traffic(&self) {
-        let mut c = self.counts.lock().expect("audit lock");
-        c.writes = 0;
-        c.reads = 0;
-        c.accepted.clear();
+        let mut st = self.lock();
+        st.counts.writes = 0;
+        st.counts.reads = 0;
+        st.counts.accepted.clear();
+        st.log.clear();
+        st.log_dropped = 0;
+    }
+    fn lock(&self) -> std::sync::MutexGuard<'_, AuditState> {
+        self.state.lock().expect("audit lock")
     }
     fn read(&self) {
-        self.counts.lock().expect("audit lock").reads += 1;
+        self.lock().counts.reads += 1;
     }
     fn write(&self) {
-        self.counts.lock().expect("audit lock").writes += 1;
+        self.lock().counts.writes += 1;
+    }
+    fn claimed(&self, op: WriteOp, spec: &ClaimSpec, r: &Result<Option<WorkflowInstance>>) {
+        let mut st = self.lock();
+        let outcome = match r {
+            Ok(Some(inst)) => {
+                *st.counts.accepted.entry("claim".into()).or_insert(0) += 1;
+                let token = inst.claim_token.clone().unwrap_or_else(|| spec.token.clone());
+                st.claimed_run.insert(inst.workflow_id.clone(), (token, inst.retry_count));
+                AuditOutcome::Applied { revision: inst.revision }
+            }
+            Ok(None) => AuditOutcome::Missed,
+            Err(e) => AuditOutcome::Failed(e.to_string()),
+        };
+        let workflow_id = r.as_ref().ok().and_then(|i| i.as_ref()).map(|i| i.workflow_id.clone());
+        st.record(AuditedWrite {
+            op,
+            workflow_id,
+            guard: Some(spec.guard()),
+            kinds: vec![TransitionKind::Claim],
+            outcome,
+            completed_steps: Vec::new(),
+            run: None,
+        });
+    }
+    /// The run an accepted write under `guard` belongs to: the one claimed with that token,
+    /// else (or when asked to) read back from the store.
+    async fn run_of(&self, workflow_id: &str, guard: &Guard) -> u32 {
+        if !self.read_back {
+            let token = match guard {
+                Guard::Running { token } | Guard::Failing { token } | Guard::Token { token } => Some(token),
+                _ => None,
+            };
+            let known = self.lock().claimed_run.get(workflow_id).cloned();
+            if let (Some(token), Some((claimed, run))) = (token, known) {
+                if *token == claimed {
+                    return run;
+                }
+            }
+        }
+        self.inner.get(workflow_id).await.ok().flatten().map_or(0, |i| i.retry_count)
     }
 }
 
+/// The kinds of a transition, in fusion order.
+fn kinds_of(transition: &Transition) -> Vec<TransitionKind> {
+    transition.kinds.clone()
+}
+
 #[async_trait::async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl WorkflowStore for AuditStore {
     async fn create(&self, instance: WorkflowInstance) -> Result<CreateOutcome> {
         self.write();
-        self.inner.create(instance).await
+        let workflow_id = instance.workflow_id.clone();
+        let r = self.inner.create(instance).await;
+        let (workflow_id, outcome) = match &r {
+            Ok(CreateOutcome::Created(i)) => (i.workflow_id.clone(), AuditOutcome::Applied { revision: i.revision }),
+            Ok(CreateOutcome::Exists(i)) => (i.workflow_id.clone(), AuditOutcome::Missed),
+            Err(e) => (workflow_id, AuditOutcome::Failed(e.to_string())),
+        };
+        self.lock().record(AuditedWrite {
+            op: WriteOp::Create,
+            workflow_id: Some(workflow_id),
+            guard: None,
+            kinds: vec![TransitionKind::Create],
+            outcome,
+            completed_steps: Vec::new(),
+            run: None,
+        });
+        r
     }
     async fn get(&self, workflow_id: &str) -> Result<Option<WorkflowInstance>> {
         self.read();
@@ -548,31 +855,50 @@ impl WorkflowStore for AuditStore {
     async fn claim(&self, workflow_id: &str, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
         self.write();
         let r = self.inner.claim(workflow_id, spec).await;
-        if matches!(r, Ok(Some(_))) {
-            *self.counts.lock().expect("audit lock").accepted.entry("claim".into()).or_insert(0) += 1;
-        }
+        self.claimed(WriteOp::Claim, spec, &r);
         r
     }
     async fn claim_any(&self, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
         self.write();
         let r = self.inner.claim_any(spec).await;
-        if matches!(r, Ok(Some(_))) {
-            *self.counts.lock().expect("audit lock").accepted.entry("claim".into()).or_insert(0) += 1;
-        }
+        self.claimed(WriteOp::ClaimAny, spec, &r);
         r
     }
     async fn apply(&self, workflow_id: &str, guard: &Guard, transition: &Transition) -> Result<WriteOutcome> {
         self.write();
         let r = self.inner.apply(workflow_id, guard, transition).await;
-        if let Ok(WriteOutcome::Applied { .. }) = r {
-            // The run of the completion is read back from the store, not taken from the engine.
-            let run = self.inner.get(workflow_id).await.ok().flatten().map_or(0, |i| i.retry_count);
-            let mut c = self.counts.lock().expect("audit lock");
-            for step in transition.completed_steps() {
-                *c.completions.entry((workflow_id.to_string(), run, step)).or_insert(0) += 1;
+        let mut entry = AuditedWrite {
+            op: WriteOp::Apply,
+            workflow_id: Some(workflow_id.to_string()),
+            guard: Some(guard.clone()),
+            kinds: kinds_of(transition),
+            outcome: AuditOutcome::Missed,
+            completed_steps: Vec::new(),
+            run: None,
+        };
+        match &r {
+            Ok(WriteOutcome::Applied { revision }) => {
+                // The run of a completion comes from the store (its claim, or the document),
+                // not from the engine.
+                let completed: Vec<u32> = transition.completed_steps().collect();
+                let run =
+                    if completed.is_empty() && !self.read_back { 0 } else { self.run_of(workflow_id, guard).await };
+                let mut st = self.lock();
+                for step in &completed {
+                    *st.counts.completions.entry((workflow_id.to_string(), run, *step)).or_insert(0) += 1;
+                }
+                let label = format!("{:?}", transition.kinds);
+                *st.counts.accepted.entry(label).or_insert(0) += 1;
+                entry.outcome = AuditOutcome::Applied { revision: *revision };
+                entry.run = (!completed.is_empty()).then_some(run);
+                entry.completed_steps = completed;
+                st.record(entry);
             }
-            let label = format!("{:?}", transition.kinds);
-            *c.accepted.entry(label).or_insert(0) += 1;
+            Ok(WriteOutcome::Missed) => self.lock().record(entry),
+            Err(e) => {
+                entry.outcome = AuditOutcome::Failed(e.to_string());
+                self.lock().record(entry);
+            }
         }
         r
     }
@@ -619,6 +945,7 @@ impl TakeoverPause {
 }
 
 #[async_trait::async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl WorkflowStore for TakeoverPause {
     async fn create(&self, instance: WorkflowInstance) -> Result<CreateOutcome> {
         self.inner.create(instance).await

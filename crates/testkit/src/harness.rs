@@ -1,9 +1,39 @@
 //! A wired in-memory world, a driver that runs engines to quiescence in simulated time, and
 //! the crash-window sweep.
+//!
+//! [`World::drive`] runs one engine and reports how every claim ended;
+//! [`World::drive_all`] runs several engines side by side on the same ports, so a test can
+//! see them share the work:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! use kernel_core::engine::ClaimEnd;
+//! use kernel_core::{ActivityContext, Definition, StartRequest, StepDef, StepOutcome, WorkflowStatus};
+//! use testkit::harness::World;
+//!
+//! let world = World::new(1);
+//! let def = || {
+//!     Definition::builder("t")
+//!         .step(StepDef::new("a", |_c: ActivityContext| async { Ok(StepOutcome::complete(serde_json::json!(1))) }))
+//!         .build()
+//!         .unwrap()
+//! };
+//! let (a, b) = (world.engine("A", vec![def()]), world.engine("B", vec![def()]));
+//! for i in 0..4 {
+//!     let req = StartRequest::new("t", format!("b-{i}"), serde_json::json!({})).workflow_id(format!("wf-{i}"));
+//!     a.publisher().start_or_resume(req).await.unwrap();
+//! }
+//! let report = world.drive_all(&[&a, &b]).await.unwrap();
+//! assert_eq!(report.claims(), 4);
+//! assert!(report.claims_by("A") > 0 && report.claims_by("B") > 0);
+//! assert_eq!(report.last_end("wf-0"), Some(&ClaimEnd::Terminal(WorkflowStatus::Completed)));
+//! # }
+//! ```
 
 use crate::faults::{AuditStore, CrashPlan, CrashPorts, CrashSwitch};
 use crate::memory::*;
-use kernel_core::engine::{Engine, EngineConfig, Ports, RoundOutcome};
+use kernel_core::engine::{ClaimEnd, Engine, EngineConfig, Ports, RoundOutcome};
 use kernel_core::model::*;
 use kernel_core::ports::*;
 use kernel_core::{Definition, Result};
@@ -96,8 +126,82 @@ pub fn test_config(worker_id: &str) -> EngineConfig {
     EngineConfig { worker_id: worker_id.to_string(), ..EngineConfig::default() }
 }
 
-/// Lists every instance of a durable store (test inspection, not a port).
-pub type Lister = Arc<dyn Fn() -> BoxFuture<'static, Result<Vec<WorkflowInstance>>> + Send + Sync>;
+/// Lists every instance of a durable store (test inspection, not a port). Its future is
+/// `Send`, so a drive can run on a multi-threaded runtime or be spawned.
+pub type Lister = Arc<dyn Fn() -> futures::future::BoxFuture<'static, Result<Vec<WorkflowInstance>>> + Send + Sync>;
+
+/// One claim a drive ran: who ran it, on which instance, and how it ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrivenClaim {
+    /// The engine's `worker_id`.
+    pub worker_id: String,
+    /// The instance claimed.
+    pub workflow_id: String,
+    /// How the claim ended (K-6.5): a zombie's fenced write shows as [`ClaimEnd::ClaimLost`].
+    pub end: ClaimEnd,
+}
+
+/// What a drive did: every claim in the order it ended.
+///
+/// ```
+/// use kernel_core::engine::ClaimEnd;
+/// use testkit::harness::{DriveReport, DrivenClaim};
+/// let report = DriveReport::from(vec![DrivenClaim {
+///     worker_id: "A".into(),
+///     workflow_id: "wf-1".into(),
+///     end: ClaimEnd::ClaimLost,
+/// }]);
+/// assert_eq!(report.claims(), 1);
+/// assert_eq!(report.ends_of("wf-1"), vec![ClaimEnd::ClaimLost]);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DriveReport {
+    claims: Vec<DrivenClaim>,
+}
+
+impl From<Vec<DrivenClaim>> for DriveReport {
+    fn from(claims: Vec<DrivenClaim>) -> Self {
+        DriveReport { claims }
+    }
+}
+
+impl DriveReport {
+    /// How many claims ran (what `drive` used to return).
+    pub fn claims(&self) -> usize {
+        self.claims.len()
+    }
+    /// Same as [`claims`](Self::claims).
+    pub fn len(&self) -> usize {
+        self.claims.len()
+    }
+    /// Whether no claim ran.
+    pub fn is_empty(&self) -> bool {
+        self.claims.is_empty()
+    }
+    /// Every claim, in the order it ended.
+    pub fn records(&self) -> &[DrivenClaim] {
+        &self.claims
+    }
+    /// The ends of one instance's claims, in order.
+    pub fn ends_of(&self, workflow_id: &str) -> Vec<ClaimEnd> {
+        self.claims.iter().filter(|c| c.workflow_id == workflow_id).map(|c| c.end.clone()).collect()
+    }
+    /// How the last claim of an instance ended.
+    pub fn last_end(&self, workflow_id: &str) -> Option<&ClaimEnd> {
+        self.claims.iter().rev().find(|c| c.workflow_id == workflow_id).map(|c| &c.end)
+    }
+    /// Claims run by one engine.
+    pub fn claims_by(&self, worker_id: &str) -> usize {
+        self.claims.iter().filter(|c| c.worker_id == worker_id).count()
+    }
+    /// Claims that ended as `end`.
+    pub fn count(&self, end: &ClaimEnd) -> usize {
+        self.claims.iter().filter(|c| &c.end == end).count()
+    }
+}
+
+/// A stop condition of a drive, checked between rounds.
+pub type StopFn<'a> = &'a (dyn Fn() -> bool + Send + Sync);
 
 /// Every adapter of a test, wired: in-memory by default, or with another durable store and
 /// inbox ([`World::with_durable`]) so the same harness runs against a real database.
@@ -263,21 +367,56 @@ impl World {
     /// Run `engine` to quiescence: maintenance, scheduling rounds until idle, then move the
     /// clock to the next `claimable_time` of a non-terminal instance; stop when there is
     /// none, when `stop` says so, or after `iterations_max` passes.
-    pub async fn drive_until(&self, engine: &Engine, iterations_max: usize, stop: &dyn Fn() -> bool) -> Result<usize> {
-        let mut claims = 0;
+    pub async fn drive_until(&self, engine: &Engine, iterations_max: usize, stop: StopFn<'_>) -> Result<DriveReport> {
+        self.drive_all_until(&[engine], iterations_max, stop).await
+    }
+
+    /// [`drive_until`](Self::drive_until) without a stop condition, 10 000 passes at most.
+    /// The report lists every claim's end; `report.claims()` is the old count.
+    pub async fn drive(&self, engine: &Engine) -> Result<DriveReport> {
+        self.drive_until(engine, 10_000, &|| false).await
+    }
+
+    /// Several engines on this world's ports, concurrently in simulated time: each pass
+    /// runs every engine's maintenance and scheduling rounds side by side (one claim each in
+    /// turn), and the clock moves only when all are idle, as in [`drive`](Self::drive).
+    /// The report says which engine ran which claim.
+    pub async fn drive_all(&self, engines: &[&Engine]) -> Result<DriveReport> {
+        self.drive_all_until(engines, 10_000, &|| false).await
+    }
+
+    /// [`drive_all`](Self::drive_all) with a stop condition and a pass limit.
+    pub async fn drive_all_until(
+        &self,
+        engines: &[&Engine],
+        iterations_max: usize,
+        stop: StopFn<'_>,
+    ) -> Result<DriveReport> {
+        let mut report = DriveReport::default();
+        // One engine never yields between rounds, so a single drive interleaves with other
+        // tasks exactly as it always has; several take turns claim by claim.
+        let take_turns = engines.len() > 1;
         for _ in 0..iterations_max {
             if stop() {
-                return Ok(claims);
+                return Ok(report);
             }
-            engine.maintain().await?;
-            loop {
-                if stop() {
-                    return Ok(claims);
+            let passes = engines.iter().map(|e| Self::pass(e, stop, take_turns));
+            let mut stopped = false;
+            let mut failed = None;
+            for (claims, r) in futures::future::join_all(passes).await {
+                report.claims.extend(claims);
+                match r {
+                    Ok(s) => stopped |= s,
+                    Err(e) => {
+                        failed.get_or_insert(e);
+                    }
                 }
-                match engine.tick().await? {
-                    RoundOutcome::Ran { .. } => claims += 1,
-                    _ => break,
-                }
+            }
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            if stopped {
+                return Ok(report);
             }
             let now = self.now();
             let all = self.instances().await?;
@@ -291,15 +430,34 @@ impl World {
             match next {
                 _ if due_now => self.clock.advance(1),
                 Some(t) => self.clock.set(t),
-                None => return Ok(claims),
+                None => return Ok(report),
             }
         }
-        Ok(claims)
+        Ok(report)
     }
 
-    /// [`drive_until`](Self::drive_until) without a stop condition, 10 000 passes at most.
-    pub async fn drive(&self, engine: &Engine) -> Result<usize> {
-        self.drive_until(engine, 10_000, &|| false).await
+    /// One engine's pass: maintenance, then rounds until idle. Returns the claims it ran and
+    /// whether `stop` cut it short.
+    async fn pass(engine: &Engine, stop: StopFn<'_>, take_turns: bool) -> (Vec<DrivenClaim>, Result<bool>) {
+        let mut claims = Vec::new();
+        if let Err(e) = engine.maintain().await {
+            return (claims, Err(e));
+        }
+        loop {
+            if stop() {
+                return (claims, Ok(true));
+            }
+            match engine.tick().await {
+                Ok(RoundOutcome::Ran { workflow_id, end }) => {
+                    claims.push(DrivenClaim { worker_id: engine.config().worker_id.clone(), workflow_id, end });
+                    if take_turns {
+                        tokio::task::yield_now().await;
+                    }
+                }
+                Ok(_) => return (claims, Ok(false)),
+                Err(e) => return (claims, Err(e)),
+            }
+        }
     }
 }
 

@@ -113,14 +113,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let defs = || vec![order(outbox.clone())];
     let dispatch = |id: &str, engine: &Engine| {
         let config = DispatchConfig { dispatcher_id: id.into(), ..DispatchConfig::default() };
-        Dispatch::new(
-            outbox.clone(),
-            candidates.clone(),
-            engine.publisher(),
-            world.clock.clone(),
-            world.ids.clone(),
-            config,
-        )
+        Dispatch::builder()
+            .outbox(outbox.clone())
+            .candidates(candidates.clone())
+            .publisher(engine.publisher())
+            .clock(world.clock.clone())
+            .ids(world.ids.clone())
+            .config(config)
+            .build()
     };
     let mut objects = Vec::with_capacity(args.requests);
     let api_engine = world.engine("api", defs());

@@ -109,6 +109,74 @@ pub struct Signal {
     pub generation: u64,
 }
 
+impl Signal {
+    /// Start a signal of type `signal_type` to `workflow_id`; name the rest with the
+    /// builder's setters, so no two strings can trade places. `generation` defaults to 0
+    /// (the first wait); `wait_key` and `signal_id` are required — the id because retries
+    /// of one notification must reuse it.
+    ///
+    /// ```
+    /// use kernel_core::ports::Signal;
+    /// let s = Signal::builder("wf-1", "live_ready")
+    ///     .wait_key("live-7")
+    ///     .generation(2)
+    ///     .signal_id("live-ready:live-7:wf-1")
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!((s.wait_key.as_str(), s.generation), ("live-7", 2));
+    /// // A signal without an id cannot be retried safely: refused.
+    /// assert!(Signal::builder("wf-1", "live_ready").wait_key("live-7").build().is_err());
+    /// assert!(Signal::builder("wf-1", "live_ready").signal_id("s-1").build().is_err());
+    /// ```
+    pub fn builder(workflow_id: impl Into<String>, signal_type: impl Into<String>) -> SignalBuilder {
+        SignalBuilder {
+            signal: Signal {
+                signal_id: String::new(),
+                workflow_id: workflow_id.into(),
+                signal_type: signal_type.into(),
+                wait_key: String::new(),
+                generation: 0,
+            },
+        }
+    }
+}
+
+/// Builder of a [`Signal`], from [`Signal::builder`].
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `build`"]
+pub struct SignalBuilder {
+    signal: Signal,
+}
+
+impl SignalBuilder {
+    /// The stable id that every retry of this notification reuses (required).
+    pub fn signal_id(mut self, id: impl Into<String>) -> Self {
+        self.signal.signal_id = id.into();
+        self
+    }
+    /// The wait key the target waits on (required).
+    pub fn wait_key(mut self, key: impl Into<String>) -> Self {
+        self.signal.wait_key = key.into();
+        self
+    }
+    /// The wait generation the signal is meant for (K-9.6: another generation's signal
+    /// never wakes the wait).
+    pub fn generation(mut self, generation: u64) -> Self {
+        self.signal.generation = generation;
+        self
+    }
+    /// The signal, its identifiers checked by the identifier rule (K-2.0) that delivery
+    /// applies too.
+    pub fn build(self) -> Result<Signal> {
+        let s = self.signal;
+        crate::validate::identifier("signal_id", &s.signal_id)?;
+        crate::validate::identifier("workflow_id", &s.workflow_id)?;
+        crate::validate::identifier("signal_type", &s.signal_type)?;
+        crate::validate::identifier("wait_key", &s.wait_key)?;
+        Ok(s)
+    }
+}
+
 /// What a delivery did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeliverOutcome {

@@ -67,11 +67,18 @@ pub trait Permits: Send + Sync + 'static {
     /// Extends the owner's lease. When the permit was lost (its lease expired, or the
     /// backing store was flushed) the owner re-registers without a limit check and without
     /// counting a start: the activity is already running. The overshoot this allows is
-    /// bounded by one renewal interval (K-14). The default re-acquires, which adapters
-    /// without that distinction may keep.
-    async fn renew(&self, resource: &str, owner: &PermitOwner) -> Result<PermitDecision> {
-        self.acquire(resource, owner).await
-    }
+    /// bounded by one renewal interval (K-14). A renewal is never denied for capacity; an
+    /// error means the backing store could not be reached.
+    ///
+    /// There is no default body: a renewal that fell back to [`acquire`](Self::acquire)
+    /// would be a counted, limit-checked start, which is what this method must not be.
+    /// Every adapter and every decorator implements it.
+    ///
+    /// What the engine does with an error: the activity keeps running (a running activity
+    /// is never cancelled for a permit), the error is logged, and the next renewal is tried
+    /// one `permit_renew_ms` later. If the lease runs out meanwhile, the permit's slot is
+    /// free for others until a later renewal re-registers it — the bounded overshoot above.
+    async fn renew(&self, resource: &str, owner: &PermitOwner) -> Result<PermitDecision>;
 
     /// Give a permit back.
     ///
@@ -90,6 +97,9 @@ pub struct UnlimitedPermits;
 #[async_trait::async_trait]
 impl Permits for UnlimitedPermits {
     async fn acquire(&self, _resource: &str, _owner: &PermitOwner) -> Result<PermitDecision> {
+        Ok(PermitDecision::Granted { lease_ms: Millis::MAX / 4 })
+    }
+    async fn renew(&self, _resource: &str, _owner: &PermitOwner) -> Result<PermitDecision> {
         Ok(PermitDecision::Granted { lease_ms: Millis::MAX / 4 })
     }
     async fn release(&self, _resource: &str, _owner: &PermitOwner) -> Result<()> {

@@ -2,6 +2,7 @@
 
 mod bad_input;
 mod behaviour;
+mod harness;
 mod health;
 mod mocks;
 mod model;
