@@ -1,6 +1,6 @@
 //! Reads one workflow from the store named by `--store` (or `WFK_STORE`) and prints
-//! `workflow=<id> status=<status> revision=<revision>`, the store's own record (the truth,
-//! K-1.1). `--destroy` then deletes the deployment's data (drops the database, purges the
+//! `store=<kind> queue=<kind> workflow=<id> status=<status> revision=<revision>`, the
+//! store's own record (the truth, K-1.1). `--destroy` then deletes the deployment's data (drops the database, purges the
 //! key prefix): for throw-away deployments such as a test run.
 //!
 //! Run: `cargo run -p worker --bin status -- --store mongodb://127.0.0.1:27017/wfk --queue redis://127.0.0.1:6379 --workflow <id> [--destroy]`
@@ -24,10 +24,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let deployment = Deployment::from_urls(&urls, &QueueOptions::default()).await?;
     let instance = deployment.store.store.get(&workflow_id).await?;
-    let line = match &instance {
+    let record = match &instance {
         Some(i) => format!("workflow={} status={} revision={}", i.workflow_id, i.status.as_str(), i.revision),
         None => format!("workflow={workflow_id} status=absent revision=0"),
     };
+    let line = format!("{} {record}", deployment.describe());
     if destroy {
         deployment.destroy().await?;
     }
