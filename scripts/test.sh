@@ -19,6 +19,13 @@ if cargo tree -p kernel-examples -e normal --prefix none | grep -Eq '^(mongodb|r
   echo "the first demo's package must not depend on mongodb/redis/bson" >&2
   exit 1
 fi
+# No production build compiles test support: only dev-dependencies turn on a `testing`
+# feature (queue-redis's test_support, observer's conformance suite and fault decorator).
+if cargo tree --workspace -e normal,features --prefix none | grep -q 'feature "testing"'; then
+  echo "a production dependency enables a crate's \`testing\` feature:" >&2
+  cargo tree --workspace -e normal,features -i queue-redis -i observer >&2 || true
+  exit 1
+fi
 
 if command -v redis-cli >/dev/null 2>&1 && ! redis-cli -u "$REDIS_URL" ping >/dev/null 2>&1; then
   case "$REDIS_URL" in
@@ -80,3 +87,6 @@ if [ -n "${MONGODB_URI:-}" ]; then
   cargo run -q -p store-mongo --example live_summary_mongo >/dev/null
   echo "demo: live_summary on MongoDB ok"
 fi
+
+log "worker process (MongoDB + Redis + observer, separate publisher, SIGTERM)"
+bash scripts/worker-check.sh

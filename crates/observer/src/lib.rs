@@ -15,7 +15,9 @@
 //! - [`ObservationRepository`]: attempt rows upserted on `(biz_key, workflow_run,
 //!   step_name, attempt)` and one [`Snapshot`] per `biz_key` that accepts only revisions ≥
 //!   its own; [`InMemoryObservationRepository`] and, with the `mongo` feature,
-//!   `MongoObservationRepository`. Both run [`conformance`].
+//!   `MongoObservationRepository`. Both run the
+//!   repository conformance suite (`conformance`, with the `testing` feature, as is the
+//!   fault decorator `faults`).
 //! - [`repair_snapshots`] rebuilds snapshots of finished workflows from instances;
 //!   [`OpsView`] answers the ops queries without ever touching `workflow_instances`.
 //!
@@ -34,7 +36,9 @@
 //! # }
 //! ```
 
+#[cfg(feature = "testing")]
 pub mod conformance;
+#[cfg(feature = "testing")]
 pub mod faults;
 pub mod model;
 #[cfg(feature = "mongo")]

@@ -32,10 +32,9 @@
 //! use permit_redis::{PermitLimits, RedisPermits, RedisPermitsConfig};
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! let conn = redis::Client::open("redis://127.0.0.1:6379")?.get_connection_manager().await?;
 //! let config = RedisPermitsConfig::new("wfk", PermitLimits { max_concurrency: 4, max_starts_per_second: 0 })
 //!     .default_limits("asr", PermitLimits { max_concurrency: 8, max_starts_per_second: 2 });
-//! let permits = RedisPermits::new(conn, config)?;
+//! let permits = RedisPermits::from_url("redis://127.0.0.1:6379", config).await?;
 //! let owner = PermitOwner { workflow_id: "wf-1".into(), step: "transcribe".into(), claim_token: "c-9".into() };
 //! let resource = RedisPermits::tenant_resource("acme", "asr")?; // "tenant:acme:asr"
 //! if let PermitDecision::Granted { .. } = permits.acquire(&resource, &owner).await? {
@@ -49,10 +48,14 @@
 use kernel_core::model::Millis;
 use kernel_core::ports::{PermitDecision, PermitOwner, Permits};
 use kernel_core::{validate, Error, Result};
-use redis::aio::ConnectionManager;
+use redis::aio::ConnectionManagerConfig;
 use redis::Script;
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+/// The connection type [`RedisPermits::new`] takes, so callers need no `redis` dependency.
+pub use redis::aio::ConnectionManager;
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/acquire.lua")));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/release.lua")));
@@ -161,11 +164,35 @@ pub fn map_redis_error(e: redis::RedisError) -> Error {
     Error::Unavailable(format!("redis: {e}"))
 }
 
+/// How long one Redis call may take before it counts as failed (the permit then fails
+/// closed: the step is deferred).
+pub const RESPONSE_TIMEOUT_MS: u64 = 2_000;
+/// How long one connection attempt may take.
+pub const CONNECT_TIMEOUT_MS: u64 = 2_000;
+
+/// Open a reconnecting, multiplexed connection to `url` with bounded timeouts, so that a
+/// dead Redis makes acquires fail quickly instead of hanging a claim. A malformed URL is
+/// [`Error::InvalidInput`]; an unreachable server is [`Error::Unavailable`].
+pub async fn connect(url: &str) -> Result<ConnectionManager> {
+    let client = redis::Client::open(url).map_err(|e| Error::invalid("redis url", e))?;
+    let config = ConnectionManagerConfig::new()
+        .set_response_timeout(Some(Duration::from_millis(RESPONSE_TIMEOUT_MS)))
+        .set_connection_timeout(Some(Duration::from_millis(CONNECT_TIMEOUT_MS)))
+        .set_number_of_retries(2);
+    ConnectionManager::new_with_config(client, config).await.map_err(map_redis_error)
+}
+
 impl RedisPermits {
     /// Permits with `config`.
     pub fn new(conn: ConnectionManager, config: RedisPermitsConfig) -> Result<Self> {
         config.validate()?;
         Ok(RedisPermits { conn, config: Arc::new(config) })
+    }
+
+    /// Permits with `config` on a new connection to `url` (see [`connect`]).
+    pub async fn from_url(url: &str, config: RedisPermitsConfig) -> Result<Self> {
+        config.validate()?;
+        Self::new(connect(url).await?, config)
     }
 
     /// `tenant:<tenant>:<resource>`, the tenant-scoped name of a resource; it inherits

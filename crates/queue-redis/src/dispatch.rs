@@ -38,6 +38,12 @@ impl RedisDispatchCandidates {
         Ok(RedisDispatchCandidates { conn, key: format!("{prefix}:dispatch") })
     }
 
+    /// Candidates under `prefix` on a new connection to `url`; see
+    /// [`RedisConnection::open`](crate::RedisConnection::open) for the errors.
+    pub async fn from_url(url: &str, prefix: &str) -> Result<Self> {
+        crate::RedisConnection::open(url).await?.dispatch_candidates(prefix)
+    }
+
     /// Key of the ZSET.
     pub fn key(&self) -> &str {
         &self.key

@@ -44,6 +44,12 @@ impl RedisReadyQueue {
         })
     }
 
+    /// Lanes under `prefix` with the default weights (8:6:4:2) on a new connection to
+    /// `url`; see [`RedisConnection::open`](crate::RedisConnection::open) for the errors.
+    pub async fn from_url(url: &str, prefix: &str) -> Result<Self> {
+        crate::RedisConnection::open(url).await?.ready_queue(prefix, LaneWeights::default())
+    }
+
     /// Key of a lane's ZSET.
     pub fn lane_key(&self, p: Priority) -> &str {
         &self.lanes[p.index()]

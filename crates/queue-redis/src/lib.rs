@@ -15,14 +15,18 @@
 //! travel in `ARGV`; scripts are static and loaded once. On Redis Cluster use a hash-tagged
 //! prefix such as `{wfk}` so that all keys of one script share a slot.
 //!
+//! Each adapter is constructible from a URL ([`RedisReadyQueue::from_url`],
+//! [`RedisWakeup::from_url`], [`RedisDispatchCandidates::from_url`]); several adapters on one
+//! connection come from a [`RedisConnection`]. Neither needs the `redis` crate in the
+//! caller's manifest (its connection types are re-exported here).
+//!
 //! ```no_run
 //! use kernel_core::ports::ReadyQueue;
 //! use kernel_core::Priority;
-//! use queue_redis::{connect, LaneWeights, RedisReadyQueue};
+//! use queue_redis::RedisReadyQueue;
 //!
 //! # async fn demo() -> kernel_core::Result<()> {
-//! let conn = connect("redis://127.0.0.1:6379").await?;
-//! let queue = RedisReadyQueue::new(conn, "wfk", LaneWeights::default())?;
+//! let queue = RedisReadyQueue::from_url("redis://127.0.0.1:6379", "wfk").await?;
 //! queue.enqueue("wf-1", Priority::P1, 1_000).await?;
 //! assert_eq!(queue.pop_due(999).await?, None); // not due yet
 //! assert_eq!(queue.pop_due(1_000).await?.as_deref(), Some("wf-1"));
@@ -32,15 +36,18 @@
 
 mod dispatch;
 mod lanes;
+#[cfg(feature = "testing")]
 pub mod test_support;
 mod wakeup;
 
 pub use dispatch::{RedisDispatchCandidates, DISPATCH_BATCH_MAX};
 pub use lanes::{LaneWeights, RedisReadyQueue, BURST_MAX, LANE_WEIGHT_MAX};
+/// The connection types the constructors take, so callers need no `redis` dependency.
+pub use redis::{aio::ConnectionManager, Client};
 pub use wakeup::RedisWakeup;
 
 use kernel_core::{validate, Error, Result};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManagerConfig;
 use std::time::Duration;
 
 /// How long one Redis call may take before it counts as failed.
@@ -71,6 +78,94 @@ pub async fn connect_client(client: redis::Client) -> Result<ConnectionManager> 
         .set_number_of_retries(2);
     ConnectionManager::new_with_config(client, config).await.map_err(map_redis_error)
 }
+
+/// One Redis deployment: a client (it opens the wakeup's dedicated pub/sub connections)
+/// and one shared reconnecting connection with bounded timeouts (see [`connect`]). Cheap to
+/// clone; the adapters built from it share the connection.
+#[derive(Clone)]
+pub struct RedisConnection {
+    client: Client,
+    conn: ConnectionManager,
+}
+
+impl std::fmt::Debug for RedisConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisConnection").finish_non_exhaustive()
+    }
+}
+
+impl RedisConnection {
+    /// Connect to `url` (`redis://[user:password@]host[:port][/db]`, or `rediss://` where the
+    /// driver was built with TLS). A malformed URL is [`Error::InvalidInput`]; an unreachable
+    /// server is [`Error::Unavailable`].
+    pub async fn open(url: &str) -> Result<Self> {
+        let client = Client::open(url).map_err(|e| Error::invalid("redis url", e))?;
+        let conn = connect_client(client.clone()).await?;
+        Ok(RedisConnection { client, conn })
+    }
+
+    /// The client (opens further connections).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The shared connection.
+    pub fn connection(&self) -> &ConnectionManager {
+        &self.conn
+    }
+
+    /// Ready lanes under `prefix` with the given weights, on this connection.
+    pub fn ready_queue(&self, prefix: &str, weights: LaneWeights) -> Result<RedisReadyQueue> {
+        RedisReadyQueue::new(self.conn.clone(), prefix, weights)
+    }
+
+    /// The wakeup doorbell under `prefix`, publishing on this connection.
+    pub fn wakeup(&self, prefix: &str) -> Result<RedisWakeup> {
+        RedisWakeup::new(self.client.clone(), self.conn.clone(), prefix)
+    }
+
+    /// The dispatch candidates under `prefix`, on this connection.
+    pub fn dispatch_candidates(&self, prefix: &str) -> Result<RedisDispatchCandidates> {
+        RedisDispatchCandidates::new(self.conn.clone(), prefix)
+    }
+
+    /// Delete every key under `prefix` (`<prefix>:*`, found with `SCAN`, deleted in pages
+    /// of [`PURGE_PAGE`]) and return how many were deleted: the end of a throw-away
+    /// namespace, or the loss of the acceleration data a demo simulates. Never `FLUSHALL`:
+    /// other namespaces on the same server are untouched.
+    ///
+    /// # Contract
+    /// Not atomic: keys written under the prefix while it runs may survive. Idempotent.
+    pub async fn purge_prefix(&self, prefix: &str) -> Result<u64> {
+        check_prefix(prefix)?;
+        let mut conn = self.conn.clone();
+        let pattern = format!("{prefix}:*");
+        let mut cursor: u64 = 0;
+        let mut deleted = 0u64;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(PURGE_PAGE)
+                .query_async(&mut conn)
+                .await
+                .map_err(map_redis_error)?;
+            if !keys.is_empty() {
+                let n: u64 = redis::cmd("DEL").arg(&keys).query_async(&mut conn).await.map_err(map_redis_error)?;
+                deleted += n;
+            }
+            if next == 0 {
+                return Ok(deleted);
+            }
+            cursor = next;
+        }
+    }
+}
+
+/// Keys one `SCAN` page of [`RedisConnection::purge_prefix`] asks for (and one `DEL` takes).
+pub const PURGE_PAGE: usize = 500;
 
 /// Check a key prefix: the identifier rule of K-2.0.
 pub(crate) fn check_prefix(prefix: &str) -> Result<()> {

@@ -35,6 +35,12 @@ impl RedisWakeup {
         Ok(RedisWakeup { client, conn, channel: format!("{prefix}:wakeup") })
     }
 
+    /// The doorbell under `prefix` on a new connection to `url`; see
+    /// [`RedisConnection::open`](crate::RedisConnection::open) for the errors.
+    pub async fn from_url(url: &str, prefix: &str) -> Result<Self> {
+        crate::RedisConnection::open(url).await?.wakeup(prefix)
+    }
+
     /// The pub/sub channel.
     pub fn channel(&self) -> &str {
         &self.channel

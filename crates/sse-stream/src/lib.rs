@@ -42,7 +42,10 @@ pub use writer::RedisStreamSink;
 
 pub use kernel_core::ports::StreamKey;
 use kernel_core::{validate, Error, Result};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+/// The connection type [`RedisStreamSink::new`] and [`Forwarder::new`] take, so callers need no
+/// `redis` dependency.
+pub use redis::aio::ConnectionManager;
+use redis::aio::ConnectionManagerConfig;
 use std::time::Duration;
 
 /// How long one Redis call may take before it counts as failed.
@@ -125,7 +128,7 @@ pub fn map_redis_error(e: redis::RedisError) -> Error {
 
 /// Open a reconnecting, multiplexed connection with bounded timeouts.
 pub async fn connect(url: &str) -> Result<ConnectionManager> {
-    let client = redis::Client::open(url).map_err(map_redis_error)?;
+    let client = redis::Client::open(url).map_err(|e| Error::invalid("redis url", e))?;
     let config = ConnectionManagerConfig::new()
         .set_response_timeout(Some(Duration::from_millis(RESPONSE_TIMEOUT_MS)))
         .set_connection_timeout(Some(Duration::from_millis(CONNECT_TIMEOUT_MS)))

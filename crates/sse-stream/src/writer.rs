@@ -72,6 +72,12 @@ impl RedisStreamSink {
         Ok(RedisStreamSink { inner: Arc::new(Inner { conn, clock, config, streams: Mutex::new(HashMap::new()) }) })
     }
 
+    /// A sink with `config` on a new connection to `url` (see [`connect`](crate::connect)).
+    pub async fn from_url(url: &str, clock: Arc<DynClock>, config: StreamConfig) -> Result<Self> {
+        config.validate()?;
+        Self::new(crate::connect(url).await?, clock, config)
+    }
+
     /// The configuration.
     pub fn config(&self) -> &StreamConfig {
         &self.inner.config

@@ -11,8 +11,9 @@
 //!
 //! Backends: `memory` (default: every port in memory; the candidate index is flushed) or
 //! `mongo` (`MONGODB_URI`: instances, inbox and the business collection on MongoDB in a
-//! fresh database; candidates on a dedicated `redis-server` started on a free port and
-//! flushed once — the shared Redis is never flushed).
+//! fresh database; candidates on the Redis at `REDIS_URL`, default
+//! `redis://127.0.0.1:6379`, under a fresh key prefix whose keys are deleted once — the
+//! candidate index is lost — and at the end; nothing else on that Redis is touched).
 //!
 //! Run: `cargo run -p dispatch-recovery -- [--seed S] [--requests N] [--backend memory|mongo]`
 
@@ -20,10 +21,12 @@ use kernel_core::dispatch::{AcceptRequest, Dispatch, DispatchConfig};
 use kernel_core::ports::{DispatchStatus, DynCandidates, DynOutbox};
 use kernel_core::{Engine, Priority, StartRequest};
 use kernel_examples::workflows::{order, ORDER};
-use queue_redis::RedisDispatchCandidates;
+use queue_redis::RedisConnection;
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use serde_json::json;
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use store_mongo::{MongoConfig, MongoOutbox, MongoSignalInbox, MongoWorkflowStore, OutboxSchema};
 use testkit::harness::{Lister, World};
@@ -58,8 +61,8 @@ struct Backend {
     world: World,
     outbox: Arc<DynOutbox>,
     candidates: Arc<DynCandidates>,
-    flush: Box<dyn Fn()>,
-    cleanup: Option<(mongodb::Database, queue_redis::test_support::DedicatedRedis)>,
+    flush: Box<dyn Fn() -> Pin<Box<dyn Future<Output = ()>>>>,
+    cleanup: Option<(mongodb::Database, RedisConnection, String)>,
 }
 
 async fn backend(args: &Args) -> Result<Backend, Box<dyn std::error::Error>> {
@@ -70,7 +73,10 @@ async fn backend(args: &Args) -> Result<Backend, Box<dyn std::error::Error>> {
             world: World::new(args.seed),
             outbox: Arc::new(outbox),
             candidates: Arc::new(candidates),
-            flush: Box::new(move || c.flush()),
+            flush: Box::new(move || {
+                c.flush();
+                Box::pin(async {})
+            }),
             cleanup: None,
         });
     }
@@ -80,27 +86,30 @@ async fn backend(args: &Args) -> Result<Backend, Box<dyn std::error::Error>> {
     let store = MongoWorkflowStore::open(&db, MongoConfig::default()).await?;
     let inbox = MongoSignalInbox::open(&db, MongoConfig::default()).await?;
     let outbox = MongoOutbox::open(&db, OutboxSchema::default(), MongoConfig::default()).await?;
-    let redis =
-        queue_redis::test_support::DedicatedRedis::start("dispatch_recovery").ok_or("cannot start redis-server")?;
-    let candidates = RedisDispatchCandidates::new(queue_redis::connect(&redis.url).await?, "dispatch-demo")?;
+    // The server comes from the environment (started by the scripts), never from here.
+    let redis_url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let redis = RedisConnection::open(&redis_url).await?;
+    let prefix = format!("dispatch-demo-{stamp:x}");
+    let candidates = redis.dispatch_candidates(&prefix)?;
     let listed = store.clone();
     let lister: Lister = Arc::new(move || {
         let s = listed.clone();
         Box::pin(async move { s.list(100_000).await })
     });
-    let url = redis.url.clone();
-    let flush = Box::new(move || {
-        // Our own instance only.
-        if let Ok(mut c) = redis::Client::open(url.as_str()).and_then(|c| c.get_connection()) {
-            let _: redis::RedisResult<()> = redis::cmd("FLUSHALL").query(&mut c);
-        }
+    let (lost, lost_prefix) = (redis.clone(), prefix.clone());
+    let flush: Box<dyn Fn() -> Pin<Box<dyn Future<Output = ()>>>> = Box::new(move || {
+        // Our own prefix only.
+        let (lost, lost_prefix) = (lost.clone(), lost_prefix.clone());
+        Box::pin(async move {
+            let _ = lost.purge_prefix(&lost_prefix).await;
+        })
     });
     Ok(Backend {
         world: World::with_durable(args.seed, HashMap::new(), Arc::new(store), Arc::new(inbox), lister),
         outbox: Arc::new(outbox),
         candidates: Arc::new(candidates),
         flush,
-        cleanup: Some((db, redis)),
+        cleanup: Some((db, redis, prefix)),
     })
 }
 
@@ -168,7 +177,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         accepted_calls += 1;
         if i == args.requests / 2 {
-            (b.flush)(); // the candidate index is lost once
+            (b.flush)().await; // the candidate index is lost once
         }
         if i % 50 == 49 {
             world.clock.advance(1_000);
@@ -224,9 +233,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let v = env.verdict(&objects).await?;
     let (accepted, registered, duplicates, stuck, mismatch) =
         (v.accepted, v.registered, v.duplicate_instances, v.stuck_pending, v.input_mismatch);
-    if let Some((db, redis)) = b.cleanup {
+    if let Some((db, redis, prefix)) = b.cleanup {
         db.drop().await?;
-        drop(redis);
+        redis.purge_prefix(&prefix).await?;
     }
     println!(
         "dispatch: seed={} accepted={accepted} registered={registered} duplicate_instances={duplicates} stuck_pending={stuck} input_mismatch={mismatch} late_writes_rejected={late_writes_rejected} backend={}",

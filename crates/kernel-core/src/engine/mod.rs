@@ -18,11 +18,13 @@ mod effects;
 mod health;
 mod invoke;
 mod outcome;
+mod ports;
 mod publisher;
 mod signals;
 
 pub use config::EngineConfig;
 pub use health::{EngineHealth, MaintenancePass, WakeupState};
+pub use ports::{MissingPort, Ports, PortsBuilder};
 pub use publisher::{Publisher, PublisherBuilder, StartOutcome, StartRequest};
 
 use crate::definition::{Definition, DefinitionRegistry};
@@ -44,35 +46,6 @@ pub type PrepareContext = Arc<dyn Fn(&WorkflowInstance) -> std::result::Result<V
 /// Work that must happen after the running claims finished on a graceful shutdown, such as
 /// draining the observer (K-6.6).
 pub type ShutdownHook = Arc<dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
-
-/// The adapters an engine runs on.
-#[derive(Clone)]
-pub struct Ports {
-    /// Durable instances.
-    pub store: Arc<DynStore>,
-    /// Durable signal inbox.
-    pub inbox: Arc<DynInbox>,
-    /// Ready lanes.
-    pub queue: Arc<DynQueue>,
-    /// Wakeup doorbell.
-    pub wakeup: Arc<DynWakeup>,
-    /// Traffic permits.
-    pub permits: Arc<DynPermits>,
-    /// Time.
-    pub clock: Arc<DynClock>,
-    /// Tokens and jitter.
-    pub ids: Arc<DynIds>,
-    /// Ops projection.
-    pub observer: Arc<DynObservationSink>,
-    /// Client progress streams.
-    pub stream: Arc<DynStreamSink>,
-}
-
-impl std::fmt::Debug for Ports {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Ports")
-    }
-}
 
 /// What one scheduling round did.
 #[derive(Debug, Clone, PartialEq, Eq)]

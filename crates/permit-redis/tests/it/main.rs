@@ -6,6 +6,7 @@ mod bench_smoke;
 mod conformance;
 mod limits;
 mod loss;
+mod url;
 
 use kernel_core::model::Millis;
 use permit_redis::{PermitLimits, RedisPermits, RedisPermitsConfig};

@@ -4,6 +4,7 @@
 mod conformance;
 mod dispatch;
 mod lanes;
+mod url;
 mod wakeup;
 
 use queue_redis::test_support::{require_redis, TestKeys};

@@ -1,0 +1,53 @@
+//! The `mongodb://` store driver: instances, the signal inbox and the observation
+//! repository in one database.
+
+use crate::{ComposeError, Role, StoreHandle, StoreSide, Target};
+use std::sync::Arc;
+use store_mongo::{MongoConfig, MongoSignalInbox, MongoWorkflowStore};
+
+fn connect_error(
+    target: &Target,
+    what: &'static str,
+    e: impl std::error::Error + Send + Sync + 'static,
+) -> ComposeError {
+    ComposeError::Connect { role: Role::Store, url: crate::redact(&target.url), what, source: Box::new(e) }
+}
+
+pub(crate) async fn store(target: &Target) -> Result<StoreSide, ComposeError> {
+    let db =
+        store_mongo::connect(&target.url, &target.namespace).await.map_err(|e| connect_error(target, "connect", e))?;
+    let store = MongoWorkflowStore::open(&db, MongoConfig::default())
+        .await
+        .map_err(|e| connect_error(target, "open the store", e))?;
+    let inbox = MongoSignalInbox::open(&db, MongoConfig::default())
+        .await
+        .map_err(|e| connect_error(target, "open the inbox", e))?;
+    Ok(StoreSide {
+        store: Arc::new(store),
+        inbox: Arc::new(inbox),
+        scheme: target.scheme,
+        handle: StoreHandle::Mongo(db),
+    })
+}
+
+pub(crate) async fn observation_repository(
+    db: &mongodb::Database,
+) -> Result<Arc<observer::DynRepository>, ComposeError> {
+    let repo = observer::MongoObservationRepository::open(db).await.map_err(|e| ComposeError::Connect {
+        role: Role::Store,
+        url: format!("database {}", db.name()),
+        what: "open the observation repository",
+        source: Box::new(e),
+    })?;
+    Ok(Arc::new(repo))
+}
+
+pub(crate) async fn destroy(db: mongodb::Database) -> Result<(), ComposeError> {
+    let name = db.name().to_string();
+    db.drop().await.map_err(|e| ComposeError::Connect {
+        role: Role::Store,
+        url: format!("database {name}"),
+        what: "drop the database",
+        source: Box::new(e),
+    })
+}

@@ -1,0 +1,8 @@
+//! Integration tests of the composition root: the ports builder, `memory:` end to end,
+//! the URL flags, connection errors, and (with `MONGODB_URI` and `REDIS_URL`) a real
+//! deployment built from URLs.
+
+mod live;
+mod memory;
+mod ports;
+mod urls;

@@ -1,0 +1,28 @@
+//! Permits from a URL.
+
+use kernel_core::ports::{PermitDecision, PermitOwner, Permits};
+use kernel_core::Error;
+use permit_redis::{RedisPermits, RedisPermitsConfig};
+use queue_redis::test_support::{require_redis, TestKeys};
+
+#[tokio::test]
+async fn permits_from_a_url_enforce_their_limits() {
+    let Some(url) = require_redis("permits_from_a_url_enforce_their_limits") else { return };
+    let keys = TestKeys::new(&url, "permits_from_url");
+    let permits =
+        RedisPermits::from_url(&url, RedisPermitsConfig::new(keys.prefix.clone(), crate::limits(1, 0))).await.unwrap();
+    let owner = |w: &str| PermitOwner { workflow_id: w.into(), step: "s".into(), claim_token: "c".into() };
+    assert!(matches!(permits.acquire("r", &owner("a")).await.unwrap(), PermitDecision::Granted { .. }));
+    assert!(!matches!(permits.acquire("r", &owner("b")).await.unwrap(), PermitDecision::Granted { .. }));
+    permits.release("r", &owner("a")).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_malformed_url_or_config_is_invalid_input() {
+    let config = || RedisPermitsConfig::new("p", crate::limits(1, 0));
+    let e = RedisPermits::from_url("nope", config()).await.unwrap_err();
+    assert!(matches!(e, Error::InvalidInput { ref field, .. } if field == "redis url"), "{e:?}");
+    // The configuration is checked before any connection is made.
+    let e = RedisPermits::from_url("redis://127.0.0.1:1", config().lease_ms(0)).await.unwrap_err();
+    assert!(matches!(e, Error::InvalidInput { ref field, .. } if field == "lease_ms"), "{e:?}");
+}

@@ -1,0 +1,27 @@
+//! The stream sink from a URL.
+
+use kernel_core::ports::{DynClock, Frame, StreamKey, StreamSink, SystemClock};
+use kernel_core::Error;
+use queue_redis::test_support::{require_redis, TestKeys};
+use sse_stream::{RedisStreamSink, StreamConfig};
+use std::sync::Arc;
+
+#[tokio::test]
+async fn a_sink_from_a_url_appends_under_its_prefix() {
+    let Some(url) = require_redis("a_sink_from_a_url_appends_under_its_prefix") else { return };
+    let keys = TestKeys::new(&url, "sink_from_url");
+    let clock: Arc<DynClock> = Arc::new(SystemClock);
+    let sink = RedisStreamSink::from_url(&url, clock, StreamConfig::with_prefix(&keys.prefix)).await.unwrap();
+    let key = StreamKey { object_id: "o".into(), workflow_id: "w".into(), fencing_token: "f".into() };
+    sink.reset(&key).await.unwrap();
+    sink.append(&key, Frame::Control(serde_json::json!({ "phase": "x" }))).await.unwrap();
+    sink.flush_all().await.unwrap();
+    assert!(!keys.keys().is_empty(), "frames live under the URL sink's prefix");
+}
+
+#[tokio::test]
+async fn a_malformed_url_is_invalid_input() {
+    let clock: Arc<DynClock> = Arc::new(SystemClock);
+    let e = RedisStreamSink::from_url("nope", clock, StreamConfig::with_prefix("p")).await.unwrap_err();
+    assert!(matches!(e, Error::InvalidInput { ref field, .. } if field == "redis url"), "{e:?}");
+}
