@@ -18,7 +18,7 @@ use crate::definition::{Definition, DefinitionRegistry};
 use crate::error::{Error, Result};
 use crate::model::{Millis, Priority, WorkflowInstance};
 use crate::ports::*;
-use crate::transition::{Guard, Transition, TransitionKind};
+use crate::transition::{Guard, KindAt, Transition, TransitionKind};
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -539,18 +539,18 @@ pub(crate) async fn enqueue_and_wake(inner: &Inner, workflow_id: &str, priority:
 
 /// Emit one observation per logical transition of a committed write (K-15).
 pub(crate) fn observe(inner: &Inner, inst: &WorkflowInstance, t: &Transition, revision: u64, token: Option<&str>) {
-    for (i, kind) in t.kinds.iter().enumerate() {
+    for &KindAt { kind, step } in t.kinds_at() {
         if matches!(kind, TransitionKind::Heartbeat) {
             continue;
         }
-        let step = t.kind_steps.get(i).copied().flatten().and_then(|s| inst.steps.get(s as usize));
+        let step = step.and_then(|s| inst.steps.get(s as usize));
         inner.ports.observer.emit(Observation {
             workflow_id: inst.workflow_id.clone(),
             biz_key: inst.biz_key.clone(),
             workflow_type: inst.workflow_type.clone(),
             workflow_run: inst.retry_count,
             revision,
-            kind: *kind,
+            kind,
             status: inst.status,
             step_name: step.map(|s| s.name.clone()),
             attempt: step.map_or(0, |s| s.attempt),

@@ -5,11 +5,11 @@ use serde::{Deserialize, Serialize};
 /// One committed transition, for the ops projection (K-15). Never drives execution.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Observation {
-    /// Instance.
+    /// The instance written.
     pub workflow_id: String,
-    /// Business key.
+    /// Its permanent idempotency key, so ops views can search by business object.
     pub biz_key: String,
-    /// Type.
+    /// Its definition type.
     pub workflow_type: String,
     /// `workflow_run = retry_count`.
     pub workflow_run: u32,

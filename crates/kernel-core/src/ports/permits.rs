@@ -5,11 +5,12 @@ use crate::validate;
 /// Who holds a permit: `workflow_id + step + claim_token` (K-14).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PermitOwner {
-    /// Instance.
+    /// The instance whose activity holds the permit.
     pub workflow_id: String,
-    /// Step name.
+    /// The step whose activity holds it (a document key, K-2.0).
     pub step: String,
-    /// Current claim.
+    /// The claim under which the activity runs: a later claim of the same step is a new
+    /// owner, so a zombie's permit is never mistaken for its successor's.
     pub claim_token: String,
 }
 
