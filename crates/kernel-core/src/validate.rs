@@ -9,7 +9,7 @@
 //! [`Guard::validate`](crate::transition::Guard::validate) (store `apply`),
 //! [`ClaimSpec::validate`](crate::ports::ClaimSpec::validate) (store `claim`),
 //! [`SignalRecord::validate`](crate::ports::SignalRecord::validate) (inbox `insert`) and
-//! [`AcceptRequest::validate`](crate::ports::AcceptRequest::validate) (outbox `accept`).
+//! [`OutboxAccept::validate`](crate::ports::OutboxAccept::validate) (outbox `accept`).
 //! A refusal is [`Error::InvalidInput`] and nothing is written.
 //!
 //! ```
@@ -266,7 +266,7 @@ mod tests {
         fn k2_0_accept_request_validate() {
             let intent = DispatchIntent::pending("summary", "biz:1", "f1", json!({}), Priority::P2, 0);
             let fields = json!({"title": "x"});
-            let req = AcceptRequest { object_id: "doc-1", fields: &fields, initial_status: "new", intent: &intent };
+            let req = OutboxAccept { object_id: "doc-1", fields: &fields, initial_status: "new", intent: &intent };
             assert!(req.validate(MAX).is_ok());
             let dollar = json!({"$set": 1});
             let dotted = json!({"a.b": 1});
@@ -275,16 +275,16 @@ mod tests {
             let bad_token = DispatchIntent { fencing_token: "f\0".into(), ..intent.clone() };
             let bad_biz = DispatchIntent { biz_key: String::new(), ..intent.clone() };
             let bad_input = DispatchIntent { input: Some(big()), ..intent.clone() };
-            let cases: Vec<(AcceptRequest<'_>, &str)> = vec![
-                (AcceptRequest { object_id: "", ..req }, "object_id"),
-                (AcceptRequest { initial_status: "n\0", ..req }, "initial_status"),
-                (AcceptRequest { fields: &dollar, ..req }, "fields"),
-                (AcceptRequest { fields: &dotted, ..req }, "fields"),
-                (AcceptRequest { fields: &oversize, ..req }, "fields"),
-                (AcceptRequest { fields: &array, ..req }, "fields"),
-                (AcceptRequest { intent: &bad_token, ..req }, "fencing_token"),
-                (AcceptRequest { intent: &bad_biz, ..req }, "biz_key"),
-                (AcceptRequest { intent: &bad_input, ..req }, "workflow_dispatch.input"),
+            let cases: Vec<(OutboxAccept<'_>, &str)> = vec![
+                (OutboxAccept { object_id: "", ..req }, "object_id"),
+                (OutboxAccept { initial_status: "n\0", ..req }, "initial_status"),
+                (OutboxAccept { fields: &dollar, ..req }, "fields"),
+                (OutboxAccept { fields: &dotted, ..req }, "fields"),
+                (OutboxAccept { fields: &oversize, ..req }, "fields"),
+                (OutboxAccept { fields: &array, ..req }, "fields"),
+                (OutboxAccept { intent: &bad_token, ..req }, "fencing_token"),
+                (OutboxAccept { intent: &bad_biz, ..req }, "biz_key"),
+                (OutboxAccept { intent: &bad_input, ..req }, "workflow_dispatch.input"),
             ];
             for (r, field) in cases {
                 assert_eq!(field_of(r.validate(MAX)), field, "{r:?}");

@@ -109,7 +109,7 @@ pub struct DispatchRecord {
 /// The arguments of [`DispatchOutbox::accept`], borrowed, with the one check every outbox
 /// adapter runs before writing.
 #[derive(Debug, Clone, Copy)]
-pub struct AcceptRequest<'a> {
+pub struct OutboxAccept<'a> {
     /// The new business object's id (K-2.0 identifier).
     pub object_id: &'a str,
     /// The user's fields: a JSON object whose keys are document keys.
@@ -120,7 +120,7 @@ pub struct AcceptRequest<'a> {
     pub intent: &'a DispatchIntent,
 }
 
-impl AcceptRequest<'_> {
+impl OutboxAccept<'_> {
     /// The K-2.0 check of an accept: `object_id` and `initial_status` are identifiers;
     /// `fields` is a JSON object whose top-level keys are document keys
     /// ([`validate::key_name`]: no `$` prefix, no `.`) and whose serialized size is at most
@@ -131,17 +131,17 @@ impl AcceptRequest<'_> {
     ///
     /// ```
     /// use kernel_core::model::Priority;
-    /// use kernel_core::ports::{AcceptRequest, DispatchIntent};
+    /// use kernel_core::ports::{OutboxAccept, DispatchIntent};
     /// use kernel_core::validate::STORE_PAYLOAD_BYTES_MAX;
     /// let intent = DispatchIntent::pending("summary", "biz:1", "f1", serde_json::json!({}), Priority::P2, 0);
     /// let fields = serde_json::json!({"title": "x"});
-    /// let req = AcceptRequest { object_id: "doc-1", fields: &fields, initial_status: "new", intent: &intent };
+    /// let req = OutboxAccept { object_id: "doc-1", fields: &fields, initial_status: "new", intent: &intent };
     /// assert!(req.validate(STORE_PAYLOAD_BYTES_MAX).is_ok());
     /// let bad = serde_json::json!({"$set": 1});
-    /// assert!(AcceptRequest { fields: &bad, ..req }.validate(STORE_PAYLOAD_BYTES_MAX).is_err());
+    /// assert!(OutboxAccept { fields: &bad, ..req }.validate(STORE_PAYLOAD_BYTES_MAX).is_err());
     /// ```
     pub fn validate(&self, payload_bytes_max: usize) -> Result<()> {
-        let AcceptRequest { object_id, fields, initial_status, intent } = *self;
+        let OutboxAccept { object_id, fields, initial_status, intent } = *self;
         validate::identifier("object_id", object_id)?;
         validate::identifier("initial_status", initial_status)?;
         let Value::Object(map) = fields else { return Err(Error::invalid("fields", "must be a JSON object")) };
@@ -172,7 +172,7 @@ pub trait DispatchOutbox: Send + Sync + 'static {
     /// # Contract
     /// One atomic insert of fields + status + intent, unique on `object_id`; an existing
     /// object is left untouched (`Exists`). A request refused by
-    /// [`AcceptRequest::validate`] (K-2.0, payload limit) is
+    /// [`OutboxAccept::validate`] (K-2.0, payload limit) is
     /// [`Error::InvalidInput`](crate::Error::InvalidInput) and nothing is written.
     async fn accept(
         &self,

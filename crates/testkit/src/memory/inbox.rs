@@ -28,10 +28,8 @@ impl InMemoryInbox {
 #[async_trait::async_trait]
 impl SignalInbox for InMemoryInbox {
     async fn insert(&self, record: SignalRecord) -> Result<InsertOutcome> {
-        validate::identifier("signal_id", &record.signal_id)?;
-        validate::identifier("workflow_id", &record.workflow_id)?;
-        validate::identifier("signal_type", &record.signal_type)?;
-        validate::identifier("wait_key", &record.wait_key)?;
+        // The shared K-2.0 rule, so this fake refuses exactly what a real inbox refuses.
+        record.validate()?;
         let mut r = self.records.lock().expect("inbox lock");
         if let Some(existing) = r.get(&record.signal_id) {
             return Ok(InsertOutcome::Duplicate(existing.clone()));

@@ -114,11 +114,10 @@ impl DispatchOutbox for InMemoryOutbox {
         initial_status: &str,
         intent: DispatchIntent,
     ) -> Result<AcceptOutcome> {
-        validate::identifier("object_id", object_id)?;
+        // The shared K-2.0 rule, so this fake refuses exactly what a real outbox refuses.
+        OutboxAccept { object_id, fields: &fields, initial_status, intent: &intent }
+            .validate(validate::STORE_PAYLOAD_BYTES_MAX)?;
         let Value::Object(fields) = fields else { return Err(Error::invalid("fields", "must be a JSON object")) };
-        for k in fields.keys() {
-            validate::key_name("fields", k)?;
-        }
         let mut st = self.state.lock().expect("outbox lock");
         if st.objects.contains_key(object_id) {
             return Ok(AcceptOutcome::Exists);
@@ -250,6 +249,9 @@ impl DispatchOutbox for InMemoryOutbox {
         next: DispatchIntent,
         initial_status: &str,
     ) -> Result<bool> {
+        validate::identifier("fencing_token", prev)?;
+        validate::identifier("initial_status", initial_status)?;
+        next.validate(validate::STORE_PAYLOAD_BYTES_MAX)?;
         Ok(self
             .with(object_id, |o| {
                 let failed = o.status.as_deref() == Some(self.failed_status.as_str())
