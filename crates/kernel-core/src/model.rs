@@ -415,7 +415,10 @@ impl WorkflowInstance {
         for (i, s) in steps.iter().enumerate() {
             validate::key_name(&format!("steps[{i}].name"), &s.name)?;
             if !names.insert(s.name.as_str()) {
-                return Err(Error::invalid(format!("steps[{i}].name"), format_args!("duplicate step name `{}`", s.name)));
+                return Err(Error::invalid(
+                    format!("steps[{i}].name"),
+                    format_args!("duplicate step name `{}`", s.name),
+                ));
             }
             if let Some(c) = &s.checkpoint {
                 validate::payload(&format!("steps[{i}].checkpoint"), c, payload_bytes_max)?;

@@ -290,6 +290,31 @@ mod tests {
                 assert_eq!(field_of(r.validate(MAX)), field, "{r:?}");
             }
         }
+
+        #[test]
+        fn k2_0_dispatch_accept_request_validate() {
+            use crate::dispatch::AcceptRequest;
+            let req = AcceptRequest {
+                object_id: "doc-1".into(),
+                fields: json!({}),
+                workflow_type: "summary".into(),
+                biz_key: "biz:1".into(),
+                fencing_token: "f1".into(),
+                input: json!({"fencing_token": "f1"}),
+                priority: Priority::P2,
+            };
+            assert!(req.validate().is_ok());
+            let cases: Vec<(AcceptRequest, &str)> = vec![
+                (AcceptRequest { object_id: "d\0".into(), ..req.clone() }, "object_id"),
+                (AcceptRequest { workflow_type: String::new(), ..req.clone() }, "workflow_type"),
+                (AcceptRequest { biz_key: "b\n".into(), ..req.clone() }, "biz_key"),
+                (AcceptRequest { fencing_token: "f\0".into(), ..req.clone() }, "fencing_token"),
+                (AcceptRequest { input: json!({"fencing_token": "f0"}), ..req.clone() }, "input.fencing_token"),
+            ];
+            for (r, field) in cases {
+                assert_eq!(field_of(r.validate()), field, "{r:?}");
+            }
+        }
     }
 
     #[test]

@@ -1,7 +1,7 @@
 use crate::error::Result;
-use crate::validate;
 use crate::model::{Millis, Priority, ResumeKind, WorkflowInstance};
 use crate::transition::{Guard, Transition};
+use crate::validate;
 use serde::{Deserialize, Serialize};
 
 /// Result of [`WorkflowStore::create`].
