@@ -15,7 +15,8 @@ pub struct Observation {
     pub workflow_run: u32,
     /// The committed revision.
     pub revision: u64,
-    /// What happened.
+    /// Which logical transition of the write this is (a fused write emits one observation
+    /// per kind, K-7.1).
     pub kind: TransitionKind,
     /// Workflow status after the write.
     pub status: WorkflowStatus,
@@ -29,7 +30,7 @@ pub struct Observation {
     pub traffic_wait_ms: i64,
     /// Error class, if the transition records one.
     pub error_class: Option<ErrorClass>,
-    /// Commit time.
+    /// The writer's clock at the commit (the instance's `updated_at`).
     pub at: Millis,
     /// Worker that committed it (absent for writes outside a worker).
     pub worker_id: Option<String>,

@@ -45,7 +45,8 @@ pub enum PermitDecision {
     },
     /// No capacity now; try again after the hint.
     Denied {
-        /// Suggested delay.
+        /// How long the caller should wait before asking again (the permit deferral's
+        /// delay, K-7.1).
         retry_after_ms: Millis,
     },
 }

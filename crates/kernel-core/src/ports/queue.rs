@@ -52,7 +52,7 @@ pub type WakeupReceiver = tokio::sync::mpsc::Receiver<()>;
 /// The wakeup doorbell (K-13). Lost messages only delay (poll fallback).
 #[async_trait::async_trait]
 pub trait Wakeup: Send + Sync + 'static {
-    /// Ring.
+    /// Ring: every subscriber should look at the queue now.
     ///
     /// # Contract
     /// Best effort; may be lost.
