@@ -163,6 +163,7 @@ async fn refused_insert_writes_nothing(inbox: &DynInbox, bad: SignalRecord, fiel
 pub async fn k2_0_bad_wait_key_is_refused(inbox: &DynInbox) {
     refused_insert_writes_nothing(inbox, SignalRecord { wait_key: "doc\0".into(), ..record("sig-1", T0) }, "wait_key")
         .await;
+    super::store::assert_invalid_field(inbox.find_pending("wf-1", "approved", "doc\0", 1).await, "wait_key");
 }
 
 /// K-2.0: a signal carries no payload, so its oversize input is an identifier over 256

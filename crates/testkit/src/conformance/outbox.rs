@@ -263,9 +263,17 @@ pub async fn k2_0_oversize_payload_is_refused(o: &DynOutbox) {
     assert_eq!(o.get("obj-3").await.unwrap(), None, "nothing written");
 }
 
-/// K-2.0: a fencing token with a control character is refused; nothing is written.
+/// K-2.0: a fencing token with a control character is refused by `accept`, and a bad
+/// round or lease token by the conditional writes; nothing is written.
 pub async fn k2_0_bad_fencing_token_is_refused(o: &DynOutbox) {
     refused_accept_writes_nothing(o, json!({ "title": "x" }), intent("f\u{1b}1", T0), "fencing_token").await;
+    let before = o.get("obj-2").await.unwrap();
+    let invalid = crate::conformance::store::assert_invalid_field::<bool>;
+    invalid(o.confirm_dispatched("obj-2", "f\0").await, "fencing_token");
+    invalid(o.defer_pending("obj-2", "", T0).await, "fencing_token");
+    invalid(o.revert_leased("obj-2", "f1", "l\0", T0).await, "lease_token");
+    invalid(o.fenced_update("obj-2", "f\n", json!({ "title": "y" }), None).await, "fencing_token");
+    assert_eq!(o.get("obj-2").await.unwrap(), before, "nothing written");
 }
 
 /// K-2.0: field names are document keys: a `$` prefix or a `.` is refused; nothing is

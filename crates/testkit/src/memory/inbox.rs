@@ -50,6 +50,9 @@ impl SignalInbox for InMemoryInbox {
         wait_key: &str,
         generation: u64,
     ) -> Result<Option<SignalRecord>> {
+        validate::identifier("workflow_id", workflow_id)?;
+        validate::identifier("signal_type", signal_type)?;
+        validate::identifier("wait_key", wait_key)?;
         let r = self.records.lock().expect("inbox lock");
         Ok(r.values()
             .filter(|s| {
@@ -77,6 +80,9 @@ impl SignalInbox for InMemoryInbox {
     }
 
     async fn scan_pending(&self, after: Option<&str>, limit: usize) -> Result<Vec<SignalRecord>> {
+        if let Some(a) = after {
+            validate::identifier("after", a)?;
+        }
         let r = self.records.lock().expect("inbox lock");
         Ok(r.values()
             .filter(|s| s.status == SignalStatus::Pending && after.is_none_or(|a| s.signal_id.as_str() > a))
