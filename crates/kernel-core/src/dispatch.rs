@@ -103,6 +103,28 @@ pub struct AcceptRequest {
     pub priority: Priority,
 }
 
+impl AcceptRequest {
+    /// The K-2.0 check of a request before anything is written: `object_id`,
+    /// `workflow_type`, `biz_key` and `fencing_token` are identifiers, and the input
+    /// snapshot carries the round's fencing token. The outbox then checks the written
+    /// object as a whole ([`OutboxAccept::validate`](crate::ports::OutboxAccept::validate):
+    /// field names, payload sizes).
+    pub fn validate(&self) -> Result<()> {
+        let AcceptRequest { object_id, fields: _, workflow_type, biz_key, fencing_token, input, priority: _ } = self;
+        validate::identifier("object_id", object_id)?;
+        validate::identifier("workflow_type", workflow_type)?;
+        validate::identifier("biz_key", biz_key)?;
+        validate::identifier("fencing_token", fencing_token)?;
+        if input.get("fencing_token").and_then(Value::as_str) != Some(fencing_token.as_str()) {
+            return Err(Error::invalid(
+                "input.fencing_token",
+                "the input snapshot must carry the round's fencing token",
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// How the realtime path ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RealtimeOutcome {
@@ -303,16 +325,7 @@ impl Dispatch {
     /// Accept a request: business object and pending intent in one atomic write, then a
     /// best-effort recovery candidate due after the realtime grace.
     pub async fn accept(&self, req: AcceptRequest) -> Result<AcceptOutcome> {
-        validate::identifier("object_id", &req.object_id)?;
-        validate::identifier("workflow_type", &req.workflow_type)?;
-        validate::identifier("biz_key", &req.biz_key)?;
-        validate::identifier("fencing_token", &req.fencing_token)?;
-        if req.input.get("fencing_token").and_then(Value::as_str) != Some(req.fencing_token.as_str()) {
-            return Err(Error::invalid(
-                "input.fencing_token",
-                "the input snapshot must carry the round's fencing token",
-            ));
-        }
+        req.validate()?;
         let due = self.clock.now() + self.config.realtime_grace_ms;
         let intent =
             DispatchIntent::pending(&req.workflow_type, &req.biz_key, &req.fencing_token, req.input, req.priority, due);

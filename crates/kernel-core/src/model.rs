@@ -3,6 +3,8 @@
 //! Times are [`Millis`] since the Unix epoch, read from the [`Clock`](crate::ports::Clock)
 //! port; adapters store them natively (BSON DateTime in Mongo, scores in Redis).
 
+use crate::error::{Error, Result};
+use crate::validate;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -148,7 +150,7 @@ impl ErrorClass {
 /// A recorded step error.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StepError {
-    /// Classification.
+    /// How the engine treated it (retry, fail, cancel), and what the next attempt sees.
     pub class: ErrorClass,
     /// Human-readable message (bounded by the engine).
     pub message: String,
@@ -159,11 +161,12 @@ pub struct StepError {
 pub struct Step {
     /// Unique within the definition; a document key.
     pub name: String,
-    /// Current status.
+    /// Where the step stands; `pending` steps whose dependencies completed are ready (K-4.4).
     pub status: StepStatus,
     /// Real entries into the activity (K-2.1).
     pub attempt: u32,
-    /// Last error, if any.
+    /// The last attempt's error; kept across retries so the next attempt can see it
+    /// (query-before-retry), cleared by replay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<StepError>,
     /// Time spent inside the activity, summed over attempts.
@@ -217,12 +220,12 @@ pub enum WaitKind {
 /// The persisted wait of a waiting instance (K-2, K-9).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Wait {
-    /// Timer or signal.
+    /// Timer or signal; decides whether the poll time resumes as `timer` or `poll`.
     pub kind: WaitKind,
-    /// Signal type (signal waits).
+    /// The signal type a matching signal carries (signal waits; K-2.0 identifier).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signal_type: Option<String>,
-    /// Which business object (signal waits).
+    /// Which business object the signal is about (signal waits; K-2.0 identifier).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_key: Option<String>,
     /// Which round of waiting; stale generations never match (K-9.6).
@@ -236,6 +239,19 @@ pub struct Wait {
 }
 
 impl Wait {
+    /// The K-2.0 check of the wait identity: `signal_type` and `wait_key`, when present,
+    /// follow the identifier rule.
+    pub fn validate(&self) -> Result<()> {
+        let Wait { kind: _, signal_type, wait_key, generation: _, step_index: _, poll_time: _ } = self;
+        if let Some(s) = signal_type {
+            validate::identifier("wait.signal_type", s)?;
+        }
+        if let Some(s) = wait_key {
+            validate::identifier("wait.wait_key", s)?;
+        }
+        Ok(())
+    }
+
     /// The identity a signal must match (K-9.3).
     pub fn signal_identity(&self) -> Option<WaitIdentity> {
         match self.kind {
@@ -253,13 +269,13 @@ impl Wait {
 /// Identity of a signal wait: a signal activates the instance only on an exact match.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct WaitIdentity {
-    /// Signal type.
+    /// The wait's `signal_type`; compared for equality, never a pattern.
     pub signal_type: String,
-    /// Wait key.
+    /// The wait's `wait_key` (which business object).
     pub wait_key: String,
-    /// Generation.
+    /// The round of waiting; a signal of an older generation never matches (K-9.6).
     pub generation: u64,
-    /// The waiting step.
+    /// The step holding the wait.
     pub step_index: u32,
 }
 
@@ -282,9 +298,20 @@ pub struct Resume {
     pub kind: ResumeKind,
     /// Which step it applies to.
     pub step_index: u32,
-    /// The signal that woke it (signal resumes).
+    /// The signal that woke it (signal resumes; K-2.0 identifier).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signal_id: Option<String>,
+}
+
+impl Resume {
+    /// The K-2.0 check: a `signal_id`, when present, follows the identifier rule.
+    pub fn validate(&self) -> Result<()> {
+        let Resume { kind: _, step_index: _, signal_id } = self;
+        if let Some(s) = signal_id {
+            validate::identifier("resume.signal_id", s)?;
+        }
+        Ok(())
+    }
 }
 
 /// Both fingerprints, recorded when a worker pushed back an instance it cannot interpret (K-4.3).
@@ -299,15 +326,15 @@ pub struct FingerprintMismatch {
 /// The durable execution record (K-2). One per `biz_key`, forever (K-3.2).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkflowInstance {
-    /// Business-facing id (not the storage primary key).
+    /// Business-facing id (not the storage primary key); K-2.0 identifier, unique.
     pub workflow_id: String,
-    /// Definition type.
+    /// Which registered definition interprets the steps; claims filter on it (K-6.2).
     pub workflow_type: String,
-    /// Permanent idempotency key.
+    /// Permanent idempotency key: one instance per key, forever (K-3.2).
     pub biz_key: String,
-    /// Current status.
+    /// Where the instance stands; decides which guards can match (K-6.4).
     pub status: WorkflowStatus,
-    /// Steps in definition order.
+    /// Steps in definition order; names are document keys and unique.
     pub steps: Vec<Step>,
     /// Small, exact input snapshot.
     pub input: Value,
@@ -331,7 +358,7 @@ pub struct WorkflowInstance {
     /// Set by a fingerprint push-back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fingerprint_mismatch: Option<FingerprintMismatch>,
-    /// Lane (promote-only).
+    /// Ready lane of the instance (K-13); only ever raised (promote-only).
     pub business_priority: Priority,
     /// Replays of the instance; `workflow_run = retry_count` (K-2.1).
     #[serde(default)]
@@ -339,16 +366,81 @@ pub struct WorkflowInstance {
     /// +1 on every accepted write except claim and heartbeat (K-2.2).
     #[serde(default)]
     pub revision: u64,
-    /// Creation time.
+    /// Time of the create write.
     pub created_at: Millis,
-    /// Last accepted write.
+    /// Time of the last accepted write (the writer's clock).
     pub updated_at: Millis,
-    /// Terminal time.
+    /// When the instance reached a terminal status; cleared by replay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<Millis>,
 }
 
 impl WorkflowInstance {
+    /// The K-2.0 check of everything a create would store: `workflow_id`, `biz_key`,
+    /// `workflow_type`, `definition_fingerprint` and a claim token follow the identifier
+    /// rule; step names and output names are document keys ([`validate::key_name`]) and
+    /// step names are unique; the wait identity and a resume's signal id are identifiers;
+    /// input, each output and each checkpoint are at most `payload_bytes_max` serialized
+    /// bytes (adapters pass [`validate::STORE_PAYLOAD_BYTES_MAX`] or their configured limit).
+    ///
+    /// Every store adapter calls it in `create`; a refusal is [`Error::InvalidInput`] and
+    /// nothing is written.
+    pub fn validate(&self, payload_bytes_max: usize) -> Result<()> {
+        let WorkflowInstance {
+            workflow_id,
+            workflow_type,
+            biz_key,
+            status: _,
+            steps,
+            input,
+            output,
+            claimable_time: _,
+            claim_token,
+            wait,
+            resume,
+            definition_fingerprint,
+            fingerprint_mismatch: _,
+            business_priority: _,
+            retry_count: _,
+            revision: _,
+            created_at: _,
+            updated_at: _,
+            finished_at: _,
+        } = self;
+        validate::identifier("workflow_id", workflow_id)?;
+        validate::identifier("biz_key", biz_key)?;
+        validate::identifier("workflow_type", workflow_type)?;
+        validate::identifier("definition_fingerprint", definition_fingerprint)?;
+        let mut names = std::collections::BTreeSet::new();
+        for (i, s) in steps.iter().enumerate() {
+            validate::key_name(&format!("steps[{i}].name"), &s.name)?;
+            if !names.insert(s.name.as_str()) {
+                return Err(Error::invalid(
+                    format!("steps[{i}].name"),
+                    format_args!("duplicate step name `{}`", s.name),
+                ));
+            }
+            if let Some(c) = &s.checkpoint {
+                validate::payload(&format!("steps[{i}].checkpoint"), c, payload_bytes_max)?;
+            }
+        }
+        validate::payload("input", input, payload_bytes_max)?;
+        for (k, v) in output {
+            validate::key_name("output", k)?;
+            validate::payload(&format!("output.{k}"), v, payload_bytes_max)?;
+        }
+        if let Some(t) = claim_token {
+            validate::identifier("claim_token", t)?;
+        }
+        if let Some(w) = wait {
+            w.validate()?;
+        }
+        if let Some(r) = resume {
+            r.validate()?;
+        }
+        Ok(())
+    }
+
     /// `workflow_run`, the logical attempt of K-17.1.
     pub fn workflow_run(&self) -> u32 {
         self.retry_count

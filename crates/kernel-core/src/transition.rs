@@ -6,7 +6,9 @@
 //! uses them directly, the engine uses them to keep its local copy in step with the store,
 //! and the conformance suite checks every other adapter against them.
 
+use crate::error::{Error, Result};
 use crate::model::*;
+use crate::validate;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -72,6 +74,29 @@ pub enum Guard {
 }
 
 impl Guard {
+    /// The K-2.0 check of every identifier the guard compares against: claim tokens, the
+    /// worker's types and a signal wait's `signal_type` and `wait_key`. Every store adapter
+    /// calls it before it writes, so all of them refuse the same guards.
+    ///
+    /// ```
+    /// use kernel_core::transition::Guard;
+    /// assert!(Guard::Running { token: "tok-1".into() }.validate().is_ok());
+    /// assert!(Guard::Running { token: "tok\0".into() }.validate().is_err());
+    /// ```
+    pub fn validate(&self) -> Result<()> {
+        match self {
+            Guard::Claimable { now: _, types } => types.iter().try_for_each(|t| validate::identifier("types", t)),
+            Guard::Running { token } | Guard::Failing { token } | Guard::Token { token } => {
+                validate::identifier("claim_token", token)
+            }
+            Guard::SignalWait(WaitIdentity { signal_type, wait_key, generation: _, step_index: _ }) => {
+                validate::identifier("signal_type", signal_type)?;
+                validate::identifier("wait_key", wait_key)
+            }
+            Guard::Failed | Guard::DueWait { .. } | Guard::Active | Guard::PriorityBelow(_) => Ok(()),
+        }
+    }
+
     /// Whether this guard needs the current claim token.
     pub fn is_token_guard(&self) -> bool {
         matches!(self, Guard::Running { .. } | Guard::Failing { .. } | Guard::Token { .. })
@@ -157,6 +182,17 @@ pub enum TransitionKind {
     Release,
 }
 
+/// One logical transition a write carries, with the step it concerns (K-7.1: a fused write
+/// carries several).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct KindAt {
+    /// What the logical transition means (the observation's `kind`).
+    pub kind: TransitionKind,
+    /// Index of the step the observation names; `None` for instance-level transitions
+    /// (claim, heartbeat, terminal status, replay, priority raise).
+    pub step: Option<u32>,
+}
+
 /// Change to a step's attempt counter (K-2.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum AttemptChange {
@@ -169,25 +205,26 @@ pub enum AttemptChange {
 /// Update of one step, addressed by index (`steps.<i>.<field>`).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct StepPatch {
-    /// Index in `steps`.
+    /// Index in `steps`; a patch past the last step is refused by the store (nothing
+    /// written), never padded.
     pub index: u32,
-    /// New status.
+    /// New step status; `None` leaves it.
     pub status: Option<StepStatus>,
-    /// Attempt change.
+    /// `+1` on mark-running, `−1` on suspend/yield, reset on replay (K-2.1); `None` leaves it.
     pub attempt: Option<AttemptChange>,
-    /// Error set / cleared.
+    /// The step's last error, set or cleared; `None` leaves it.
     pub error: Option<Patch<StepError>>,
-    /// Checkpoint set / cleared.
+    /// The step's checkpoint, set or cleared; counts against the payload limit.
     pub checkpoint: Option<Patch<Value>>,
-    /// Added to `elapsed_ms`.
+    /// Activity time of this attempt, added to `elapsed_ms` (`$inc`).
     pub elapsed_ms_inc: i64,
-    /// Added to `traffic_wait_ms`.
+    /// Permit wait of a deferral, added to `traffic_wait_ms` (`$inc`).
     pub traffic_wait_ms_inc: i64,
-    /// Added to `traffic_waits`.
+    /// Permit denials, added to `traffic_waits` (`$inc`).
     pub traffic_waits_inc: u32,
-    /// New `started_at`.
+    /// Time of the mark-running write; `None` leaves `started_at`.
     pub started_at: Option<Millis>,
-    /// `finished_at` set / cleared.
+    /// Completion or failure time, set or cleared; `None` leaves it.
     pub finished_at: Option<Patch<Millis>>,
 }
 
@@ -197,54 +234,80 @@ impl StepPatch {
         StepPatch { index: index as u32, ..Default::default() }
     }
 
+    // Patches are destructured field by field here and in every adapter: a new field is a
+    // compile error wherever it must be handled, never a silently dropped write.
     fn merge(&mut self, o: &StepPatch) {
-        if o.status.is_some() {
-            self.status = o.status;
+        let StepPatch {
+            index: _,
+            status,
+            attempt,
+            error,
+            checkpoint,
+            elapsed_ms_inc,
+            traffic_wait_ms_inc,
+            traffic_waits_inc,
+            started_at,
+            finished_at,
+        } = o;
+        if status.is_some() {
+            self.status = *status;
         }
-        self.attempt = match (self.attempt, o.attempt) {
+        self.attempt = match (self.attempt, *attempt) {
             (Some(AttemptChange::Inc(a)), Some(AttemptChange::Inc(b))) => Some(AttemptChange::Inc(a + b)),
             (a, None) => a,
             (_, b) => b,
         };
-        if o.error.is_some() {
-            self.error = o.error.clone();
+        if error.is_some() {
+            self.error = error.clone();
         }
-        if o.checkpoint.is_some() {
-            self.checkpoint = o.checkpoint.clone();
+        if checkpoint.is_some() {
+            self.checkpoint = checkpoint.clone();
         }
-        self.elapsed_ms_inc += o.elapsed_ms_inc;
-        self.traffic_wait_ms_inc += o.traffic_wait_ms_inc;
-        self.traffic_waits_inc += o.traffic_waits_inc;
-        if o.started_at.is_some() {
-            self.started_at = o.started_at;
+        self.elapsed_ms_inc += elapsed_ms_inc;
+        self.traffic_wait_ms_inc += traffic_wait_ms_inc;
+        self.traffic_waits_inc += traffic_waits_inc;
+        if started_at.is_some() {
+            self.started_at = *started_at;
         }
-        if o.finished_at.is_some() {
-            self.finished_at = o.finished_at.clone();
+        if finished_at.is_some() {
+            self.finished_at = finished_at.clone();
         }
     }
 
     fn apply_to(&self, step: &mut Step) {
-        if let Some(s) = self.status {
-            step.status = s;
+        let StepPatch {
+            index: _,
+            status,
+            attempt,
+            error,
+            checkpoint,
+            elapsed_ms_inc,
+            traffic_wait_ms_inc,
+            traffic_waits_inc,
+            started_at,
+            finished_at,
+        } = self;
+        if let Some(s) = status {
+            step.status = *s;
         }
-        match self.attempt {
-            Some(AttemptChange::Inc(d)) => step.attempt = (step.attempt as i64 + d as i64).max(0) as u32,
+        match attempt {
+            Some(AttemptChange::Inc(d)) => step.attempt = (step.attempt as i64 + *d as i64).max(0) as u32,
             Some(AttemptChange::Reset) => step.attempt = 0,
             None => {}
         }
-        if let Some(p) = &self.error {
+        if let Some(p) = error {
             p.apply(&mut step.error);
         }
-        if let Some(p) = &self.checkpoint {
+        if let Some(p) = checkpoint {
             p.apply(&mut step.checkpoint);
         }
-        step.elapsed_ms += self.elapsed_ms_inc;
-        step.traffic_wait_ms += self.traffic_wait_ms_inc;
-        step.traffic_waits += self.traffic_waits_inc;
-        if let Some(t) = self.started_at {
-            step.started_at = Some(t);
+        step.elapsed_ms += elapsed_ms_inc;
+        step.traffic_wait_ms += traffic_wait_ms_inc;
+        step.traffic_waits += traffic_waits_inc;
+        if let Some(t) = started_at {
+            step.started_at = Some(*t);
         }
-        if let Some(p) = &self.finished_at {
+        if let Some(p) = finished_at {
             p.apply(&mut step.finished_at);
         }
     }
@@ -254,38 +317,40 @@ impl StepPatch {
 /// `bump_revision` is set; `updated_at = now` always.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Transition {
-    /// The logical transitions this write carries (several when fused, K-7.1).
-    pub kinds: Vec<TransitionKind>,
-    /// The step each entry of `kinds` concerns (same length as `kinds`).
-    pub kind_steps: Vec<Option<u32>>,
-    /// The writer's clock (`updated_at`).
+    /// The logical transitions this write carries, each with the step it concerns (several
+    /// when fused, K-7.1). Metadata for observations and write counting: it is not written.
+    /// Read it through [`kinds`](Self::kinds) and [`kinds_at`](Self::kinds_at).
+    pub kinds: Vec<KindAt>,
+    /// The writer's clock, written as `updated_at`.
     pub now: Millis,
-    /// New top-level status.
+    /// New top-level status; `None` leaves it.
     pub status: Option<WorkflowStatus>,
-    /// Per-step updates (distinct indices).
+    /// Per-step updates, at most one per step index (a second patch of one index is refused).
     pub steps: Vec<StepPatch>,
-    /// `output.<name> = value`, never the whole map (K-4.4).
+    /// `output.<name> = value`, never the whole map (K-4.4); names are document keys
+    /// ([`validate::key_name`]), values count against the payload limit.
     pub outputs: Vec<(String, Value)>,
-    /// Input replaced wholesale (replay).
+    /// Input replaced wholesale (replay); counts against the payload limit.
     pub input: Option<Value>,
-    /// `claimable_time`.
+    /// When the instance may next be claimed (lease end, retry delay), set or cleared.
     pub claimable_time: Option<Patch<Millis>>,
-    /// `claim_token`.
+    /// The claim token, set (claim) or cleared (release); a set token follows K-2.0.
     pub claim_token: Option<Patch<String>>,
-    /// `wait`.
+    /// The wait, set (suspend) or cleared (activation, terminal); a signal wait's identity
+    /// follows K-2.0.
     pub wait: Option<Patch<Wait>>,
-    /// `resume`.
+    /// Why the waiting step resumed, set (activation) or cleared.
     pub resume: Option<Patch<Resume>>,
-    /// Both fingerprints (push-back).
+    /// Both fingerprints, recorded by a definition push-back (K-4.3).
     pub fingerprint_mismatch: Option<FingerprintMismatch>,
-    /// New `business_priority`.
+    /// New lane (promote-only, K-13); `None` leaves it.
     pub priority: Option<Priority>,
     /// Replay: every failed step → pending with attempt, error, elapsed, traffic statistics
     /// and checkpoint cleared (Mongo: `arrayFilters`).
     pub reset_failed_steps: bool,
-    /// `retry_count += 1`.
+    /// `retry_count += 1` (replay, K-2.1).
     pub retry_count_inc: bool,
-    /// `finished_at`.
+    /// Terminal time, set (terminal write) or cleared (replay).
     pub finished_at: Option<Patch<Millis>>,
     /// `revision += 1` (every accepted write but claim and heartbeat, K-2.2).
     pub bump_revision: bool,
@@ -294,23 +359,33 @@ pub struct Transition {
 impl Transition {
     /// An empty transition of one kind.
     pub fn new(kind: TransitionKind, now: Millis) -> Self {
-        Transition { kinds: vec![kind], kind_steps: vec![None], now, bump_revision: true, ..Default::default() }
+        Transition { kinds: vec![KindAt { kind, step: None }], now, bump_revision: true, ..Default::default() }
     }
 
     /// An empty transition of one kind concerning step `index`.
     pub fn for_step(kind: TransitionKind, index: usize, now: Millis) -> Self {
         Transition {
-            kinds: vec![kind],
-            kind_steps: vec![Some(index as u32)],
+            kinds: vec![KindAt { kind, step: Some(index as u32) }],
             now,
             bump_revision: true,
             ..Default::default()
         }
     }
 
-    /// The first (primary) kind.
+    /// The first (primary) kind; [`TransitionKind::Release`] for a transition that carries
+    /// none.
     pub fn kind(&self) -> TransitionKind {
-        self.kinds.first().copied().unwrap_or(TransitionKind::Release)
+        self.kinds.first().map_or(TransitionKind::Release, |k| k.kind)
+    }
+
+    /// Every logical kind this write carries, in order (several when fused, K-7.1).
+    pub fn kinds(&self) -> impl Iterator<Item = TransitionKind> + '_ {
+        self.kinds.iter().map(|k| k.kind)
+    }
+
+    /// Every logical kind with the step it concerns, in order.
+    pub fn kinds_at(&self) -> &[KindAt] {
+        &self.kinds
     }
 
     /// Mutable patch of step `index`, created on first use.
@@ -325,79 +400,186 @@ impl Transition {
     /// Fuse `next` into `self`: one write that carries both transitions (K-7.1). Fields of
     /// `next` win; counters add up; revision is bumped once.
     pub fn fuse(mut self, next: Transition) -> Transition {
-        self.kinds.extend(next.kinds);
-        self.kind_steps.extend(next.kind_steps);
-        self.now = self.now.max(next.now);
-        if next.status.is_some() {
-            self.status = next.status;
+        let Transition {
+            kinds,
+            now,
+            status,
+            steps,
+            outputs,
+            input,
+            claimable_time,
+            claim_token,
+            wait,
+            resume,
+            fingerprint_mismatch,
+            priority,
+            reset_failed_steps,
+            retry_count_inc,
+            finished_at,
+            bump_revision,
+        } = next;
+        self.kinds.extend(kinds);
+        self.now = self.now.max(now);
+        if status.is_some() {
+            self.status = status;
         }
-        for p in &next.steps {
+        for p in &steps {
             self.step_mut(p.index as usize).merge(p);
         }
-        for (k, v) in next.outputs {
+        for (k, v) in outputs {
             self.outputs.retain(|(n, _)| *n != k);
             self.outputs.push((k, v));
         }
         macro_rules! take {
-            ($($f:ident),*) => {$( if next.$f.is_some() { self.$f = next.$f; } )*};
+            ($($f:ident),*) => {$( if $f.is_some() { self.$f = $f; } )*};
         }
         take!(input, claimable_time, claim_token, wait, resume, fingerprint_mismatch, priority, finished_at);
-        self.reset_failed_steps |= next.reset_failed_steps;
-        self.retry_count_inc |= next.retry_count_inc;
-        self.bump_revision |= next.bump_revision;
+        self.reset_failed_steps |= reset_failed_steps;
+        self.retry_count_inc |= retry_count_inc;
+        self.bump_revision |= bump_revision;
         self
     }
 
     /// Apply to a document whose guard matched. This is the reference semantics.
     pub fn apply_to(&self, inst: &mut WorkflowInstance) {
-        if let Some(s) = self.status {
-            inst.status = s;
+        let Transition {
+            kinds: _,
+            now,
+            status,
+            steps,
+            outputs,
+            input,
+            claimable_time,
+            claim_token,
+            wait,
+            resume,
+            fingerprint_mismatch,
+            priority,
+            reset_failed_steps,
+            retry_count_inc,
+            finished_at,
+            bump_revision,
+        } = self;
+        if let Some(s) = status {
+            inst.status = *s;
         }
-        if self.reset_failed_steps {
+        if *reset_failed_steps {
             for s in inst.steps.iter_mut().filter(|s| s.status == StepStatus::Failed) {
                 let name = std::mem::take(&mut s.name);
                 *s = Step::pending(name);
             }
         }
-        for p in &self.steps {
+        for p in steps {
             if let Some(step) = inst.steps.get_mut(p.index as usize) {
                 p.apply_to(step);
             }
         }
-        for (k, v) in &self.outputs {
+        for (k, v) in outputs {
             inst.output.insert(k.clone(), v.clone());
         }
-        if let Some(i) = &self.input {
+        if let Some(i) = input {
             inst.input = i.clone();
         }
-        if let Some(p) = &self.claimable_time {
+        if let Some(p) = claimable_time {
             p.apply(&mut inst.claimable_time);
         }
-        if let Some(p) = &self.claim_token {
+        if let Some(p) = claim_token {
             p.apply(&mut inst.claim_token);
         }
-        if let Some(p) = &self.wait {
+        if let Some(p) = wait {
             p.apply(&mut inst.wait);
         }
-        if let Some(p) = &self.resume {
+        if let Some(p) = resume {
             p.apply(&mut inst.resume);
         }
-        if let Some(m) = &self.fingerprint_mismatch {
+        if let Some(m) = fingerprint_mismatch {
             inst.fingerprint_mismatch = Some(m.clone());
         }
-        if let Some(p) = self.priority {
-            inst.business_priority = p;
+        if let Some(p) = priority {
+            inst.business_priority = *p;
         }
-        if self.retry_count_inc {
+        if *retry_count_inc {
             inst.retry_count += 1;
         }
-        if let Some(p) = &self.finished_at {
+        if let Some(p) = finished_at {
             p.apply(&mut inst.finished_at);
         }
-        if self.bump_revision {
+        if *bump_revision {
             inst.revision += 1;
         }
-        inst.updated_at = self.now;
+        inst.updated_at = *now;
+    }
+
+    /// The K-2.0 check of everything this write would store (store `apply`): output names
+    /// are document keys ([`validate::key_name`]: no `$` prefix, no `.`); a claim token, a
+    /// signal wait's `signal_type` and `wait_key` and a resume's `signal_id` follow the
+    /// identifier rule; input, each output and each checkpoint are at most
+    /// `payload_bytes_max` serialized bytes (adapters pass
+    /// [`validate::STORE_PAYLOAD_BYTES_MAX`] or their configured limit). Structurally, a
+    /// step is patched at most once and replay's `reset_failed_steps` carries no step patch
+    /// (a document store could not express both in one update).
+    ///
+    /// Every store adapter calls it before writing; a refusal is
+    /// [`Error::InvalidInput`] and nothing is written.
+    ///
+    /// ```
+    /// use kernel_core::transition::Transition;
+    /// use kernel_core::validate::STORE_PAYLOAD_BYTES_MAX;
+    /// let ok = Transition::complete_step(0, "fetch", serde_json::json!(1), 0, 0, false);
+    /// assert!(ok.validate(STORE_PAYLOAD_BYTES_MAX).is_ok());
+    /// let bad = Transition::complete_step(0, "$set", serde_json::json!(1), 0, 0, false);
+    /// assert!(bad.validate(STORE_PAYLOAD_BYTES_MAX).is_err());
+    /// ```
+    pub fn validate(&self, payload_bytes_max: usize) -> Result<()> {
+        let Transition {
+            kinds: _,
+            now: _,
+            status: _,
+            steps,
+            outputs,
+            input,
+            claimable_time: _,
+            claim_token,
+            wait,
+            resume,
+            fingerprint_mismatch: _,
+            priority: _,
+            reset_failed_steps,
+            retry_count_inc: _,
+            finished_at: _,
+            bump_revision: _,
+        } = self;
+        if *reset_failed_steps && !steps.is_empty() {
+            // Both could name the same element (`steps.$[f]` and `steps.<i>`), which a
+            // document store refuses as a path conflict; no kernel transition needs it.
+            return Err(Error::invalid("transition", "reset_failed_steps cannot be combined with step patches"));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for p in steps {
+            if !seen.insert(p.index) {
+                return Err(Error::invalid("transition.steps", format_args!("step {} patched twice", p.index)));
+            }
+            if let Some(Patch::Set(c)) = &p.checkpoint {
+                validate::payload(&format!("steps.{}.checkpoint", p.index), c, payload_bytes_max)?;
+            }
+        }
+        for (name, v) in outputs {
+            validate::key_name("output", name)?;
+            validate::payload(&format!("output.{name}"), v, payload_bytes_max)?;
+        }
+        if let Some(i) = input {
+            validate::payload("input", i, payload_bytes_max)?;
+        }
+        if let Some(Patch::Set(t)) = claim_token {
+            validate::identifier("claim_token", t)?;
+        }
+        if let Some(Patch::Set(w)) = wait {
+            w.validate()?;
+        }
+        if let Some(Patch::Set(r)) = resume {
+            r.validate()?;
+        }
+        Ok(())
     }
 
     /// Whether any step patch sets `status = completed` (used by harness counters).
@@ -584,7 +766,6 @@ impl Transition {
         p.finished_at = Some(Patch::Set(now));
         let mut term = Transition::terminal(TransitionKind::Canceled, WorkflowStatus::Canceled, now);
         term.kinds.clear();
-        term.kind_steps.clear();
         t.fuse(term)
     }
 

@@ -1,4 +1,16 @@
-//! The one identifier rule of K-2.0, shared by the engine and every adapter.
+//! The one validation rule of K-2.0, shared by the engine and every adapter.
+//!
+//! The functions here check single values: identifiers, names that become document keys,
+//! payload sizes. The records that cross a port check themselves with them, and every
+//! adapter (in memory or on a server) calls those checks before it writes, so all adapters
+//! refuse exactly the same inputs:
+//! [`WorkflowInstance::validate`](crate::model::WorkflowInstance::validate) (store `create`),
+//! [`Transition::validate`](crate::transition::Transition::validate) and
+//! [`Guard::validate`](crate::transition::Guard::validate) (store `apply`),
+//! [`ClaimSpec::validate`](crate::ports::ClaimSpec::validate) (store `claim`),
+//! [`SignalRecord::validate`](crate::ports::SignalRecord::validate) (inbox `insert`) and
+//! [`OutboxAccept::validate`](crate::ports::OutboxAccept::validate) (outbox `accept`).
+//! A refusal is [`Error::InvalidInput`] and nothing is written.
 //!
 //! ```
 //! use kernel_core::validate;
@@ -12,6 +24,15 @@ use crate::error::{Error, Result};
 
 /// Longest identifier in bytes.
 pub const IDENTIFIER_BYTES_MAX: usize = 256;
+
+/// Largest payload (an input, one output, one checkpoint, a business object's fields) a
+/// store adapter accepts, as serialized JSON bytes: 256 KiB.
+///
+/// Every adapter refuses a larger payload with [`Error::InvalidInput`] through the record
+/// checks named in the module docs; the in-memory adapters use this value and the MongoDB
+/// adapters default to it. The engine's own `payload_bytes_max` (default 64 KiB) refuses
+/// earlier, before a write is attempted.
+pub const STORE_PAYLOAD_BYTES_MAX: usize = 256 * 1024;
 
 /// Workflow ids, biz keys, signal ids and types, wait keys, tokens: 1–256 bytes of UTF-8 with
 /// no NUL or other control character.
@@ -78,6 +99,222 @@ mod tests {
         assert!(key_name("f", "$ne").is_err());
         assert!(key_name("f", "steps.0").is_err());
         assert!(key_name("f", "compose_content").is_ok());
+    }
+
+    /// K-2.0 on a whole record: each `validate()` of a port record refuses exactly one bad
+    /// field at a time and accepts the fixture it was derived from.
+    mod records {
+        use super::super::*;
+        use crate::model::*;
+        use crate::ports::*;
+        use crate::transition::{Guard, Patch, Transition};
+        use serde_json::json;
+
+        const MAX: usize = 64;
+
+        fn field_of(r: Result<()>) -> String {
+            match r {
+                Err(Error::InvalidInput { field, .. }) => field,
+                other => panic!("expected InvalidInput, got {other:?}"),
+            }
+        }
+
+        fn instance() -> WorkflowInstance {
+            WorkflowInstance {
+                workflow_id: "wf-1".into(),
+                workflow_type: "summary".into(),
+                biz_key: "biz:1".into(),
+                status: WorkflowStatus::Waiting,
+                steps: vec![Step::pending("fetch"), Step::pending("compose")],
+                input: json!({"a": 1}),
+                output: [("fetch".to_string(), json!(1))].into_iter().collect(),
+                claimable_time: None,
+                claim_token: Some("tok".into()),
+                wait: Some(signal_wait("approved", "doc:42")),
+                resume: Some(Resume { kind: ResumeKind::Signal, step_index: 1, signal_id: Some("sig-1".into()) }),
+                definition_fingerprint: "fp".into(),
+                fingerprint_mismatch: None,
+                business_priority: Priority::P2,
+                retry_count: 0,
+                revision: 0,
+                created_at: 0,
+                updated_at: 0,
+                finished_at: None,
+            }
+        }
+
+        fn signal_wait(signal_type: &str, wait_key: &str) -> Wait {
+            Wait {
+                kind: WaitKind::Signal,
+                signal_type: Some(signal_type.into()),
+                wait_key: Some(wait_key.into()),
+                generation: 1,
+                step_index: 1,
+                poll_time: None,
+            }
+        }
+
+        fn big() -> serde_json::Value {
+            json!("x".repeat(MAX))
+        }
+
+        #[test]
+        fn k2_0_workflow_instance_validate() {
+            assert!(instance().validate(MAX).is_ok());
+            type Edit = fn(&mut WorkflowInstance);
+            let cases: [(Edit, &str); 12] = [
+                (|i| i.workflow_id = String::new(), "workflow_id"),
+                (|i| i.biz_key = "b\0".into(), "biz_key"),
+                (|i| i.workflow_type = "t\n".into(), "workflow_type"),
+                (|i| i.definition_fingerprint = String::new(), "definition_fingerprint"),
+                (|i| i.steps[1].name = "$where".into(), "steps[1].name"),
+                (|i| i.steps[1].name = "fetch".into(), "steps[1].name"),
+                (|i| i.steps[0].checkpoint = Some(big()), "steps[0].checkpoint"),
+                (|i| i.input = big(), "input"),
+                (|i| _ = i.output.insert("a.b".into(), json!(1)), "output"),
+                (|i| i.claim_token = Some("t\0".into()), "claim_token"),
+                (|i| i.wait = Some(signal_wait("approved", "doc\0")), "wait.wait_key"),
+                (|i| i.resume.as_mut().unwrap().signal_id = Some(String::new()), "resume.signal_id"),
+            ];
+            for (edit, field) in cases {
+                let mut i = instance();
+                edit(&mut i);
+                assert_eq!(field_of(i.validate(MAX)), field);
+            }
+        }
+
+        #[test]
+        fn k2_0_transition_validate() {
+            let ok = Transition::complete_step(1, "compose", json!(1), 0, 0, false);
+            assert!(ok.validate(MAX).is_ok());
+            assert!(Transition::replay(json!({}), 0).validate(MAX).is_ok());
+            let cases: Vec<(Transition, &str)> = vec![
+                (Transition::complete_step(1, "$set", json!(1), 0, 0, false), "output"),
+                (Transition::complete_step(1, "a.b", json!(1), 0, 0, false), "output"),
+                (Transition::complete_step(1, "compose", big(), 0, 0, false), "output.compose"),
+                (Transition::yield_step(1, Some(big()), 0, 0), "steps.1.checkpoint"),
+                (Transition::replay(big(), 0), "input"),
+                (Transition::suspend(1, signal_wait("approved", "k\0"), None, 0, 0), "wait.wait_key"),
+                (Transition::suspend(1, signal_wait("", "k"), None, 0, 0), "wait.signal_type"),
+                (Transition::claim("tok\0", 0, 1), "claim_token"),
+                (Transition::signal_activation(1, "", 0), "resume.signal_id"),
+                (
+                    {
+                        let mut t = Transition::mark_running(1, 0);
+                        t.steps.push(crate::transition::StepPatch::at(1));
+                        t
+                    },
+                    "transition.steps",
+                ),
+                (
+                    {
+                        let mut t = Transition::replay(json!({}), 0);
+                        t.step_mut(0).checkpoint = Some(Patch::Unset);
+                        t
+                    },
+                    "transition",
+                ),
+            ];
+            for (t, field) in cases {
+                assert_eq!(field_of(t.validate(MAX)), field, "{:?}", t.kinds().collect::<Vec<_>>());
+            }
+            // A cleared checkpoint or token is not a payload or an identifier.
+            let mut t = Transition::release(0);
+            t.claim_token = Some(Patch::Unset);
+            t.step_mut(0).checkpoint = Some(Patch::Unset);
+            assert!(t.validate(0).is_ok());
+        }
+
+        #[test]
+        fn k2_0_guard_and_claim_spec_validate() {
+            assert!(Guard::Active.validate().is_ok());
+            assert!(Guard::SignalWait(signal_wait("a", "k").signal_identity().unwrap()).validate().is_ok());
+            assert_eq!(field_of(Guard::Token { token: String::new() }.validate()), "claim_token");
+            assert_eq!(field_of(Guard::Failing { token: "a\u{7}".into() }.validate()), "claim_token");
+            assert_eq!(field_of(Guard::Claimable { now: 0, types: vec!["t\0".into()] }.validate()), "types");
+            let id = signal_wait("a", "k\0").signal_identity().unwrap();
+            assert_eq!(field_of(Guard::SignalWait(id).validate()), "wait_key");
+
+            let spec = ClaimSpec { now: 5, lease_ms: 10, token: "tok".into(), types: vec!["t".into()] };
+            assert!(spec.validate().is_ok());
+            assert_eq!(spec.transition(), Transition::claim("tok", 5, 10), "the claim's own transition");
+            assert_eq!(field_of(ClaimSpec { token: "t\0".into(), ..spec.clone() }.validate()), "claim_token");
+            assert_eq!(field_of(ClaimSpec { lease_ms: 0, ..spec.clone() }.validate()), "lease_ms");
+            assert_eq!(field_of(ClaimSpec { types: vec![String::new()], ..spec }.validate()), "types");
+        }
+
+        #[test]
+        fn k2_0_signal_record_validate() {
+            let r = SignalRecord {
+                signal_id: "sig-1".into(),
+                workflow_id: "wf-1".into(),
+                signal_type: "approved".into(),
+                wait_key: "doc:42".into(),
+                generation: 1,
+                status: SignalStatus::Pending,
+                created_at: 0,
+                match_time: None,
+            };
+            assert!(r.validate().is_ok());
+            assert_eq!(field_of(SignalRecord { signal_id: String::new(), ..r.clone() }.validate()), "signal_id");
+            assert_eq!(field_of(SignalRecord { workflow_id: "w\0".into(), ..r.clone() }.validate()), "workflow_id");
+            assert_eq!(field_of(SignalRecord { signal_type: "x".repeat(257), ..r.clone() }.validate()), "signal_type");
+            assert_eq!(field_of(SignalRecord { wait_key: "doc\0".into(), ..r }.validate()), "wait_key");
+        }
+
+        #[test]
+        fn k2_0_accept_request_validate() {
+            let intent = DispatchIntent::pending("summary", "biz:1", "f1", json!({}), Priority::P2, 0);
+            let fields = json!({"title": "x"});
+            let req = OutboxAccept { object_id: "doc-1", fields: &fields, initial_status: "new", intent: &intent };
+            assert!(req.validate(MAX).is_ok());
+            let dollar = json!({"$set": 1});
+            let dotted = json!({"a.b": 1});
+            let oversize = json!({"blob": "x".repeat(MAX)});
+            let array = json!([1]);
+            let bad_token = DispatchIntent { fencing_token: "f\0".into(), ..intent.clone() };
+            let bad_biz = DispatchIntent { biz_key: String::new(), ..intent.clone() };
+            let bad_input = DispatchIntent { input: Some(big()), ..intent.clone() };
+            let cases: Vec<(OutboxAccept<'_>, &str)> = vec![
+                (OutboxAccept { object_id: "", ..req }, "object_id"),
+                (OutboxAccept { initial_status: "n\0", ..req }, "initial_status"),
+                (OutboxAccept { fields: &dollar, ..req }, "fields"),
+                (OutboxAccept { fields: &dotted, ..req }, "fields"),
+                (OutboxAccept { fields: &oversize, ..req }, "fields"),
+                (OutboxAccept { fields: &array, ..req }, "fields"),
+                (OutboxAccept { intent: &bad_token, ..req }, "fencing_token"),
+                (OutboxAccept { intent: &bad_biz, ..req }, "biz_key"),
+                (OutboxAccept { intent: &bad_input, ..req }, "workflow_dispatch.input"),
+            ];
+            for (r, field) in cases {
+                assert_eq!(field_of(r.validate(MAX)), field, "{r:?}");
+            }
+        }
+
+        #[test]
+        fn k2_0_dispatch_accept_request_validate() {
+            use crate::dispatch::AcceptRequest;
+            let req = AcceptRequest {
+                object_id: "doc-1".into(),
+                fields: json!({}),
+                workflow_type: "summary".into(),
+                biz_key: "biz:1".into(),
+                fencing_token: "f1".into(),
+                input: json!({"fencing_token": "f1"}),
+                priority: Priority::P2,
+            };
+            assert!(req.validate().is_ok());
+            let cases: Vec<(AcceptRequest, &str)> = vec![
+                (AcceptRequest { object_id: "d\0".into(), ..req.clone() }, "object_id"),
+                (AcceptRequest { workflow_type: String::new(), ..req.clone() }, "workflow_type"),
+                (AcceptRequest { biz_key: "b\n".into(), ..req.clone() }, "biz_key"),
+                (AcceptRequest { fencing_token: "f\0".into(), ..req.clone() }, "fencing_token"),
+                (AcceptRequest { input: json!({"fencing_token": "f0"}), ..req.clone() }, "input.fencing_token"),
+            ];
+            for (r, field) in cases {
+                assert_eq!(field_of(r.validate()), field, "{r:?}");
+            }
+        }
     }
 
     #[test]

@@ -180,27 +180,42 @@ pub(crate) fn step_error_doc(e: &StepError) -> Bson {
     Bson::Document(bson::doc! { "class": e.class.as_str(), "message": e.message.as_str() })
 }
 
+// The writers below destructure the domain types field by field: a field added to them is
+// a compile error here, never a value silently left out of the stored document.
+
 pub(crate) fn step_doc(i: usize, s: &Step) -> Result<Document> {
+    let Step {
+        name,
+        status,
+        attempt,
+        error,
+        elapsed_ms,
+        traffic_wait_ms,
+        traffic_waits,
+        checkpoint,
+        started_at,
+        finished_at,
+    } = s;
     let f = |n: &str| format!("steps[{i}].{n}");
     let mut d = bson::doc! {
-        "name": s.name.as_str(),
-        "status": s.status.as_str(),
-        "attempt": i32_of(&f("attempt"), s.attempt)?,
-        "elapsed_ms": s.elapsed_ms,
-        "traffic_wait_ms": s.traffic_wait_ms,
-        "traffic_waits": i32_of(&f("traffic_waits"), s.traffic_waits)?,
+        "name": name.as_str(),
+        "status": status.as_str(),
+        "attempt": i32_of(&f("attempt"), *attempt)?,
+        "elapsed_ms": *elapsed_ms,
+        "traffic_wait_ms": *traffic_wait_ms,
+        "traffic_waits": i32_of(&f("traffic_waits"), *traffic_waits)?,
     };
-    if let Some(e) = &s.error {
+    if let Some(e) = error {
         d.insert("error", step_error_doc(e));
     }
-    if let Some(c) = &s.checkpoint {
+    if let Some(c) = checkpoint {
         d.insert("checkpoint", json_to_bson(&f("checkpoint"), c)?);
     }
-    if let Some(t) = s.started_at {
-        d.insert("started_at", dt(t));
+    if let Some(t) = started_at {
+        d.insert("started_at", dt(*t));
     }
-    if let Some(t) = s.finished_at {
-        d.insert("finished_at", dt(t));
+    if let Some(t) = finished_at {
+        d.insert("finished_at", dt(*t));
     }
     Ok(d)
 }
@@ -227,19 +242,20 @@ fn step_of(d: &Document) -> Result<Step> {
 }
 
 pub(crate) fn wait_doc(w: &Wait) -> Result<Document> {
+    let Wait { kind, signal_type, wait_key, generation, step_index, poll_time } = w;
     let mut d = bson::doc! {
-        "kind": match w.kind { WaitKind::Timer => "timer", WaitKind::Signal => "signal" },
-        "generation": i64_of("wait.generation", w.generation)?,
-        "step_index": i32_of("wait.step_index", w.step_index)?,
+        "kind": match kind { WaitKind::Timer => "timer", WaitKind::Signal => "signal" },
+        "generation": i64_of("wait.generation", *generation)?,
+        "step_index": i32_of("wait.step_index", *step_index)?,
     };
-    if let Some(s) = &w.signal_type {
+    if let Some(s) = signal_type {
         d.insert("signal_type", s.as_str());
     }
-    if let Some(s) = &w.wait_key {
+    if let Some(s) = wait_key {
         d.insert("wait_key", s.as_str());
     }
-    if let Some(t) = w.poll_time {
-        d.insert("poll_time", dt(t));
+    if let Some(t) = poll_time {
+        d.insert("poll_time", dt(*t));
     }
     Ok(d)
 }
@@ -256,13 +272,14 @@ pub(crate) fn wait_of(d: &Document) -> Result<Wait> {
 }
 
 pub(crate) fn resume_doc(r: &Resume) -> Result<Document> {
-    let kind = match r.kind {
+    let Resume { kind, step_index, signal_id } = r;
+    let kind = match kind {
         ResumeKind::Timer => "timer",
         ResumeKind::Signal => "signal",
         ResumeKind::Poll => "poll",
     };
-    let mut d = bson::doc! { "kind": kind, "step_index": i32_of("resume.step_index", r.step_index)? };
-    if let Some(s) = &r.signal_id {
+    let mut d = bson::doc! { "kind": kind, "step_index": i32_of("resume.step_index", *step_index)? };
+    if let Some(s) = signal_id {
         d.insert("signal_id", s.as_str());
     }
     Ok(d)
@@ -277,7 +294,8 @@ fn resume_of(d: &Document) -> Result<Resume> {
 }
 
 pub(crate) fn mismatch_doc(m: &FingerprintMismatch) -> Document {
-    bson::doc! { "persisted": m.persisted.as_str(), "worker": m.worker.as_str() }
+    let FingerprintMismatch { persisted, worker } = m;
+    bson::doc! { "persisted": persisted.as_str(), "worker": worker.as_str() }
 }
 
 pub(crate) fn priority_of(d: &Document) -> Result<Priority> {
@@ -304,44 +322,65 @@ pub(crate) fn priority_bson(p: Priority) -> Bson {
 /// The stored shape of a [`WorkflowInstance`] (see the crate docs). `_id` is left to the
 /// driver: `workflow_id` is the business-facing id, not the primary key.
 pub(crate) fn instance_doc(w: &WorkflowInstance) -> Result<Document> {
+    let WorkflowInstance {
+        workflow_id,
+        workflow_type,
+        biz_key,
+        status,
+        steps,
+        input,
+        output,
+        claimable_time,
+        claim_token,
+        wait,
+        resume,
+        definition_fingerprint,
+        fingerprint_mismatch,
+        business_priority,
+        retry_count,
+        revision,
+        created_at,
+        updated_at,
+        finished_at,
+    } = w;
     let steps =
-        w.steps.iter().enumerate().map(|(i, s)| step_doc(i, s).map(Bson::Document)).collect::<Result<Vec<_>>>()?;
-    let mut output = Document::new();
-    for (k, v) in &w.output {
-        output.insert(k.clone(), json_to_bson(&format!("output.{k}"), v)?);
+        steps.iter().enumerate().map(|(i, s)| step_doc(i, s).map(Bson::Document)).collect::<Result<Vec<_>>>()?;
+    let mut out = Document::new();
+    for (k, v) in output {
+        out.insert(k.clone(), json_to_bson(&format!("output.{k}"), v)?);
     }
     let mut d = bson::doc! {
-        "workflow_id": w.workflow_id.as_str(),
-        "type": w.workflow_type.as_str(),
-        "biz_key": w.biz_key.as_str(),
-        "status": w.status.as_str(),
+        "workflow_id": workflow_id.as_str(),
+        "type": workflow_type.as_str(),
+        "biz_key": biz_key.as_str(),
+        "status": status.as_str(),
         "steps": steps,
-        "input": json_to_bson("input", &w.input)?,
-        "output": output,
-        "definition_fingerprint": w.definition_fingerprint.as_str(),
-        "business_priority": priority_bson(w.business_priority),
-        "retry_count": i32_of("retry_count", w.retry_count)?,
-        "revision": i64_of("revision", w.revision)?,
-        "created_at": dt(w.created_at),
-        "updated_at": dt(w.updated_at),
+        "input": json_to_bson("input", input)?,
+        "output": out,
+        "definition_fingerprint": definition_fingerprint.as_str(),
+        "business_priority": priority_bson(*business_priority),
+        "retry_count": i32_of("retry_count", *retry_count)?,
+        "revision": i64_of("revision", *revision)?,
+        "created_at": dt(*created_at),
+        "updated_at": dt(*updated_at),
     };
-    if let Some(t) = w.claimable_time {
-        d.insert("claimable_time", dt(t));
+    if let Some(t) = claimable_time {
+        d.insert("claimable_time", dt(*t));
     }
-    if let Some(t) = &w.claim_token {
+    if let Some(t) = claim_token {
         d.insert("claim_token", t.as_str());
     }
-    if let Some(x) = &w.wait {
+    if let Some(x) = wait {
         d.insert("wait", wait_doc(x)?);
     }
-    if let Some(x) = &w.resume {
+    if let Some(x) = resume {
         d.insert("resume", resume_doc(x)?);
     }
-    if let Some(m) = &w.fingerprint_mismatch {
+    if let Some(m) = fingerprint_mismatch {
         d.insert("fingerprint_mismatch", mismatch_doc(m));
     }
-    if let Some(t) = w.finished_at {
-        d.insert("finished_at", dt(t));
+    if let Some(t) = finished_at {
+        d.insert("finished_at", dt(*t));
     }
     Ok(d)
 }
@@ -396,18 +435,19 @@ pub(crate) fn instance_of(d: &Document) -> Result<WorkflowInstance> {
 
 /// The stored shape of a [`SignalRecord`](kernel_core::ports::SignalRecord).
 pub(crate) fn signal_doc(r: &kernel_core::ports::SignalRecord) -> Result<Document> {
-    use kernel_core::ports::SignalStatus;
+    use kernel_core::ports::{SignalRecord, SignalStatus};
+    let SignalRecord { signal_id, workflow_id, signal_type, wait_key, generation, status, created_at, match_time } = r;
     let mut d = bson::doc! {
-        "signal_id": r.signal_id.as_str(),
-        "workflow_id": r.workflow_id.as_str(),
-        "signal_type": r.signal_type.as_str(),
-        "wait_key": r.wait_key.as_str(),
-        "generation": i64_of("generation", r.generation)?,
-        "status": match r.status { SignalStatus::Pending => "pending", SignalStatus::Matched => "matched" },
-        "created_at": dt(r.created_at),
+        "signal_id": signal_id.as_str(),
+        "workflow_id": workflow_id.as_str(),
+        "signal_type": signal_type.as_str(),
+        "wait_key": wait_key.as_str(),
+        "generation": i64_of("generation", *generation)?,
+        "status": match status { SignalStatus::Pending => "pending", SignalStatus::Matched => "matched" },
+        "created_at": dt(*created_at),
     };
-    if let Some(t) = r.match_time {
-        d.insert("match_time", dt(t));
+    if let Some(t) = match_time {
+        d.insert("match_time", dt(*t));
     }
     Ok(d)
 }

@@ -72,10 +72,7 @@ impl MongoSignalInbox {
 #[async_trait::async_trait]
 impl SignalInbox for MongoSignalInbox {
     async fn insert(&self, record: SignalRecord) -> Result<InsertOutcome> {
-        validate::identifier("signal_id", &record.signal_id)?;
-        validate::identifier("workflow_id", &record.workflow_id)?;
-        validate::identifier("signal_type", &record.signal_type)?;
-        validate::identifier("wait_key", &record.wait_key)?;
+        record.validate()?;
         let d = codec::signal_doc(&record)?;
         match self.coll.insert_one(codec::raw("signal", &d)?).await {
             Ok(_) => Ok(InsertOutcome::Inserted),

@@ -123,26 +123,34 @@ impl MongoOutbox {
     }
 
     fn intent_doc(&self, i: &DispatchIntent) -> Result<Document> {
-        validate::identifier("workflow_type", &i.workflow_type)?;
-        validate::identifier("biz_key", &i.biz_key)?;
-        validate::identifier("fencing_token", &i.fencing_token)?;
+        i.validate(self.config.limits.payload_bytes_max)?;
+        let DispatchIntent {
+            workflow_type,
+            biz_key,
+            status,
+            fencing_token,
+            input,
+            priority,
+            lease_token,
+            lease_until,
+            next_attempt_time,
+        } = i;
         let mut d = doc! {
-            "workflow_type": i.workflow_type.as_str(),
-            "biz_key": i.biz_key.as_str(),
-            "status": status_str(i.status),
-            "fencing_token": i.fencing_token.as_str(),
-            "priority": i.priority as i32,
-            "next_attempt_time": codec::dt(i.next_attempt_time),
+            "workflow_type": workflow_type.as_str(),
+            "biz_key": biz_key.as_str(),
+            "status": status_str(*status),
+            "fencing_token": fencing_token.as_str(),
+            "priority": *priority as i32,
+            "next_attempt_time": codec::dt(*next_attempt_time),
         };
-        if let Some(input) = &i.input {
-            validate::payload("workflow_dispatch.input", input, self.config.limits.payload_bytes_max)?;
+        if let Some(input) = input {
             d.insert("input", codec::json_to_bson("workflow_dispatch.input", input)?);
         }
-        if let Some(t) = &i.lease_token {
+        if let Some(t) = lease_token {
             d.insert("lease_token", t.as_str());
         }
-        if let Some(u) = i.lease_until {
-            d.insert("lease_until", codec::dt(u));
+        if let Some(u) = lease_until {
+            d.insert("lease_until", codec::dt(*u));
         }
         Ok(d)
     }
@@ -257,11 +265,11 @@ impl DispatchOutbox for MongoOutbox {
         initial_status: &str,
         intent: DispatchIntent,
     ) -> Result<AcceptOutcome> {
-        validate::identifier("object_id", object_id)?;
-        validate::identifier("initial_status", initial_status)?;
+        OutboxAccept { object_id, fields: &fields, initial_status, intent: &intent }
+            .validate(self.config.limits.payload_bytes_max)?;
         let Value::Object(map_) = &fields else { return Err(Error::invalid("fields", "must be a JSON object")) };
         for k in map_.keys() {
-            validate::key_name("fields", k)?;
+            // Keys this schema reserves, on top of the shared rule.
             if k == "_id"
                 || *k == self.schema.dispatch_field
                 || self.schema.status_field.split('.').next() == Some(k.as_str())
@@ -269,7 +277,6 @@ impl DispatchOutbox for MongoOutbox {
                 return Err(Error::invalid("fields", format_args!("`{k}` is reserved for the outbox")));
             }
         }
-        validate::payload("fields", &fields, self.config.limits.payload_bytes_max)?;
         let Bson::Document(mut d) = codec::json_to_bson("fields", &fields)? else { unreachable!("object") };
         d.insert("_id", object_id);
         d.insert(self.schema.dispatch_field.clone(), self.intent_doc(&intent)?);

@@ -30,6 +30,13 @@
 //!
 //! Every user value is a BSON value under a fixed key: ids, tokens and names are strings
 //! compared for equality, never documents, so `{"$ne": null}` as an id is just a string.
+//!
+//! What is refused is decided by kernel-core, the one K-2.0 rule every adapter shares:
+//! [`Guard::validate`], [`Transition::validate`] and [`WorkflowInstance::validate`] run
+//! before any translation. This module adds only what BSON itself cannot hold (integers
+//! beyond the signed range, NUL in object keys, documents over
+//! [`Limits::document_bytes_max`]). Guards, transitions and patches are destructured field
+//! by field, so a field added to them is a compile error here, never a dropped write.
 
 use crate::codec::{self, dt, i32_of, i64_of, json_to_bson};
 use kernel_core::model::*;
@@ -43,7 +50,8 @@ pub const FAILED_STEP_FILTER: &str = "f";
 /// Size limits checked before a document reaches the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Largest input, output or checkpoint, as serialized JSON bytes.
+    /// Largest input, output or checkpoint, as serialized JSON bytes; default
+    /// [`validate::STORE_PAYLOAD_BYTES_MAX`], the limit of the in-memory adapters.
     pub payload_bytes_max: usize,
     /// Largest inserted document or update document, in BSON bytes (MongoDB refuses
     /// documents over 16 MiB; stay well below so the stored document can still grow).
@@ -52,7 +60,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { payload_bytes_max: 256 * 1024, document_bytes_max: 4 * 1024 * 1024 }
+        Limits { payload_bytes_max: validate::STORE_PAYLOAD_BYTES_MAX, document_bytes_max: 4 * 1024 * 1024 }
     }
 }
 
@@ -64,34 +72,29 @@ const ACTIVE: [WorkflowStatus; 3] = [WorkflowStatus::Running, WorkflowStatus::Wa
 const CLAIMABLE: [WorkflowStatus; 2] = [WorkflowStatus::Running, WorkflowStatus::Failing];
 
 /// The filter of `guard`, preceded by `workflow_id = id` when an id is given (`claim_any`
-/// has none). Validates every identifier it embeds.
+/// has none). Validates every identifier it embeds ([`Guard::validate`]).
 pub fn guard_filter(workflow_id: Option<&str>, guard: &Guard) -> Result<Document> {
     let mut f = Document::new();
     if let Some(id) = workflow_id {
         validate::identifier("workflow_id", id)?;
         f.insert("workflow_id", id);
     }
+    guard.validate()?;
     match guard {
         Guard::Claimable { now, types } => {
-            for t in types {
-                validate::identifier("types", t)?;
-            }
             f.insert("status", doc! { "$in": statuses(&CLAIMABLE) });
             f.insert("claimable_time", doc! { "$lte": dt(*now) });
             f.insert("type", doc! { "$in": types.iter().map(|t| Bson::String(t.clone())).collect::<Vec<_>>() });
         }
         Guard::Running { token } => {
-            validate::identifier("claim_token", token)?;
             f.insert("status", WorkflowStatus::Running.as_str());
             f.insert("claim_token", token.as_str());
         }
         Guard::Failing { token } => {
-            validate::identifier("claim_token", token)?;
             f.insert("status", WorkflowStatus::Failing.as_str());
             f.insert("claim_token", token.as_str());
         }
         Guard::Token { token } => {
-            validate::identifier("claim_token", token)?;
             f.insert("claim_token", token.as_str());
         }
         Guard::Failed => {
@@ -102,15 +105,13 @@ pub fn guard_filter(workflow_id: Option<&str>, guard: &Guard) -> Result<Document
             f.insert("claimable_time", doc! { "$lte": dt(*now) });
             f.insert("wait.step_index", i32_of("step_index", *step_index)?);
         }
-        Guard::SignalWait(id) => {
-            validate::identifier("signal_type", &id.signal_type)?;
-            validate::identifier("wait_key", &id.wait_key)?;
+        Guard::SignalWait(WaitIdentity { signal_type, wait_key, generation, step_index }) => {
             f.insert("status", WorkflowStatus::Waiting.as_str());
             f.insert("wait.kind", "signal");
-            f.insert("wait.signal_type", id.signal_type.as_str());
-            f.insert("wait.wait_key", id.wait_key.as_str());
-            f.insert("wait.generation", i64_of("generation", id.generation)?);
-            f.insert("wait.step_index", i32_of("step_index", id.step_index)?);
+            f.insert("wait.signal_type", signal_type.as_str());
+            f.insert("wait.wait_key", wait_key.as_str());
+            f.insert("wait.generation", i64_of("generation", *generation)?);
+            f.insert("wait.step_index", i32_of("step_index", *step_index)?);
         }
         Guard::Active => {
             f.insert("status", doc! { "$in": statuses(&ACTIVE) });
@@ -166,61 +167,85 @@ impl Ops {
     }
 }
 
-fn step_patch(ops: &mut Ops, p: &StepPatch, limits: &Limits) -> Result<()> {
-    let k = |f: &str| format!("steps.{}.{f}", p.index);
-    if let Some(s) = p.status {
+fn step_patch(ops: &mut Ops, p: &StepPatch) -> Result<()> {
+    let StepPatch {
+        index,
+        status,
+        attempt,
+        error,
+        checkpoint,
+        elapsed_ms_inc,
+        traffic_wait_ms_inc,
+        traffic_waits_inc,
+        started_at,
+        finished_at,
+    } = p;
+    let k = |f: &str| format!("steps.{index}.{f}");
+    if let Some(s) = status {
         ops.set.insert(k("status"), s.as_str());
     }
-    match p.attempt {
+    match attempt {
         Some(AttemptChange::Inc(d)) => {
-            ops.inc.insert(k("attempt"), Bson::Int32(d));
+            ops.inc.insert(k("attempt"), Bson::Int32(*d));
         }
         Some(AttemptChange::Reset) => {
             ops.set.insert(k("attempt"), Bson::Int32(0));
         }
         None => {}
     }
-    if let Some(e) = &p.error {
+    if let Some(e) = error {
         ops.patch(k("error"), e, |e| Ok(codec::step_error_doc(e)))?;
     }
-    if let Some(c) = &p.checkpoint {
+    if let Some(c) = checkpoint {
         let field = k("checkpoint");
-        ops.patch(field.clone(), c, |v| {
-            validate::payload(&field, v, limits.payload_bytes_max)?;
-            json_to_bson(&field, v)
-        })?;
+        ops.patch(field.clone(), c, |v| json_to_bson(&field, v))?;
     }
-    if p.elapsed_ms_inc != 0 {
-        ops.inc.insert(k("elapsed_ms"), Bson::Int64(p.elapsed_ms_inc));
+    if *elapsed_ms_inc != 0 {
+        ops.inc.insert(k("elapsed_ms"), Bson::Int64(*elapsed_ms_inc));
     }
-    if p.traffic_wait_ms_inc != 0 {
-        ops.inc.insert(k("traffic_wait_ms"), Bson::Int64(p.traffic_wait_ms_inc));
+    if *traffic_wait_ms_inc != 0 {
+        ops.inc.insert(k("traffic_wait_ms"), Bson::Int64(*traffic_wait_ms_inc));
     }
-    if p.traffic_waits_inc != 0 {
-        ops.inc.insert(k("traffic_waits"), i32_of("traffic_waits", p.traffic_waits_inc)?);
+    if *traffic_waits_inc != 0 {
+        ops.inc.insert(k("traffic_waits"), i32_of("traffic_waits", *traffic_waits_inc)?);
     }
-    if let Some(t) = p.started_at {
-        ops.set.insert(k("started_at"), dt(t));
+    if let Some(t) = started_at {
+        ops.set.insert(k("started_at"), dt(*t));
     }
-    if let Some(f) = &p.finished_at {
+    if let Some(f) = finished_at {
         ops.patch(k("finished_at"), f, |t| Ok(dt(*t)))?;
     }
     Ok(())
 }
 
-/// Translate a transition into one update document (K-6.4). Validates output names
-/// ([`validate::key_name`]), tokens and wait identities, and payload sizes.
+/// Translate a transition into one update document (K-6.4). The transition is checked by
+/// [`Transition::validate`] first (output names, tokens, wait identities, payload sizes,
+/// one patch per step, no step patch beside replay's array filter).
 pub fn transition_update(t: &Transition, limits: &Limits) -> Result<Update> {
+    t.validate(limits.payload_bytes_max)?;
+    let Transition {
+        kinds: _,
+        now,
+        status,
+        steps,
+        outputs,
+        input,
+        claimable_time,
+        claim_token,
+        wait,
+        resume,
+        fingerprint_mismatch,
+        priority,
+        reset_failed_steps,
+        retry_count_inc,
+        finished_at,
+        bump_revision,
+    } = t;
     let mut ops = Ops::default();
-    if let Some(s) = t.status {
+    if let Some(s) = status {
         ops.set.insert("status", s.as_str());
     }
-    if t.reset_failed_steps && !t.steps.is_empty() {
-        // Both could name the same element (`steps.$[f]` and `steps.<i>`), which MongoDB
-        // refuses as a path conflict; no kernel transition needs it.
-        return Err(Error::invalid("transition", "reset_failed_steps cannot be combined with step patches"));
-    }
-    if t.reset_failed_steps {
+    if *reset_failed_steps {
         let f = |n: &str| format!("steps.$[{FAILED_STEP_FILTER}].{n}");
         ops.set.insert(f("status"), StepStatus::Pending.as_str());
         ops.set.insert(f("attempt"), Bson::Int32(0));
@@ -231,60 +256,42 @@ pub fn transition_update(t: &Transition, limits: &Limits) -> Result<Update> {
             ops.unset.insert(f(n), "");
         }
     }
-    let mut seen = std::collections::BTreeSet::new();
-    for p in &t.steps {
-        if !seen.insert(p.index) {
-            return Err(Error::invalid("transition.steps", format_args!("step {} patched twice", p.index)));
-        }
-        step_patch(&mut ops, p, limits)?;
+    for p in steps {
+        step_patch(&mut ops, p)?;
     }
-    for (name, v) in &t.outputs {
-        validate::key_name("output", name)?;
+    for (name, v) in outputs {
         let field = format!("output.{name}");
-        validate::payload(&field, v, limits.payload_bytes_max)?;
         ops.set.insert(field.clone(), json_to_bson(&field, v)?);
     }
-    if let Some(i) = &t.input {
-        validate::payload("input", i, limits.payload_bytes_max)?;
+    if let Some(i) = input {
         ops.set.insert("input", json_to_bson("input", i)?);
     }
-    if let Some(p) = &t.claimable_time {
+    if let Some(p) = claimable_time {
         ops.patch("claimable_time".into(), p, |x| Ok(dt(*x)))?;
     }
-    if let Some(p) = &t.claim_token {
-        ops.patch("claim_token".into(), p, |x| {
-            validate::identifier("claim_token", x)?;
-            Ok(Bson::String(x.clone()))
-        })?;
+    if let Some(p) = claim_token {
+        ops.patch("claim_token".into(), p, |x| Ok(Bson::String(x.clone())))?;
     }
-    if let Some(p) = &t.wait {
-        ops.patch("wait".into(), p, |w| {
-            validate_wait(w)?;
-            Ok(Bson::Document(codec::wait_doc(w)?))
-        })?;
+    if let Some(p) = wait {
+        ops.patch("wait".into(), p, |w| Ok(Bson::Document(codec::wait_doc(w)?)))?;
     }
-    if let Some(p) = &t.resume {
-        ops.patch("resume".into(), p, |r| {
-            if let Some(s) = &r.signal_id {
-                validate::identifier("resume.signal_id", s)?;
-            }
-            Ok(Bson::Document(codec::resume_doc(r)?))
-        })?;
+    if let Some(p) = resume {
+        ops.patch("resume".into(), p, |r| Ok(Bson::Document(codec::resume_doc(r)?)))?;
     }
-    if let Some(m) = &t.fingerprint_mismatch {
+    if let Some(m) = fingerprint_mismatch {
         ops.set.insert("fingerprint_mismatch", codec::mismatch_doc(m));
     }
-    if let Some(p) = t.priority {
-        ops.set.insert("business_priority", codec::priority_bson(p));
+    if let Some(p) = priority {
+        ops.set.insert("business_priority", codec::priority_bson(*p));
     }
-    if let Some(p) = &t.finished_at {
+    if let Some(p) = finished_at {
         ops.patch("finished_at".into(), p, |x| Ok(dt(*x)))?;
     }
-    ops.set.insert("updated_at", dt(t.now));
-    if t.retry_count_inc {
+    ops.set.insert("updated_at", dt(*now));
+    if *retry_count_inc {
         ops.inc.insert("retry_count", Bson::Int32(1));
     }
-    if t.bump_revision {
+    if *bump_revision {
         ops.inc.insert("revision", Bson::Int64(1));
     }
 
@@ -297,21 +304,10 @@ pub fn transition_update(t: &Transition, limits: &Limits) -> Result<Update> {
     check_size("transition", &update, limits)?;
     Ok(Update {
         update,
-        array_filters: t
-            .reset_failed_steps
+        array_filters: reset_failed_steps
             .then(|| vec![doc! { format!("{FAILED_STEP_FILTER}.status"): StepStatus::Failed.as_str() }]),
-        step_index_max: t.steps.iter().map(|p| p.index).max(),
+        step_index_max: steps.iter().map(|p| p.index).max(),
     })
-}
-
-pub(crate) fn validate_wait(w: &Wait) -> Result<()> {
-    if let Some(s) = &w.signal_type {
-        validate::identifier("wait.signal_type", s)?;
-    }
-    if let Some(s) = &w.wait_key {
-        validate::identifier("wait.wait_key", s)?;
-    }
-    Ok(())
 }
 
 /// BSON size of `d` against [`Limits::document_bytes_max`].
@@ -327,36 +323,10 @@ pub(crate) fn check_size(field: &str, d: &Document, limits: &Limits) -> Result<(
     Ok(())
 }
 
-/// Validate an instance before insert and return its document (K-2.0 and size limits).
+/// Validate an instance before insert ([`WorkflowInstance::validate`], then the BSON size
+/// limit) and return its document.
 pub fn instance_document(w: &WorkflowInstance, limits: &Limits) -> Result<Document> {
-    validate::identifier("workflow_id", &w.workflow_id)?;
-    validate::identifier("biz_key", &w.biz_key)?;
-    validate::identifier("workflow_type", &w.workflow_type)?;
-    validate::identifier("definition_fingerprint", &w.definition_fingerprint)?;
-    let mut names = std::collections::BTreeSet::new();
-    for (i, s) in w.steps.iter().enumerate() {
-        validate::key_name(&format!("steps[{i}].name"), &s.name)?;
-        if !names.insert(s.name.as_str()) {
-            return Err(Error::invalid(format!("steps[{i}].name"), "duplicate step name"));
-        }
-        if let Some(c) = &s.checkpoint {
-            validate::payload(&format!("steps[{i}].checkpoint"), c, limits.payload_bytes_max)?;
-        }
-    }
-    validate::payload("input", &w.input, limits.payload_bytes_max)?;
-    for (k, v) in &w.output {
-        validate::key_name("output", k)?;
-        validate::payload(&format!("output.{k}"), v, limits.payload_bytes_max)?;
-    }
-    if let Some(t) = &w.claim_token {
-        validate::identifier("claim_token", t)?;
-    }
-    if let Some(x) = &w.wait {
-        validate_wait(x)?;
-    }
-    if let Some(s) = w.resume.as_ref().and_then(|r| r.signal_id.as_ref()) {
-        validate::identifier("resume.signal_id", s)?;
-    }
+    w.validate(limits.payload_bytes_max)?;
     let d = codec::instance_doc(w)?;
     check_size("instance", &d, limits)?;
     Ok(d)

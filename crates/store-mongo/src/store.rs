@@ -95,9 +95,8 @@ impl MongoWorkflowStore {
         spec: &ClaimSpec,
         sort: Option<Document>,
     ) -> Result<Option<WorkflowInstance>> {
-        validate::identifier("claim_token", &spec.token)?;
-        validate::positive_ms("lease_ms", spec.lease_ms)?;
-        let u = transition_update(&Transition::claim(&spec.token, spec.now, spec.lease_ms), &self.config.limits)?;
+        spec.validate()?;
+        let u = transition_update(&spec.transition(), &self.config.limits)?;
         let mut action = self.coll.find_one_and_update(filter, u.update).return_document(ReturnDocument::After);
         if let Some(s) = sort {
             action = action.sort(s);

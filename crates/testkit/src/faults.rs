@@ -818,7 +818,7 @@ impl AuditStore {
 
 /// The kinds of a transition, in fusion order.
 fn kinds_of(transition: &Transition) -> Vec<TransitionKind> {
-    transition.kinds.clone()
+    transition.kinds().collect()
 }
 
 #[async_trait::async_trait]
@@ -887,7 +887,7 @@ impl WorkflowStore for AuditStore {
                 for step in &completed {
                     *st.counts.completions.entry((workflow_id.to_string(), run, *step)).or_insert(0) += 1;
                 }
-                let label = format!("{:?}", transition.kinds);
+                let label = format!("{:?}", kinds_of(transition));
                 *st.counts.accepted.entry(label).or_insert(0) += 1;
                 entry.outcome = AuditOutcome::Applied { revision: *revision };
                 entry.run = (!completed.is_empty()).then_some(run);

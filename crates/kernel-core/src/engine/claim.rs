@@ -197,12 +197,12 @@ impl Claim {
                 Ok(())
             }
             Ok(WriteOutcome::Missed) => {
-                tracing::warn!(kinds = ?t.kinds, "write missed: claim lost");
+                tracing::warn!(kinds = ?t.kinds().collect::<Vec<_>>(), "write missed: claim lost");
                 self.cancel.cancel();
                 Err(ClaimEnd::ClaimLost)
             }
             Err(e) => {
-                tracing::warn!(kinds = ?t.kinds, error = %e, "write outcome uncertain: ending the claim");
+                tracing::warn!(kinds = ?t.kinds().collect::<Vec<_>>(), error = %e, "write outcome uncertain: ending the claim");
                 self.cancel.cancel();
                 Err(ClaimEnd::Uncertain)
             }

@@ -4,7 +4,7 @@
 
 use crate::model::{Millis, Priority, WorkflowInstance};
 use crate::ports::{DynObservationSink, DynQueue, DynWakeup, Observation, StreamKey};
-use crate::transition::{Transition, TransitionKind};
+use crate::transition::{KindAt, Transition, TransitionKind};
 use serde_json::Value;
 
 /// Who committed a write, as observations report it.
@@ -25,18 +25,18 @@ pub(crate) fn observe(
     revision: u64,
     writer: Writer<'_>,
 ) {
-    for (i, kind) in t.kinds.iter().enumerate() {
+    for &KindAt { kind, step } in t.kinds_at() {
         if matches!(kind, TransitionKind::Heartbeat) {
             continue;
         }
-        let step = t.kind_steps.get(i).copied().flatten().and_then(|s| inst.steps.get(s as usize));
+        let step = step.and_then(|s| inst.steps.get(s as usize));
         sink.emit(Observation {
             workflow_id: inst.workflow_id.clone(),
             biz_key: inst.biz_key.clone(),
             workflow_type: inst.workflow_type.clone(),
             workflow_run: inst.retry_count,
             revision,
-            kind: *kind,
+            kind,
             status: inst.status,
             step_name: step.map(|s| s.name.clone()),
             attempt: step.map_or(0, |s| s.attempt),

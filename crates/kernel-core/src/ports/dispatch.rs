@@ -1,5 +1,6 @@
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::model::{Millis, Priority};
+use crate::validate;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -23,15 +24,15 @@ pub struct DispatchIntent {
     pub workflow_type: String,
     /// Permanent idempotency key of the workflow (one instance per key, K-3.2).
     pub biz_key: String,
-    /// Pending, processing or dispatched.
+    /// Whether the workflow is reliably registered yet, and who may try (K-11.1).
     pub status: DispatchStatus,
-    /// The business round (K-12).
+    /// The business round (K-12); every conditional write of the intent compares it.
     pub fencing_token: String,
     /// The exact input snapshot taken at the entry; `None` on objects accepted before
     /// snapshots existed (a conservative input is then built from stable fields).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<Value>,
-    /// Lane of the workflow.
+    /// The ready lane the workflow starts in (K-13).
     pub priority: Priority,
     /// The recovery lease holder (processing only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -44,6 +45,30 @@ pub struct DispatchIntent {
 }
 
 impl DispatchIntent {
+    /// The K-2.0 check of an intent before it is written (`accept`, `retry_failed`):
+    /// `workflow_type`, `biz_key` and `fencing_token` follow the identifier rule and the
+    /// input snapshot is at most `payload_bytes_max` serialized bytes.
+    pub fn validate(&self, payload_bytes_max: usize) -> Result<()> {
+        let DispatchIntent {
+            workflow_type,
+            biz_key,
+            status: _,
+            fencing_token,
+            input,
+            priority: _,
+            lease_token: _,
+            lease_until: _,
+            next_attempt_time: _,
+        } = self;
+        validate::identifier("workflow_type", workflow_type)?;
+        validate::identifier("biz_key", biz_key)?;
+        validate::identifier("fencing_token", fencing_token)?;
+        if let Some(input) = input {
+            validate::payload("workflow_dispatch.input", input, payload_bytes_max)?;
+        }
+        Ok(())
+    }
+
     /// A fresh pending intent for round `fencing_token`.
     pub fn pending(
         workflow_type: &str,
@@ -71,14 +96,61 @@ impl DispatchIntent {
 /// intent, and the rest of the user's fields as opaque JSON.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DispatchRecord {
-    /// Business object id.
+    /// The business object's id (its primary key in the business collection).
     pub object_id: String,
-    /// Value of the configured business status field.
+    /// Value of the configured business status field (`None` when the object has none).
     pub business_status: Option<String>,
-    /// The intent, if the object has one.
+    /// The dispatch intent, if the object has one (objects written outside the outbox may not).
     pub dispatch: Option<DispatchIntent>,
     /// The user's fields (read-only for the kernel; used to build legacy inputs).
     pub fields: Value,
+}
+
+/// The arguments of [`DispatchOutbox::accept`], borrowed, with the one check every outbox
+/// adapter runs before writing.
+#[derive(Debug, Clone, Copy)]
+pub struct OutboxAccept<'a> {
+    /// The new business object's id (K-2.0 identifier).
+    pub object_id: &'a str,
+    /// The user's fields: a JSON object whose keys are document keys.
+    pub fields: &'a Value,
+    /// The business status the object starts in (K-2.0 identifier).
+    pub initial_status: &'a str,
+    /// The pending intent written with the object.
+    pub intent: &'a DispatchIntent,
+}
+
+impl OutboxAccept<'_> {
+    /// The K-2.0 check of an accept: `object_id` and `initial_status` are identifiers;
+    /// `fields` is a JSON object whose top-level keys are document keys
+    /// ([`validate::key_name`]: no `$` prefix, no `.`) and whose serialized size is at most
+    /// `payload_bytes_max`; the intent passes [`DispatchIntent::validate`]. Every outbox
+    /// adapter calls it in `accept`; a refusal is
+    /// [`Error::InvalidInput`] and nothing is written. (Keys an adapter reserves for its
+    /// own schema are refused by that adapter in addition.)
+    ///
+    /// ```
+    /// use kernel_core::model::Priority;
+    /// use kernel_core::ports::{OutboxAccept, DispatchIntent};
+    /// use kernel_core::validate::STORE_PAYLOAD_BYTES_MAX;
+    /// let intent = DispatchIntent::pending("summary", "biz:1", "f1", serde_json::json!({}), Priority::P2, 0);
+    /// let fields = serde_json::json!({"title": "x"});
+    /// let req = OutboxAccept { object_id: "doc-1", fields: &fields, initial_status: "new", intent: &intent };
+    /// assert!(req.validate(STORE_PAYLOAD_BYTES_MAX).is_ok());
+    /// let bad = serde_json::json!({"$set": 1});
+    /// assert!(OutboxAccept { fields: &bad, ..req }.validate(STORE_PAYLOAD_BYTES_MAX).is_err());
+    /// ```
+    pub fn validate(&self, payload_bytes_max: usize) -> Result<()> {
+        let OutboxAccept { object_id, fields, initial_status, intent } = *self;
+        validate::identifier("object_id", object_id)?;
+        validate::identifier("initial_status", initial_status)?;
+        let Value::Object(map) = fields else { return Err(Error::invalid("fields", "must be a JSON object")) };
+        for k in map.keys() {
+            validate::key_name("fields", k)?;
+        }
+        validate::payload("fields", fields, payload_bytes_max)?;
+        intent.validate(payload_bytes_max)
+    }
 }
 
 /// Result of an accept.
@@ -99,7 +171,9 @@ pub trait DispatchOutbox: Send + Sync + 'static {
     ///
     /// # Contract
     /// One atomic insert of fields + status + intent, unique on `object_id`; an existing
-    /// object is left untouched (`Exists`).
+    /// object is left untouched (`Exists`). A request refused by
+    /// [`OutboxAccept::validate`] (K-2.0, payload limit) is
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) and nothing is written.
     async fn accept(
         &self,
         object_id: &str,
@@ -109,6 +183,9 @@ pub trait DispatchOutbox: Send + Sync + 'static {
     ) -> Result<AcceptOutcome>;
 
     /// Read one object.
+    ///
+    /// # Contract
+    /// Read-only; the object as last written, or `None` when no object has that id.
     async fn get(&self, object_id: &str) -> Result<Option<DispatchRecord>>;
 
     /// Realtime confirm (K-11.2).
@@ -176,6 +253,8 @@ pub trait DispatchOutbox: Send + Sync + 'static {
     /// CAS `business_status = failed AND fencing_token = prev` → business status
     /// `initial_status`, the intent replaced wholesale by `next`, the previous error field
     /// cleared. Returns whether this call installed it (a concurrent loser gets `false`).
+    /// An intent refused by [`DispatchIntent::validate`] is
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) and nothing is written.
     async fn retry_failed(
         &self,
         object_id: &str,
@@ -214,6 +293,10 @@ pub type DynOutbox = dyn DispatchOutbox;
 #[async_trait::async_trait]
 pub trait DispatchCandidates: Send + Sync + 'static {
     /// Add or move a candidate.
+    ///
+    /// # Contract
+    /// Atomic upsert: one entry per object, its due time replaced. Best effort for the
+    /// caller: a lost entry costs latency only (the store scan refills the index).
     async fn add(&self, object_id: &str, due: Millis) -> Result<()>;
 
     /// Remove and return up to `max` candidates due at `now`.

@@ -12,6 +12,10 @@ pub trait IdGenerator: Send + Sync + 'static {
     fn new_token(&self) -> String;
 
     /// A uniformly distributed random number (retry jitter).
+    ///
+    /// # Contract
+    /// Never blocks. Used only for jitter, never for identity; a seeded generator returns
+    /// the same sequence on every run, so a failing seed replays exactly.
     fn random_u64(&self) -> u64;
 }
 

@@ -1,5 +1,6 @@
 use crate::error::Result;
 use crate::model::Millis;
+use crate::validate;
 use serde::{Deserialize, Serialize};
 
 /// Status of an inbox record.
@@ -17,21 +18,56 @@ pub enum SignalStatus {
 pub struct SignalRecord {
     /// Unique; a duplicate delivery is ignored.
     pub signal_id: String,
-    /// Target instance.
+    /// The instance whose wait this signal may activate.
     pub workflow_id: String,
-    /// Signal type.
+    /// Must equal the wait's `signal_type` to match (K-9.3).
     pub signal_type: String,
-    /// Wait key.
+    /// Must equal the wait's `wait_key` (which business object) to match.
     pub wait_key: String,
-    /// Wait generation.
+    /// Must equal the wait's generation; an older round never matches (K-9.6).
     pub generation: u64,
-    /// Pending or matched.
+    /// Pending until a wait consumed it (activation or repair), then matched.
     pub status: SignalStatus,
-    /// Insert time.
+    /// Insert time; retention purges by it.
     pub created_at: Millis,
     /// When it was matched (audit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub match_time: Option<Millis>,
+}
+
+impl SignalRecord {
+    /// The K-2.0 check of a record before insert: `signal_id`, `workflow_id`,
+    /// `signal_type` and `wait_key` follow the identifier rule. Every inbox adapter calls
+    /// it in `insert`; a refusal is [`Error::InvalidInput`](crate::Error::InvalidInput) and
+    /// nothing is written.
+    ///
+    /// ```
+    /// use kernel_core::ports::{SignalRecord, SignalStatus};
+    /// let mut r = SignalRecord {
+    ///     signal_id: "sig-1".into(), workflow_id: "wf-1".into(), signal_type: "approved".into(),
+    ///     wait_key: "doc:42".into(), generation: 1, status: SignalStatus::Pending,
+    ///     created_at: 0, match_time: None,
+    /// };
+    /// assert!(r.validate().is_ok());
+    /// r.wait_key = "doc\0".into();
+    /// assert!(r.validate().is_err());
+    /// ```
+    pub fn validate(&self) -> Result<()> {
+        let SignalRecord {
+            signal_id,
+            workflow_id,
+            signal_type,
+            wait_key,
+            generation: _,
+            status: _,
+            created_at: _,
+            match_time: _,
+        } = self;
+        validate::identifier("signal_id", signal_id)?;
+        validate::identifier("workflow_id", workflow_id)?;
+        validate::identifier("signal_type", signal_type)?;
+        validate::identifier("wait_key", wait_key)
+    }
 }
 
 /// Result of an inbox insert.
@@ -51,10 +87,16 @@ pub trait SignalInbox: Send + Sync + 'static {
     /// # Contract
     /// Atomic on the unique `signal_id`: of concurrent inserts exactly one returns
     /// `Inserted`; the others return `Duplicate` with the stored record. An error means the
-    /// delivery failed and the producer must retry with the same id.
+    /// delivery failed and the producer must retry with the same id. A record refused by
+    /// [`SignalRecord::validate`] (K-2.0) is
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) and nothing is written.
     async fn insert(&self, record: SignalRecord) -> Result<InsertOutcome>;
 
     /// Read a record.
+    ///
+    /// # Contract
+    /// Read-only; the record as last written (pending or matched), or `None` when no
+    /// record has that id (never inserted, or purged by retention).
     async fn get(&self, signal_id: &str) -> Result<Option<SignalRecord>>;
 
     /// The oldest pending record matching the wait identity exactly (K-9.4 early signals).

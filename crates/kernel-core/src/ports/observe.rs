@@ -5,17 +5,18 @@ use serde::{Deserialize, Serialize};
 /// One committed transition, for the ops projection (K-15). Never drives execution.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Observation {
-    /// Instance.
+    /// The instance written.
     pub workflow_id: String,
-    /// Business key.
+    /// Its permanent idempotency key, so ops views can search by business object.
     pub biz_key: String,
-    /// Type.
+    /// Its definition type.
     pub workflow_type: String,
     /// `workflow_run = retry_count`.
     pub workflow_run: u32,
     /// The committed revision.
     pub revision: u64,
-    /// What happened.
+    /// Which logical transition of the write this is (a fused write emits one observation
+    /// per kind, K-7.1).
     pub kind: TransitionKind,
     /// Workflow status after the write.
     pub status: WorkflowStatus,
@@ -29,7 +30,7 @@ pub struct Observation {
     pub traffic_wait_ms: i64,
     /// Error class, if the transition records one.
     pub error_class: Option<ErrorClass>,
-    /// Commit time.
+    /// The writer's clock at the commit (the instance's `updated_at`).
     pub at: Millis,
     /// Worker that committed it (absent for writes outside a worker).
     pub worker_id: Option<String>,

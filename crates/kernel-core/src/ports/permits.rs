@@ -5,11 +5,12 @@ use crate::validate;
 /// Who holds a permit: `workflow_id + step + claim_token` (K-14).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PermitOwner {
-    /// Instance.
+    /// The instance whose activity holds the permit.
     pub workflow_id: String,
-    /// Step name.
+    /// The step whose activity holds it (a document key, K-2.0).
     pub step: String,
-    /// Current claim.
+    /// The claim under which the activity runs: a later claim of the same step is a new
+    /// owner, so a zombie's permit is never mistaken for its successor's.
     pub claim_token: String,
 }
 
@@ -44,7 +45,8 @@ pub enum PermitDecision {
     },
     /// No capacity now; try again after the hint.
     Denied {
-        /// Suggested delay.
+        /// How long the caller should wait before asking again (the permit deferral's
+        /// delay, K-7.1).
         retry_after_ms: Millis,
     },
 }

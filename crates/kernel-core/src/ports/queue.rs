@@ -4,11 +4,11 @@ use crate::model::{Millis, Priority};
 /// Per-lane statistics (K-13).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LaneStats {
-    /// Members in the lane.
+    /// Members in the lane, due or not.
     pub depth: u64,
-    /// Members due now.
+    /// Members whose score is `≤ now`: a pop may return them.
     pub ready: u64,
-    /// Members due later.
+    /// Members whose score is `> now` (retry delays, leases, permit deferrals).
     pub delayed: u64,
     /// `now − oldest due score`, 0 when nothing is due.
     pub oldest_wait_ms: Millis,
@@ -36,6 +36,10 @@ pub trait ReadyQueue: Send + Sync + 'static {
     async fn pop_due(&self, now: Millis) -> Result<Option<String>>;
 
     /// Depth, ready, delayed and oldest wait per lane, P0 first.
+    ///
+    /// # Contract
+    /// Read-only (pop rotation and burst state untouched); `ready` and `delayed` split
+    /// `depth` at `score ≤ now`. Each lane is read consistently, the four lanes need not be.
     async fn stats(&self, now: Millis) -> Result<[LaneStats; 4]>;
 }
 
@@ -48,13 +52,18 @@ pub type WakeupReceiver = tokio::sync::mpsc::Receiver<()>;
 /// The wakeup doorbell (K-13). Lost messages only delay (poll fallback).
 #[async_trait::async_trait]
 pub trait Wakeup: Send + Sync + 'static {
-    /// Ring.
+    /// Ring: every subscriber should look at the queue now.
     ///
     /// # Contract
     /// Best effort; may be lost.
     async fn notify(&self) -> Result<()>;
 
     /// Listen. Bursts may be coalesced into one message.
+    ///
+    /// # Contract
+    /// Every ring after the subscription is established is delivered at least as one
+    /// message unless lost in transit (best effort); an error means no subscription, and
+    /// the caller falls back to polling the queue.
     async fn subscribe(&self) -> Result<WakeupReceiver>;
 }
 

@@ -1,6 +1,7 @@
 use crate::error::Result;
 use crate::model::{Millis, Priority, ResumeKind, WorkflowInstance};
 use crate::transition::{Guard, Transition};
+use crate::validate;
 use serde::{Deserialize, Serialize};
 
 /// Result of [`WorkflowStore::create`].
@@ -33,47 +34,66 @@ impl WriteOutcome {
     }
 }
 
-/// Claim parameters (K-6.2).
+/// Claim parameters (K-6.2): the guard and the transition of a claim, derived in one place
+/// so no adapter rebuilds them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimSpec {
-    /// The caller's clock.
+    /// The caller's clock: the instance must be due (`claimable_time ≤ now`), and the lease
+    /// runs from it.
     pub now: Millis,
-    /// Lease length: `claimable_time = now + lease_ms`.
+    /// Lease length, strictly positive: `claimable_time = now + lease_ms`.
     pub lease_ms: Millis,
-    /// The new claim token.
+    /// The claim token the caller minted (K-2.0 identifier); the engine fences its later
+    /// writes with this value, not with one read back.
     pub token: String,
-    /// Types the worker has definitions for.
+    /// Workflow types the worker has definitions for; others are never claimed.
     pub types: Vec<String>,
 }
 
 impl ClaimSpec {
-    /// The guard this claim writes under.
+    /// The guard this claim writes under ([`Guard::Claimable`]).
     pub fn guard(&self) -> Guard {
         Guard::Claimable { now: self.now, types: self.types.clone() }
+    }
+
+    /// The transition this claim writes ([`Transition::claim`]): lease and token, no
+    /// revision bump.
+    pub fn transition(&self) -> Transition {
+        Transition::claim(&self.token, self.now, self.lease_ms)
+    }
+
+    /// The K-2.0 check of a claim: the token and every type are identifiers, the lease is
+    /// strictly positive. Every store adapter calls it before claiming; a refusal is
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) and nothing is written.
+    pub fn validate(&self) -> Result<()> {
+        let ClaimSpec { now: _, lease_ms, token, types: _ } = self;
+        validate::identifier("claim_token", token)?;
+        validate::positive_ms("lease_ms", *lease_ms)?;
+        self.guard().validate()
     }
 }
 
 /// A due wait found by [`WorkflowStore::scan_due_waits`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DueWait {
-    /// Instance.
+    /// The waiting instance, to activate under [`Guard::DueWait`].
     pub workflow_id: String,
-    /// The waiting step.
+    /// The step holding the wait (the guard checks it is still that step).
     pub step_index: u32,
     /// `timer` for sleeps, `poll` for signal waits with a poll fallback.
     pub resume: ResumeKind,
-    /// Its priority (for re-enqueue).
+    /// The instance's `business_priority`, the lane it is re-enqueued in.
     pub priority: Priority,
 }
 
 /// A claimable instance found by [`WorkflowStore::scan_claimable`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Candidate {
-    /// Instance.
+    /// A running or failing instance with a `claimable_time`.
     pub workflow_id: String,
-    /// Lane.
+    /// Its `business_priority`: the ready lane the rebuild scan puts it in.
     pub priority: Priority,
-    /// Score.
+    /// Its `claimable_time`: the score in that lane (due when `≤ now`).
     pub claimable_time: Millis,
 }
 
@@ -89,21 +109,34 @@ pub trait WorkflowStore: Send + Sync + 'static {
     /// # Contract
     /// Atomic on the permanent unique `biz_key` (K-3.2): of concurrent creates exactly one
     /// returns `Created`; the rest return `Exists` with the stored instance. Also unique on
-    /// `workflow_id`.
+    /// `workflow_id`: a workflow id taken under another biz key is
+    /// [`Error::Conflict`](crate::Error::Conflict). An instance refused by
+    /// [`WorkflowInstance::validate`] (K-2.0, payload limit) is
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) and nothing is written.
     async fn create(&self, instance: WorkflowInstance) -> Result<CreateOutcome>;
 
     /// Read by `workflow_id`.
+    ///
+    /// # Contract
+    /// Read-only; returns the instance as last written (a read after an acknowledged write
+    /// sees that write), or `None` when no instance has that id. An id that breaks the
+    /// K-2.0 identifier rule is [`Error::InvalidInput`](crate::Error::InvalidInput).
     async fn get(&self, workflow_id: &str) -> Result<Option<WorkflowInstance>>;
 
     /// Read by `biz_key`.
+    ///
+    /// # Contract
+    /// As [`get`](Self::get), addressed by the permanent unique `biz_key` (K-3.2): at most
+    /// one instance ever matches.
     async fn get_by_biz_key(&self, biz_key: &str) -> Result<Option<WorkflowInstance>>;
 
     /// Claim one instance (K-6.2).
     ///
     /// # Contract
-    /// One conditional update under `spec.guard()` setting `claimable_time = now + lease`
-    /// and `claim_token = token` (no revision bump); returns the updated document, or
-    /// `None` when the guard missed (a stale candidate).
+    /// One conditional update under `spec.guard()` writing `spec.transition()`
+    /// (`claimable_time = now + lease`, `claim_token = token`, no revision bump); returns the
+    /// updated document, or `None` when the guard missed (a stale candidate). A spec refused
+    /// by [`ClaimSpec::validate`] is [`Error::InvalidInput`](crate::Error::InvalidInput).
     async fn claim(&self, workflow_id: &str, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>>;
 
     /// Claim any one due instance straight from the store (Redis down or empty, K-6.7).
@@ -117,20 +150,24 @@ pub trait WorkflowStore: Send + Sync + 'static {
     /// # Contract
     /// One atomic conditional update with filter `workflow_id = id AND guard`; `revision`
     /// is incremented (when the transition says so), never used as a guard. Returns
-    /// `Missed` when nothing matched; nothing is written then.
+    /// `Missed` when nothing matched; nothing is written then. A guard or transition
+    /// refused by [`Guard::validate`] or [`Transition::validate`] (K-2.0, payload limit),
+    /// or a step patch past the last step of a matching instance, is
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) and nothing is written.
     async fn apply(&self, workflow_id: &str, guard: &Guard, transition: &Transition) -> Result<WriteOutcome>;
 
     /// Waiting instances whose `claimable_time <= now` (timer activation, K-9.2).
     ///
     /// # Contract
-    /// Read-only, at most `limit` rows.
+    /// Read-only, at most `limit` rows (`limit = 0` is an empty page).
     async fn scan_due_waits(&self, now: Millis, limit: usize) -> Result<Vec<DueWait>>;
 
     /// Running or failing instances with a `claimable_time`, ordered by `workflow_id`,
     /// strictly after `after` (rebuild scan, K-13).
     ///
     /// # Contract
-    /// Read-only, at most `limit` rows.
+    /// Read-only, at most `limit` rows (`limit = 0` is an empty page); paging with the last
+    /// id as `after` visits every such instance once.
     async fn scan_claimable(&self, after: Option<&str>, limit: usize) -> Result<Vec<Candidate>>;
 }
 

@@ -6,11 +6,12 @@ use std::sync::Arc;
 /// Identity of a client stream: `object_id + workflow_id + fencing_token` (K-16).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct StreamKey {
-    /// Business object.
+    /// The business object the client watches.
     pub object_id: String,
-    /// Instance.
+    /// The instance producing the frames.
     pub workflow_id: String,
-    /// Business round.
+    /// The business round (K-12): a new round is a new stream, so a stale round's frames
+    /// never reach a client of the current one.
     pub fencing_token: String,
 }
 
@@ -43,6 +44,12 @@ pub trait StreamSink: Send + Sync + 'static {
 
     /// Append the terminal frame and reference (after the store committed the terminal
     /// state).
+    ///
+    /// # Contract
+    /// Called only after the store committed the terminal state (K-1.3), so a reader that
+    /// sees the terminal frame may read the final result from the store. Idempotent per
+    /// generation: a second call leaves one terminal frame. After it, `append` is refused.
+    /// Best effort: an error changes nothing about the workflow.
     async fn terminal(&self, key: &StreamKey, summary: Value) -> Result<()>;
 }
 

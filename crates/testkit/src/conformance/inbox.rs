@@ -147,6 +147,52 @@ pub async fn insert_validates_identifiers(inbox: &DynInbox) {
     assert_eq!(inbox.get(r#"{"$gt": ""}"#).await.unwrap(), None);
 }
 
+/// Insert `bad` (which must be refused as [`Error::InvalidInput`] naming `field`) beside a
+/// good record, then read back: the good record alone is stored.
+async fn refused_insert_writes_nothing(inbox: &DynInbox, bad: SignalRecord, field: &str) {
+    let good = insert_new(inbox, record("sig-good", T0)).await;
+    let id = bad.signal_id.clone();
+    super::store::assert_invalid_field(inbox.insert(bad).await, field);
+    if kernel_core::validate::identifier("signal_id", &id).is_ok() {
+        assert_eq!(inbox.get(&id).await.unwrap(), None, "nothing stored under {id:?}");
+    }
+    assert_eq!(inbox.scan_pending(None, 10).await.unwrap(), vec![good], "only the good record is stored");
+}
+
+/// K-2.0: a wait key with NUL is refused; nothing is stored.
+pub async fn k2_0_bad_wait_key_is_refused(inbox: &DynInbox) {
+    refused_insert_writes_nothing(inbox, SignalRecord { wait_key: "doc\0".into(), ..record("sig-1", T0) }, "wait_key")
+        .await;
+    super::store::assert_invalid_field(inbox.find_pending("wf-1", "approved", "doc\0", 1).await, "wait_key");
+}
+
+/// K-2.0: a signal carries no payload, so its oversize input is an identifier over 256
+/// bytes (here the wait key); it is refused and nothing is stored.
+pub async fn k2_0_oversize_identifier_is_refused(inbox: &DynInbox) {
+    let r =
+        SignalRecord { wait_key: "k".repeat(kernel_core::validate::IDENTIFIER_BYTES_MAX + 1), ..record("sig-1", T0) };
+    refused_insert_writes_nothing(inbox, r, "wait_key").await;
+}
+
+/// K-2.0: the signal's own token, its `signal_id`, with a control character is refused;
+/// nothing is stored.
+pub async fn k2_0_bad_signal_id_is_refused(inbox: &DynInbox) {
+    refused_insert_writes_nothing(inbox, record("sig\n1", T0), "signal_id").await;
+}
+
+/// K-2.0: an empty signal type or a workflow id with NUL is refused; nothing is stored.
+pub async fn k2_0_bad_signal_type_or_workflow_id_is_refused(inbox: &DynInbox) {
+    refused_insert_writes_nothing(
+        inbox,
+        SignalRecord { signal_type: String::new(), ..record("sig-1", T0) },
+        "signal_type",
+    )
+    .await;
+    let r = SignalRecord { workflow_id: "wf\0".into(), ..record("sig-2", T0) };
+    super::store::assert_invalid_field(inbox.insert(r).await, "workflow_id");
+    assert_eq!(inbox.get("sig-2").await.unwrap(), None, "nothing stored");
+}
+
 /// Retention deletes records older than the cutoff, pending or matched, at most `limit`.
 pub async fn purge_deletes_old_records_bounded(inbox: &DynInbox) {
     for (id, at) in [("s-1", T0), ("s-2", T0 + 1), ("s-3", T0 + 2), ("s-4", T0 + 10)] {
@@ -175,6 +221,10 @@ macro_rules! inbox_conformance {
             mark_matched_once,
             scan_pending_pages,
             insert_validates_identifiers,
+            k2_0_bad_wait_key_is_refused,
+            k2_0_oversize_identifier_is_refused,
+            k2_0_bad_signal_id_is_refused,
+            k2_0_bad_signal_type_or_workflow_id_is_refused,
             purge_deletes_old_records_bounded,
         );
     };

@@ -229,6 +229,64 @@ pub async fn scan_lock(o: &DynOutbox) {
     assert!(o.try_lock("other", "a", T0, T0 + 1).await.unwrap(), "independent names");
 }
 
+// --- the shared K-2.0 rule: one case per refused input ----------------------------------
+
+/// Accept `obj-1` with `fields` and `intent`, which must be refused as
+/// [`Error::InvalidInput`](kernel_core::Error::InvalidInput) naming `field`, beside an
+/// accepted `obj-2`; then read back: `obj-1` does not exist and `obj-2` is untouched.
+async fn refused_accept_writes_nothing(o: &DynOutbox, fields: serde_json::Value, intent: DispatchIntent, field: &str) {
+    let good = json!({ "title": "kept" });
+    assert_eq!(o.accept("obj-2", good, "initial", self::intent("f1", T0)).await.unwrap(), AcceptOutcome::Accepted);
+    let before = o.get("obj-2").await.unwrap();
+    crate::conformance::store::assert_invalid_field(o.accept("obj-1", fields, "initial", intent).await, field);
+    assert_eq!(o.get("obj-1").await.unwrap(), None, "nothing written");
+    assert_eq!(o.get("obj-2").await.unwrap(), before, "other objects untouched");
+}
+
+/// K-2.0: an intent's biz key (the workflow's wait identity on the business side) with NUL
+/// is refused; nothing is written.
+pub async fn k2_0_bad_biz_key_is_refused(o: &DynOutbox) {
+    let bad = DispatchIntent { biz_key: "order:\0".into(), ..intent("f1", T0) };
+    refused_accept_writes_nothing(o, json!({ "title": "x" }), bad, "biz_key").await;
+}
+
+/// K-2.0: fields or an input snapshot over the shared payload limit are refused; nothing is
+/// written.
+pub async fn k2_0_oversize_payload_is_refused(o: &DynOutbox) {
+    let big = crate::conformance::store::oversize_payload();
+    refused_accept_writes_nothing(o, json!({ "blob": big.clone() }), intent("f1", T0), "fields").await;
+    let bad = DispatchIntent { input: Some(big), ..intent("f1", T0) };
+    crate::conformance::store::assert_invalid_field(
+        o.accept("obj-3", json!({}), "initial", bad).await,
+        "workflow_dispatch.input",
+    );
+    assert_eq!(o.get("obj-3").await.unwrap(), None, "nothing written");
+}
+
+/// K-2.0: a fencing token with a control character is refused by `accept`, and a bad
+/// round or lease token by the conditional writes; nothing is written.
+pub async fn k2_0_bad_fencing_token_is_refused(o: &DynOutbox) {
+    refused_accept_writes_nothing(o, json!({ "title": "x" }), intent("f\u{1b}1", T0), "fencing_token").await;
+    let before = o.get("obj-2").await.unwrap();
+    let invalid = crate::conformance::store::assert_invalid_field::<bool>;
+    invalid(o.confirm_dispatched("obj-2", "f\0").await, "fencing_token");
+    invalid(o.defer_pending("obj-2", "", T0).await, "fencing_token");
+    invalid(o.revert_leased("obj-2", "f1", "l\0", T0).await, "lease_token");
+    invalid(o.fenced_update("obj-2", "f\n", json!({ "title": "y" }), None).await, "fencing_token");
+    assert_eq!(o.get("obj-2").await.unwrap(), before, "nothing written");
+}
+
+/// K-2.0: field names are document keys: a `$` prefix or a `.` is refused; nothing is
+/// written.
+pub async fn k2_0_bad_field_key_is_refused(o: &DynOutbox) {
+    refused_accept_writes_nothing(o, json!({ "$set": { "x": 1 } }), intent("f1", T0), "fields").await;
+    crate::conformance::store::assert_invalid_field(
+        o.accept("obj-3", json!({ "a.b": 1 }), "initial", intent("f1", T0)).await,
+        "fields",
+    );
+    assert_eq!(o.get("obj-3").await.unwrap(), None, "nothing written");
+}
+
 /// Candidates: due ones pop once, earliest first, bounded.
 pub async fn candidates_pop_once(c: &DynCandidates) {
     for (id, due) in [("c", T0 + 3), ("a", T0 + 1), ("b", T0 + 2), ("later", T0 + 100)] {
@@ -256,6 +314,10 @@ macro_rules! outbox_conformance {
             fenced_update_guard,
             operator_shaped_values_are_data,
             scan_lock,
+            k2_0_bad_biz_key_is_refused,
+            k2_0_oversize_payload_is_refused,
+            k2_0_bad_fencing_token_is_refused,
+            k2_0_bad_field_key_is_refused,
         );
     };
 }

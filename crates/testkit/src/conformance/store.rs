@@ -181,6 +181,53 @@ fn assert_invalid<T: std::fmt::Debug>(r: kernel_core::Result<T>, what: &str) {
     assert!(matches!(r, Err(Error::InvalidInput { .. })), "{what}: expected InvalidInput, got {r:?}");
 }
 
+/// `r` is [`Error::InvalidInput`] naming `field` (the shared K-2.0 rule names the same field
+/// on every adapter).
+pub fn assert_invalid_field<T: std::fmt::Debug>(r: kernel_core::Result<T>, field: &str) {
+    match r {
+        Err(Error::InvalidInput { field: f, .. }) => assert_eq!(f, field, "refused field"),
+        other => panic!("expected InvalidInput on `{field}`, got {other:?}"),
+    }
+}
+
+/// A JSON value one byte over the stores' shared payload limit once serialized.
+pub fn oversize_payload() -> serde_json::Value {
+    json!("x".repeat(kernel_core::validate::STORE_PAYLOAD_BYTES_MAX - 1))
+}
+
+/// Seed `wf-1` claimed by `a` and `wf-2` claimable, run `refused` (which must refuse every
+/// write it tries), then read both back: nothing was written, and no instance was created
+/// under `biz:wf-bad`. A handful of store operations, so it stays cheap on a server.
+async fn refused_writes_nothing<F>(store: &DynStore, refused: F)
+where
+    F: for<'a> FnOnce(&'a DynStore) -> futures::future::BoxFuture<'a, ()>,
+{
+    let a = seed(store, claimed("wf-1", "a")).await;
+    let b = seed(store, instance("wf-2")).await;
+    refused(store).await;
+    assert_eq!(store.get("wf-1").await.unwrap(), Some(a), "nothing written to wf-1");
+    assert_eq!(store.get("wf-2").await.unwrap(), Some(b), "nothing written to wf-2");
+    assert_eq!(store.get_by_biz_key("biz:wf-bad").await.unwrap(), None, "nothing created");
+}
+
+/// A fresh instance `wf-bad` (biz key `biz:wf-bad`) to be refused by `create`.
+fn bad_instance(edit: impl FnOnce(&mut WorkflowInstance)) -> WorkflowInstance {
+    let mut i = waiting("wf-bad", Some(1), None);
+    edit(&mut i);
+    i
+}
+
+fn signal_wait(wait_key: &str) -> Wait {
+    Wait {
+        kind: WaitKind::Signal,
+        signal_type: Some("approved".into()),
+        wait_key: Some(wait_key.into()),
+        generation: 2,
+        step_index: 1,
+        poll_time: None,
+    }
+}
+
 // --- create (no token; unique biz_key) ---------------------------------------------------
 
 /// Create, then read back by id and by biz key.
@@ -743,6 +790,83 @@ pub async fn apply_rejects_bad_names_and_indices(store: &DynStore) {
     assert_eq!(store.get("wf-1").await.unwrap(), Some(inst), "nothing written");
 }
 
+// --- the shared K-2.0 rule: one case per refused input ----------------------------------
+
+/// K-2.0: a wait key with NUL is refused by `apply` (suspend), by a signal-wait guard and by
+/// `create`, as [`Error::InvalidInput`] naming the field; nothing is written.
+pub async fn k2_0_bad_wait_key_is_refused(store: &DynStore) {
+    refused_writes_nothing(store, |store| {
+        Box::pin(async move {
+            let t = Transition::suspend(1, signal_wait("doc\0"), None, 0, T0);
+            assert_invalid_field(store.apply("wf-1", &running("a"), &t).await, "wait.wait_key");
+            let id =
+                WaitIdentity { signal_type: "approved".into(), wait_key: "doc\0".into(), generation: 1, step_index: 1 };
+            let t = Transition::signal_activation(1, "sig-1", T0);
+            assert_invalid_field(store.apply("wf-1", &Guard::SignalWait(id), &t).await, "wait_key");
+            let i = bad_instance(|i| i.wait = Some(signal_wait("doc\0")));
+            assert_invalid_field(store.create(i).await, "wait.wait_key");
+        })
+    })
+    .await;
+}
+
+/// K-2.0: an output, checkpoint or input over the shared payload limit
+/// ([`STORE_PAYLOAD_BYTES_MAX`](kernel_core::validate::STORE_PAYLOAD_BYTES_MAX)) is refused
+/// by `apply` and `create`; nothing is written.
+pub async fn k2_0_oversize_payload_is_refused(store: &DynStore) {
+    refused_writes_nothing(store, |store| {
+        Box::pin(async move {
+            let big = oversize_payload();
+            let t = Transition::complete_step(1, "compose", big.clone(), 0, T0, false);
+            assert_invalid_field(store.apply("wf-1", &running("a"), &t).await, "output.compose");
+            let t = Transition::yield_step(1, Some(big.clone()), 0, T0);
+            assert_invalid_field(store.apply("wf-1", &running("a"), &t).await, "steps.1.checkpoint");
+            let mut t = Transition::failing(T0);
+            t.input = Some(big.clone());
+            assert_invalid_field(store.apply("wf-1", &running("a"), &t).await, "input");
+            assert_invalid_field(store.create(bad_instance(|i| i.input = big.clone())).await, "input");
+            let i = bad_instance(|i| i.steps[1].checkpoint = Some(big));
+            assert_invalid_field(store.create(i).await, "steps[1].checkpoint");
+        })
+    })
+    .await;
+}
+
+/// K-2.0: a claim token with a control character is refused as a guard, as a written token,
+/// in a claim and in `create`; nothing is written.
+pub async fn k2_0_bad_token_is_refused(store: &DynStore) {
+    refused_writes_nothing(store, |store| {
+        Box::pin(async move {
+            let t = Transition::failing(T0);
+            assert_invalid_field(store.apply("wf-1", &running("a\0"), &t).await, "claim_token");
+            let mut t = Transition::heartbeat(T0, LEASE_MS);
+            t.claim_token = Some(kernel_core::transition::Patch::Set("b\n".into()));
+            assert_invalid_field(store.apply("wf-1", &Guard::Token { token: "a".into() }, &t).await, "claim_token");
+            assert_invalid_field(store.claim("wf-2", &spec("t\0", T0)).await, "claim_token");
+            assert_invalid_field(store.claim_any(&spec("", T0)).await, "claim_token");
+            let i = bad_instance(|i| i.claim_token = Some("t\u{7}".into()));
+            assert_invalid_field(store.create(i).await, "claim_token");
+        })
+    })
+    .await;
+}
+
+/// K-2.0: output names are document keys: a `$` prefix or a `.` is refused by `apply` and
+/// `create`; nothing is written.
+pub async fn k2_0_bad_output_key_is_refused(store: &DynStore) {
+    refused_writes_nothing(store, |store| {
+        Box::pin(async move {
+            for name in ["$set", "a.b"] {
+                let t = Transition::complete_step(1, name, json!(1), 0, T0, false);
+                assert_invalid_field(store.apply("wf-1", &running("a"), &t).await, "output");
+            }
+            let i = bad_instance(|i| _ = i.output.insert("$where".into(), json!(1)));
+            assert_invalid_field(store.create(i).await, "output");
+        })
+    })
+    .await;
+}
+
 // --- scans -------------------------------------------------------------------------------
 
 /// `scan_due_waits`: only waiting instances due at `now`, bounded by `limit`, with the
@@ -841,6 +965,10 @@ macro_rules! store_conformance {
             priority_raise_guard,
             apply_to_missing_instance_is_missed,
             apply_rejects_bad_names_and_indices,
+            k2_0_bad_wait_key_is_refused,
+            k2_0_oversize_payload_is_refused,
+            k2_0_bad_token_is_refused,
+            k2_0_bad_output_key_is_refused,
             scan_due_waits_bounded,
             scan_claimable_pages,
         );

@@ -28,10 +28,8 @@ impl InMemoryInbox {
 #[async_trait::async_trait]
 impl SignalInbox for InMemoryInbox {
     async fn insert(&self, record: SignalRecord) -> Result<InsertOutcome> {
-        validate::identifier("signal_id", &record.signal_id)?;
-        validate::identifier("workflow_id", &record.workflow_id)?;
-        validate::identifier("signal_type", &record.signal_type)?;
-        validate::identifier("wait_key", &record.wait_key)?;
+        // The shared K-2.0 rule, so this fake refuses exactly what a real inbox refuses.
+        record.validate()?;
         let mut r = self.records.lock().expect("inbox lock");
         if let Some(existing) = r.get(&record.signal_id) {
             return Ok(InsertOutcome::Duplicate(existing.clone()));
@@ -52,6 +50,9 @@ impl SignalInbox for InMemoryInbox {
         wait_key: &str,
         generation: u64,
     ) -> Result<Option<SignalRecord>> {
+        validate::identifier("workflow_id", workflow_id)?;
+        validate::identifier("signal_type", signal_type)?;
+        validate::identifier("wait_key", wait_key)?;
         let r = self.records.lock().expect("inbox lock");
         Ok(r.values()
             .filter(|s| {
@@ -79,6 +80,9 @@ impl SignalInbox for InMemoryInbox {
     }
 
     async fn scan_pending(&self, after: Option<&str>, limit: usize) -> Result<Vec<SignalRecord>> {
+        if let Some(a) = after {
+            validate::identifier("after", a)?;
+        }
         let r = self.records.lock().expect("inbox lock");
         Ok(r.values()
             .filter(|s| s.status == SignalStatus::Pending && after.is_none_or(|a| s.signal_id.as_str() > a))

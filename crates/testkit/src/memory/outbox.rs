@@ -79,6 +79,13 @@ impl InMemoryOutbox {
     }
 }
 
+/// The round and lease tokens of a lease holder's write (K-2.0), checked as every outbox
+/// adapter checks them.
+fn lease_tokens(f: &str, lease_token: &str) -> Result<()> {
+    validate::identifier("fencing_token", f)?;
+    validate::identifier("lease_token", lease_token)
+}
+
 /// `$set` of a dotted path: intermediate objects are created, non-objects replaced.
 fn set_path(map: &mut Map<String, Value>, path: &str, v: Value) {
     match path.split_once('.') {
@@ -114,11 +121,10 @@ impl DispatchOutbox for InMemoryOutbox {
         initial_status: &str,
         intent: DispatchIntent,
     ) -> Result<AcceptOutcome> {
-        validate::identifier("object_id", object_id)?;
+        // The shared K-2.0 rule, so this fake refuses exactly what a real outbox refuses.
+        OutboxAccept { object_id, fields: &fields, initial_status, intent: &intent }
+            .validate(validate::STORE_PAYLOAD_BYTES_MAX)?;
         let Value::Object(fields) = fields else { return Err(Error::invalid("fields", "must be a JSON object")) };
-        for k in fields.keys() {
-            validate::key_name("fields", k)?;
-        }
         let mut st = self.state.lock().expect("outbox lock");
         if st.objects.contains_key(object_id) {
             return Ok(AcceptOutcome::Exists);
@@ -134,6 +140,7 @@ impl DispatchOutbox for InMemoryOutbox {
     }
 
     async fn confirm_dispatched(&self, object_id: &str, f: &str) -> Result<bool> {
+        validate::identifier("fencing_token", f)?;
         Ok(self
             .with(object_id, |o| {
                 if !is(o, f, DispatchStatus::Pending) {
@@ -146,6 +153,7 @@ impl DispatchOutbox for InMemoryOutbox {
     }
 
     async fn defer_pending(&self, object_id: &str, f: &str, at: Millis) -> Result<bool> {
+        validate::identifier("fencing_token", f)?;
         Ok(self
             .with(object_id, |o| {
                 if !is(o, f, DispatchStatus::Pending) {
@@ -183,6 +191,7 @@ impl DispatchOutbox for InMemoryOutbox {
     }
 
     async fn renew_lease(&self, object_id: &str, f: &str, lease_token: &str, lease_until: Millis) -> Result<bool> {
+        lease_tokens(f, lease_token)?;
         Ok(self
             .with(object_id, |o| {
                 if !leased(o, f, lease_token) {
@@ -195,6 +204,7 @@ impl DispatchOutbox for InMemoryOutbox {
     }
 
     async fn confirm_leased(&self, object_id: &str, f: &str, lease_token: &str) -> Result<bool> {
+        lease_tokens(f, lease_token)?;
         Ok(self
             .with(object_id, |o| {
                 if !leased(o, f, lease_token) {
@@ -210,6 +220,7 @@ impl DispatchOutbox for InMemoryOutbox {
     }
 
     async fn revert_leased(&self, object_id: &str, f: &str, lease_token: &str, at: Millis) -> Result<bool> {
+        lease_tokens(f, lease_token)?;
         Ok(self
             .with(object_id, |o| {
                 if !leased(o, f, lease_token) {
@@ -226,6 +237,9 @@ impl DispatchOutbox for InMemoryOutbox {
     }
 
     async fn scan_due(&self, now: Millis, after: Option<&str>, limit: usize) -> Result<Vec<(String, Millis)>> {
+        if let Some(a) = after {
+            validate::identifier("after", a)?;
+        }
         let st = self.state.lock().expect("outbox lock");
         Ok(st
             .objects
@@ -250,6 +264,9 @@ impl DispatchOutbox for InMemoryOutbox {
         next: DispatchIntent,
         initial_status: &str,
     ) -> Result<bool> {
+        validate::identifier("fencing_token", prev)?;
+        validate::identifier("initial_status", initial_status)?;
+        next.validate(validate::STORE_PAYLOAD_BYTES_MAX)?;
         Ok(self
             .with(object_id, |o| {
                 let failed = o.status.as_deref() == Some(self.failed_status.as_str())
@@ -272,12 +289,17 @@ impl DispatchOutbox for InMemoryOutbox {
         fields: Value,
         business_status: Option<&str>,
     ) -> Result<bool> {
+        validate::identifier("fencing_token", f)?;
         let Value::Object(fields) = fields else { return Err(Error::invalid("fields", "must be a JSON object")) };
-        for k in fields.keys() {
+        for (k, v) in &fields {
             field_path(k)?;
             if k == "workflow_dispatch" || k.starts_with("workflow_dispatch.") {
                 return Err(Error::invalid("fields", "the dispatch intent is not a business field"));
             }
+            validate::payload("fields", v, validate::STORE_PAYLOAD_BYTES_MAX)?;
+        }
+        if let Some(s) = business_status {
+            validate::identifier("business_status", s)?;
         }
         Ok(self
             .with(object_id, |o| {

@@ -12,7 +12,10 @@ struct State {
 }
 
 /// In-memory [`WorkflowStore`]: one lock per call, reference semantics from
-/// [`Guard::matches`] and [`Transition::apply_to`].
+/// [`Guard::matches`] and [`Transition::apply_to`]. It refuses exactly what every store
+/// refuses, with the shared checks of kernel-core ([`WorkflowInstance::validate`],
+/// [`Guard::validate`], [`Transition::validate`], [`ClaimSpec::validate`]) and the payload
+/// limit [`validate::STORE_PAYLOAD_BYTES_MAX`].
 ///
 /// Clones share state; [`fork`](Self::fork) copies it (a crash = fork the durable state,
 /// drop the engine, restart on the fork).
@@ -43,19 +46,7 @@ impl InMemoryStore {
 #[async_trait::async_trait]
 impl WorkflowStore for InMemoryStore {
     async fn create(&self, instance: WorkflowInstance) -> Result<CreateOutcome> {
-        validate::identifier("workflow_id", &instance.workflow_id)?;
-        validate::identifier("biz_key", &instance.biz_key)?;
-        validate::identifier("workflow_type", &instance.workflow_type)?;
-        let mut names = std::collections::BTreeSet::new();
-        for (i, s) in instance.steps.iter().enumerate() {
-            validate::key_name(&format!("steps[{i}].name"), &s.name)?;
-            if !names.insert(s.name.as_str()) {
-                return Err(Error::invalid(
-                    format!("steps[{i}].name"),
-                    format_args!("duplicate step name `{}`", s.name),
-                ));
-            }
-        }
+        instance.validate(validate::STORE_PAYLOAD_BYTES_MAX)?;
         let mut st = self.state.lock().expect("store lock");
         if let Some(id) = st.by_biz_key.get(&instance.biz_key) {
             return Ok(CreateOutcome::Exists(st.by_id[id].clone()));
@@ -84,29 +75,30 @@ impl WorkflowStore for InMemoryStore {
 
     async fn claim(&self, workflow_id: &str, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
         validate::identifier("workflow_id", workflow_id)?;
+        spec.validate()?;
         let guard = spec.guard();
         let mut st = self.state.lock().expect("store lock");
         let Some(inst) = st.by_id.get_mut(workflow_id) else { return Ok(None) };
         if !guard.matches(inst) {
             return Ok(None);
         }
-        Transition::claim(&spec.token, spec.now, spec.lease_ms).apply_to(inst);
+        spec.transition().apply_to(inst);
         Ok(Some(inst.clone()))
     }
 
     async fn claim_any(&self, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
+        spec.validate()?;
         let guard = spec.guard();
         let mut st = self.state.lock().expect("store lock");
         let Some(inst) = st.by_id.values_mut().find(|i| guard.matches(i)) else { return Ok(None) };
-        Transition::claim(&spec.token, spec.now, spec.lease_ms).apply_to(inst);
+        spec.transition().apply_to(inst);
         Ok(Some(inst.clone()))
     }
 
     async fn apply(&self, workflow_id: &str, guard: &Guard, transition: &Transition) -> Result<WriteOutcome> {
         validate::identifier("workflow_id", workflow_id)?;
-        for (k, _) in &transition.outputs {
-            validate::key_name("output", k)?;
-        }
+        guard.validate()?;
+        transition.validate(validate::STORE_PAYLOAD_BYTES_MAX)?;
         let mut st = self.state.lock().expect("store lock");
         let Some(inst) = st.by_id.get_mut(workflow_id) else { return Ok(WriteOutcome::Missed) };
         if !guard.matches(inst) {
@@ -139,6 +131,9 @@ impl WorkflowStore for InMemoryStore {
     }
 
     async fn scan_claimable(&self, after: Option<&str>, limit: usize) -> Result<Vec<Candidate>> {
+        if let Some(a) = after {
+            validate::identifier("after", a)?;
+        }
         let st = self.state.lock().expect("store lock");
         let iter: Box<dyn Iterator<Item = &WorkflowInstance>> = match after {
             Some(a) => Box::new(

@@ -99,7 +99,7 @@ async fn claim_lost_at_the_third_write_stops_the_claim() {
     }
     // Third write: another worker took over.
     store.expect_apply().times(1).in_sequence(&mut seq).returning(|_, _, t| {
-        assert_eq!(t.kinds, vec![TransitionKind::CompleteStep, TransitionKind::MarkRunning]);
+        assert_eq!(t.kinds().collect::<Vec<_>>(), vec![TransitionKind::CompleteStep, TransitionKind::MarkRunning]);
         Ok(WriteOutcome::Missed)
     });
     let engine = engine_with(&world, store);
