@@ -1,7 +1,7 @@
 //! The one activity entry point's types: [`Activity`], [`ActivityContext`], [`StepOutcome`],
 //! [`ActivityError`].
 
-use crate::model::{ErrorClass, Millis, Resume, StepError};
+use crate::model::{DurationMs, ErrorClass, Instant, Resume, StepError};
 use crate::ports::{SignalSender, StreamHandle};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -67,7 +67,7 @@ pub struct SignalWaitSpec {
     /// Round of waiting (K-9.6).
     pub generation: u64,
     /// Poll fallback delay (K-9.5).
-    pub poll_after_ms: Option<Millis>,
+    pub poll_after_ms: Option<DurationMs>,
     /// Checkpoint saved with the wait.
     pub checkpoint: Option<Value>,
 }
@@ -79,8 +79,8 @@ impl SignalWaitSpec {
         self
     }
     /// Also resume after `ms` even without a signal.
-    pub fn poll_after_ms(mut self, ms: Millis) -> Self {
-        self.poll_after_ms = Some(ms);
+    pub fn poll_after_ms(mut self, ms: impl Into<DurationMs>) -> Self {
+        self.poll_after_ms = Some(ms.into());
         self
     }
     /// Save a checkpoint with the wait.
@@ -98,7 +98,7 @@ pub enum StepOutcome {
     /// Durable sleep: release the worker until `now + delay_ms` (`SuspendClaim`).
     Sleep {
         /// Delay from now.
-        delay_ms: Millis,
+        delay_ms: DurationMs,
         /// Saved for the next entry.
         checkpoint: Option<Value>,
     },
@@ -116,9 +116,10 @@ impl StepOutcome {
     pub fn complete(output: Value) -> Self {
         StepOutcome::Complete(output)
     }
-    /// `Sleep` with a checkpoint.
-    pub fn sleep(delay_ms: Millis, checkpoint: Value) -> Self {
-        StepOutcome::Sleep { delay_ms, checkpoint: Some(checkpoint) }
+    /// `Sleep` with a checkpoint. A delay that is not positive, or whose due time
+    /// `now + delay_ms` is past the range of time, makes the step fail permanently (K-7).
+    pub fn sleep(delay_ms: impl Into<DurationMs>, checkpoint: Value) -> Self {
+        StepOutcome::Sleep { delay_ms: delay_ms.into(), checkpoint: Some(checkpoint) }
     }
     /// `Yield` with a checkpoint.
     pub fn yield_with(checkpoint: Value) -> Self {
@@ -162,7 +163,7 @@ pub struct ActivityContext {
     pub(crate) cancel: CancellationToken,
     pub(crate) signals: SignalSender,
     pub(crate) stream: Option<StreamHandle>,
-    pub(crate) now: Millis,
+    pub(crate) now: Instant,
 }
 
 impl std::fmt::Debug for ActivityContext {
@@ -271,7 +272,7 @@ impl ActivityContext {
     }
     /// Clock reading when the invocation started. Orchestration decisions must not depend
     /// on it unless it is recorded in an output or checkpoint (K-17.4a).
-    pub fn now(&self) -> Millis {
+    pub fn now(&self) -> Instant {
         self.now
     }
 }

@@ -6,7 +6,7 @@
 
 use crate::activity::Activity;
 use crate::error::{Error, Result};
-use crate::model::{Millis, Step, StepStatus};
+use crate::model::{DurationMs, Step, StepStatus};
 use crate::validate;
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
@@ -30,31 +30,31 @@ pub enum RetryPolicy {
     /// `random(0, min(cap, base × 2^(attempt−1)))`: exponential backoff with full jitter.
     Exponential {
         /// Base delay.
-        base_ms: Millis,
+        base_ms: DurationMs,
         /// Upper bound.
-        cap_ms: Millis,
+        cap_ms: DurationMs,
     },
 }
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        RetryPolicy::Exponential { base_ms: 1_000, cap_ms: 60_000 }
+        RetryPolicy::Exponential { base_ms: DurationMs::from_secs(1), cap_ms: DurationMs::from_secs(60) }
     }
 }
 
 impl RetryPolicy {
     /// Delay before the retry that follows physical attempt `attempt` (1-based), with the
     /// jitter drawn from `random` (full range of u64).
-    pub fn delay_ms(&self, attempt: u32, random: u64) -> Millis {
+    pub fn delay_ms(&self, attempt: u32, random: u64) -> DurationMs {
         match *self {
-            RetryPolicy::Immediate => 0,
+            RetryPolicy::Immediate => DurationMs::ZERO,
             RetryPolicy::Exponential { base_ms, cap_ms } => {
                 let exp = attempt.saturating_sub(1).min(30);
-                let ceiling = base_ms.saturating_mul(1i64 << exp).min(cap_ms).max(0);
+                let ceiling = base_ms.saturating_mul(1i64 << exp).min(cap_ms).max(DurationMs::ZERO).as_millis();
                 if ceiling == 0 {
-                    0
+                    DurationMs::ZERO
                 } else {
-                    (random % (ceiling as u64 + 1)) as Millis
+                    DurationMs::from_millis((random % (ceiling as u64 + 1)) as i64)
                 }
             }
         }
@@ -66,7 +66,7 @@ impl RetryPolicy {
 pub struct StepDef {
     pub(crate) name: String,
     pub(crate) activity: Arc<dyn Activity>,
-    pub(crate) timeout_ms: Millis,
+    pub(crate) timeout_ms: DurationMs,
     pub(crate) max_retry: u32,
     pub(crate) retry: RetryPolicy,
     pub(crate) resource: Option<String>,
@@ -93,7 +93,7 @@ impl StepDef {
         StepDef {
             name: name.into(),
             activity: Arc::new(activity),
-            timeout_ms: 60_000,
+            timeout_ms: DurationMs::from_secs(60),
             max_retry: 0,
             retry: RetryPolicy::default(),
             resource: None,
@@ -103,8 +103,8 @@ impl StepDef {
         }
     }
     /// Per-invocation timeout (a fresh window per entry, K-7.3).
-    pub fn timeout_ms(mut self, ms: Millis) -> Self {
-        self.timeout_ms = ms;
+    pub fn timeout_ms(mut self, ms: impl Into<DurationMs>) -> Self {
+        self.timeout_ms = ms.into();
         self
     }
     /// Retries after the first attempt.
@@ -146,7 +146,7 @@ impl StepDef {
         self.resource.as_deref()
     }
     /// Timeout.
-    pub fn get_timeout_ms(&self) -> Millis {
+    pub fn get_timeout_ms(&self) -> DurationMs {
         self.timeout_ms
     }
     /// Retries after the first attempt.
@@ -383,19 +383,19 @@ impl DefinitionBuilder {
         self
     }
     /// Validate: identifier rules, unique names, known dependencies, no cycles, positive
-    /// timeouts, resource names.
+    /// timeouts and retry delays of at most [`validate::CONFIG_MS_MAX`], resource names.
     pub fn build(self) -> Result<Definition> {
         let pairs: Vec<(String, Option<Vec<String>>)> =
             self.steps.iter().map(|s| (s.name.clone(), s.depends_on.clone())).collect();
         let plan = Plan::new(&self.workflow_type, &pairs)?;
         for (i, s) in self.steps.iter().enumerate() {
-            validate::positive_ms(&format!("steps[{i}].timeout_ms"), s.timeout_ms)?;
+            validate::config_ms(&format!("steps[{i}].timeout_ms"), s.timeout_ms)?;
             if let Some(r) = &s.resource {
                 validate::key_name(&format!("steps[{i}].resource"), r)?;
             }
             if let RetryPolicy::Exponential { base_ms, cap_ms } = s.retry {
-                validate::positive_ms(&format!("steps[{i}].retry.base_ms"), base_ms)?;
-                validate::positive_ms(&format!("steps[{i}].retry.cap_ms"), cap_ms)?;
+                validate::config_ms(&format!("steps[{i}].retry.base_ms"), base_ms)?;
+                validate::config_ms(&format!("steps[{i}].retry.cap_ms"), cap_ms)?;
             }
         }
         Ok(Definition {
@@ -583,10 +583,13 @@ mod tests {
 
     #[test]
     fn retry_policy_bounds() {
-        let p = RetryPolicy::Exponential { base_ms: 1000, cap_ms: 60_000 };
+        let p = RetryPolicy::Exponential {
+            base_ms: DurationMs::from_millis(1000),
+            cap_ms: DurationMs::from_millis(60_000),
+        };
         for a in 1..40 {
             for r in [0u64, 1, 12345, u64::MAX] {
-                let d = p.delay_ms(a, r);
+                let d = p.delay_ms(a, r).as_millis();
                 let ceiling = (1000i64 << (a - 1).min(30)).min(60_000);
                 assert!((0..=ceiling).contains(&d), "attempt {a}: {d}");
             }

@@ -5,7 +5,7 @@
 
 use crate::engine::{Publisher, StartRequest};
 use crate::error::{Error, Result};
-use crate::model::{Millis, Priority, WorkflowStatus};
+use crate::model::{DurationMs, Priority, WorkflowStatus};
 use crate::ports::*;
 use crate::validate;
 use serde_json::Value;
@@ -21,11 +21,11 @@ pub struct DispatchConfig {
     /// Business status that allows a new round (K-11.4).
     pub failed_status: String,
     /// How long recovery leaves a fresh intent to the realtime path.
-    pub realtime_grace_ms: Millis,
+    pub realtime_grace_ms: DurationMs,
     /// Per-object recovery lease.
-    pub lease_ms: Millis,
+    pub lease_ms: DurationMs,
     /// Delay before a failed or deferred intent is tried again.
-    pub retry_delay_ms: Millis,
+    pub retry_delay_ms: DurationMs,
     /// Candidates popped per recovery round.
     pub batch_max: usize,
     /// Ids per scan page.
@@ -33,7 +33,7 @@ pub struct DispatchConfig {
     /// Pages per scan.
     pub scan_pages_max: usize,
     /// How long one scan holds the distributed mutex.
-    pub scan_lock_ms: Millis,
+    pub scan_lock_ms: DurationMs,
 }
 
 impl Default for DispatchConfig {
@@ -42,13 +42,13 @@ impl Default for DispatchConfig {
             dispatcher_id: "dispatcher".into(),
             initial_status: "initial".into(),
             failed_status: "failed".into(),
-            realtime_grace_ms: 10_000,
-            lease_ms: 30_000,
-            retry_delay_ms: 5_000,
+            realtime_grace_ms: DurationMs::from_millis(10_000),
+            lease_ms: DurationMs::from_millis(30_000),
+            retry_delay_ms: DurationMs::from_millis(5_000),
             batch_max: 100,
             scan_page_size: 100,
             scan_pages_max: 10,
-            scan_lock_ms: 60_000,
+            scan_lock_ms: DurationMs::from_millis(60_000),
         }
     }
 }
@@ -62,10 +62,13 @@ impl DispatchConfig {
         for (f, v) in
             [("lease_ms", self.lease_ms), ("retry_delay_ms", self.retry_delay_ms), ("scan_lock_ms", self.scan_lock_ms)]
         {
-            validate::positive_ms(f, v)?;
+            validate::config_ms(f, v)?;
         }
         if self.realtime_grace_ms < 0 {
             return Err(Error::invalid("realtime_grace_ms", "must be >= 0"));
+        }
+        if self.realtime_grace_ms > validate::CONFIG_MS_MAX {
+            return Err(Error::invalid("realtime_grace_ms", format_args!("must be <= {} ms", validate::CONFIG_MS_MAX)));
         }
         for (f, v) in [
             ("batch_max", self.batch_max),
@@ -326,7 +329,7 @@ impl Dispatch {
     /// best-effort recovery candidate due after the realtime grace.
     pub async fn accept(&self, req: AcceptRequest) -> Result<AcceptOutcome> {
         req.validate()?;
-        let due = self.clock.now() + self.config.realtime_grace_ms;
+        let due = self.clock.now().saturating_add(self.config.realtime_grace_ms);
         let intent =
             DispatchIntent::pending(&req.workflow_type, &req.biz_key, &req.fencing_token, req.input, req.priority, due);
         let out = self.outbox.accept(&req.object_id, req.fields, &self.config.initial_status, intent).await?;
@@ -355,7 +358,9 @@ impl Dispatch {
         let input = self.input_of(&rec, &intent)?;
         let out = self.publisher.start_or_resume(start_request(&intent, input)).await?;
         if !registered(&out) {
-            self.outbox.defer_pending(object_id, &f, self.clock.now() + self.config.retry_delay_ms).await?;
+            self.outbox
+                .defer_pending(object_id, &f, self.clock.now().saturating_add(self.config.retry_delay_ms))
+                .await?;
             return Ok(RealtimeOutcome::Deferred);
         }
         if self.outbox.confirm_dispatched(object_id, &f).await? {
@@ -394,7 +399,7 @@ impl Dispatch {
         }
         let rec = self.outbox.get(object_id).await?.ok_or_else(|| Error::NotFound(object_id.to_string()))?;
         let old = rec.dispatch.ok_or_else(|| Error::NotFound(format!("{object_id} has no dispatch intent")))?;
-        let due = self.clock.now() + self.config.realtime_grace_ms;
+        let due = self.clock.now().saturating_add(self.config.realtime_grace_ms);
         let next = DispatchIntent::pending(&old.workflow_type, &old.biz_key, next_token, input, old.priority, due);
         if !self.outbox.retry_failed(object_id, prev_token, next, &self.config.initial_status).await? {
             return Err(Error::RoundChanged(format!("{object_id}: round {prev_token} is no longer the failed one")));
@@ -429,7 +434,7 @@ impl Dispatch {
         let now = self.clock.now();
         if !self
             .outbox
-            .try_lock("dispatch-scan", &self.config.dispatcher_id, now, now + self.config.scan_lock_ms)
+            .try_lock("dispatch-scan", &self.config.dispatcher_id, now, now.saturating_add(self.config.scan_lock_ms))
             .await?
         {
             return Ok(None);
@@ -456,7 +461,8 @@ impl Dispatch {
         validate::identifier("object_id", object_id)?;
         let d = self.ids.new_token();
         let now = self.clock.now();
-        let Some(rec) = self.outbox.try_lease(object_id, now, &d, now + self.config.lease_ms).await? else {
+        let Some(rec) = self.outbox.try_lease(object_id, now, &d, now.saturating_add(self.config.lease_ms)).await?
+        else {
             return Ok(Processed::Skipped);
         };
         let Some(intent) = rec.dispatch.clone() else { return Ok(Processed::Skipped) };
@@ -465,14 +471,15 @@ impl Dispatch {
             Ok(i) => i,
             Err(e) => {
                 tracing::error!(object_id, error = %e, "unusable dispatch intent; reverting with a long delay");
-                return self.revert(object_id, &f, &d, self.config.retry_delay_ms * 12).await;
+                return self.revert(object_id, &f, &d, self.config.retry_delay_ms.saturating_mul(12)).await;
             }
         };
         let renew = async {
             loop {
-                let next = self.clock.now() + self.config.lease_ms / 3;
+                let next =
+                    self.clock.now().saturating_add(DurationMs::from_millis(self.config.lease_ms.as_millis() / 3));
                 self.clock.sleep_until(next).await;
-                let until = self.clock.now() + self.config.lease_ms;
+                let until = self.clock.now().saturating_add(self.config.lease_ms);
                 match self.outbox.renew_lease(object_id, &f, &d, until).await {
                     Ok(true) => {}
                     Ok(false) => return,
@@ -503,8 +510,8 @@ impl Dispatch {
         }
     }
 
-    async fn revert(&self, object_id: &str, f: &str, d: &str, delay: Millis) -> Result<Processed> {
-        let at = self.clock.now() + delay;
+    async fn revert(&self, object_id: &str, f: &str, d: &str, delay: DurationMs) -> Result<Processed> {
+        let at = self.clock.now().saturating_add(delay);
         if !self.outbox.revert_leased(object_id, f, d, at).await? {
             return Ok(Processed::LeaseLost);
         }

@@ -17,6 +17,7 @@ pub mod engine;
 pub mod error;
 pub mod model;
 pub mod ports;
+pub mod time;
 pub mod transition;
 pub mod validate;
 

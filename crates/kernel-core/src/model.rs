@@ -1,7 +1,7 @@
 //! Domain types of K-2: the persisted [`WorkflowInstance`] and its parts.
 //!
-//! Times are [`Millis`] since the Unix epoch, read from the [`Clock`](crate::ports::Clock)
-//! port; adapters store them natively (BSON DateTime in Mongo, scores in Redis).
+//! Times are [`Instant`]s read from the [`Clock`](crate::ports::Clock) port and spans are
+//! [`DurationMs`]; adapters store them natively (BSON DateTime in Mongo, scores in Redis).
 
 use crate::error::{Error, Result};
 use crate::validate;
@@ -9,8 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-/// Milliseconds since the Unix epoch (or since the start of a manual clock).
-pub type Millis = i64;
+pub use crate::time::{DurationMs, Instant};
 
 /// Top-level status of an instance (K-2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -171,10 +170,10 @@ pub struct Step {
     pub error: Option<StepError>,
     /// Time spent inside the activity, summed over attempts.
     #[serde(default)]
-    pub elapsed_ms: i64,
+    pub elapsed_ms: DurationMs,
     /// Time spent waiting for a permit.
     #[serde(default)]
-    pub traffic_wait_ms: i64,
+    pub traffic_wait_ms: DurationMs,
     /// Number of permit denials.
     #[serde(default)]
     pub traffic_waits: u32,
@@ -183,10 +182,10 @@ pub struct Step {
     pub checkpoint: Option<Value>,
     /// Last mark-running time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub started_at: Option<Millis>,
+    pub started_at: Option<Instant>,
     /// Completion / failure time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub finished_at: Option<Millis>,
+    pub finished_at: Option<Instant>,
 }
 
 impl Step {
@@ -197,8 +196,8 @@ impl Step {
             status: StepStatus::Pending,
             attempt: 0,
             error: None,
-            elapsed_ms: 0,
-            traffic_wait_ms: 0,
+            elapsed_ms: DurationMs::ZERO,
+            traffic_wait_ms: DurationMs::ZERO,
             traffic_waits: 0,
             checkpoint: None,
             started_at: None,
@@ -235,7 +234,7 @@ pub struct Wait {
     pub step_index: u32,
     /// When a timer is due, or a signal wait's poll fallback.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub poll_time: Option<Millis>,
+    pub poll_time: Option<Instant>,
 }
 
 impl Wait {
@@ -343,7 +342,7 @@ pub struct WorkflowInstance {
     pub output: BTreeMap<String, Value>,
     /// When the instance may next be claimed (lease end while claimed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub claimable_time: Option<Millis>,
+    pub claimable_time: Option<Instant>,
     /// The current claim, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claim_token: Option<String>,
@@ -367,12 +366,12 @@ pub struct WorkflowInstance {
     #[serde(default)]
     pub revision: u64,
     /// Time of the create write.
-    pub created_at: Millis,
+    pub created_at: Instant,
     /// Time of the last accepted write (the writer's clock).
-    pub updated_at: Millis,
+    pub updated_at: Instant,
     /// When the instance reached a terminal status; cleared by replay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub finished_at: Option<Millis>,
+    pub finished_at: Option<Instant>,
 }
 
 impl WorkflowInstance {

@@ -36,7 +36,7 @@ pub enum Guard {
     /// Claim (K-6.2): `status ∈ {running, failing} AND claimable_time ≤ now AND type ∈ types`.
     Claimable {
         /// The caller's clock.
-        now: Millis,
+        now: Instant,
         /// Types the worker has definitions for.
         types: Vec<String>,
     },
@@ -60,7 +60,7 @@ pub enum Guard {
     /// Timer activation (K-9.2): `status = waiting AND claimable_time ≤ now AND wait.step_index = i`.
     DueWait {
         /// The caller's clock.
-        now: Millis,
+        now: Instant,
         /// The waiting step.
         step_index: u32,
     },
@@ -217,15 +217,15 @@ pub struct StepPatch {
     /// The step's checkpoint, set or cleared; counts against the payload limit.
     pub checkpoint: Option<Patch<Value>>,
     /// Activity time of this attempt, added to `elapsed_ms` (`$inc`).
-    pub elapsed_ms_inc: i64,
+    pub elapsed_ms_inc: DurationMs,
     /// Permit wait of a deferral, added to `traffic_wait_ms` (`$inc`).
-    pub traffic_wait_ms_inc: i64,
+    pub traffic_wait_ms_inc: DurationMs,
     /// Permit denials, added to `traffic_waits` (`$inc`).
     pub traffic_waits_inc: u32,
     /// Time of the mark-running write; `None` leaves `started_at`.
-    pub started_at: Option<Millis>,
+    pub started_at: Option<Instant>,
     /// Completion or failure time, set or cleared; `None` leaves it.
-    pub finished_at: Option<Patch<Millis>>,
+    pub finished_at: Option<Patch<Instant>>,
 }
 
 impl StepPatch {
@@ -263,8 +263,8 @@ impl StepPatch {
         if checkpoint.is_some() {
             self.checkpoint = checkpoint.clone();
         }
-        self.elapsed_ms_inc += elapsed_ms_inc;
-        self.traffic_wait_ms_inc += traffic_wait_ms_inc;
+        self.elapsed_ms_inc += *elapsed_ms_inc;
+        self.traffic_wait_ms_inc += *traffic_wait_ms_inc;
         self.traffic_waits_inc += traffic_waits_inc;
         if started_at.is_some() {
             self.started_at = *started_at;
@@ -301,8 +301,8 @@ impl StepPatch {
         if let Some(p) = checkpoint {
             p.apply(&mut step.checkpoint);
         }
-        step.elapsed_ms += elapsed_ms_inc;
-        step.traffic_wait_ms += traffic_wait_ms_inc;
+        step.elapsed_ms += *elapsed_ms_inc;
+        step.traffic_wait_ms += *traffic_wait_ms_inc;
         step.traffic_waits += traffic_waits_inc;
         if let Some(t) = started_at {
             step.started_at = Some(*t);
@@ -322,7 +322,7 @@ pub struct Transition {
     /// Read it through [`kinds`](Self::kinds) and [`kinds_at`](Self::kinds_at).
     pub kinds: Vec<KindAt>,
     /// The writer's clock, written as `updated_at`.
-    pub now: Millis,
+    pub now: Instant,
     /// New top-level status; `None` leaves it.
     pub status: Option<WorkflowStatus>,
     /// Per-step updates, at most one per step index (a second patch of one index is refused).
@@ -333,7 +333,7 @@ pub struct Transition {
     /// Input replaced wholesale (replay); counts against the payload limit.
     pub input: Option<Value>,
     /// When the instance may next be claimed (lease end, retry delay), set or cleared.
-    pub claimable_time: Option<Patch<Millis>>,
+    pub claimable_time: Option<Patch<Instant>>,
     /// The claim token, set (claim) or cleared (release); a set token follows K-2.0.
     pub claim_token: Option<Patch<String>>,
     /// The wait, set (suspend) or cleared (activation, terminal); a signal wait's identity
@@ -351,19 +351,19 @@ pub struct Transition {
     /// `retry_count += 1` (replay, K-2.1).
     pub retry_count_inc: bool,
     /// Terminal time, set (terminal write) or cleared (replay).
-    pub finished_at: Option<Patch<Millis>>,
+    pub finished_at: Option<Patch<Instant>>,
     /// `revision += 1` (every accepted write but claim and heartbeat, K-2.2).
     pub bump_revision: bool,
 }
 
 impl Transition {
     /// An empty transition of one kind.
-    pub fn new(kind: TransitionKind, now: Millis) -> Self {
+    pub fn new(kind: TransitionKind, now: Instant) -> Self {
         Transition { kinds: vec![KindAt { kind, step: None }], now, bump_revision: true, ..Default::default() }
     }
 
     /// An empty transition of one kind concerning step `index`.
-    pub fn for_step(kind: TransitionKind, index: usize, now: Millis) -> Self {
+    pub fn for_step(kind: TransitionKind, index: usize, now: Instant) -> Self {
         Transition {
             kinds: vec![KindAt { kind, step: Some(index as u32) }],
             now,
@@ -523,11 +523,12 @@ impl Transition {
     /// [`Error::InvalidInput`] and nothing is written.
     ///
     /// ```
+    /// use kernel_core::model::{DurationMs, Instant};
     /// use kernel_core::transition::Transition;
     /// use kernel_core::validate::STORE_PAYLOAD_BYTES_MAX;
-    /// let ok = Transition::complete_step(0, "fetch", serde_json::json!(1), 0, 0, false);
+    /// let ok = Transition::complete_step(0, "fetch", serde_json::json!(1), DurationMs::ZERO, Instant::ZERO, false);
     /// assert!(ok.validate(STORE_PAYLOAD_BYTES_MAX).is_ok());
-    /// let bad = Transition::complete_step(0, "$set", serde_json::json!(1), 0, 0, false);
+    /// let bad = Transition::complete_step(0, "$set", serde_json::json!(1), DurationMs::ZERO, Instant::ZERO, false);
     /// assert!(bad.validate(STORE_PAYLOAD_BYTES_MAX).is_err());
     /// ```
     pub fn validate(&self, payload_bytes_max: usize) -> Result<()> {
@@ -592,24 +593,29 @@ impl Transition {
 /// is written under (K-6.4).
 impl Transition {
     /// Claim (K-6.2), under [`Guard::Claimable`]: lease and token, no revision bump.
-    pub fn claim(token: &str, now: Millis, lease_ms: Millis) -> Self {
+    ///
+    /// A lease end `now + lease_ms` that is not representable is refused as
+    /// [`Error::InvalidInput`] on `lease_ms`.
+    pub fn claim(token: &str, now: Instant, lease_ms: DurationMs) -> Result<Self> {
         let mut t = Transition::new(TransitionKind::Claim, now);
-        t.claimable_time = Some(Patch::Set(now + lease_ms));
+        t.claimable_time = Some(Patch::Set(now.try_add(lease_ms, "lease_ms")?));
         t.claim_token = Some(Patch::Set(token.to_string()));
         t.bump_revision = false;
-        t
+        Ok(t)
     }
 
     /// Heartbeat (K-6.3), under [`Guard::Token`]: extend the lease, no revision bump.
-    pub fn heartbeat(now: Millis, lease_ms: Millis) -> Self {
+    ///
+    /// An overflowing lease end is refused as [`Error::InvalidInput`] on `lease_ms`.
+    pub fn heartbeat(now: Instant, lease_ms: DurationMs) -> Result<Self> {
         let mut t = Transition::new(TransitionKind::Heartbeat, now);
-        t.claimable_time = Some(Patch::Set(now + lease_ms));
+        t.claimable_time = Some(Patch::Set(now.try_add(lease_ms, "lease_ms")?));
         t.bump_revision = false;
-        t
+        Ok(t)
     }
 
     /// Mark running (K-7.2), under [`Guard::Running`]: `attempt++`.
-    pub fn mark_running(index: usize, now: Millis) -> Self {
+    pub fn mark_running(index: usize, now: Instant) -> Self {
         let mut t = Transition::for_step(TransitionKind::MarkRunning, index, now);
         let p = t.step_mut(index);
         p.status = Some(StepStatus::Running);
@@ -624,8 +630,8 @@ impl Transition {
         index: usize,
         name: &str,
         output: Value,
-        elapsed_ms: i64,
-        now: Millis,
+        elapsed_ms: DurationMs,
+        now: Instant,
         clears_resume: bool,
     ) -> Self {
         let mut t = Transition::for_step(TransitionKind::CompleteStep, index, now);
@@ -642,7 +648,7 @@ impl Transition {
 
     /// SuspendClaim (K-9.1), under [`Guard::Running`]: one update parks the step and the
     /// workflow, saves the checkpoint, rolls the attempt back and releases the claim.
-    pub fn suspend(index: usize, wait: Wait, checkpoint: Option<Value>, elapsed_ms: i64, now: Millis) -> Self {
+    pub fn suspend(index: usize, wait: Wait, checkpoint: Option<Value>, elapsed_ms: DurationMs, now: Instant) -> Self {
         let mut t = Transition::for_step(TransitionKind::SuspendClaim, index, now);
         let p = t.step_mut(index);
         p.status = Some(StepStatus::Waiting);
@@ -659,7 +665,7 @@ impl Transition {
 
     /// Yield (K-7.4), under [`Guard::Running`]: step pending with its checkpoint, attempt
     /// rolled back, claimable now, claim and resume cleared.
-    pub fn yield_step(index: usize, checkpoint: Option<Value>, elapsed_ms: i64, now: Millis) -> Self {
+    pub fn yield_step(index: usize, checkpoint: Option<Value>, elapsed_ms: DurationMs, now: Instant) -> Self {
         let mut t = Transition::for_step(TransitionKind::Yield, index, now);
         let p = t.step_mut(index);
         p.status = Some(StepStatus::Pending);
@@ -674,7 +680,7 @@ impl Transition {
 
     /// A sibling that also asked to suspend or yield while another outcome won (K-4.5):
     /// pending with its checkpoint, attempt rolled back. Carries no claim change.
-    pub fn park_sibling(index: usize, checkpoint: Option<Value>, elapsed_ms: i64, now: Millis) -> Self {
+    pub fn park_sibling(index: usize, checkpoint: Option<Value>, elapsed_ms: DurationMs, now: Instant) -> Self {
         let mut t = Transition::for_step(TransitionKind::Yield, index, now);
         let p = t.step_mut(index);
         p.status = Some(StepStatus::Pending);
@@ -685,7 +691,7 @@ impl Transition {
     }
 
     /// Step back to pending after a retryable error (no claim change; see [`Self::release_until`]).
-    pub fn step_retry(index: usize, error: StepError, elapsed_ms: i64, now: Millis) -> Self {
+    pub fn step_retry(index: usize, error: StepError, elapsed_ms: DurationMs, now: Instant) -> Self {
         let mut t = Transition::for_step(TransitionKind::RetryRelease, index, now);
         let p = t.step_mut(index);
         p.status = Some(StepStatus::Pending);
@@ -696,7 +702,7 @@ impl Transition {
     }
 
     /// Permit denied (K-7.1): step pending, traffic statistics grow, attempt unchanged.
-    pub fn permit_deferral(index: usize, delay_ms: Millis, now: Millis) -> Self {
+    pub fn permit_deferral(index: usize, delay_ms: DurationMs, now: Instant) -> Self {
         let mut t = Transition::for_step(TransitionKind::PermitDeferral, index, now);
         let p = t.step_mut(index);
         p.status = Some(StepStatus::Pending);
@@ -707,14 +713,14 @@ impl Transition {
 
     /// Release the claim until `at` (retry release, permit deferral, finalizer error,
     /// shutdown), under the current token guard.
-    pub fn release_until(mut self, at: Millis) -> Self {
+    pub fn release_until(mut self, at: Instant) -> Self {
         self.claimable_time = Some(Patch::Set(at));
         self.claim_token = Some(Patch::Unset);
         self
     }
 
     /// `on_failed = skip`: step skipped with its error.
-    pub fn skip_step(index: usize, error: StepError, elapsed_ms: i64, now: Millis) -> Self {
+    pub fn skip_step(index: usize, error: StepError, elapsed_ms: DurationMs, now: Instant) -> Self {
         let mut t = Transition::for_step(TransitionKind::SkipStep, index, now);
         let p = t.step_mut(index);
         p.status = Some(StepStatus::Skipped);
@@ -727,7 +733,7 @@ impl Transition {
 
     /// A step failed for good; the workflow goes `failing` in the same write (K-8), under
     /// [`Guard::Running`].
-    pub fn step_failed(index: usize, error: StepError, elapsed_ms: i64, now: Millis) -> Self {
+    pub fn step_failed(index: usize, error: StepError, elapsed_ms: DurationMs, now: Instant) -> Self {
         let mut t = Transition::for_step(TransitionKind::StepFailed, index, now);
         let p = t.step_mut(index);
         p.status = Some(StepStatus::Failed);
@@ -739,25 +745,25 @@ impl Transition {
     }
 
     /// `running → failing`, under [`Guard::Running`]; the claim is kept.
-    pub fn failing(now: Millis) -> Self {
+    pub fn failing(now: Instant) -> Self {
         let mut t = Transition::new(TransitionKind::Failing, now);
         t.status = Some(WorkflowStatus::Failing);
         t
     }
 
     /// `failing → failed`, under [`Guard::Failing`].
-    pub fn failed(now: Millis) -> Self {
+    pub fn failed(now: Instant) -> Self {
         Transition::terminal(TransitionKind::Failed, WorkflowStatus::Failed, now)
     }
 
     /// `running → completed`, under [`Guard::Running`].
-    pub fn completed(now: Millis) -> Self {
+    pub fn completed(now: Instant) -> Self {
         Transition::terminal(TransitionKind::Completed, WorkflowStatus::Completed, now)
     }
 
     /// The activity reported cancellation (K-7.4): step skipped, workflow canceled, claim
     /// cleared, no finalizer, under [`Guard::Running`].
-    pub fn activity_canceled(index: usize, error: StepError, elapsed_ms: i64, now: Millis) -> Self {
+    pub fn activity_canceled(index: usize, error: StepError, elapsed_ms: DurationMs, now: Instant) -> Self {
         let mut t = Transition::for_step(TransitionKind::Canceled, index, now);
         let p = t.step_mut(index);
         p.status = Some(StepStatus::Skipped);
@@ -770,11 +776,11 @@ impl Transition {
     }
 
     /// Explicit cancel / supersede (K-8), under [`Guard::Active`]; no token needed.
-    pub fn supersede(now: Millis) -> Self {
+    pub fn supersede(now: Instant) -> Self {
         Transition::terminal(TransitionKind::Supersede, WorkflowStatus::Canceled, now)
     }
 
-    fn terminal(kind: TransitionKind, status: WorkflowStatus, now: Millis) -> Self {
+    fn terminal(kind: TransitionKind, status: WorkflowStatus, now: Instant) -> Self {
         let mut t = Transition::new(kind, now);
         t.status = Some(status);
         t.claim_token = Some(Patch::Unset);
@@ -786,25 +792,30 @@ impl Transition {
     }
 
     /// A finalizer failed: release with a delay (K-8), under the current token guard.
-    pub fn finalizer_release(now: Millis, delay_ms: Millis) -> Self {
-        Transition::new(TransitionKind::FinalizerRelease, now).release_until(now + delay_ms)
+    ///
+    /// An overflowing release time is refused as [`Error::InvalidInput`] on `delay_ms`.
+    pub fn finalizer_release(now: Instant, delay_ms: DurationMs) -> Result<Self> {
+        Ok(Transition::new(TransitionKind::FinalizerRelease, now).release_until(now.try_add(delay_ms, "delay_ms")?))
     }
 
     /// Give the claim back without progress (shutdown between waves).
-    pub fn release(now: Millis) -> Self {
+    pub fn release(now: Instant) -> Self {
         Transition::new(TransitionKind::Release, now).release_until(now)
     }
 
     /// Fingerprint push-back (K-4.3), under [`Guard::Token`]: no step touched.
-    pub fn fingerprint_push_back(persisted: &str, worker: &str, now: Millis, delay_ms: Millis) -> Self {
-        let mut t = Transition::new(TransitionKind::FingerprintPushBack, now).release_until(now + delay_ms);
+    ///
+    /// An overflowing release time is refused as [`Error::InvalidInput`] on `delay_ms`.
+    pub fn fingerprint_push_back(persisted: &str, worker: &str, now: Instant, delay_ms: DurationMs) -> Result<Self> {
+        let mut t =
+            Transition::new(TransitionKind::FingerprintPushBack, now).release_until(now.try_add(delay_ms, "delay_ms")?);
         t.fingerprint_mismatch =
             Some(FingerprintMismatch { persisted: persisted.to_string(), worker: worker.to_string() });
-        t
+        Ok(t)
     }
 
     /// Timer / poll activation (K-9.2), under [`Guard::DueWait`]: `claimable_time` kept.
-    pub fn timer_activation(index: usize, kind: ResumeKind, now: Millis) -> Self {
+    pub fn timer_activation(index: usize, kind: ResumeKind, now: Instant) -> Self {
         let mut t = Transition::for_step(TransitionKind::TimerActivation, index, now);
         t.step_mut(index).status = Some(StepStatus::Pending);
         t.status = Some(WorkflowStatus::Running);
@@ -815,7 +826,7 @@ impl Transition {
     }
 
     /// Signal activation (K-9.3), under [`Guard::SignalWait`]: claimable now.
-    pub fn signal_activation(index: usize, signal_id: &str, now: Millis) -> Self {
+    pub fn signal_activation(index: usize, signal_id: &str, now: Instant) -> Self {
         let mut t = Transition::for_step(TransitionKind::SignalActivation, index, now);
         t.step_mut(index).status = Some(StepStatus::Pending);
         t.status = Some(WorkflowStatus::Running);
@@ -831,7 +842,7 @@ impl Transition {
     }
 
     /// Replay of a failed instance (K-5), under [`Guard::Failed`].
-    pub fn replay(input: Value, now: Millis) -> Self {
+    pub fn replay(input: Value, now: Instant) -> Self {
         let mut t = Transition::new(TransitionKind::Replay, now);
         t.status = Some(WorkflowStatus::Running);
         t.input = Some(input);
@@ -846,9 +857,33 @@ impl Transition {
     }
 
     /// Priority raise (promote-only), under [`Guard::PriorityBelow`].
-    pub fn priority_raise(p: Priority, now: Millis) -> Self {
+    pub fn priority_raise(p: Priority, now: Instant) -> Self {
         let mut t = Transition::new(TransitionKind::PriorityRaise, now);
         t.priority = Some(p);
         t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constructors_refuse_an_overflowing_due_time() {
+        // K-6.2, K-6.3, K-8, K-4.3: a lease end or release time past the range of time is
+        // bad input, never a wrapped time.
+        let now = Instant::from_millis(1_700_000_000_000);
+        let field = |r: Result<Transition>| match r {
+            Err(Error::InvalidInput { field, .. }) => field,
+            other => panic!("expected InvalidInput, got {other:?}"),
+        };
+        assert_eq!(field(Transition::claim("tok", now, DurationMs::MAX)), "lease_ms");
+        assert_eq!(field(Transition::heartbeat(now, DurationMs::MAX)), "lease_ms");
+        assert_eq!(field(Transition::finalizer_release(now, DurationMs::MAX)), "delay_ms");
+        assert_eq!(field(Transition::fingerprint_push_back("a", "b", now, DurationMs::MAX)), "delay_ms");
+        let t = Transition::claim("tok", now, DurationMs::from_secs(30)).unwrap();
+        assert_eq!(t.claimable_time, Some(Patch::Set(Instant::from_millis(1_700_000_030_000))));
+        let t = Transition::finalizer_release(Instant::MAX, DurationMs::ZERO).unwrap();
+        assert_eq!(t.claimable_time, Some(Patch::Set(Instant::MAX)));
     }
 }

@@ -21,6 +21,7 @@
 //! ```
 
 use crate::error::{Error, Result};
+use crate::time::DurationMs;
 
 /// Longest identifier in bytes.
 pub const IDENTIFIER_BYTES_MAX: usize = 256;
@@ -75,8 +76,25 @@ pub fn payload(field: &str, value: &serde_json::Value, bytes_max: usize) -> Resu
     Ok(())
 }
 
+/// Longest duration a configuration may hold: 100 years. Any clock reading plus this
+/// stays far inside the range of [`Instant`](crate::time::Instant), so the engine's
+/// `now + configured span` additions cannot overflow.
+pub const CONFIG_MS_MAX: DurationMs = DurationMs::from_millis(100 * 365 * 24 * 3_600_000);
+
+/// A configured duration: strictly positive and at most [`CONFIG_MS_MAX`].
+pub fn config_ms(field: &str, ms: DurationMs) -> Result<()> {
+    positive_ms(field, ms)?;
+    if ms > CONFIG_MS_MAX {
+        return Err(Error::invalid(
+            field,
+            format_args!("{ms} ms exceeds the longest configurable span of {CONFIG_MS_MAX} ms"),
+        ));
+    }
+    Ok(())
+}
+
 /// A duration in milliseconds that must be strictly positive.
-pub fn positive_ms(field: &str, ms: i64) -> Result<()> {
+pub fn positive_ms(field: &str, ms: DurationMs) -> Result<()> {
     if ms <= 0 {
         return Err(Error::invalid(field, format_args!("must be > 0 ms, got {ms}")));
     }
@@ -137,8 +155,8 @@ mod tests {
                 business_priority: Priority::P2,
                 retry_count: 0,
                 revision: 0,
-                created_at: 0,
-                updated_at: 0,
+                created_at: Instant::ZERO,
+                updated_at: Instant::ZERO,
                 finished_at: None,
             }
         }
@@ -185,22 +203,31 @@ mod tests {
 
         #[test]
         fn k2_0_transition_validate() {
-            let ok = Transition::complete_step(1, "compose", json!(1), 0, 0, false);
+            let ok = Transition::complete_step(1, "compose", json!(1), DurationMs::ZERO, Instant::ZERO, false);
             assert!(ok.validate(MAX).is_ok());
-            assert!(Transition::replay(json!({}), 0).validate(MAX).is_ok());
+            assert!(Transition::replay(json!({}), Instant::ZERO).validate(MAX).is_ok());
             let cases: Vec<(Transition, &str)> = vec![
-                (Transition::complete_step(1, "$set", json!(1), 0, 0, false), "output"),
-                (Transition::complete_step(1, "a.b", json!(1), 0, 0, false), "output"),
-                (Transition::complete_step(1, "compose", big(), 0, 0, false), "output.compose"),
-                (Transition::yield_step(1, Some(big()), 0, 0), "steps.1.checkpoint"),
-                (Transition::replay(big(), 0), "input"),
-                (Transition::suspend(1, signal_wait("approved", "k\0"), None, 0, 0), "wait.wait_key"),
-                (Transition::suspend(1, signal_wait("", "k"), None, 0, 0), "wait.signal_type"),
-                (Transition::claim("tok\0", 0, 1), "claim_token"),
-                (Transition::signal_activation(1, "", 0), "resume.signal_id"),
+                (Transition::complete_step(1, "$set", json!(1), DurationMs::ZERO, Instant::ZERO, false), "output"),
+                (Transition::complete_step(1, "a.b", json!(1), DurationMs::ZERO, Instant::ZERO, false), "output"),
+                (
+                    Transition::complete_step(1, "compose", big(), DurationMs::ZERO, Instant::ZERO, false),
+                    "output.compose",
+                ),
+                (Transition::yield_step(1, Some(big()), DurationMs::ZERO, Instant::ZERO), "steps.1.checkpoint"),
+                (Transition::replay(big(), Instant::ZERO), "input"),
+                (
+                    Transition::suspend(1, signal_wait("approved", "k\0"), None, DurationMs::ZERO, Instant::ZERO),
+                    "wait.wait_key",
+                ),
+                (
+                    Transition::suspend(1, signal_wait("", "k"), None, DurationMs::ZERO, Instant::ZERO),
+                    "wait.signal_type",
+                ),
+                (Transition::claim("tok\0", Instant::ZERO, DurationMs::from_millis(1)).unwrap(), "claim_token"),
+                (Transition::signal_activation(1, "", Instant::ZERO), "resume.signal_id"),
                 (
                     {
-                        let mut t = Transition::mark_running(1, 0);
+                        let mut t = Transition::mark_running(1, Instant::ZERO);
                         t.steps.push(crate::transition::StepPatch::at(1));
                         t
                     },
@@ -208,7 +235,7 @@ mod tests {
                 ),
                 (
                     {
-                        let mut t = Transition::replay(json!({}), 0);
+                        let mut t = Transition::replay(json!({}), Instant::ZERO);
                         t.step_mut(0).checkpoint = Some(Patch::Unset);
                         t
                     },
@@ -219,7 +246,7 @@ mod tests {
                 assert_eq!(field_of(t.validate(MAX)), field, "{:?}", t.kinds().collect::<Vec<_>>());
             }
             // A cleared checkpoint or token is not a payload or an identifier.
-            let mut t = Transition::release(0);
+            let mut t = Transition::release(Instant::ZERO);
             t.claim_token = Some(Patch::Unset);
             t.step_mut(0).checkpoint = Some(Patch::Unset);
             assert!(t.validate(0).is_ok());
@@ -231,16 +258,45 @@ mod tests {
             assert!(Guard::SignalWait(signal_wait("a", "k").signal_identity().unwrap()).validate().is_ok());
             assert_eq!(field_of(Guard::Token { token: String::new() }.validate()), "claim_token");
             assert_eq!(field_of(Guard::Failing { token: "a\u{7}".into() }.validate()), "claim_token");
-            assert_eq!(field_of(Guard::Claimable { now: 0, types: vec!["t\0".into()] }.validate()), "types");
+            assert_eq!(
+                field_of(Guard::Claimable { now: Instant::ZERO, types: vec!["t\0".into()] }.validate()),
+                "types"
+            );
             let id = signal_wait("a", "k\0").signal_identity().unwrap();
             assert_eq!(field_of(Guard::SignalWait(id).validate()), "wait_key");
 
-            let spec = ClaimSpec { now: 5, lease_ms: 10, token: "tok".into(), types: vec!["t".into()] };
+            let spec = ClaimSpec {
+                now: Instant::from_millis(5),
+                lease_ms: DurationMs::from_millis(10),
+                token: "tok".into(),
+                types: vec!["t".into()],
+            };
             assert!(spec.validate().is_ok());
-            assert_eq!(spec.transition(), Transition::claim("tok", 5, 10), "the claim's own transition");
+            assert_eq!(spec.transition(), Transition::claim("tok", 5.into(), 10.into()), "the claim's own transition");
             assert_eq!(field_of(ClaimSpec { token: "t\0".into(), ..spec.clone() }.validate()), "claim_token");
-            assert_eq!(field_of(ClaimSpec { lease_ms: 0, ..spec.clone() }.validate()), "lease_ms");
-            assert_eq!(field_of(ClaimSpec { types: vec![String::new()], ..spec }.validate()), "types");
+            assert_eq!(field_of(ClaimSpec { lease_ms: DurationMs::ZERO, ..spec.clone() }.validate()), "lease_ms");
+            assert_eq!(field_of(ClaimSpec { types: vec![String::new()], ..spec.clone() }.validate()), "types");
+            // A lease end past the range of time is refused before any write.
+            let overflowing = ClaimSpec { lease_ms: DurationMs::MAX, ..spec };
+            assert_eq!(field_of(overflowing.validate()), "lease_ms");
+            assert_eq!(field_of(overflowing.transition().map(|_| ())), "lease_ms");
+        }
+
+        #[test]
+        fn definition_and_dispatch_config_refuse_spans_that_could_overflow() {
+            use crate::definition::{Definition, RetryPolicy, StepDef};
+            use crate::dispatch::DispatchConfig;
+            let noop = |_| async { Ok(crate::StepOutcome::complete(json!(null))) };
+            let build = |s: StepDef| Definition::builder("t").step(s).build().map(|_| ());
+            assert!(build(StepDef::new("a", noop).timeout_ms(CONFIG_MS_MAX)).is_ok());
+            assert_eq!(field_of(build(StepDef::new("a", noop).timeout_ms(DurationMs::MAX))), "steps[0].timeout_ms");
+            let policy = RetryPolicy::Exponential { base_ms: DurationMs::from_millis(1), cap_ms: DurationMs::MAX };
+            assert_eq!(field_of(build(StepDef::new("a", noop).retry(policy))), "steps[0].retry.cap_ms");
+            assert!(DispatchConfig::default().validate().is_ok());
+            let huge = DispatchConfig { lease_ms: DurationMs::MAX, ..DispatchConfig::default() };
+            assert_eq!(field_of(huge.validate()), "lease_ms");
+            let huge = DispatchConfig { realtime_grace_ms: DurationMs::MAX, ..DispatchConfig::default() };
+            assert_eq!(field_of(huge.validate()), "realtime_grace_ms");
         }
 
         #[test]
@@ -252,7 +308,7 @@ mod tests {
                 wait_key: "doc:42".into(),
                 generation: 1,
                 status: SignalStatus::Pending,
-                created_at: 0,
+                created_at: Instant::ZERO,
                 match_time: None,
             };
             assert!(r.validate().is_ok());
@@ -264,7 +320,7 @@ mod tests {
 
         #[test]
         fn k2_0_accept_request_validate() {
-            let intent = DispatchIntent::pending("summary", "biz:1", "f1", json!({}), Priority::P2, 0);
+            let intent = DispatchIntent::pending("summary", "biz:1", "f1", json!({}), Priority::P2, Instant::ZERO);
             let fields = json!({"title": "x"});
             let req = OutboxAccept { object_id: "doc-1", fields: &fields, initial_status: "new", intent: &intent };
             assert!(req.validate(MAX).is_ok());

@@ -14,6 +14,7 @@ use crate::definition::Definition;
 use crate::model::*;
 use crate::ports::*;
 use crate::transition::{Guard, Transition};
+use crate::validate;
 use serde_json::Value;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -102,9 +103,13 @@ pub(crate) async fn run(inner: Arc<Inner>, inst: WorkflowInstance, token: String
             return ClaimEnd::Uncertain;
         };
         tracing::info!(status = inst.status.as_str(), "claimed");
-        let claim_t = Transition::claim(&token, inst.updated_at.max(inner.ports.clock.now()), inner.config.lease_ms);
         let writer = Writer { worker_id: Some(&inner.config.worker_id), claim_token: Some(&token) };
-        effects::observe(&*inner.ports.observer, &inst, &claim_t, inst.revision, writer);
+        match Transition::claim(&token, inst.updated_at.max(inner.ports.clock.now()), inner.config.lease_ms) {
+            Ok(claim_t) => effects::observe(&*inner.ports.observer, &inst, &claim_t, inst.revision, writer),
+            // The store accepted the claim, so only a stored time near the end of the range
+            // gets here; the observation is skipped, the claim runs.
+            Err(e) => tracing::warn!(error = %e, "claim not observed"),
+        }
         let (prepared, refusal) = match prepare(&inst, &def, inner.prepare.as_ref()) {
             Ok(p) => (p, None),
             Err(r) => (Arc::new(Value::Null), Some(r)),
@@ -115,7 +120,7 @@ pub(crate) async fn run(inner: Arc<Inner>, inst: WorkflowInstance, token: String
             def,
             workflow_id: inst.workflow_id.clone(),
             token,
-            lease_until: AtomicI64::new(inst.claimable_time.unwrap_or(Millis::MIN)),
+            lease_until: AtomicI64::new(inst.claimable_time.map_or(i64::MIN, Instant::as_millis)),
             doc: Mutex::new(inst),
             prepared,
         });
@@ -135,7 +140,7 @@ pub(crate) async fn run(inner: Arc<Inner>, inst: WorkflowInstance, token: String
 async fn heartbeat(c: Arc<Claim>, stop: CancellationToken) {
     let clock = c.inner.ports.clock.clone();
     loop {
-        let next = clock.now() + c.inner.config.heartbeat_ms;
+        let next = clock.now().saturating_add(c.inner.config.heartbeat_ms);
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = clock.sleep_until(next) => {}
@@ -144,10 +149,20 @@ async fn heartbeat(c: Arc<Claim>, stop: CancellationToken) {
             return;
         }
         let now = clock.now();
-        let t = Transition::heartbeat(now, c.inner.config.lease_ms);
+        let t = match Transition::heartbeat(now, c.inner.config.lease_ms) {
+            Ok(t) => t,
+            Err(e) => {
+                // A lease end past the range of time: stop extending, let the lease run out.
+                tracing::error!(error = %e, "heartbeat refused; ending the claim");
+                c.cancel.cancel();
+                return;
+            }
+        };
         let guard = Guard::Token { token: c.token.clone() };
         match c.inner.ports.store.apply(&c.workflow_id, &guard, &t).await {
-            Ok(WriteOutcome::Applied { .. }) => c.lease_until.store(now + c.inner.config.lease_ms, Ordering::SeqCst),
+            Ok(WriteOutcome::Applied { .. }) => {
+                c.lease_until.store(now.saturating_add(c.inner.config.lease_ms).as_millis(), Ordering::SeqCst)
+            }
             Ok(WriteOutcome::Missed) => {
                 tracing::warn!("heartbeat missed: claim lost");
                 c.cancel.cancel();
@@ -159,7 +174,7 @@ async fn heartbeat(c: Arc<Claim>, stop: CancellationToken) {
 }
 
 impl Claim {
-    fn now(&self) -> Millis {
+    fn now(&self) -> Instant {
         self.inner.ports.clock.now()
     }
 
@@ -176,13 +191,21 @@ impl Claim {
         }
     }
 
-    async fn enqueue(&self, priority: Priority, at: Millis) {
+    async fn enqueue(&self, priority: Priority, at: Instant) {
         let ports = &self.inner.ports;
         effects::enqueue_and_wake(&*ports.queue, &*ports.wakeup, &self.workflow_id, priority, at).await;
     }
 
     /// One guarded write. A miss is claim loss, an error is an uncertain outcome: both end
     /// the claim and cancel its activities (K-6.4); neither is retried.
+    /// A transition refused before any write (a time past the representable range): end
+    /// the claim without writing; the lease runs out and the instance is claimed again.
+    fn refused(&self, e: crate::error::Error) -> ClaimEnd {
+        tracing::error!(error = %e, "transition refused; ending the claim");
+        self.cancel.cancel();
+        ClaimEnd::Uncertain
+    }
+
     async fn commit(&self, g: G, t: Transition) -> Result<(), ClaimEnd> {
         match self.inner.ports.store.apply(&self.workflow_id, &self.guard(g), &t).await {
             Ok(WriteOutcome::Applied { revision }) => {
@@ -217,12 +240,15 @@ impl Claim {
             // K-4.3: a fingerprint mismatch is not a failure; push back, touch no step.
             Some(Refusal::FingerprintMismatch) => {
                 tracing::warn!(persisted = %inst.definition_fingerprint, worker = %plan.fingerprint(), "definition fingerprint mismatch; pushing back");
-                let t = Transition::fingerprint_push_back(
+                let t = match Transition::fingerprint_push_back(
                     &inst.definition_fingerprint,
                     plan.fingerprint(),
                     self.now(),
                     self.inner.config.fingerprint_pushback_ms,
-                );
+                ) {
+                    Ok(t) => t,
+                    Err(e) => return self.refused(e),
+                };
                 return match self.commit(G::Token, t).await {
                     Ok(()) => ClaimEnd::PushedBack,
                     Err(e) => e,
@@ -285,12 +311,16 @@ impl Claim {
         }
     }
 
-    async fn release_after(&self, g: G, delay: Millis) -> ClaimEnd {
+    async fn release_after(&self, g: G, delay: DurationMs) -> ClaimEnd {
         let now = self.now();
-        match self.commit(g, Transition::finalizer_release(now, delay)).await {
+        let t = match Transition::finalizer_release(now, delay) {
+            Ok(t) => t,
+            Err(e) => return self.refused(e),
+        };
+        match self.commit(g, t).await {
             Ok(()) => {
                 let prio = self.snapshot().business_priority;
-                self.enqueue(prio, now + delay).await;
+                self.enqueue(prio, now.saturating_add(delay)).await;
                 ClaimEnd::Released
             }
             Err(e) => e,
@@ -299,7 +329,7 @@ impl Claim {
 
     /// Acquire the step's permit, failing closed on errors (K-14). `Err` is the delay of
     /// the deferral.
-    async fn acquire_permit(&self, idx: usize) -> Result<Option<HeldPermit>, Millis> {
+    async fn acquire_permit(&self, idx: usize) -> Result<Option<HeldPermit>, DurationMs> {
         let sd = &self.def.steps()[idx];
         let Some(resource) = sd.resource_name() else { return Ok(None) };
         let owner = PermitOwner {
@@ -311,7 +341,8 @@ impl Claim {
             Ok(PermitDecision::Granted { .. }) => Ok(Some(HeldPermit { resource: resource.to_string(), owner })),
             Ok(PermitDecision::Denied { retry_after_ms }) => {
                 tracing::info!(step = sd.name(), resource, "permit denied; deferring");
-                Err(retry_after_ms.max(self.inner.config.permit_retry_ms))
+                // An adapter's hint is clamped like a configured span, so `now + delay` cannot overflow.
+                Err(retry_after_ms.max(self.inner.config.permit_retry_ms).min(validate::CONFIG_MS_MAX))
             }
             Err(e) => {
                 tracing::warn!(step = sd.name(), resource, error = %e, "permit check failed; failing closed");
@@ -365,7 +396,7 @@ impl Claim {
         };
         // A process that slept past its lease must not start new side effects: another
         // worker may own the instance already (the write would be fenced, the call not).
-        if self.now() >= self.lease_until.load(Ordering::SeqCst) {
+        if self.now() >= Instant::from_millis(self.lease_until.load(Ordering::SeqCst)) {
             tracing::warn!("lease expired before the activity started; stopping");
             self.cancel.cancel();
             self.release_permit(permit).await;
@@ -442,13 +473,13 @@ impl Claim {
     }
 
     /// The `CompleteStep` write of a valid output.
-    fn completion(&self, idx: usize, output: Value, elapsed_ms: i64) -> Transition {
+    fn completion(&self, idx: usize, output: Value, elapsed_ms: DurationMs) -> Transition {
         let doc = self.doc.lock().expect("doc lock");
         let clears = doc.resume.as_ref().is_some_and(|r| r.step_index as usize == idx);
         Transition::complete_step(idx, &doc.steps[idx].name, output, elapsed_ms, self.now(), clears)
     }
 
-    async fn commit_skip(&self, idx: usize, error: StepError, elapsed_ms: i64) -> Member {
+    async fn commit_skip(&self, idx: usize, error: StepError, elapsed_ms: DurationMs) -> Member {
         match self.commit(G::Running, Transition::skip_step(idx, error, elapsed_ms, self.now())).await {
             Ok(()) => Member::Settled,
             Err(e) => Member::Lost(e),
@@ -504,10 +535,10 @@ impl Claim {
                     };
                 }
                 Err(delay) => {
-                    let t = t.fuse(Transition::permit_deferral(j, delay, now).release_until(now + delay));
+                    let t = t.fuse(Transition::permit_deferral(j, delay, now).release_until(now.saturating_add(delay)));
                     return match self.commit(G::Running, t).await {
                         Ok(()) => {
-                            self.enqueue(after.business_priority, now + delay).await;
+                            self.enqueue(after.business_priority, now.saturating_add(delay)).await;
                             Next::End(ClaimEnd::Released)
                         }
                         Err(e) => Next::End(e),

@@ -1,5 +1,5 @@
 use crate::error::{Error, Result};
-use crate::model::Millis;
+use crate::model::DurationMs;
 use crate::validate;
 
 /// Engine settings. Every limit is explicit; units are in the name.
@@ -10,32 +10,32 @@ pub struct EngineConfig {
     /// Local worker slots (claims running at once).
     pub worker_slots: usize,
     /// Claim lease (K-6.2).
-    pub lease_ms: Millis,
+    pub lease_ms: DurationMs,
     /// Heartbeat interval; must be < `lease_ms` (K-6.3 suggests lease/3).
-    pub heartbeat_ms: Millis,
+    pub heartbeat_ms: DurationMs,
     /// Poll interval of the ready queue when no wakeup arrives (K-13).
-    pub poll_interval_ms: Millis,
+    pub poll_interval_ms: DurationMs,
     /// Rebuild scan + timer activation interval (K-13, K-9.2).
-    pub rebuild_interval_ms: Millis,
+    pub rebuild_interval_ms: DurationMs,
     /// Pending-signal repair interval (K-9.4).
-    pub signal_repair_interval_ms: Millis,
+    pub signal_repair_interval_ms: DurationMs,
     /// How long inbox records are kept; older ones are purged by maintenance.
-    pub signal_retention_ms: Millis,
+    pub signal_retention_ms: DurationMs,
     /// Stale candidates tried per scheduling round (K-6.1).
     pub candidates_per_round_max: usize,
     /// Push-back delay on a fingerprint mismatch (K-4.3).
-    pub fingerprint_pushback_ms: Millis,
+    pub fingerprint_pushback_ms: DurationMs,
     /// Delay before retrying a step whose permit was denied (or errored: fail closed).
-    pub permit_retry_ms: Millis,
+    pub permit_retry_ms: DurationMs,
     /// Permit renewal interval while an activity holds it (K-14). A renewal error is
     /// logged at warn level and retried at the next interval; a denied renewal stops
     /// renewing for that invocation. Neither cancels the running activity: a lapsed permit
     /// overshoots its limit by at most one renewal interval.
-    pub permit_renew_ms: Millis,
+    pub permit_renew_ms: DurationMs,
     /// Delay after a finalizer error (K-8).
-    pub finalizer_retry_ms: Millis,
+    pub finalizer_retry_ms: DurationMs,
     /// Timeout of one finalizer invocation.
-    pub finalizer_timeout_ms: Millis,
+    pub finalizer_timeout_ms: DurationMs,
     /// Largest serialized input, output or checkpoint.
     pub payload_bytes_max: usize,
     /// Longest stored error message.
@@ -45,7 +45,7 @@ pub struct EngineConfig {
     /// Pages per rebuild / repair pass.
     pub scan_pages_max: usize,
     /// How long graceful shutdown waits for running claims (K-6.6).
-    pub shutdown_timeout_ms: Millis,
+    pub shutdown_timeout_ms: DurationMs,
 }
 
 impl Default for EngineConfig {
@@ -53,29 +53,33 @@ impl Default for EngineConfig {
         EngineConfig {
             worker_id: "worker".into(),
             worker_slots: 8,
-            lease_ms: 30_000,
-            heartbeat_ms: 10_000,
-            poll_interval_ms: 5_000,
-            rebuild_interval_ms: 30_000,
-            signal_repair_interval_ms: 30_000,
-            signal_retention_ms: 7 * 24 * 3_600_000,
+            lease_ms: DurationMs::from_millis(30_000),
+            heartbeat_ms: DurationMs::from_millis(10_000),
+            poll_interval_ms: DurationMs::from_millis(5_000),
+            rebuild_interval_ms: DurationMs::from_millis(30_000),
+            signal_repair_interval_ms: DurationMs::from_millis(30_000),
+            signal_retention_ms: DurationMs::from_millis(7 * 24 * 3_600_000),
             candidates_per_round_max: 8,
-            fingerprint_pushback_ms: 3_600_000,
-            permit_retry_ms: 1_000,
-            permit_renew_ms: 10_000,
-            finalizer_retry_ms: 5_000,
-            finalizer_timeout_ms: 60_000,
+            fingerprint_pushback_ms: DurationMs::from_millis(3_600_000),
+            permit_retry_ms: DurationMs::from_millis(1_000),
+            permit_renew_ms: DurationMs::from_millis(10_000),
+            finalizer_retry_ms: DurationMs::from_millis(5_000),
+            finalizer_timeout_ms: DurationMs::from_millis(60_000),
             payload_bytes_max: 64 * 1024,
             error_message_bytes_max: 2_048,
             scan_page_size: 100,
             scan_pages_max: 10,
-            shutdown_timeout_ms: 60_000,
+            shutdown_timeout_ms: DurationMs::from_millis(60_000),
         }
     }
 }
 
 impl EngineConfig {
     /// Check every field; the first violation is returned as a typed error.
+    ///
+    /// Every duration is strictly positive and at most [`validate::CONFIG_MS_MAX`], so that
+    /// adding it to any clock reading (a lease end, a retry time, a scan deadline) cannot
+    /// overflow; a larger one is [`Error::InvalidInput`].
     pub fn validate(&self) -> Result<()> {
         validate::identifier("worker_id", &self.worker_id)?;
         for (f, v) in [
@@ -92,7 +96,7 @@ impl EngineConfig {
             ("finalizer_timeout_ms", self.finalizer_timeout_ms),
             ("shutdown_timeout_ms", self.shutdown_timeout_ms),
         ] {
-            validate::positive_ms(f, v)?;
+            validate::config_ms(f, v)?;
         }
         if self.heartbeat_ms >= self.lease_ms {
             return Err(Error::invalid(
@@ -113,5 +117,32 @@ impl EngineConfig {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field_of(r: Result<()>) -> String {
+        match r {
+            Err(Error::InvalidInput { field, .. }) => field,
+            other => panic!("expected InvalidInput, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_span_that_could_overflow_a_deadline_is_refused() {
+        // `now + lease_ms` (and every other configured span) must stay representable.
+        assert!(EngineConfig::default().validate().is_ok());
+        let huge = EngineConfig { lease_ms: DurationMs::MAX, ..EngineConfig::default() };
+        assert_eq!(field_of(huge.validate()), "lease_ms");
+        let longest = EngineConfig { lease_ms: validate::CONFIG_MS_MAX, ..EngineConfig::default() };
+        assert!(longest.validate().is_ok());
+        let over = DurationMs::from_millis(validate::CONFIG_MS_MAX.as_millis() + 1);
+        let huge = EngineConfig { shutdown_timeout_ms: over, ..EngineConfig::default() };
+        assert_eq!(field_of(huge.validate()), "shutdown_timeout_ms");
+        let huge = EngineConfig { signal_retention_ms: DurationMs::MAX, ..EngineConfig::default() };
+        assert_eq!(field_of(huge.validate()), "signal_retention_ms");
     }
 }

@@ -2,7 +2,7 @@
 //! wakeup (K-13) and the stream key of an instance (K-16). They take the ports they use, so
 //! the publisher (which has no engine) and the engine's modules call the same code.
 
-use crate::model::{Millis, Priority, WorkflowInstance};
+use crate::model::{DurationMs, Instant, Priority, WorkflowInstance};
 use crate::ports::{DynObservationSink, DynQueue, DynWakeup, Observation, StreamKey};
 use crate::transition::{KindAt, Transition, TransitionKind};
 use serde_json::Value;
@@ -40,8 +40,8 @@ pub(crate) fn observe(
             status: inst.status,
             step_name: step.map(|s| s.name.clone()),
             attempt: step.map_or(0, |s| s.attempt),
-            elapsed_ms: step.map_or(0, |s| s.elapsed_ms),
-            traffic_wait_ms: step.map_or(0, |s| s.traffic_wait_ms),
+            elapsed_ms: step.map_or(DurationMs::ZERO, |s| s.elapsed_ms),
+            traffic_wait_ms: step.map_or(DurationMs::ZERO, |s| s.traffic_wait_ms),
             error_class: step.and_then(|s| s.error.as_ref().map(|e| e.class)),
             at: t.now,
             worker_id: writer.worker_id.map(str::to_string),
@@ -57,7 +57,7 @@ pub(crate) async fn enqueue_and_wake(
     wakeup: &DynWakeup,
     workflow_id: &str,
     priority: Priority,
-    at: Millis,
+    at: Instant,
 ) {
     if let Err(e) = queue.enqueue(workflow_id, priority, at).await {
         tracing::debug!(workflow_id, error = %e, "enqueue failed (rebuild scan will restore)");

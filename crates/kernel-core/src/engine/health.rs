@@ -3,7 +3,7 @@
 //! [`RunningEngine::health`](super::RunningEngine::health); never drives execution.
 
 use super::MaintenanceReport;
-use crate::model::Millis;
+use crate::model::Instant;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -40,7 +40,7 @@ impl WakeupState {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MaintenancePass {
     /// The engine's clock when the pass returned.
-    pub finished_at: Millis,
+    pub finished_at: Instant,
     /// What the pass did, or the message of the error that stopped it (the next pass
     /// starts over).
     pub outcome: Result<MaintenanceReport, String>,

@@ -4,7 +4,7 @@
 //! result means.
 
 use crate::activity::{Activity, ActivityContext, ActivityError, StepOutcome};
-use crate::model::Millis;
+use crate::model::DurationMs;
 use crate::ports::{DynClock, DynPermits, PermitDecision, PermitOwner};
 use futures::FutureExt;
 use std::panic::AssertUnwindSafe;
@@ -27,7 +27,7 @@ pub(crate) struct Renewal<'a> {
     /// The permit to renew.
     pub(crate) permit: &'a HeldPermit,
     /// Time between renewals (`EngineConfig::permit_renew_ms`).
-    pub(crate) every_ms: Millis,
+    pub(crate) every_ms: DurationMs,
 }
 
 /// What one invocation returned.
@@ -36,7 +36,7 @@ pub(crate) struct Invocation {
     /// The activity's answer; a timeout or a panic is a transient error.
     pub(crate) result: Result<StepOutcome, ActivityError>,
     /// Clock time from the call to its return (never negative).
-    pub(crate) elapsed_ms: i64,
+    pub(crate) elapsed_ms: DurationMs,
 }
 
 /// Invoke `activity` once. After `timeout_ms` its cancellation is triggered and the call
@@ -47,11 +47,12 @@ pub(crate) async fn invoke(
     activity: Arc<dyn Activity>,
     ctx: ActivityContext,
     cancel: CancellationToken,
-    timeout_ms: Millis,
+    timeout_ms: DurationMs,
     renewal: Option<Renewal<'_>>,
 ) -> Invocation {
     let start = clock.now();
-    let deadline = start + timeout_ms;
+    // Saturating: a timeout too long to represent as an instant never fires.
+    let deadline = start.saturating_add(timeout_ms);
     let fut = AssertUnwindSafe(async move { activity.run(ctx).await }).catch_unwind();
     tokio::pin!(fut);
     let renew = async {
@@ -65,7 +66,7 @@ pub(crate) async fn invoke(
         tokio::select! {
             r = &mut fut => break r,
             _ = clock.sleep_until(deadline) => {
-                tracing::warn!(timeout_ms, "activity timed out; waiting for it to return");
+                tracing::warn!(timeout_ms = timeout_ms.as_millis(), "activity timed out; waiting for it to return");
                 cancel.cancel();
                 let _ = (&mut fut).await;
                 break Ok(Err(ActivityError::transient(format!("timed out after {timeout_ms} ms"))));
@@ -73,7 +74,7 @@ pub(crate) async fn invoke(
             _ = &mut renew => {}
         }
     };
-    let elapsed_ms = (clock.now() - start).max(0);
+    let elapsed_ms = (clock.now() - start).max(DurationMs::ZERO);
     let result = result.unwrap_or_else(|panic| {
         let msg = panic
             .downcast_ref::<&str>()
@@ -98,7 +99,7 @@ pub(crate) async fn invoke(
 ///   permits are never revoked, K-14); its permit is still released when it returns.
 async fn renew_while_running(clock: &Arc<DynClock>, r: Renewal<'_>) {
     loop {
-        clock.sleep_until(clock.now() + r.every_ms).await;
+        clock.sleep_until(clock.now().saturating_add(r.every_ms)).await;
         match r.permits.renew(&r.permit.resource, &r.permit.owner).await {
             Ok(PermitDecision::Granted { .. }) => {}
             Ok(PermitDecision::Denied { .. }) => {

@@ -29,7 +29,7 @@ pub use publisher::{Publisher, PublisherBuilder, StartOutcome, StartRequest};
 
 use crate::definition::{Definition, DefinitionRegistry};
 use crate::error::{Error, Result};
-use crate::model::{Millis, WorkflowInstance};
+use crate::model::{Instant, WorkflowInstance};
 use crate::ports::*;
 use crate::transition::{Guard, Transition};
 use effects::Writer;
@@ -284,8 +284,10 @@ impl Engine {
     async fn claim_next(&self) -> Result<ClaimAttempt> {
         let inner = &self.inner;
         let now = inner.ports.clock.now();
-        if now >= inner.next_repair_at.load(Ordering::Relaxed) {
-            inner.next_repair_at.store(now + inner.config.signal_repair_interval_ms, Ordering::Relaxed);
+        if now >= Instant::from_millis(inner.next_repair_at.load(Ordering::Relaxed)) {
+            inner
+                .next_repair_at
+                .store(now.saturating_add(inner.config.signal_repair_interval_ms).as_millis(), Ordering::Relaxed);
             let failed = signals::repair(inner, 1).await.is_err();
             inner.repair_failed.store(failed, Ordering::Relaxed);
         }
@@ -331,7 +333,7 @@ impl Engine {
 
     /// A claim with a freshly minted token: the token the claim then runs with, never one
     /// read back from the document (K-6.2).
-    fn claim_spec(&self, now: Millis) -> ClaimSpec {
+    fn claim_spec(&self, now: Instant) -> ClaimSpec {
         ClaimSpec {
             now,
             lease_ms: self.inner.config.lease_ms,
@@ -441,7 +443,7 @@ impl Engine {
     async fn maintenance_loop(&self) {
         let inner = &self.inner;
         loop {
-            let next = inner.ports.clock.now() + inner.config.rebuild_interval_ms;
+            let next = inner.ports.clock.now().saturating_add(inner.config.rebuild_interval_ms);
             tokio::select! {
                 _ = inner.stopping.cancelled() => return,
                 _ = inner.ports.clock.sleep_until(next) => {}
@@ -488,7 +490,7 @@ impl Engine {
                     }
                 }
             }
-            let next_poll = inner.ports.clock.now() + inner.config.poll_interval_ms;
+            let next_poll = inner.ports.clock.now().saturating_add(inner.config.poll_interval_ms);
             tokio::select! {
                 _ = inner.stopping.cancelled() => break,
                 _ = inner.ports.clock.sleep_until(next_poll) => {}
@@ -553,7 +555,7 @@ impl RunningEngine {
         let inner = self.engine.inner.clone();
         inner.stopping.cancel();
         self.maint.abort();
-        let deadline = inner.ports.clock.now() + inner.config.shutdown_timeout_ms;
+        let deadline = inner.ports.clock.now().saturating_add(inner.config.shutdown_timeout_ms);
         let mut handle = self.handle;
         let drained = async {
             let _ = (&mut handle).await;

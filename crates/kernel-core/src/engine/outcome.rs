@@ -5,7 +5,7 @@
 
 use crate::activity::{ActivityError, StepOutcome};
 use crate::definition::{OnFailed, RetryPolicy, StepDef};
-use crate::model::{ErrorClass, Millis, StepError, Wait, WaitKind};
+use crate::model::{DurationMs, ErrorClass, Instant, StepError, Wait, WaitKind};
 use crate::transition::Transition;
 use crate::validate;
 use serde_json::Value;
@@ -35,9 +35,9 @@ pub(crate) struct Entry {
     /// Physical attempt of this entry (already counted by mark-running, K-2.1).
     pub(crate) attempt: u32,
     /// Time the invocation took, added to the step's `elapsed_ms`.
-    pub(crate) elapsed_ms: i64,
+    pub(crate) elapsed_ms: DurationMs,
     /// The engine's clock when the result is classified: the origin of a sleep's due time.
-    pub(crate) now: Millis,
+    pub(crate) now: Instant,
     /// The step's failure settings.
     pub(crate) policy: StepPolicy,
     /// Largest serialized output or checkpoint.
@@ -54,7 +54,7 @@ pub(crate) enum StepResult {
         /// The step's output.
         output: Value,
         /// Time the invocation took.
-        elapsed_ms: i64,
+        elapsed_ms: DurationMs,
     },
     /// Failed for good under `on_failed = skip`: the step is skipped with its error and the
     /// wave goes on (K-7.4 row 3).
@@ -62,7 +62,7 @@ pub(crate) enum StepResult {
         /// The error, stored on the step.
         error: StepError,
         /// Time the invocation took.
-        elapsed_ms: i64,
+        elapsed_ms: DurationMs,
     },
     /// An outcome that ends the claim once every sibling of the wave returned (K-4.5).
     Halt(Halt),
@@ -76,28 +76,28 @@ pub(crate) enum Halt {
         /// The cancellation error, stored on the step.
         error: StepError,
         /// Time the invocation took.
-        elapsed_ms: i64,
+        elapsed_ms: DurationMs,
     },
     /// Failed for good: step failed, workflow failing (K-7.4 row 4).
     Failed {
         /// The error, stored on the step.
         error: StepError,
         /// Time the invocation took.
-        elapsed_ms: i64,
+        elapsed_ms: DurationMs,
     },
     /// A retryable error within the retry budget (K-7.4 row 2).
     Retry {
         /// The error, stored on the step for the next attempt to see.
         error: StepError,
         /// Delay drawn from the step's retry policy.
-        delay_ms: Millis,
+        delay_ms: DurationMs,
         /// Time the invocation took.
-        elapsed_ms: i64,
+        elapsed_ms: DurationMs,
     },
     /// The step's permit was denied or could not be checked (K-7.1, K-14): it never ran.
     Deferred {
         /// How long until the claim may be taken again.
-        delay_ms: Millis,
+        delay_ms: DurationMs,
     },
     /// A sleep or a signal wait (K-9.1).
     Suspend {
@@ -106,14 +106,14 @@ pub(crate) enum Halt {
         /// Saved for the next entry.
         checkpoint: Option<Value>,
         /// Time the invocation took.
-        elapsed_ms: i64,
+        elapsed_ms: DurationMs,
     },
     /// Hand the worker back and run again soon (K-7.4).
     Yield {
         /// Saved for the next entry.
         checkpoint: Option<Value>,
         /// Time the invocation took.
-        elapsed_ms: i64,
+        elapsed_ms: DurationMs,
     },
 }
 
@@ -132,7 +132,7 @@ impl Halt {
     }
 
     /// This outcome's write when it wins its wave, and what follows the commit.
-    fn winning(self, index: usize, release_delay_ms: Millis, now: Millis) -> Resolution {
+    fn winning(self, index: usize, release_delay_ms: DurationMs, now: Instant) -> Resolution {
         match self {
             Halt::Canceled { error, elapsed_ms } => Resolution {
                 transition: Transition::activity_canceled(index, error, elapsed_ms, now),
@@ -143,12 +143,16 @@ impl Halt {
                 then: AfterWave::Failing,
             },
             Halt::Retry { error, elapsed_ms, .. } => Resolution {
-                transition: Transition::step_retry(index, error, elapsed_ms, now).release_until(now + release_delay_ms),
-                then: AfterWave::Released { at: now + release_delay_ms },
+                // Saturating: the delay is bounded by the policy's validated cap (K-7.4).
+                transition: Transition::step_retry(index, error, elapsed_ms, now)
+                    .release_until(now.saturating_add(release_delay_ms)),
+                then: AfterWave::Released { at: now.saturating_add(release_delay_ms) },
             },
             Halt::Deferred { delay_ms } => Resolution {
-                transition: Transition::permit_deferral(index, delay_ms, now).release_until(now + delay_ms),
-                then: AfterWave::Released { at: now + delay_ms },
+                // Saturating: the claim clamps a deferral to a configurable span (K-14).
+                transition: Transition::permit_deferral(index, delay_ms, now)
+                    .release_until(now.saturating_add(delay_ms)),
+                then: AfterWave::Released { at: now.saturating_add(delay_ms) },
             },
             Halt::Suspend { wait, checkpoint, elapsed_ms } => Resolution {
                 transition: Transition::suspend(index, wait.clone(), checkpoint, elapsed_ms, now),
@@ -165,7 +169,7 @@ impl Halt {
     /// failed sibling also moves the workflow to `failing`, which the winner (a failure:
     /// only a cancellation outranks it) does anyway. A canceled sibling leaves nothing: a
     /// cancellation is the winner or is dropped with the winning one.
-    fn sibling(self, index: usize, now: Millis) -> Option<Transition> {
+    fn sibling(self, index: usize, now: Instant) -> Option<Transition> {
         Some(match self {
             Halt::Canceled { .. } => return None,
             Halt::Failed { error, elapsed_ms } => Transition::step_failed(index, error, elapsed_ms, now),
@@ -188,7 +192,7 @@ pub(crate) enum AfterWave {
     /// The claim is released until `at`: enqueue for then.
     Released {
         /// The stored `claimable_time`.
-        at: Millis,
+        at: Instant,
     },
     /// The instance waits: consume an early signal for this wait (K-9.4).
     Suspended {
@@ -198,7 +202,7 @@ pub(crate) enum AfterWave {
     /// The step yielded: enqueue for `at` (now).
     Yielded {
         /// The stored `claimable_time`.
-        at: Millis,
+        at: Instant,
     },
 }
 
@@ -257,13 +261,15 @@ fn accept(result: Result<StepOutcome, ActivityError>, entry: &Entry) -> Result<S
         StepOutcome::Sleep { delay_ms, checkpoint } => {
             checkpoint_fits(&checkpoint)?;
             validate::positive_ms("sleep.delay_ms", delay_ms).map_err(perm)?;
+            // A due time past the range of time is a bad request, not a wrapped time (K-7).
+            let due = now.try_add(delay_ms, "sleep.delay_ms").map_err(perm)?;
             let wait = Wait {
                 kind: WaitKind::Timer,
                 signal_type: None,
                 wait_key: None,
                 generation: 0,
                 step_index: index as u32,
-                poll_time: Some(now + delay_ms),
+                poll_time: Some(due),
             };
             Ok(StepResult::Halt(Halt::Suspend { wait, checkpoint, elapsed_ms }))
         }
@@ -271,16 +277,20 @@ fn accept(result: Result<StepOutcome, ActivityError>, entry: &Entry) -> Result<S
             checkpoint_fits(&spec.checkpoint)?;
             validate::identifier("signal_type", &spec.signal_type).map_err(perm)?;
             validate::identifier("wait_key", &spec.wait_key).map_err(perm)?;
-            if let Some(ms) = spec.poll_after_ms {
-                validate::positive_ms("poll_after_ms", ms).map_err(perm)?;
-            }
+            let poll_time = match spec.poll_after_ms {
+                Some(ms) => {
+                    validate::positive_ms("poll_after_ms", ms).map_err(perm)?;
+                    Some(now.try_add(ms, "poll_after_ms").map_err(perm)?)
+                }
+                None => None,
+            };
             let wait = Wait {
                 kind: WaitKind::Signal,
                 signal_type: Some(spec.signal_type),
                 wait_key: Some(spec.wait_key),
                 generation: spec.generation,
                 step_index: index as u32,
-                poll_time: spec.poll_after_ms.map(|d| now + d),
+                poll_time,
             };
             Ok(StepResult::Halt(Halt::Suspend { wait, checkpoint: spec.checkpoint, elapsed_ms }))
         }
@@ -297,7 +307,7 @@ fn accept(result: Result<StepOutcome, ActivityError>, entry: &Entry) -> Result<S
 /// wins (ties go to the earliest step), a retry waits for the longest delay of the retrying
 /// steps, the other halted steps add their own step patch (a suspending or yielding sibling
 /// is left pending with its checkpoint, attempt rolled back), and a cancellation drops them.
-pub(crate) fn resolve_wave(mut wave: Vec<(usize, Option<Halt>)>, now: Millis) -> Option<Resolution> {
+pub(crate) fn resolve_wave(mut wave: Vec<(usize, Option<Halt>)>, now: Instant) -> Option<Resolution> {
     let win = wave
         .iter()
         .enumerate()
@@ -313,8 +323,8 @@ pub(crate) fn resolve_wave(mut wave: Vec<(usize, Option<Halt>)>, now: Millis) ->
                 Some(Halt::Retry { delay_ms, .. }) => Some(*delay_ms),
                 _ => None,
             })
-            .fold(*delay_ms, Millis::max),
-        _ => 0,
+            .fold(*delay_ms, DurationMs::max),
+        _ => DurationMs::ZERO,
     };
     let drops_siblings = matches!(winner, Halt::Canceled { .. });
     let mut resolution = winner.winning(index, retry_delay_ms, now);
@@ -349,18 +359,27 @@ mod tests {
     use serde_json::json;
     use std::cell::Cell;
 
-    const NOW: Millis = 1_000_000;
+    const NOW: Instant = Instant::from_millis(1_000_000);
+
+    /// `NOW + ms`.
+    fn at(ms: i64) -> Instant {
+        NOW.checked_add(DurationMs::from_millis(ms)).unwrap()
+    }
+
+    fn ms(n: i64) -> DurationMs {
+        DurationMs::from_millis(n)
+    }
     const LIMIT: usize = 64;
 
     fn entry(attempt: u32, max_retry: u32, on_failed: OnFailed) -> Entry {
         Entry {
             index: 2,
             attempt,
-            elapsed_ms: 7,
+            elapsed_ms: ms(7),
             now: NOW,
             policy: StepPolicy {
                 max_retry,
-                retry: RetryPolicy::Exponential { base_ms: 1_000, cap_ms: 60_000 },
+                retry: RetryPolicy::Exponential { base_ms: ms(1_000), cap_ms: ms(60_000) },
                 on_failed,
             },
             payload_bytes_max: LIMIT,
@@ -386,7 +405,7 @@ mod tests {
         json!("x".repeat(LIMIT + 1))
     }
 
-    fn timer(poll_time: Millis) -> Wait {
+    fn timer(poll_time: Instant) -> Wait {
         Wait {
             kind: WaitKind::Timer,
             signal_type: None,
@@ -410,26 +429,27 @@ mod tests {
         let stop = OnFailed::Stop;
         let skip = OnFailed::Skip;
         let halt = StepResult::Halt;
-        let failed = |class, m: &str| halt(Halt::Failed { error: err(class, m), elapsed_ms: 7 });
-        let skipped = |class, m: &str| StepResult::Skipped { error: err(class, m), elapsed_ms: 7 };
+        let failed = |class, m: &str| halt(Halt::Failed { error: err(class, m), elapsed_ms: ms(7) });
+        let skipped = |class, m: &str| StepResult::Skipped { error: err(class, m), elapsed_ms: ms(7) };
         // The exponential policy at attempt n with jitter u64::MAX: MAX % (ceiling + 1).
         let retry = |class, m: &str, attempt: u32| {
-            let delay_ms = RetryPolicy::Exponential { base_ms: 1_000, cap_ms: 60_000 }.delay_ms(attempt, u64::MAX);
-            halt(Halt::Retry { error: err(class, m), delay_ms, elapsed_ms: 7 })
+            let delay_ms =
+                RetryPolicy::Exponential { base_ms: ms(1_000), cap_ms: ms(60_000) }.delay_ms(attempt, u64::MAX);
+            halt(Halt::Retry { error: err(class, m), delay_ms, elapsed_ms: ms(7) })
         };
         let too_big = |field: &str| format!("invalid {field}: 67 bytes exceeds the payload limit of {LIMIT}");
         #[rustfmt::skip]
         let table: Vec<Row> = vec![
             // Completion and requests taken as they are.
             ("complete", Ok(StepOutcome::complete(json!({"n": 1}))), entry(1, 0, stop),
-                StepResult::Complete { output: json!({"n": 1}), elapsed_ms: 7 }, 0),
+                StepResult::Complete { output: json!({"n": 1}), elapsed_ms: ms(7) }, 0),
             ("sleep", Ok(StepOutcome::sleep(500, json!(1))), entry(1, 0, stop),
-                halt(Halt::Suspend { wait: timer(NOW + 500), checkpoint: Some(json!(1)), elapsed_ms: 7 }), 0),
+                halt(Halt::Suspend { wait: timer(at(500)), checkpoint: Some(json!(1)), elapsed_ms: ms(7) }), 0),
             ("yield", Ok(StepOutcome::yield_with(json!(2))), entry(1, 0, stop),
-                halt(Halt::Yield { checkpoint: Some(json!(2)), elapsed_ms: 7 }), 0),
+                halt(Halt::Yield { checkpoint: Some(json!(2)), elapsed_ms: ms(7) }), 0),
             // Row 1: canceled, even with retries left and a skip policy.
             ("canceled", Err(ActivityError::canceled("gone")), entry(1, 5, skip),
-                halt(Halt::Canceled { error: err(Canceled, "gone"), elapsed_ms: 7 }), 0),
+                halt(Halt::Canceled { error: err(Canceled, "gone"), elapsed_ms: ms(7) }), 0),
             // Row 2: retryable within max_retry (attempt <= max_retry).
             ("transient within", Err(ActivityError::transient("busy")), entry(1, 2, stop), retry(Transient, "busy", 1), 1),
             ("transient at the edge", Err(ActivityError::transient("busy")), entry(2, 2, skip), retry(Transient, "busy", 2), 1),
@@ -455,7 +475,7 @@ mod tests {
                 failed(Permanent, &too_big("checkpoint")[..16]), 0),
             ("checkpoint too large (signal)", signal(StepOutcome::wait_for_signal("t", "k").checkpoint(big())), entry(1, 0, stop),
                 failed(Permanent, &too_big("checkpoint")[..16]), 0),
-            ("sleep of 0 ms", Ok(StepOutcome::Sleep { delay_ms: 0, checkpoint: None }), entry(1, 5, stop),
+            ("sleep of 0 ms", Ok(StepOutcome::Sleep { delay_ms: ms(0), checkpoint: None }), entry(1, 5, stop),
                 failed(Permanent, "invalid sleep.de"), 0),
             ("bad signal type", signal(StepOutcome::wait_for_signal("", "k")), entry(1, 0, stop),
                 failed(Permanent, "invalid signal_t"), 0),
@@ -481,12 +501,34 @@ mod tests {
             wait_key: Some("order-1".into()),
             generation: 3,
             step_index: 2,
-            poll_time: Some(NOW + 250),
+            poll_time: Some(at(250)),
         };
-        assert_eq!(r, StepResult::Halt(Halt::Suspend { wait, checkpoint: Some(json!(9)), elapsed_ms: 7 }));
+        assert_eq!(r, StepResult::Halt(Halt::Suspend { wait, checkpoint: Some(json!(9)), elapsed_ms: ms(7) }));
         let (r, _) = run(signal(StepOutcome::wait_for_signal("approved", "order-1")), &entry(1, 0, OnFailed::Stop));
         let StepResult::Halt(Halt::Suspend { wait, checkpoint, .. }) = r else { panic!("{r:?}") };
         assert_eq!((wait.poll_time, checkpoint), (None, None), "no poll fallback, no checkpoint");
+    }
+
+    #[test]
+    fn k7_a_due_time_past_the_range_of_time_is_a_permanent_error() {
+        // `now + delay` is checked: an overflowing sleep or poll fallback is a bad request,
+        // classified like any other invalid result (K-7.4), never a wrapped time.
+        let huge = ms(i64::MAX);
+        let sleep = Ok(StepOutcome::sleep(huge, json!(1)));
+        let expect =
+            StepResult::Halt(Halt::Failed { error: err(ErrorClass::Permanent, "invalid sleep.de"), elapsed_ms: ms(7) });
+        assert_eq!(run(sleep, &entry(1, 5, OnFailed::Stop)), (expect, 0));
+        let poll = signal(StepOutcome::wait_for_signal("t", "k").poll_after_ms(i64::MAX));
+        let expect = StepResult::Skipped { error: err(ErrorClass::Permanent, "invalid poll_aft"), elapsed_ms: ms(7) };
+        assert_eq!(run(poll, &entry(1, 5, OnFailed::Skip)), (expect, 0));
+        // The longest sleep that still fits is taken as it is.
+        let longest = ms(i64::MAX - NOW.as_millis());
+        let (r, _) = run(Ok(StepOutcome::sleep(longest, json!(1))), &entry(1, 0, OnFailed::Stop));
+        let StepResult::Halt(Halt::Suspend { wait, .. }) = r else { panic!("{r:?}") };
+        assert_eq!(wait.poll_time, Some(Instant::MAX));
+        // The whole message names the field and the overflow.
+        let e = NOW.try_add(huge, "sleep.delay_ms").unwrap_err();
+        assert_eq!(e.to_string(), format!("invalid sleep.delay_ms: {NOW} + {huge} ms overflows"));
     }
 
     // ---- K-4.5 wave resolution ----
@@ -495,22 +537,22 @@ mod tests {
         err(class, "x")
     }
     fn canceled() -> Halt {
-        Halt::Canceled { error: e(ErrorClass::Canceled), elapsed_ms: 1 }
+        Halt::Canceled { error: e(ErrorClass::Canceled), elapsed_ms: ms(1) }
     }
     fn failed() -> Halt {
-        Halt::Failed { error: e(ErrorClass::Permanent), elapsed_ms: 2 }
+        Halt::Failed { error: e(ErrorClass::Permanent), elapsed_ms: ms(2) }
     }
-    fn retry(delay_ms: Millis) -> Halt {
-        Halt::Retry { error: e(ErrorClass::Transient), delay_ms, elapsed_ms: 3 }
+    fn retry(delay_ms: i64) -> Halt {
+        Halt::Retry { error: e(ErrorClass::Transient), delay_ms: ms(delay_ms), elapsed_ms: ms(3) }
     }
-    fn deferred(delay_ms: Millis) -> Halt {
-        Halt::Deferred { delay_ms }
+    fn deferred(delay_ms: i64) -> Halt {
+        Halt::Deferred { delay_ms: ms(delay_ms) }
     }
-    fn suspend(poll_time: Millis) -> Halt {
-        Halt::Suspend { wait: timer(poll_time), checkpoint: Some(json!("s")), elapsed_ms: 4 }
+    fn suspend(poll_time: Instant) -> Halt {
+        Halt::Suspend { wait: timer(poll_time), checkpoint: Some(json!("s")), elapsed_ms: ms(4) }
     }
     fn yielded() -> Halt {
-        Halt::Yield { checkpoint: Some(json!("y")), elapsed_ms: 5 }
+        Halt::Yield { checkpoint: Some(json!("y")), elapsed_ms: ms(5) }
     }
 
     /// The kind of the winning write (its first kind) and the step it concerns (its first
@@ -522,7 +564,7 @@ mod tests {
     #[test]
     fn k4_5_rank_is_canceled_failed_retry_deferral_suspend_yield() {
         // The pinned order, deferral between retry and suspend.
-        let order = [canceled(), failed(), retry(10), deferred(10), suspend(NOW + 10), yielded()];
+        let order = [canceled(), failed(), retry(10), deferred(10), suspend(at(10)), yielded()];
         let ranks: Vec<u8> = order.iter().map(Halt::rank).collect();
         assert!(ranks.windows(2).all(|w| w[0] > w[1]), "{ranks:?}");
         // Every pair, in both positions: the more severe wins wherever it stands.
@@ -550,15 +592,15 @@ mod tests {
     fn k4_5_each_winner_writes_its_transition_and_says_what_follows() {
         #[rustfmt::skip]
         let table: Vec<(Halt, Transition, AfterWave)> = vec![
-            (canceled(), Transition::activity_canceled(1, e(ErrorClass::Canceled), 1, NOW), AfterWave::Canceled),
-            (failed(), Transition::step_failed(1, e(ErrorClass::Permanent), 2, NOW), AfterWave::Failing),
-            (retry(40), Transition::step_retry(1, e(ErrorClass::Transient), 3, NOW).release_until(NOW + 40),
-                AfterWave::Released { at: NOW + 40 }),
-            (deferred(30), Transition::permit_deferral(1, 30, NOW).release_until(NOW + 30),
-                AfterWave::Released { at: NOW + 30 }),
-            (suspend(NOW + 9), Transition::suspend(1, timer(NOW + 9), Some(json!("s")), 4, NOW),
-                AfterWave::Suspended { wait: timer(NOW + 9) }),
-            (yielded(), Transition::yield_step(1, Some(json!("y")), 5, NOW), AfterWave::Yielded { at: NOW }),
+            (canceled(), Transition::activity_canceled(1, e(ErrorClass::Canceled), ms(1), NOW), AfterWave::Canceled),
+            (failed(), Transition::step_failed(1, e(ErrorClass::Permanent), ms(2), NOW), AfterWave::Failing),
+            (retry(40), Transition::step_retry(1, e(ErrorClass::Transient), ms(3), NOW).release_until(at(40)),
+                AfterWave::Released { at: at(40) }),
+            (deferred(30), Transition::permit_deferral(1, ms(30), NOW).release_until(at(30)),
+                AfterWave::Released { at: at(30) }),
+            (suspend(at(9)), Transition::suspend(1, timer(at(9)), Some(json!("s")), ms(4), NOW),
+                AfterWave::Suspended { wait: timer(at(9)) }),
+            (yielded(), Transition::yield_step(1, Some(json!("y")), ms(5), NOW), AfterWave::Yielded { at: NOW }),
         ];
         for (halt, transition, then) in table {
             // Alone, and next to a committed completion: the completion adds nothing.
@@ -585,8 +627,7 @@ mod tests {
 
     #[test]
     fn k4_5_parked_siblings_roll_the_attempt_back_and_keep_their_checkpoint() {
-        let r =
-            resolve_wave(vec![(0, Some(suspend(NOW + 5))), (1, Some(retry(20))), (2, Some(yielded()))], NOW).unwrap();
+        let r = resolve_wave(vec![(0, Some(suspend(at(5)))), (1, Some(retry(20))), (2, Some(yielded()))], NOW).unwrap();
         assert_eq!(winner(&r), (TransitionKind::RetryRelease, 1));
         let t = &r.transition;
         for (index, cp, elapsed) in [(0, "s", 4), (2, "y", 5)] {
@@ -599,17 +640,17 @@ mod tests {
         // Only the winner touches the claim, and no wait is stored.
         assert_eq!(t.wait, None);
         assert_eq!(t.status, None);
-        assert_eq!(t.claimable_time, Some(Patch::Set(NOW + 20)));
+        assert_eq!(t.claimable_time, Some(Patch::Set(at(20))));
         assert_eq!(t.claim_token, Some(Patch::Unset));
-        assert_eq!(r.then, AfterWave::Released { at: NOW + 20 });
+        assert_eq!(r.then, AfterWave::Released { at: at(20) });
     }
 
     #[test]
     fn k4_5_a_retry_waits_for_the_longest_sibling_retry_delay() {
         let r = resolve_wave(vec![(0, Some(retry(10))), (1, Some(retry(70))), (2, Some(deferred(500)))], NOW).unwrap();
         assert_eq!(winner(&r), (TransitionKind::RetryRelease, 0));
-        assert_eq!(r.transition.claimable_time, Some(Patch::Set(NOW + 70)), "the deferral's delay does not count");
-        assert_eq!(r.then, AfterWave::Released { at: NOW + 70 });
+        assert_eq!(r.transition.claimable_time, Some(Patch::Set(at(70))), "the deferral's delay does not count");
+        assert_eq!(r.then, AfterWave::Released { at: at(70) });
         // The retrying sibling records its own error; the deferred one its traffic wait.
         let p1 = r.transition.steps.iter().find(|p| p.index == 1).unwrap();
         assert_eq!(
@@ -617,17 +658,17 @@ mod tests {
             (Some(StepStatus::Pending), Some(Patch::Set(e(ErrorClass::Transient))))
         );
         let p2 = r.transition.steps.iter().find(|p| p.index == 2).unwrap();
-        assert_eq!((p2.traffic_waits_inc, p2.traffic_wait_ms_inc, p2.attempt), (1, 500, None));
+        assert_eq!((p2.traffic_waits_inc, p2.traffic_wait_ms_inc, p2.attempt), (1, ms(500), None));
     }
 
     #[test]
     fn k4_5_failed_siblings_fail_too_and_every_sibling_write_is_fused() {
         // Siblings follow the wave order with the last step taking the winner's place.
-        let wave = vec![(0, Some(failed())), (1, Some(suspend(NOW + 1))), (2, None), (3, Some(failed()))];
+        let wave = vec![(0, Some(failed())), (1, Some(suspend(at(1)))), (2, None), (3, Some(failed()))];
         let r = resolve_wave(wave, NOW).unwrap();
-        let expect = Transition::step_failed(0, e(ErrorClass::Permanent), 2, NOW)
-            .fuse(Transition::step_failed(3, e(ErrorClass::Permanent), 2, NOW))
-            .fuse(Transition::park_sibling(1, Some(json!("s")), 4, NOW));
+        let expect = Transition::step_failed(0, e(ErrorClass::Permanent), ms(2), NOW)
+            .fuse(Transition::step_failed(3, e(ErrorClass::Permanent), ms(2), NOW))
+            .fuse(Transition::park_sibling(1, Some(json!("s")), ms(4), NOW));
         assert_eq!(r, Resolution { transition: expect, then: AfterWave::Failing });
     }
 
@@ -638,7 +679,7 @@ mod tests {
         assert_eq!(
             r,
             Resolution {
-                transition: Transition::activity_canceled(2, e(ErrorClass::Canceled), 1, NOW),
+                transition: Transition::activity_canceled(2, e(ErrorClass::Canceled), ms(1), NOW),
                 then: AfterWave::Canceled
             }
         );
@@ -646,12 +687,12 @@ mod tests {
 
     #[test]
     fn k4_5_a_deferral_wins_over_suspend_and_yield_and_parks_them() {
-        let r = resolve_wave(vec![(0, Some(yielded())), (1, Some(suspend(NOW + 3))), (2, Some(deferred(15)))], NOW)
-            .unwrap();
-        let expect = Transition::permit_deferral(2, 15, NOW)
-            .release_until(NOW + 15)
-            .fuse(Transition::park_sibling(0, Some(json!("y")), 5, NOW))
-            .fuse(Transition::park_sibling(1, Some(json!("s")), 4, NOW));
-        assert_eq!(r, Resolution { transition: expect, then: AfterWave::Released { at: NOW + 15 } });
+        let r =
+            resolve_wave(vec![(0, Some(yielded())), (1, Some(suspend(at(3)))), (2, Some(deferred(15)))], NOW).unwrap();
+        let expect = Transition::permit_deferral(2, ms(15), NOW)
+            .release_until(at(15))
+            .fuse(Transition::park_sibling(0, Some(json!("y")), ms(5), NOW))
+            .fuse(Transition::park_sibling(1, Some(json!("s")), ms(4), NOW));
+        assert_eq!(r, Resolution { transition: expect, then: AfterWave::Released { at: at(15) } });
     }
 }

@@ -1,4 +1,4 @@
-use crate::model::Millis;
+use crate::model::Instant;
 
 /// Time source. Leases, backoffs, timers and scans read it; tests drive a manual one.
 #[async_trait::async_trait]
@@ -7,13 +7,13 @@ pub trait Clock: Send + Sync + 'static {
     ///
     /// # Contract
     /// Monotonic non-decreasing within one process.
-    fn now(&self) -> Millis;
+    fn now(&self) -> Instant;
 
     /// Resolve once `now() >= t`.
     ///
     /// # Contract
     /// Returns immediately when `t` has passed; cancel-safe (dropping the future is fine).
-    async fn sleep_until(&self, t: Millis);
+    async fn sleep_until(&self, t: Instant);
 }
 
 /// `dyn Clock`.
@@ -25,13 +25,18 @@ pub struct SystemClock;
 
 #[async_trait::async_trait]
 impl Clock for SystemClock {
-    fn now(&self) -> Millis {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as Millis).unwrap_or(0)
+    fn now(&self) -> Instant {
+        Instant::from_millis(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as i64)
+                .unwrap_or(0),
+        )
     }
-    async fn sleep_until(&self, t: Millis) {
+    async fn sleep_until(&self, t: Instant) {
         let d = t - self.now();
-        if d > 0 {
-            tokio::time::sleep(std::time::Duration::from_millis(d as u64)).await;
+        if d.is_positive() {
+            tokio::time::sleep(d.to_std()).await;
         }
     }
 }

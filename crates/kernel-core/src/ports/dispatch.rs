@@ -1,5 +1,5 @@
 use crate::error::{Error, Result};
-use crate::model::{Millis, Priority};
+use crate::model::{Instant, Priority};
 use crate::validate;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -39,9 +39,9 @@ pub struct DispatchIntent {
     pub lease_token: Option<String>,
     /// End of the recovery lease (processing only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lease_until: Option<Millis>,
+    pub lease_until: Option<Instant>,
     /// Earliest time a recovery dispatcher may take it (pending only).
-    pub next_attempt_time: Millis,
+    pub next_attempt_time: Instant,
 }
 
 impl DispatchIntent {
@@ -76,7 +76,7 @@ impl DispatchIntent {
         fencing_token: &str,
         input: Value,
         priority: Priority,
-        next_attempt_time: Millis,
+        next_attempt_time: Instant,
     ) -> Self {
         DispatchIntent {
             workflow_type: workflow_type.to_string(),
@@ -130,10 +130,10 @@ impl OutboxAccept<'_> {
     /// own schema are refused by that adapter in addition.)
     ///
     /// ```
-    /// use kernel_core::model::Priority;
+    /// use kernel_core::model::{Instant, Priority};
     /// use kernel_core::ports::{OutboxAccept, DispatchIntent};
     /// use kernel_core::validate::STORE_PAYLOAD_BYTES_MAX;
-    /// let intent = DispatchIntent::pending("summary", "biz:1", "f1", serde_json::json!({}), Priority::P2, 0);
+    /// let intent = DispatchIntent::pending("summary", "biz:1", "f1", serde_json::json!({}), Priority::P2, Instant::ZERO);
     /// let fields = serde_json::json!({"title": "x"});
     /// let req = OutboxAccept { object_id: "doc-1", fields: &fields, initial_status: "new", intent: &intent };
     /// assert!(req.validate(STORE_PAYLOAD_BYTES_MAX).is_ok());
@@ -199,7 +199,7 @@ pub trait DispatchOutbox: Send + Sync + 'static {
     ///
     /// # Contract
     /// CAS `fencing_token = f AND status = pending` → `next_attempt_time = at`.
-    async fn defer_pending(&self, object_id: &str, fencing_token: &str, at: Millis) -> Result<bool>;
+    async fn defer_pending(&self, object_id: &str, fencing_token: &str, at: Instant) -> Result<bool>;
 
     /// Take the per-object recovery lease (K-11.3).
     ///
@@ -210,9 +210,9 @@ pub trait DispatchOutbox: Send + Sync + 'static {
     async fn try_lease(
         &self,
         object_id: &str,
-        now: Millis,
+        now: Instant,
         lease_token: &str,
-        lease_until: Millis,
+        lease_until: Instant,
     ) -> Result<Option<DispatchRecord>>;
 
     /// Renew the recovery lease.
@@ -225,7 +225,7 @@ pub trait DispatchOutbox: Send + Sync + 'static {
         object_id: &str,
         fencing_token: &str,
         lease_token: &str,
-        lease_until: Millis,
+        lease_until: Instant,
     ) -> Result<bool>;
 
     /// Confirm after a successful StartOrResume by the lease holder.
@@ -238,14 +238,15 @@ pub trait DispatchOutbox: Send + Sync + 'static {
     ///
     /// # Contract
     /// CAS `(f, processing, d)` → `pending`, lease fields unset, `next_attempt_time = at`.
-    async fn revert_leased(&self, object_id: &str, fencing_token: &str, lease_token: &str, at: Millis) -> Result<bool>;
+    async fn revert_leased(&self, object_id: &str, fencing_token: &str, lease_token: &str, at: Instant)
+        -> Result<bool>;
 
     /// Objects a recovery dispatcher may take now: pending and due, or processing with an
     /// expired lease; ordered by `object_id`, strictly after `after`.
     ///
     /// # Contract
     /// Read-only, at most `limit` ids.
-    async fn scan_due(&self, now: Millis, after: Option<&str>, limit: usize) -> Result<Vec<(String, Millis)>>;
+    async fn scan_due(&self, now: Instant, after: Option<&str>, limit: usize) -> Result<Vec<(String, Instant)>>;
 
     /// Install a new round after a failure (K-11.4).
     ///
@@ -282,7 +283,7 @@ pub trait DispatchOutbox: Send + Sync + 'static {
     /// # Contract
     /// Atomic: take `name` for `holder` until `until` when it is free, expired, or already
     /// held by `holder`. Returns whether `holder` holds it now.
-    async fn try_lock(&self, name: &str, holder: &str, now: Millis, until: Millis) -> Result<bool>;
+    async fn try_lock(&self, name: &str, holder: &str, now: Instant, until: Instant) -> Result<bool>;
 }
 
 /// `dyn DispatchOutbox`.
@@ -297,13 +298,13 @@ pub trait DispatchCandidates: Send + Sync + 'static {
     /// # Contract
     /// Atomic upsert: one entry per object, its due time replaced. Best effort for the
     /// caller: a lost entry costs latency only (the store scan refills the index).
-    async fn add(&self, object_id: &str, due: Millis) -> Result<()>;
+    async fn add(&self, object_id: &str, due: Instant) -> Result<()>;
 
     /// Remove and return up to `max` candidates due at `now`.
     ///
     /// # Contract
     /// Atomic: a popped candidate is gone (two dispatchers never pop the same one).
-    async fn pop_due(&self, now: Millis, max: usize) -> Result<Vec<String>>;
+    async fn pop_due(&self, now: Instant, max: usize) -> Result<Vec<String>>;
 }
 
 /// `dyn DispatchCandidates`.

@@ -1,5 +1,5 @@
 use crate::error::Result;
-use crate::model::Millis;
+use crate::model::Instant;
 use crate::validate;
 use serde::{Deserialize, Serialize};
 
@@ -29,10 +29,10 @@ pub struct SignalRecord {
     /// Pending until a wait consumed it (activation or repair), then matched.
     pub status: SignalStatus,
     /// Insert time; retention purges by it.
-    pub created_at: Millis,
+    pub created_at: Instant,
     /// When it was matched (audit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub match_time: Option<Millis>,
+    pub match_time: Option<Instant>,
 }
 
 impl SignalRecord {
@@ -42,11 +42,12 @@ impl SignalRecord {
     /// nothing is written.
     ///
     /// ```
+    /// use kernel_core::model::Instant;
     /// use kernel_core::ports::{SignalRecord, SignalStatus};
     /// let mut r = SignalRecord {
     ///     signal_id: "sig-1".into(), workflow_id: "wf-1".into(), signal_type: "approved".into(),
     ///     wait_key: "doc:42".into(), generation: 1, status: SignalStatus::Pending,
-    ///     created_at: 0, match_time: None,
+    ///     created_at: Instant::ZERO, match_time: None,
     /// };
     /// assert!(r.validate().is_ok());
     /// r.wait_key = "doc\0".into();
@@ -115,7 +116,7 @@ pub trait SignalInbox: Send + Sync + 'static {
     ///
     /// # Contract
     /// Conditional on `status = pending`; returns whether this call changed it. Idempotent.
-    async fn mark_matched(&self, signal_id: &str, now: Millis) -> Result<bool>;
+    async fn mark_matched(&self, signal_id: &str, now: Instant) -> Result<bool>;
 
     /// A page of pending records ordered by `signal_id`, strictly after `after`.
     ///
@@ -130,7 +131,7 @@ pub trait SignalInbox: Send + Sync + 'static {
     /// Bounded by `limit`. A pending record that never met its wait (a stale generation, a
     /// wait that ended another way) would otherwise stay forever; after the retention
     /// period the poll fallback and the business facts are the recovery path.
-    async fn purge_older_than(&self, before: Millis, limit: usize) -> Result<u64>;
+    async fn purge_older_than(&self, before: Instant, limit: usize) -> Result<u64>;
 }
 
 /// `dyn SignalInbox`.

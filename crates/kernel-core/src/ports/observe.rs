@@ -1,4 +1,4 @@
-use crate::model::{ErrorClass, Millis, WorkflowStatus};
+use crate::model::{DurationMs, ErrorClass, Instant, WorkflowStatus};
 use crate::transition::TransitionKind;
 use serde::{Deserialize, Serialize};
 
@@ -25,13 +25,13 @@ pub struct Observation {
     /// Step attempt after the write.
     pub attempt: u32,
     /// Activity time of that attempt.
-    pub elapsed_ms: i64,
+    pub elapsed_ms: DurationMs,
     /// Permit wait accumulated by the step.
-    pub traffic_wait_ms: i64,
+    pub traffic_wait_ms: DurationMs,
     /// Error class, if the transition records one.
     pub error_class: Option<ErrorClass>,
     /// The writer's clock at the commit (the instance's `updated_at`).
-    pub at: Millis,
+    pub at: Instant,
     /// Worker that committed it (absent for writes outside a worker).
     pub worker_id: Option<String>,
     /// Claim token after the write, if any.

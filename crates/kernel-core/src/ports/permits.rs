@@ -1,5 +1,5 @@
 use crate::error::{Error, Result};
-use crate::model::Millis;
+use crate::model::DurationMs;
 use crate::validate;
 
 /// Who holds a permit: `workflow_id + step + claim_token` (K-14).
@@ -41,13 +41,13 @@ pub enum PermitDecision {
     /// Held (or renewed) until the lease ends.
     Granted {
         /// Lease length the adapter applied.
-        lease_ms: Millis,
+        lease_ms: DurationMs,
     },
     /// No capacity now; try again after the hint.
     Denied {
         /// How long the caller should wait before asking again (the permit deferral's
         /// delay, K-7.1).
-        retry_after_ms: Millis,
+        retry_after_ms: DurationMs,
     },
 }
 
@@ -99,10 +99,10 @@ pub struct UnlimitedPermits;
 #[async_trait::async_trait]
 impl Permits for UnlimitedPermits {
     async fn acquire(&self, _resource: &str, _owner: &PermitOwner) -> Result<PermitDecision> {
-        Ok(PermitDecision::Granted { lease_ms: Millis::MAX / 4 })
+        Ok(PermitDecision::Granted { lease_ms: DurationMs::from_millis(i64::MAX / 4) })
     }
     async fn renew(&self, _resource: &str, _owner: &PermitOwner) -> Result<PermitDecision> {
-        Ok(PermitDecision::Granted { lease_ms: Millis::MAX / 4 })
+        Ok(PermitDecision::Granted { lease_ms: DurationMs::from_millis(i64::MAX / 4) })
     }
     async fn release(&self, _resource: &str, _owner: &PermitOwner) -> Result<()> {
         Ok(())

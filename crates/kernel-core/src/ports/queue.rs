@@ -1,5 +1,5 @@
 use crate::error::{Error, Result};
-use crate::model::{Millis, Priority};
+use crate::model::{DurationMs, Instant, Priority};
 
 /// Per-lane statistics (K-13).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -11,7 +11,7 @@ pub struct LaneStats {
     /// Members whose score is `> now` (retry delays, leases, permit deferrals).
     pub delayed: u64,
     /// `now − oldest due score`, 0 when nothing is due.
-    pub oldest_wait_ms: Millis,
+    pub oldest_wait_ms: DurationMs,
 }
 
 /// The ready lanes: four priority-ordered candidate sets (K-13). Only recommends; the
@@ -24,7 +24,7 @@ pub trait ReadyQueue: Send + Sync + 'static {
     /// Atomic and promote-only: a member present in a more urgent lane stays there (score
     /// untouched); a more urgent request removes it from the other lanes first; re-enqueue
     /// in its own lane overwrites the score. A member is never in two lanes.
-    async fn enqueue(&self, workflow_id: &str, priority: Priority, claimable_at: Millis) -> Result<()>;
+    async fn enqueue(&self, workflow_id: &str, priority: Priority, claimable_at: Instant) -> Result<()>;
 
     /// Remove and return one due candidate (`score <= now`).
     ///
@@ -33,14 +33,14 @@ pub trait ReadyQueue: Send + Sync + 'static {
     /// nothing due is skipped and forfeits the rest of its block. When a pop finds nothing
     /// due anywhere, the next ≤ 8 pops look at P0 first (burst window), ending early the
     /// first time P0 has nothing due. Rotation and burst state are shared by all callers.
-    async fn pop_due(&self, now: Millis) -> Result<Option<String>>;
+    async fn pop_due(&self, now: Instant) -> Result<Option<String>>;
 
     /// Depth, ready, delayed and oldest wait per lane, P0 first.
     ///
     /// # Contract
     /// Read-only (pop rotation and burst state untouched); `ready` and `delayed` split
     /// `depth` at `score ≤ now`. Each lane is read consistently, the four lanes need not be.
-    async fn stats(&self, now: Millis) -> Result<[LaneStats; 4]>;
+    async fn stats(&self, now: Instant) -> Result<[LaneStats; 4]>;
 }
 
 /// `dyn ReadyQueue`.

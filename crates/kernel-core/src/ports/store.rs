@@ -1,5 +1,5 @@
 use crate::error::Result;
-use crate::model::{Millis, Priority, ResumeKind, WorkflowInstance};
+use crate::model::{DurationMs, Instant, Priority, ResumeKind, WorkflowInstance};
 use crate::transition::{Guard, Transition};
 use crate::validate;
 use serde::{Deserialize, Serialize};
@@ -40,9 +40,9 @@ impl WriteOutcome {
 pub struct ClaimSpec {
     /// The caller's clock: the instance must be due (`claimable_time ≤ now`), and the lease
     /// runs from it.
-    pub now: Millis,
+    pub now: Instant,
     /// Lease length, strictly positive: `claimable_time = now + lease_ms`.
-    pub lease_ms: Millis,
+    pub lease_ms: DurationMs,
     /// The claim token the caller minted (K-2.0 identifier); the engine fences its later
     /// writes with this value, not with one read back.
     pub token: String,
@@ -58,7 +58,11 @@ impl ClaimSpec {
 
     /// The transition this claim writes ([`Transition::claim`]): lease and token, no
     /// revision bump.
-    pub fn transition(&self) -> Transition {
+    ///
+    /// A lease end `now + lease_ms` that is not representable is
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput)
+    /// (as [`validate`](Self::validate) reports it).
+    pub fn transition(&self) -> Result<Transition> {
         Transition::claim(&self.token, self.now, self.lease_ms)
     }
 
@@ -69,6 +73,7 @@ impl ClaimSpec {
         let ClaimSpec { now: _, lease_ms, token, types: _ } = self;
         validate::identifier("claim_token", token)?;
         validate::positive_ms("lease_ms", *lease_ms)?;
+        self.now.try_add(*lease_ms, "lease_ms")?;
         self.guard().validate()
     }
 }
@@ -94,7 +99,7 @@ pub struct Candidate {
     /// Its `business_priority`: the ready lane the rebuild scan puts it in.
     pub priority: Priority,
     /// Its `claimable_time`: the score in that lane (due when `≤ now`).
-    pub claimable_time: Millis,
+    pub claimable_time: Instant,
 }
 
 /// The durable workflow store: the only authority on execution rights (K-1.1).
@@ -160,7 +165,7 @@ pub trait WorkflowStore: Send + Sync + 'static {
     ///
     /// # Contract
     /// Read-only, at most `limit` rows (`limit = 0` is an empty page).
-    async fn scan_due_waits(&self, now: Millis, limit: usize) -> Result<Vec<DueWait>>;
+    async fn scan_due_waits(&self, now: Instant, limit: usize) -> Result<Vec<DueWait>>;
 
     /// Running or failing instances with a `claimable_time`, ordered by `workflow_id`,
     /// strictly after `after` (rebuild scan, K-13).
