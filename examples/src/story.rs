@@ -91,7 +91,7 @@ pub async fn run(world: World) -> Result<(), Box<dyn std::error::Error>> {
     let print_new = |seen: &mut usize| {
         let events = world.observations.events();
         for o in &events[*seen..] {
-            println!("{:>7.1}s  {}", (o.at - t0) as f64 / 1000.0, describe(o));
+            println!("{:>7.1}s  {}", (o.at - t0).as_millis() as f64 / 1000.0, describe(o));
         }
         *seen = events.len();
     };
@@ -211,7 +211,7 @@ pub async fn run(world: World) -> Result<(), Box<dyn std::error::Error>> {
     }
     for i in world.instances().await? {
         let attempts: Vec<String> = i.steps.iter().map(|s| format!("{}:{}", s.name, s.attempt)).collect();
-        let waits: i64 = i.steps.iter().map(|s| s.traffic_wait_ms).sum();
+        let waits: i64 = i.steps.iter().map(|s| s.traffic_wait_ms.as_millis()).sum();
         println!(
             "   {} {} revision={} attempts=[{}] permit_wait_ms={}",
             i.workflow_id,

@@ -2,7 +2,9 @@
 
 use crate::business::{Business, FakeAsr};
 use kernel_core::ports::{DynOutbox, Signal};
-use kernel_core::{ActivityContext, ActivityError, Definition, OnFailed, RetryPolicy, StepDef, StepOutcome};
+use kernel_core::{
+    ActivityContext, ActivityError, Definition, DurationMs, OnFailed, RetryPolicy, StepDef, StepOutcome,
+};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -225,9 +227,10 @@ pub fn failing_charge(biz: Arc<Business>) -> Definition {
     Definition::builder("failing_charge")
         .step(StepDef::new("reserve", reserve))
         .step(
-            StepDef::new("charge", charge)
-                .max_retry(1)
-                .retry(RetryPolicy::Exponential { base_ms: 1_000, cap_ms: 10_000 }),
+            StepDef::new("charge", charge).max_retry(1).retry(RetryPolicy::Exponential {
+                base_ms: DurationMs::from_secs(1),
+                cap_ms: DurationMs::from_secs(10),
+            }),
         )
         .step(StepDef::new("receipt", |_ctx: ActivityContext| async { Ok(StepOutcome::complete(Value::Null)) }))
         .failure_finalizer(on_failure)

@@ -50,7 +50,7 @@ mod url;
 pub use url::{redact, Role, Scheme, SchemeInfo, Target, DEFAULT_DATABASE, DEFAULT_PREFIX, SCHEMES};
 
 use kernel_core::engine::{MissingPort, PortsBuilder};
-use kernel_core::model::Millis;
+use kernel_core::model::DurationMs;
 use kernel_core::ports::{DynInbox, DynPermits, DynQueue, DynStore, DynWakeup, LaneWeights, PermitLimits};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -60,7 +60,7 @@ pub const STORE_ENV: &str = "WFK_STORE";
 /// Environment variable naming the queue URL when `--queue` is absent.
 pub const QUEUE_ENV: &str = "WFK_QUEUE";
 /// Permit lease of the queue side's permits (renewed by the engine while an activity runs).
-pub const PERMIT_LEASE_MS_DEFAULT: Millis = 30_000;
+pub const PERMIT_LEASE_MS_DEFAULT: DurationMs = DurationMs::from_millis(30_000);
 
 /// A driver cause, kept for the log.
 pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -208,7 +208,7 @@ pub struct QueueOptions {
     /// Limits of resources configured nowhere; the default (all zero) leaves them unlimited.
     pub permit_fallback: PermitLimits,
     /// Lease of a granted or renewed permit.
-    pub permit_lease_ms: Millis,
+    pub permit_lease_ms: DurationMs,
 }
 
 impl Default for QueueOptions {

@@ -23,7 +23,7 @@
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::fmt;
-use std::ops::{Add, AddAssign, Sub, SubAssign};
+use std::ops::{Add, AddAssign, Div, Mul, Sub, SubAssign};
 
 /// A point in time: milliseconds since the Unix epoch, or since the start of a manual
 /// clock. Ordered; serialized as the bare `i64`.
@@ -212,6 +212,23 @@ impl SubAssign for DurationMs {
     }
 }
 
+/// Saturating, like [`Add`].
+impl Mul<i64> for DurationMs {
+    type Output = DurationMs;
+    fn mul(self, n: i64) -> DurationMs {
+        self.saturating_mul(n)
+    }
+}
+
+/// A fraction of a span (a heartbeat at a third of a lease); panics on division by zero,
+/// like integer division.
+impl Div<i64> for DurationMs {
+    type Output = DurationMs;
+    fn div(self, n: i64) -> DurationMs {
+        DurationMs(self.0.saturating_div(n))
+    }
+}
+
 impl fmt::Display for Instant {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(&self.0, f)
@@ -268,6 +285,9 @@ mod tests {
         assert_eq!(DurationMs::MAX + DurationMs::from_millis(1), DurationMs::MAX);
         assert_eq!(DurationMs::from_secs(i64::MAX), DurationMs::MAX);
         assert_eq!(DurationMs::from_millis(-3).to_std(), std::time::Duration::ZERO);
+        assert_eq!(DurationMs::from_secs(3) / 3, DurationMs::from_secs(1));
+        assert_eq!(DurationMs::from_secs(3) * 2, DurationMs::from_secs(6));
+        assert_eq!(DurationMs::MAX * 2, DurationMs::MAX);
         assert_eq!(i64::from(DurationMs::from(7)), 7);
         assert!(Instant::from_millis(1) < Instant::from_millis(2));
     }

@@ -5,7 +5,7 @@
 use crate::model::{AttemptOutcome, AttemptQuery, Snapshot, SnapshotQuery};
 use crate::repo::DynRepository;
 use crate::Error;
-use kernel_core::model::{ErrorClass, WorkflowStatus};
+use kernel_core::model::{DurationMs, ErrorClass, Instant, WorkflowStatus};
 use kernel_core::ports::Observation;
 use kernel_core::transition::TransitionKind;
 use rand::rngs::SmallRng;
@@ -22,7 +22,12 @@ pub trait RepositoryFixture: Send + Sync {
 }
 
 /// Base time of the observations the cases build.
-pub const T0: i64 = 1_700_000_000_000;
+pub const T0: Instant = Instant::from_millis(1_700_000_000_000);
+
+/// `T0 + ms`.
+fn after(ms: i64) -> Instant {
+    T0.checked_add(DurationMs::from_millis(ms)).expect("a test time near T0")
+}
 
 /// An observation of `kind` on `step` of `biz_key` at `revision`.
 pub fn obs(biz_key: &str, revision: u64, kind: TransitionKind, step: Option<&str>, attempt: u32) -> Observation {
@@ -42,10 +47,10 @@ pub fn obs(biz_key: &str, revision: u64, kind: TransitionKind, step: Option<&str
         status,
         step_name: step.map(str::to_string),
         attempt,
-        elapsed_ms: revision as i64 * 10,
-        traffic_wait_ms: 0,
+        elapsed_ms: DurationMs::from_millis(revision as i64 * 10),
+        traffic_wait_ms: DurationMs::ZERO,
         error_class: None,
-        at: T0 + revision as i64 * 1_000,
+        at: after(revision as i64 * 1_000),
         worker_id: Some("w1".into()),
         claim_token: Some("tok".into()),
     }
@@ -76,7 +81,7 @@ pub async fn write_creates_attempt_rows_and_snapshot(repo: &DynRepository) {
     assert_eq!(rows.len(), 2);
     let fetch = rows.iter().find(|r| r.step_name == "fetch").expect("fetch row");
     assert_eq!((fetch.attempt, fetch.outcome, fetch.revision), (1, AttemptOutcome::Completed, 3));
-    assert_eq!(fetch.started_at, Some(T0 + 2_000), "started_at kept from mark-running");
+    assert_eq!(fetch.started_at, Some(after(2_000)), "started_at kept from mark-running");
     assert!(repo.snapshot("nope").await.unwrap().is_none());
 }
 
@@ -226,8 +231,8 @@ pub async fn queries_filter_by_type_step_status_and_window(repo: &DynRepository)
     assert_eq!(keys(repo.find_snapshots(&q(|q| q.step_name = Some("compose".into()))).await.unwrap()), ["h4", "h1"]);
     assert_eq!(keys(repo.find_snapshots(&q(|q| q.status = Some(WorkflowStatus::Completed))).await.unwrap()), ["h2"]);
     let window = q(|q| {
-        q.updated_from = Some(T0 + 20_000);
-        q.updated_to = Some(T0 + 40_000);
+        q.updated_from = Some(after(20_000));
+        q.updated_to = Some(after(40_000));
     });
     assert_eq!(keys(repo.find_snapshots(&window).await.unwrap()), ["h3", "h2"]);
     assert_eq!(keys(repo.find_snapshots(&q(|q| q.limit = 2)).await.unwrap()), ["h4", "h3"]);

@@ -1,7 +1,7 @@
 //! The projection's records: attempt rows, snapshots, queries, and the merge rules both
 //! repositories implement.
 
-use kernel_core::model::{ErrorClass, Millis, WorkflowInstance, WorkflowStatus};
+use kernel_core::model::{DurationMs, ErrorClass, Instant, WorkflowInstance, WorkflowStatus};
 use kernel_core::ports::Observation;
 use kernel_core::transition::TransitionKind;
 use serde::{Deserialize, Serialize};
@@ -95,13 +95,13 @@ pub struct AttemptRow {
     /// Revision of the latest observation applied.
     pub revision: u64,
     /// Mark-running time, when seen.
-    pub started_at: Option<Millis>,
+    pub started_at: Option<Instant>,
     /// Commit time of the latest observation applied.
-    pub updated_at: Millis,
+    pub updated_at: Instant,
     /// Activity time.
-    pub elapsed_ms: i64,
+    pub elapsed_ms: DurationMs,
     /// Permit wait accumulated by the step (traffic wait, not execution).
-    pub traffic_wait_ms: i64,
+    pub traffic_wait_ms: DurationMs,
     /// Error class, if any.
     pub error_class: Option<ErrorClass>,
     /// Worker.
@@ -152,7 +152,7 @@ pub struct StepSummary {
     /// Its revision.
     pub revision: u64,
     /// Its commit time.
-    pub at: Millis,
+    pub at: Instant,
     /// Error class, if any.
     pub error_class: Option<ErrorClass>,
 }
@@ -181,9 +181,9 @@ pub struct Snapshot {
     /// Error class of the latest transition, if any.
     pub error_class: Option<ErrorClass>,
     /// Commit time of the latest applied observation.
-    pub updated_at: Millis,
+    pub updated_at: Instant,
     /// Terminal time, once terminal.
-    pub finished_at: Option<Millis>,
+    pub finished_at: Option<Instant>,
     /// Worker of the latest transition.
     pub worker_id: Option<String>,
     /// Per step, the latest transition seen (keys are step names).
@@ -303,9 +303,9 @@ pub struct SnapshotQuery {
     /// Step of the latest step transition.
     pub step_name: Option<String>,
     /// `updated_at >= from`.
-    pub updated_from: Option<Millis>,
+    pub updated_from: Option<Instant>,
     /// `updated_at < to`.
-    pub updated_to: Option<Millis>,
+    pub updated_to: Option<Instant>,
     /// Most rows (capped at [`QUERY_LIMIT_MAX`]; 0 means the cap).
     pub limit: usize,
 }
@@ -333,9 +333,9 @@ pub struct AttemptQuery {
     /// Outcome.
     pub outcome: Option<AttemptOutcome>,
     /// `updated_at >= from`.
-    pub updated_from: Option<Millis>,
+    pub updated_from: Option<Instant>,
     /// `updated_at < to`.
-    pub updated_to: Option<Millis>,
+    pub updated_to: Option<Instant>,
     /// Most rows (capped at [`QUERY_LIMIT_MAX`]; 0 means the cap).
     pub limit: usize,
 }

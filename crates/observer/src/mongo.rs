@@ -13,6 +13,7 @@ use crate::model::{effective_limit, AttemptQuery, AttemptRow, Snapshot, Snapshot
 use crate::repo::ObservationRepository;
 use crate::{Error, Result};
 use futures::TryStreamExt;
+use kernel_core::model::Instant;
 use kernel_core::ports::Observation;
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::error::{ErrorKind, WriteFailure};
@@ -182,13 +183,13 @@ impl MongoObservationRepository {
     }
 }
 
-fn window(filter: &mut Document, from: Option<i64>, to: Option<i64>) {
+fn window(filter: &mut Document, from: Option<Instant>, to: Option<Instant>) {
     let mut range = Document::new();
     if let Some(f) = from {
-        range.insert("$gte", f);
+        range.insert("$gte", f.as_millis());
     }
     if let Some(t) = to {
-        range.insert("$lt", t);
+        range.insert("$lt", t.as_millis());
     }
     if !range.is_empty() {
         filter.insert("updated_at", range);

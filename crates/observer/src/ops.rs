@@ -5,7 +5,7 @@
 use crate::model::{AttemptOutcome, AttemptQuery, AttemptRow, Snapshot, SnapshotQuery};
 use crate::repo::DynRepository;
 use crate::{Error, Result};
-use kernel_core::model::{Millis, WorkflowStatus};
+use kernel_core::model::{Instant, WorkflowStatus};
 use kernel_core::ports::{DynClock, DynQueue, LaneStats};
 use std::sync::Arc;
 
@@ -51,7 +51,7 @@ impl OpsView {
     }
 
     /// Workflows updated in `[from, to)`.
-    pub async fn in_window(&self, from: Millis, to: Millis) -> Result<Vec<Snapshot>> {
+    pub async fn in_window(&self, from: Instant, to: Instant) -> Result<Vec<Snapshot>> {
         self.snapshots(&SnapshotQuery { updated_from: Some(from), updated_to: Some(to), ..Default::default() }).await
     }
 

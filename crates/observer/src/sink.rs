@@ -2,7 +2,7 @@
 
 use crate::repo::DynRepository;
 use crate::{Error, Result};
-use kernel_core::model::Millis;
+use kernel_core::model::{DurationMs, Instant};
 use kernel_core::ports::{DynClock, Observation, ObservationSink};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,13 +17,13 @@ pub struct ObserverConfig {
     /// Most observations per repository write.
     pub batch_size_max: usize,
     /// A non-empty batch is written at most this long after its first event.
-    pub flush_interval_ms: Millis,
+    pub flush_interval_ms: DurationMs,
     /// First pause after a failed write (doubles up to `retry_backoff_max_ms`).
-    pub retry_backoff_ms: Millis,
+    pub retry_backoff_ms: DurationMs,
     /// Longest pause.
-    pub retry_backoff_max_ms: Millis,
+    pub retry_backoff_max_ms: DurationMs,
     /// How long [`ObserverWriter::close`] keeps trying while the repository is down.
-    pub drain_timeout_ms: Millis,
+    pub drain_timeout_ms: DurationMs,
 }
 
 impl Default for ObserverConfig {
@@ -31,10 +31,10 @@ impl Default for ObserverConfig {
         ObserverConfig {
             queue_capacity: 10_000,
             batch_size_max: 500,
-            flush_interval_ms: 1_000,
-            retry_backoff_ms: 500,
-            retry_backoff_max_ms: 30_000,
-            drain_timeout_ms: 10_000,
+            flush_interval_ms: DurationMs::from_millis(1_000),
+            retry_backoff_ms: DurationMs::from_millis(500),
+            retry_backoff_max_ms: DurationMs::from_millis(30_000),
+            drain_timeout_ms: DurationMs::from_millis(10_000),
         }
     }
 }
@@ -222,9 +222,9 @@ impl Writer {
     }
 
     async fn run(mut self) {
-        let mut batch_since: Option<Millis> = None;
+        let mut batch_since: Option<Instant> = None;
         let mut waiters: Vec<oneshot::Sender<()>> = Vec::new();
-        let mut closing: Option<(oneshot::Sender<()>, Millis)> = None;
+        let mut closing: Option<(oneshot::Sender<()>, Instant)> = None;
         let mut backoff = self.config.retry_backoff_ms;
         loop {
             self.top_up();
@@ -236,7 +236,7 @@ impl Writer {
             }
             let draining = !waiters.is_empty() || closing.is_some();
             let due = self.batch.len() >= self.config.batch_size_max
-                || batch_since.is_some_and(|t| now >= t + self.config.flush_interval_ms)
+                || batch_since.is_some_and(|t| now >= t.saturating_add(self.config.flush_interval_ms))
                 || (draining && !self.batch.is_empty());
             if due {
                 match self.write_batch().await {
@@ -255,14 +255,14 @@ impl Writer {
                             }
                         }
                         // Keep the batch and pause; the queue absorbs (and drops) meanwhile.
-                        let until = self.clock.now() + backoff;
+                        let until = self.clock.now().saturating_add(backoff);
                         backoff = (backoff * 2).min(self.config.retry_backoff_max_ms);
                         tokio::select! {
                             _ = self.clock.sleep_until(until) => {}
                             Some(c) = self.ctl.recv() => match c {
                                 Control::Flush(tx) => waiters.push(tx),
                                 Control::Close(tx) => {
-                                    closing = Some((tx, self.clock.now() + self.config.drain_timeout_ms));
+                                    closing = Some((tx, self.clock.now().saturating_add(self.config.drain_timeout_ms)));
                                 }
                             },
                         }
@@ -278,7 +278,7 @@ impl Writer {
                     break;
                 }
             }
-            let deadline = batch_since.map(|t| t + self.config.flush_interval_ms);
+            let deadline = batch_since.map(|t| t.saturating_add(self.config.flush_interval_ms));
             let room = self.batch.len() < self.config.batch_size_max;
             tokio::select! {
                 o = self.rx.recv(), if room => match o {
@@ -286,13 +286,13 @@ impl Writer {
                     // Every sink is gone: drain what is left and stop.
                     None if closing.is_none() => {
                         let (tx, _rx) = oneshot::channel();
-                        closing = Some((tx, self.clock.now() + self.config.drain_timeout_ms));
+                        closing = Some((tx, self.clock.now().saturating_add(self.config.drain_timeout_ms)));
                     }
                     None => {}
                 },
                 Some(c) = self.ctl.recv() => match c {
                     Control::Flush(tx) => waiters.push(tx),
-                    Control::Close(tx) => closing = Some((tx, self.clock.now() + self.config.drain_timeout_ms)),
+                    Control::Close(tx) => closing = Some((tx, self.clock.now().saturating_add(self.config.drain_timeout_ms))),
                 },
                 _ = async {
                     match deadline {

@@ -11,7 +11,7 @@
 //! Keys live under a fresh prefix and are deleted at the end. Each side is measured twice,
 //! alternating, and the better run counts.
 
-use kernel_core::model::{Millis, Priority};
+use kernel_core::model::Priority;
 use kernel_core::ports::{PermitOwner, Permits, ReadyQueue};
 use permit_redis::{PermitLimits, RedisPermits, RedisPermitsConfig};
 use queue_redis::test_support::{redis_url, TestKeys};
@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-const NOW: Millis = 1_700_000_000_000;
+const NOW: kernel_core::Instant = kernel_core::Instant::from_millis(1_700_000_000_000);
 const RESOURCE: &str = "bench";
 
 /// Shape of one benchmark run.
@@ -96,7 +96,7 @@ async fn prefill(conn: &ConnectionManager, queue: &RedisReadyQueue, members: usi
             let mut cmd = redis::cmd("ZADD");
             cmd.arg(queue.lane_key(Priority::ALL[lane]));
             for i in chunk {
-                cmd.arg(NOW).arg(format!("m{lane}-{i}"));
+                cmd.arg(NOW.as_millis()).arg(format!("m{lane}-{i}"));
             }
             cmd.query_async::<i64>(&mut conn).await.expect("prefill");
         }

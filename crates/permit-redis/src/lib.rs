@@ -45,7 +45,7 @@
 //! # }
 //! ```
 
-use kernel_core::model::Millis;
+use kernel_core::model::DurationMs;
 use kernel_core::ports::{PermitDecision, PermitOwner, Permits};
 use kernel_core::{validate, Error, Result};
 use redis::aio::ConnectionManagerConfig;
@@ -62,9 +62,9 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lu
 static HOLDERS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/holders.lua")));
 
 /// Longest permit lease.
-pub const LEASE_MS_MAX: Millis = 3_600_000;
+pub const LEASE_MS_MAX: DurationMs = DurationMs::from_millis(3_600_000);
 /// Default permit lease (renewed by the engine while the activity runs).
-pub const LEASE_MS_DEFAULT: Millis = 30_000;
+pub const LEASE_MS_DEFAULT: DurationMs = DurationMs::from_millis(30_000);
 use kernel_core::ports::tenant_base;
 pub use kernel_core::ports::{PermitLimits, TENANT_SCOPE};
 
@@ -74,7 +74,7 @@ pub struct RedisPermitsConfig {
     /// Key prefix.
     pub prefix: String,
     /// Lease of a granted or renewed permit.
-    pub lease_ms: Millis,
+    pub lease_ms: DurationMs,
     /// Application-configured limits per resource (used when Redis has none).
     pub defaults: HashMap<String, PermitLimits>,
     /// Limits of resources configured nowhere.
@@ -96,8 +96,8 @@ impl RedisPermitsConfig {
     }
 
     /// Set the lease.
-    pub fn lease_ms(mut self, ms: Millis) -> Self {
-        self.lease_ms = ms;
+    pub fn lease_ms(mut self, ms: impl Into<DurationMs>) -> Self {
+        self.lease_ms = ms.into();
         self
     }
 
@@ -253,17 +253,17 @@ impl RedisPermits {
             .key(&keys.holders)
             .key(&keys.starts)
             .arg(owner.key())
-            .arg(self.config.lease_ms)
+            .arg(self.config.lease_ms.as_millis())
             .arg(configured.max_concurrency)
             .arg(configured.max_starts_per_second)
             .arg(if renewal { "1" } else { "0" });
         let (granted, ms, redis_time_us, renewed): (i64, i64, i64, i64) =
             inv.invoke_async(&mut self.conn.clone()).await.map_err(map_redis_error)?;
         let decision = if granted == 1 {
-            PermitDecision::Granted { lease_ms: ms }
+            PermitDecision::Granted { lease_ms: DurationMs::from_millis(ms) }
         } else {
             debug_assert!(ms >= 1);
-            PermitDecision::Denied { retry_after_ms: ms }
+            PermitDecision::Denied { retry_after_ms: DurationMs::from_millis(ms) }
         };
         Ok(Acquired { decision, redis_time_us, renewed: renewed == 1 })
     }
@@ -336,7 +336,7 @@ impl RedisPermits {
             .arg(keys.holders)
             .arg(keys.starts)
             .arg(owner.key())
-            .arg(self.config.lease_ms)
+            .arg(self.config.lease_ms.as_millis())
             .arg(configured.max_concurrency)
             .arg(configured.max_starts_per_second)
             .arg("0");
@@ -399,7 +399,7 @@ mod tests {
         let c = RedisPermitsConfig::new("p", PermitLimits::default());
         assert!(c.validate().is_ok());
         assert!(c.clone().lease_ms(0).validate().is_err());
-        assert!(c.clone().lease_ms(LEASE_MS_MAX + 1).validate().is_err());
+        assert!(c.clone().lease_ms(LEASE_MS_MAX + DurationMs::from_millis(1)).validate().is_err());
         assert!(RedisPermitsConfig::new("", PermitLimits::default()).validate().is_err());
         assert!(c.default_limits("a.b", PermitLimits::default()).validate().is_err());
     }

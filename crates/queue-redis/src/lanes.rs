@@ -1,5 +1,5 @@
 use crate::{check_prefix, map_redis_error};
-use kernel_core::model::{Millis, Priority};
+use kernel_core::model::{DurationMs, Instant, Priority};
 use kernel_core::ports::{LaneStats, ReadyQueue};
 use kernel_core::{validate, Error, Result};
 use redis::aio::ConnectionManager;
@@ -86,7 +86,7 @@ impl RedisReadyQueue {
     }
 
     /// Score of a member in its lane, if queued.
-    pub async fn score_of(&self, member: &str) -> Result<Option<Millis>> {
+    pub async fn score_of(&self, member: &str) -> Result<Option<Instant>> {
         let Some(p) = self.lane_of(member).await? else { return Ok(None) };
         let s: Option<f64> = redis::cmd("ZSCORE")
             .arg(self.lane_key(p))
@@ -94,7 +94,7 @@ impl RedisReadyQueue {
             .query_async(&mut self.conn.clone())
             .await
             .map_err(map_redis_error)?;
-        Ok(s.map(|s| s as Millis))
+        Ok(s.map(|s| Instant::from_millis(s as i64)))
     }
 
     /// Delete the lanes and the rotation state.
@@ -106,37 +106,41 @@ impl RedisReadyQueue {
 
     /// The exact `EVALSHA` that [`ReadyQueue::pop_due`] sends, for benchmarks that measure
     /// the adapter's own overhead. The script must be loaded ([`Self::load_scripts`]).
-    pub fn raw_pop_command(&self, now: Millis) -> redis::Cmd {
+    pub fn raw_pop_command(&self, now: Instant) -> redis::Cmd {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(POP.get_hash()).arg(5).arg(&self.lanes).arg(&self.rotation);
         self.pop_args(&mut cmd, now);
         cmd
     }
 
-    fn pop_args(&self, cmd: &mut redis::Cmd, now: Millis) {
-        cmd.arg(now).arg(&self.weights.weights).arg(self.weights.burst);
+    fn pop_args(&self, cmd: &mut redis::Cmd, now: Instant) {
+        cmd.arg(now.as_millis()).arg(&self.weights.weights).arg(self.weights.burst);
     }
 }
 
 #[async_trait::async_trait]
 impl ReadyQueue for RedisReadyQueue {
-    async fn enqueue(&self, workflow_id: &str, priority: Priority, claimable_at: Millis) -> Result<()> {
+    async fn enqueue(&self, workflow_id: &str, priority: Priority, claimable_at: Instant) -> Result<()> {
         validate::identifier("workflow_id", workflow_id)?;
         let mut inv = ENQUEUE.prepare_invoke();
-        inv.key(&self.lanes).arg(workflow_id).arg(priority.index()).arg(claimable_at);
+        inv.key(&self.lanes).arg(workflow_id).arg(priority.index()).arg(claimable_at.as_millis());
         inv.invoke_async::<i64>(&mut self.conn.clone()).await.map_err(map_redis_error)?;
         Ok(())
     }
 
-    async fn pop_due(&self, now: Millis) -> Result<Option<String>> {
+    async fn pop_due(&self, now: Instant) -> Result<Option<String>> {
         let mut inv = POP.prepare_invoke();
-        inv.key(&self.lanes).key(&self.rotation).arg(now).arg(&self.weights.weights).arg(self.weights.burst);
+        inv.key(&self.lanes)
+            .key(&self.rotation)
+            .arg(now.as_millis())
+            .arg(&self.weights.weights)
+            .arg(self.weights.burst);
         inv.invoke_async::<Option<String>>(&mut self.conn.clone()).await.map_err(map_redis_error)
     }
 
-    async fn stats(&self, now: Millis) -> Result<[LaneStats; 4]> {
+    async fn stats(&self, now: Instant) -> Result<[LaneStats; 4]> {
         let mut inv = STATS.prepare_invoke();
-        inv.key(&self.lanes).arg(now);
+        inv.key(&self.lanes).arg(now.as_millis());
         let raw: Vec<redis::Value> = inv.invoke_async(&mut self.conn.clone()).await.map_err(map_redis_error)?;
         if raw.len() != 12 {
             return Err(Error::Unavailable(format!("redis: lane stats returned {} values, expected 12", raw.len())));
@@ -147,11 +151,11 @@ impl ReadyQueue for RedisReadyQueue {
             let ready: u64 = redis::from_redis_value_ref(&chunk[1]).map_err(map_parse)?;
             let oldest: String = redis::from_redis_value_ref(&chunk[2]).map_err(map_parse)?;
             let oldest_wait_ms = if oldest.is_empty() {
-                0
+                DurationMs::ZERO
             } else {
                 let s: f64 =
                     oldest.parse().map_err(|e| Error::Unavailable(format!("redis: bad score {oldest:?}: {e}")))?;
-                now - s as Millis
+                now - Instant::from_millis(s as i64)
             };
             out[i] = LaneStats { depth, ready, delayed: depth - ready, oldest_wait_ms };
         }

@@ -18,6 +18,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures::Stream;
 use kernel_core::engine::{Engine, EngineConfig, Ports};
+use kernel_core::model::DurationMs;
 use kernel_core::ports::{DynClock, NoopObservationSink, StreamKey, SystemClock};
 use kernel_core::{ActivityContext, ActivityError, Definition, StartRequest, StepDef, StepOutcome};
 use queue_redis::test_support::{redis_url, TestKeys};
@@ -213,7 +214,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         observer: Arc::new(NoopObservationSink),
         stream: Arc::new(sink.clone()),
     };
-    let config = EngineConfig { worker_id: "demo".into(), poll_interval_ms: 100, ..EngineConfig::default() };
+    let config = EngineConfig {
+        worker_id: "demo".into(),
+        poll_interval_ms: DurationMs::from_millis(100),
+        ..EngineConfig::default()
+    };
     let engine = Engine::builder(ports).config(config).register(definition()).build()?;
     let running = engine.spawn();
 

@@ -41,7 +41,7 @@ pub use keys::StreamKeys;
 pub use writer::RedisStreamSink;
 
 pub use kernel_core::ports::StreamKey;
-use kernel_core::{validate, Error, Result};
+use kernel_core::{validate, DurationMs, Error, Result};
 /// The connection type [`RedisStreamSink::new`] and [`Forwarder::new`] take, so callers need no
 /// `redis` dependency.
 pub use redis::aio::ConnectionManager;
@@ -61,7 +61,7 @@ pub struct StreamConfig {
     /// Append pending text once this many bytes are pending (~1 KB).
     pub text_batch_bytes: usize,
     /// Append pending text this long after the first of it arrived (~100 ms).
-    pub text_linger_ms: i64,
+    pub text_linger_ms: DurationMs,
     /// Largest single frame.
     pub frame_bytes_max: usize,
     /// Frames' TTL while generating, refreshed on every append.
@@ -79,7 +79,7 @@ impl Default for StreamConfig {
         StreamConfig {
             prefix: "wfk".into(),
             text_batch_bytes: 1_024,
-            text_linger_ms: 100,
+            text_linger_ms: DurationMs::from_millis(100),
             frame_bytes_max: 64 * 1024,
             frames_ttl_ms: 6 * 3_600_000,
             readout_ttl_ms: 60_000,

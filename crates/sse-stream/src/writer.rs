@@ -3,7 +3,7 @@
 use crate::codec::{encode, Record};
 use crate::keys::StreamKeys;
 use crate::{map_redis_error, StreamConfig};
-use kernel_core::model::Millis;
+use kernel_core::model::Instant;
 use kernel_core::ports::{DynClock, Frame, StreamKey, StreamSink};
 use kernel_core::{Error, Result};
 use redis::aio::ConnectionManager;
@@ -23,7 +23,7 @@ struct KeyState {
     /// Text not yet appended.
     pending: String,
     /// When the first pending text arrived.
-    pending_since: Option<Millis>,
+    pending_since: Option<Instant>,
     /// Offset the next appended frame gets, when known.
     next_offset: Option<u64>,
     /// Bumped on every flush so a stale linger timer does nothing.
@@ -118,7 +118,7 @@ impl RedisStreamSink {
         self.inner.streams.lock().expect("streams lock").remove(key);
     }
 
-    fn arm_linger(&self, key: StreamKey, state: Shared, due: Millis, epoch: u64) {
+    fn arm_linger(&self, key: StreamKey, state: Shared, due: Instant, epoch: u64) {
         let inner = self.inner.clone();
         tokio::spawn(async move {
             inner.clock.sleep_until(due).await;
@@ -235,7 +235,7 @@ impl StreamSink for RedisStreamSink {
             }
             Some(next) => {
                 if started {
-                    self.arm_linger(key.clone(), state.clone(), since + cfg.text_linger_ms, st.epoch);
+                    self.arm_linger(key.clone(), state.clone(), since.saturating_add(cfg.text_linger_ms), st.epoch);
                 }
                 Ok(next)
             }

@@ -72,8 +72,8 @@ pub(crate) fn corrupt(field: &str, reason: impl std::fmt::Display) -> Error {
     Error::Corrupt(format!("stored document field `{field}`: {reason}"))
 }
 
-pub(crate) fn dt(ms: Millis) -> Bson {
-    Bson::DateTime(bson::DateTime::from_millis(ms))
+pub(crate) fn dt(t: Instant) -> Bson {
+    Bson::DateTime(bson::DateTime::from_millis(t.as_millis()))
 }
 
 pub(crate) fn i32_of(field: &str, v: u32) -> Result<Bson> {
@@ -151,14 +151,14 @@ fn u32_of(d: &Document, k: &str) -> Result<u32> {
     u32::try_from(int_or_zero(d, k)?).map_err(|_| corrupt(k, "out of u32 range"))
 }
 
-fn time_of(k: &str, b: &Bson) -> Result<Millis> {
+fn time_of(k: &str, b: &Bson) -> Result<Instant> {
     match b {
-        Bson::DateTime(t) => Ok(t.timestamp_millis()),
+        Bson::DateTime(t) => Ok(Instant::from_millis(t.timestamp_millis())),
         _ => Err(corrupt(k, "not a BSON DateTime")),
     }
 }
 
-fn opt_time(d: &Document, k: &str) -> Result<Option<Millis>> {
+fn opt_time(d: &Document, k: &str) -> Result<Option<Instant>> {
     get(d, k).map(|b| time_of(k, b)).transpose()
 }
 
@@ -201,8 +201,8 @@ pub(crate) fn step_doc(i: usize, s: &Step) -> Result<Document> {
         "name": name.as_str(),
         "status": status.as_str(),
         "attempt": i32_of(&f("attempt"), *attempt)?,
-        "elapsed_ms": *elapsed_ms,
-        "traffic_wait_ms": *traffic_wait_ms,
+        "elapsed_ms": elapsed_ms.as_millis(),
+        "traffic_wait_ms": traffic_wait_ms.as_millis(),
         "traffic_waits": i32_of(&f("traffic_waits"), *traffic_waits)?,
     };
     if let Some(e) = error {
@@ -232,8 +232,8 @@ fn step_of(d: &Document) -> Result<Step> {
         status: parse_enum("steps.status", str_of(d, "status")?)?,
         attempt: u32_of(d, "attempt")?,
         error,
-        elapsed_ms: int_or_zero(d, "elapsed_ms")?,
-        traffic_wait_ms: int_or_zero(d, "traffic_wait_ms")?,
+        elapsed_ms: DurationMs::from_millis(int_or_zero(d, "elapsed_ms")?),
+        traffic_wait_ms: DurationMs::from_millis(int_or_zero(d, "traffic_wait_ms")?),
         traffic_waits: u32_of(d, "traffic_waits")?,
         checkpoint: get(d, "checkpoint").map(|b| bson_to_json("checkpoint", b)).transpose()?,
         started_at: opt_time(d, "started_at")?,
@@ -309,7 +309,7 @@ pub(crate) fn str_field(d: &Document, k: &str) -> Result<String> {
     str_of(d, k)
 }
 
-pub(crate) fn time_field(d: &Document, k: &str) -> Result<Millis> {
+pub(crate) fn time_field(d: &Document, k: &str) -> Result<Instant> {
     time_of(k, req(d, k)?)
 }
 

@@ -1,7 +1,7 @@
 use crate::error::{self, map, Op};
 use crate::{codec, MongoConfig, INBOX};
 use futures::TryStreamExt;
-use kernel_core::model::Millis;
+use kernel_core::model::Instant;
 use kernel_core::ports::*;
 use kernel_core::{validate, Result};
 use mongodb::bson::{doc, Document, RawDocumentBuf};
@@ -112,7 +112,7 @@ impl SignalInbox for MongoSignalInbox {
         self.find_one(filter, Some(doc! { "created_at": 1, "signal_id": 1 })).await
     }
 
-    async fn mark_matched(&self, signal_id: &str, now: Millis) -> Result<bool> {
+    async fn mark_matched(&self, signal_id: &str, now: Instant) -> Result<bool> {
         validate::identifier("signal_id", signal_id)?;
         let r = self
             .coll
@@ -147,7 +147,7 @@ impl SignalInbox for MongoSignalInbox {
         docs.iter().map(codec::decode_signal).collect()
     }
 
-    async fn purge_older_than(&self, before: Millis, limit: usize) -> Result<u64> {
+    async fn purge_older_than(&self, before: Instant, limit: usize) -> Result<u64> {
         if limit == 0 {
             return Ok(0);
         }

@@ -25,7 +25,7 @@
 use crate::error::{self, map, Op};
 use crate::{codec, MongoConfig};
 use futures::TryStreamExt;
-use kernel_core::model::{Millis, Priority};
+use kernel_core::model::{Instant, Priority};
 use kernel_core::ports::*;
 use kernel_core::{validate, Error, Result};
 use mongodb::bson::{doc, Bson, Document, RawDocumentBuf};
@@ -194,7 +194,7 @@ impl MongoOutbox {
         Ok(doc! { "_id": object_id, self.schema.d("fencing_token"): f, self.schema.d("status"): "pending" })
     }
 
-    fn due_filter(&self, now: Millis) -> Document {
+    fn due_filter(&self, now: Instant) -> Document {
         doc! { "$or": [
             { self.schema.d("status"): "pending", self.schema.d("next_attempt_time"): { "$lte": codec::dt(now) } },
             { self.schema.d("status"): "processing", self.schema.d("lease_until"): { "$lt": codec::dt(now) } },
@@ -224,10 +224,10 @@ fn intent_of(d: &Document) -> Result<DispatchIntent> {
     let s = |k: &str| -> Result<String> {
         d.get_str(k).map(str::to_string).map_err(|e| codec::corrupt(&format!("workflow_dispatch.{k}"), e))
     };
-    let t = |k: &str| -> Result<Option<Millis>> {
+    let t = |k: &str| -> Result<Option<Instant>> {
         match d.get(k) {
             None | Some(Bson::Null) => Ok(None),
-            Some(Bson::DateTime(x)) => Ok(Some(x.timestamp_millis())),
+            Some(Bson::DateTime(x)) => Ok(Some(Instant::from_millis(x.timestamp_millis()))),
             Some(other) => Err(codec::corrupt(&format!("workflow_dispatch.{k}"), format_args!("{other:?}"))),
         }
     };
@@ -299,7 +299,7 @@ impl DispatchOutbox for MongoOutbox {
         self.update("confirm dispatched", filter, doc! { "$set": { self.schema.d("status"): "dispatched" } }).await
     }
 
-    async fn defer_pending(&self, object_id: &str, f: &str, at: Millis) -> Result<bool> {
+    async fn defer_pending(&self, object_id: &str, f: &str, at: Instant) -> Result<bool> {
         let filter = self.pending_filter(object_id, f)?;
         self.update("defer intent", filter, doc! { "$set": { self.schema.d("next_attempt_time"): codec::dt(at) } })
             .await
@@ -308,9 +308,9 @@ impl DispatchOutbox for MongoOutbox {
     async fn try_lease(
         &self,
         object_id: &str,
-        now: Millis,
+        now: Instant,
         lease: &str,
-        until: Millis,
+        until: Instant,
     ) -> Result<Option<DispatchRecord>> {
         validate::identifier("object_id", object_id)?;
         validate::identifier("lease_token", lease)?;
@@ -330,7 +330,7 @@ impl DispatchOutbox for MongoOutbox {
         d.as_ref().map(|r| self.record_of(r)).transpose()
     }
 
-    async fn renew_lease(&self, object_id: &str, f: &str, lease: &str, until: Millis) -> Result<bool> {
+    async fn renew_lease(&self, object_id: &str, f: &str, lease: &str, until: Instant) -> Result<bool> {
         let filter = self.leased_filter(object_id, f, lease)?;
         self.update("renew dispatch lease", filter, doc! { "$set": { self.schema.d("lease_until"): codec::dt(until) } })
             .await
@@ -345,7 +345,7 @@ impl DispatchOutbox for MongoOutbox {
         self.update("confirm leased intent", filter, update).await
     }
 
-    async fn revert_leased(&self, object_id: &str, f: &str, lease: &str, at: Millis) -> Result<bool> {
+    async fn revert_leased(&self, object_id: &str, f: &str, lease: &str, at: Instant) -> Result<bool> {
         let filter = self.leased_filter(object_id, f, lease)?;
         let update = doc! {
             "$set": { self.schema.d("status"): "pending", self.schema.d("next_attempt_time"): codec::dt(at) },
@@ -354,7 +354,7 @@ impl DispatchOutbox for MongoOutbox {
         self.update("revert leased intent", filter, update).await
     }
 
-    async fn scan_due(&self, now: Millis, after: Option<&str>, limit: usize) -> Result<Vec<(String, Millis)>> {
+    async fn scan_due(&self, now: Instant, after: Option<&str>, limit: usize) -> Result<Vec<(String, Instant)>> {
         if limit == 0 {
             return Ok(vec![]);
         }
@@ -430,7 +430,7 @@ impl DispatchOutbox for MongoOutbox {
         self.update("fenced business write", filter, doc! { "$set": set }).await
     }
 
-    async fn try_lock(&self, name: &str, holder: &str, now: Millis, until: Millis) -> Result<bool> {
+    async fn try_lock(&self, name: &str, holder: &str, now: Instant, until: Instant) -> Result<bool> {
         validate::identifier("lock name", name)?;
         validate::identifier("lock holder", holder)?;
         let filter = doc! { "_id": name, "$or": [ { "holder": holder }, { "until": { "$lte": codec::dt(now) } } ] };

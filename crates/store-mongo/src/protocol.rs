@@ -201,10 +201,10 @@ fn step_patch(ops: &mut Ops, p: &StepPatch) -> Result<()> {
         ops.patch(field.clone(), c, |v| json_to_bson(&field, v))?;
     }
     if *elapsed_ms_inc != 0 {
-        ops.inc.insert(k("elapsed_ms"), Bson::Int64(*elapsed_ms_inc));
+        ops.inc.insert(k("elapsed_ms"), Bson::Int64(elapsed_ms_inc.as_millis()));
     }
     if *traffic_wait_ms_inc != 0 {
-        ops.inc.insert(k("traffic_wait_ms"), Bson::Int64(*traffic_wait_ms_inc));
+        ops.inc.insert(k("traffic_wait_ms"), Bson::Int64(traffic_wait_ms_inc.as_millis()));
     }
     if *traffic_waits_inc != 0 {
         ops.inc.insert(k("traffic_waits"), i32_of("traffic_waits", *traffic_waits_inc)?);

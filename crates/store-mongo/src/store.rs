@@ -96,7 +96,7 @@ impl MongoWorkflowStore {
         sort: Option<Document>,
     ) -> Result<Option<WorkflowInstance>> {
         spec.validate()?;
-        let u = transition_update(&spec.transition(), &self.config.limits)?;
+        let u = transition_update(&spec.transition()?, &self.config.limits)?;
         let mut action = self.coll.find_one_and_update(filter, u.update).return_document(ReturnDocument::After);
         if let Some(s) = sort {
             action = action.sort(s);
@@ -185,7 +185,7 @@ impl WorkflowStore for MongoWorkflowStore {
         Ok(WriteOutcome::Missed)
     }
 
-    async fn scan_due_waits(&self, now: Millis, limit: usize) -> Result<Vec<DueWait>> {
+    async fn scan_due_waits(&self, now: Instant, limit: usize) -> Result<Vec<DueWait>> {
         let Some(limit) = self.page(limit) else { return Ok(Vec::new()) };
         let filter = doc! { "status": WorkflowStatus::Waiting.as_str(), "claimable_time": { "$lte": codec::dt(now) }, "wait": { "$exists": true } };
         let docs: Vec<RawDocumentBuf> = self

@@ -5,6 +5,7 @@
 use crate::faults::{CrashPlan, CrashPorts, CrashSwitch};
 use crate::harness::{test_config, BoxFuture, World};
 use kernel_core::dispatch::*;
+use kernel_core::model::DurationMs;
 use kernel_core::ports::*;
 use kernel_core::{Definition, Result};
 use std::sync::Arc;
@@ -278,7 +279,7 @@ pub async fn crash_windows(
                 });
                 let crashed = tokio::select! { _ = &mut fut => false, _ = switch.wait_crashed() => true };
                 debug_assert!(crashed);
-                env.world.clock.advance(DispatchConfig::default().lease_ms + 1_000);
+                env.world.clock.advance(DispatchConfig::default().lease_ms + DurationMs::from_millis(1_000));
                 let _ = env.recover(&ids).await;
                 switch.release();
                 fut.await;

@@ -392,7 +392,7 @@ impl WorkflowStore for CrashPorts {
         }
         gate.run(&self.switch, async { r }).await
     }
-    async fn scan_due_waits(&self, now: Millis, limit: usize) -> Result<Vec<DueWait>> {
+    async fn scan_due_waits(&self, now: Instant, limit: usize) -> Result<Vec<DueWait>> {
         gated!(self, "store.scan_due_waits", false, self.store.scan_due_waits(now, limit).await)
     }
     async fn scan_claimable(&self, after: Option<&str>, limit: usize) -> Result<Vec<Candidate>> {
@@ -423,13 +423,13 @@ impl SignalInbox for CrashPorts {
             self.inbox.find_pending(workflow_id, signal_type, wait_key, generation).await
         )
     }
-    async fn mark_matched(&self, signal_id: &str, now: Millis) -> Result<bool> {
+    async fn mark_matched(&self, signal_id: &str, now: Instant) -> Result<bool> {
         gated!(self, "inbox.mark_matched", true, self.inbox.mark_matched(signal_id, now).await)
     }
     async fn scan_pending(&self, after: Option<&str>, limit: usize) -> Result<Vec<SignalRecord>> {
         gated!(self, "inbox.scan_pending", false, self.inbox.scan_pending(after, limit).await)
     }
-    async fn purge_older_than(&self, before: Millis, limit: usize) -> Result<u64> {
+    async fn purge_older_than(&self, before: Instant, limit: usize) -> Result<u64> {
         gated!(self, "inbox.purge", true, self.inbox.purge_older_than(before, limit).await)
     }
 }
@@ -437,13 +437,13 @@ impl SignalInbox for CrashPorts {
 #[async_trait::async_trait]
 #[deny(clippy::missing_trait_methods)]
 impl ReadyQueue for CrashPorts {
-    async fn enqueue(&self, workflow_id: &str, priority: Priority, claimable_at: Millis) -> Result<()> {
+    async fn enqueue(&self, workflow_id: &str, priority: Priority, claimable_at: Instant) -> Result<()> {
         gated!(self, "queue.enqueue", true, self.queue.enqueue(workflow_id, priority, claimable_at).await)
     }
-    async fn pop_due(&self, now: Millis) -> Result<Option<String>> {
+    async fn pop_due(&self, now: Instant) -> Result<Option<String>> {
         gated!(self, "queue.pop", true, self.queue.pop_due(now).await)
     }
-    async fn stats(&self, now: Millis) -> Result<[LaneStats; 4]> {
+    async fn stats(&self, now: Instant) -> Result<[LaneStats; 4]> {
         gated!(self, "queue.stats", false, self.queue.stats(now).await)
     }
 }
@@ -493,13 +493,19 @@ impl DispatchOutbox for CrashPorts {
     async fn confirm_dispatched(&self, object_id: &str, f: &str) -> Result<bool> {
         gated!(self, "outbox.confirm_dispatched", true, self.outbox().confirm_dispatched(object_id, f).await)
     }
-    async fn defer_pending(&self, object_id: &str, f: &str, at: Millis) -> Result<bool> {
+    async fn defer_pending(&self, object_id: &str, f: &str, at: Instant) -> Result<bool> {
         gated!(self, "outbox.defer_pending", true, self.outbox().defer_pending(object_id, f, at).await)
     }
-    async fn try_lease(&self, object_id: &str, now: Millis, d: &str, until: Millis) -> Result<Option<DispatchRecord>> {
+    async fn try_lease(
+        &self,
+        object_id: &str,
+        now: Instant,
+        d: &str,
+        until: Instant,
+    ) -> Result<Option<DispatchRecord>> {
         gated!(self, "outbox.try_lease", true, self.outbox().try_lease(object_id, now, d, until).await)
     }
-    async fn renew_lease(&self, object_id: &str, f: &str, d: &str, until: Millis) -> Result<bool> {
+    async fn renew_lease(&self, object_id: &str, f: &str, d: &str, until: Instant) -> Result<bool> {
         let gate = self.switch.enter("outbox.renew_lease", true).await;
         if let Gate::FailBefore(_) = gate {
             return gate.run(&self.switch, async { Ok(false) }).await;
@@ -523,7 +529,7 @@ impl DispatchOutbox for CrashPorts {
         }
         gate.run(&self.switch, async { r }).await
     }
-    async fn revert_leased(&self, object_id: &str, f: &str, d: &str, at: Millis) -> Result<bool> {
+    async fn revert_leased(&self, object_id: &str, f: &str, d: &str, at: Instant) -> Result<bool> {
         let gate = self.switch.enter("outbox.revert_leased", true).await;
         if let Gate::FailBefore(_) = gate {
             return gate.run(&self.switch, async { Ok(false) }).await;
@@ -535,7 +541,7 @@ impl DispatchOutbox for CrashPorts {
         }
         gate.run(&self.switch, async { r }).await
     }
-    async fn scan_due(&self, now: Millis, after: Option<&str>, limit: usize) -> Result<Vec<(String, Millis)>> {
+    async fn scan_due(&self, now: Instant, after: Option<&str>, limit: usize) -> Result<Vec<(String, Instant)>> {
         gated!(self, "outbox.scan_due", false, self.outbox().scan_due(now, after, limit).await)
     }
     async fn retry_failed(
@@ -561,7 +567,7 @@ impl DispatchOutbox for CrashPorts {
     ) -> Result<bool> {
         gated!(self, "outbox.fenced_update", true, self.outbox().fenced_update(object_id, f, fields, status).await)
     }
-    async fn try_lock(&self, name: &str, holder: &str, now: Millis, until: Millis) -> Result<bool> {
+    async fn try_lock(&self, name: &str, holder: &str, now: Instant, until: Instant) -> Result<bool> {
         gated!(self, "outbox.try_lock", true, self.outbox().try_lock(name, holder, now, until).await)
     }
 }
@@ -569,10 +575,10 @@ impl DispatchOutbox for CrashPorts {
 #[async_trait::async_trait]
 #[deny(clippy::missing_trait_methods)]
 impl DispatchCandidates for CrashPorts {
-    async fn add(&self, object_id: &str, due: Millis) -> Result<()> {
+    async fn add(&self, object_id: &str, due: Instant) -> Result<()> {
         gated!(self, "candidates.add", true, self.cands().add(object_id, due).await)
     }
-    async fn pop_due(&self, now: Millis, max: usize) -> Result<Vec<String>> {
+    async fn pop_due(&self, now: Instant, max: usize) -> Result<Vec<String>> {
         gated!(self, "candidates.pop", true, self.cands().pop_due(now, max).await)
     }
 }
@@ -902,7 +908,7 @@ impl WorkflowStore for AuditStore {
         }
         r
     }
-    async fn scan_due_waits(&self, now: Millis, limit: usize) -> Result<Vec<DueWait>> {
+    async fn scan_due_waits(&self, now: Instant, limit: usize) -> Result<Vec<DueWait>> {
         self.read();
         self.inner.scan_due_waits(now, limit).await
     }
@@ -977,7 +983,7 @@ impl WorkflowStore for TakeoverPause {
     ) -> Result<WriteOutcome> {
         self.inner.apply(workflow_id, guard, transition).await
     }
-    async fn scan_due_waits(&self, now: Millis, limit: usize) -> Result<Vec<DueWait>> {
+    async fn scan_due_waits(&self, now: Instant, limit: usize) -> Result<Vec<DueWait>> {
         self.inner.scan_due_waits(now, limit).await
     }
     async fn scan_claimable(&self, after: Option<&str>, limit: usize) -> Result<Vec<Candidate>> {

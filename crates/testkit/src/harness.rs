@@ -282,7 +282,7 @@ impl World {
     ) -> Self {
         let clock = Arc::new(ManualClock::default());
         World {
-            permits: InMemoryPermits::new(clock.clone(), limits, 30_000),
+            permits: InMemoryPermits::new(clock.clone(), limits, DurationMs::from_secs(30)),
             clock,
             audit: AuditStore::new(durable.clone()),
             durable,
@@ -309,7 +309,7 @@ impl World {
     }
 
     /// Current simulated time.
-    pub fn now(&self) -> Millis {
+    pub fn now(&self) -> Instant {
         kernel_core::ports::Clock::now(&*self.clock)
     }
 

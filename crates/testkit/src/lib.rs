@@ -33,3 +33,4 @@ pub mod dispatch;
 pub mod faults;
 pub mod harness;
 pub mod memory;
+pub mod time;

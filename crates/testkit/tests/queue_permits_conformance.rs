@@ -1,13 +1,13 @@
 //! The queue and permits conformance suites against the in-memory adapters, both directly
 //! and through `Arc<dyn …>`, so the suites themselves are checked on every run.
 
-use kernel_core::model::Millis;
+use kernel_core::model::{DurationMs, Instant};
 use kernel_core::ports::{Clock, DynPermits, DynQueue};
 use std::sync::Arc;
 use testkit::conformance::permits::{configured_defaults, PermitFixture, PermitHooks, FALLBACK_LIMITS};
 use testkit::memory::{InMemoryPermits, InMemoryQueue, ManualClock, PermitLimits};
 
-const LEASE_MS: Millis = 30_000;
+const LEASE_MS: DurationMs = DurationMs::from_millis(30_000);
 
 mod queue_direct {
     use super::*;
@@ -40,13 +40,13 @@ impl<P: ?Sized + Send + Sync> PermitHooks for MemoryPermits<P> {
     async fn flush(&self) {
         self.raw.flush();
     }
-    fn lease_ms(&self) -> Millis {
+    fn lease_ms(&self) -> DurationMs {
         self.raw.lease_ms()
     }
-    async fn now_ms(&self) -> Millis {
+    async fn now_ms(&self) -> Instant {
         self.clock.now()
     }
-    async fn pass(&self, ms: Millis) {
+    async fn pass(&self, ms: DurationMs) {
         self.clock.advance(ms);
     }
 }

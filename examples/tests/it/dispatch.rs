@@ -9,6 +9,7 @@ use std::sync::Arc;
 use testkit::dispatch::{crash_windows, DispatchEnv};
 use testkit::harness::{BoxFuture, World};
 use testkit::memory::{InMemoryCandidates, InMemoryOutbox};
+use testkit::time::TestTime;
 
 use kernel_examples::workflows::{order, ORDER as TYPE};
 
@@ -83,7 +84,7 @@ async fn confirm_rereads_on_a_miss() {
     // A recovery dispatcher holds the next one: the realtime path leaves it alone.
     d.accept(request(2, false)).await.unwrap();
     env.world.clock.advance(10_000);
-    let rec = env.outbox.try_lease("obj-2", env.world.now(), "d-1", env.world.now() + 30_000).await.unwrap();
+    let rec = env.outbox.try_lease("obj-2", env.world.now(), "d-1", env.world.now().plus(30_000)).await.unwrap();
     assert!(rec.is_some());
     assert_eq!(d.dispatch_now("obj-2").await.unwrap(), RealtimeOutcome::LeftToDispatcher);
 }
@@ -124,16 +125,16 @@ async fn an_expired_dispatcher_cannot_confirm_renew_or_revert() {
     // K-11.3
     let env = Env::new(3);
     env.dispatcher("api").accept(request(1, false)).await.unwrap();
-    let now = env.world.now() + 10_000;
-    assert!(env.outbox.try_lease("obj-1", now, "d-old", now + 30_000).await.unwrap().is_some());
-    assert!(env.outbox.try_lease("obj-1", now + 1, "d-other", now + 30_000).await.unwrap().is_none(), "held");
-    let later = now + 30_001;
+    let now = env.world.now().plus(10_000);
+    assert!(env.outbox.try_lease("obj-1", now, "d-old", now.plus(30_000)).await.unwrap().is_some());
+    assert!(env.outbox.try_lease("obj-1", now.plus(1), "d-other", now.plus(30_000)).await.unwrap().is_none(), "held");
+    let later = now.plus(30_001);
     assert!(
-        env.outbox.try_lease("obj-1", later, "d-new", later + 30_000).await.unwrap().is_some(),
+        env.outbox.try_lease("obj-1", later, "d-new", later.plus(30_000)).await.unwrap().is_some(),
         "expired ⇒ taken over"
     );
     let before = env.outbox.get("obj-1").await.unwrap();
-    assert!(!env.outbox.renew_lease("obj-1", "f1", "d-old", later + 99_000).await.unwrap());
+    assert!(!env.outbox.renew_lease("obj-1", "f1", "d-old", later.plus(99_000)).await.unwrap());
     assert!(!env.outbox.confirm_leased("obj-1", "f1", "d-old").await.unwrap());
     assert!(!env.outbox.revert_leased("obj-1", "f1", "d-old", later).await.unwrap());
     assert_eq!(env.outbox.get("obj-1").await.unwrap(), before, "no document changed");

@@ -13,6 +13,7 @@
 //! (K-6.6): it exits 0 when every running claim finished within the shutdown timeout.
 
 use kernel_core::engine::EngineConfig;
+use kernel_core::model::DurationMs;
 use kernel_core::PlanRegistry;
 use kernel_core::{ActivityContext, Definition, StepDef, StepOutcome};
 use serde_json::json;
@@ -60,8 +61,8 @@ pub fn plans() -> PlanRegistry {
 pub fn config(worker_id: &str) -> EngineConfig {
     EngineConfig {
         worker_id: worker_id.to_string(),
-        poll_interval_ms: 1_000,
-        rebuild_interval_ms: 2_000,
+        poll_interval_ms: DurationMs::from_millis(1_000),
+        rebuild_interval_ms: DurationMs::from_millis(2_000),
         ..EngineConfig::default()
     }
 }

@@ -2,6 +2,7 @@
 
 use compose::{Deployment, QueueOptions, Scheme};
 use kernel_core::engine::{Engine, EngineConfig};
+use kernel_core::model::DurationMs;
 use kernel_core::{Definition, StartRequest, StepDef, StepOutcome, WorkflowStatus};
 use serde_json::json;
 use std::sync::Arc;
@@ -19,7 +20,11 @@ async fn a_memory_deployment_runs_a_workflow_to_completion() {
         .step(StepDef::new("b", |_| async { Ok(StepOutcome::complete(json!(2))) }).depends_on(["a"]))
         .build()
         .unwrap();
-    let config = EngineConfig { worker_id: "w".into(), poll_interval_ms: 20, ..EngineConfig::default() };
+    let config = EngineConfig {
+        worker_id: "w".into(),
+        poll_interval_ms: DurationMs::from_millis(20),
+        ..EngineConfig::default()
+    };
     let engine = Engine::builder(d.ports().build().unwrap()).config(config).register(def).build().unwrap();
     let running = engine.spawn();
     let out = engine.publisher().start_or_resume(StartRequest::new("hello", "hello:1", json!({}))).await.unwrap();

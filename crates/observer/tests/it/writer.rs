@@ -1,6 +1,7 @@
 //! The sink and its writer in simulated time (ManualClock) over a fault-injecting
 //! repository (K-15, K-1.2), repair and the ops view.
 
+use kernel_core::model::DurationMs;
 use kernel_core::model::WorkflowStatus;
 use kernel_core::ports::{DynClock, Observation, ObservationSink};
 use kernel_core::transition::TransitionKind;
@@ -16,6 +17,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use testkit::harness::World;
+use testkit::time::TestTime;
 
 /// Wraps the observer as the engine sees it and proves `emit` returns at once: it counts
 /// calls entered and returned (equal after every call: nothing is left suspended), the
@@ -63,10 +65,10 @@ async fn outage_never_blocks_emit_workflows_finish_queue_is_bounded_and_kept_bat
     let config = ObserverConfig {
         queue_capacity: 40,
         batch_size_max: 16,
-        flush_interval_ms: 200,
-        retry_backoff_ms: 100,
-        retry_backoff_max_ms: 1_000,
-        drain_timeout_ms: 5_000,
+        flush_interval_ms: DurationMs::from_millis(200),
+        retry_backoff_ms: DurationMs::from_millis(100),
+        retry_backoff_max_ms: DurationMs::from_millis(1_000),
+        drain_timeout_ms: DurationMs::from_millis(5_000),
     };
     let (observer, writer) =
         Observer::start(Arc::new(faulty.clone()), world.clock.clone() as Arc<DynClock>, config).unwrap();
@@ -166,7 +168,11 @@ async fn batches_are_written_by_size_or_by_interval_on_the_clock() {
     let world = World::new(2);
     let repo = InMemoryObservationRepository::new();
     let faulty = FaultyRepository::new(Arc::new(repo.clone()));
-    let config = ObserverConfig { batch_size_max: 10, flush_interval_ms: 1_000, ..ObserverConfig::default() };
+    let config = ObserverConfig {
+        batch_size_max: 10,
+        flush_interval_ms: DurationMs::from_millis(1_000),
+        ..ObserverConfig::default()
+    };
     let (observer, writer) =
         Observer::start(Arc::new(faulty.clone()), world.clock.clone() as Arc<DynClock>, config).unwrap();
     for i in 0..3u64 {
@@ -193,7 +199,11 @@ async fn batches_are_written_by_size_or_by_interval_on_the_clock() {
 async fn close_abandons_only_after_the_drain_timeout_while_down() {
     let world = World::new(3);
     let faulty = FaultyRepository::new(Arc::new(InMemoryObservationRepository::new()));
-    let config = ObserverConfig { drain_timeout_ms: 2_000, retry_backoff_ms: 100, ..ObserverConfig::default() };
+    let config = ObserverConfig {
+        drain_timeout_ms: DurationMs::from_millis(2_000),
+        retry_backoff_ms: DurationMs::from_millis(100),
+        ..ObserverConfig::default()
+    };
     let (observer, writer) =
         Observer::start(Arc::new(faulty.clone()), world.clock.clone() as Arc<DynClock>, config).unwrap();
     faulty.set_down(true);
@@ -251,7 +261,7 @@ async fn repair_rebuilds_finished_snapshots_and_ops_view_never_needs_the_store()
     assert_eq!(view.by_type("summary", None).await.unwrap().len(), 1);
     assert_eq!(view.by_step("publish").await.unwrap().len(), 2);
     let now = world.now();
-    assert_eq!(view.in_window(now + 1, now + 2).await.unwrap().len(), 0);
+    assert_eq!(view.in_window(now.plus(1), now.plus(2)).await.unwrap().len(), 0);
     assert_eq!(view.snapshots(&SnapshotQuery { limit: 1, ..Default::default() }).await.unwrap().len(), 1);
     let lanes = view.lane_stats().await.unwrap();
     assert_eq!(lanes[2].depth, 1, "the pending instance waits in P2");

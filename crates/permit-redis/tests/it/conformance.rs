@@ -1,7 +1,7 @@
 //! The shared permits conformance suite on Redis, timed by Redis `TIME`.
 
 use crate::{permits_fixture, PermitsFixture};
-use kernel_core::model::Millis;
+use kernel_core::model::{DurationMs, Instant};
 use kernel_core::ports::DynPermits;
 use permit_redis::{PermitLimits as RedisLimits, RedisPermitsConfig};
 use testkit::conformance::permits::{configured_defaults, PermitFixture, PermitHooks, FALLBACK_LIMITS};
@@ -9,7 +9,7 @@ use testkit::memory::PermitLimits;
 
 /// Short enough to keep the lease cases quick, long enough that scheduling noise on a
 /// busy machine rarely disturbs a case (disturbed cases are retried anyway).
-const LEASE_MS: Millis = 1_000;
+const LEASE_MS: DurationMs = DurationMs::from_millis(1_000);
 
 fn convert(l: PermitLimits) -> RedisLimits {
     RedisLimits { max_concurrency: l.max_concurrency, max_starts_per_second: l.max_starts_per_second }
@@ -31,14 +31,14 @@ impl PermitHooks for PermitsFixture {
             redis::cmd("DEL").arg(keys).query_async::<i64>(&mut conn).await.expect("DEL");
         }
     }
-    fn lease_ms(&self) -> Millis {
+    fn lease_ms(&self) -> DurationMs {
         self.permits.config().lease_ms
     }
-    async fn now_ms(&self) -> Millis {
-        self.permits.redis_time_us().await.expect("TIME") / 1_000
+    async fn now_ms(&self) -> Instant {
+        Instant::from_millis(self.permits.redis_time_us().await.expect("TIME") / 1_000)
     }
-    async fn pass(&self, ms: Millis) {
-        tokio::time::sleep(std::time::Duration::from_millis(ms as u64)).await;
+    async fn pass(&self, ms: DurationMs) {
+        tokio::time::sleep(ms.to_std()).await;
     }
 }
 

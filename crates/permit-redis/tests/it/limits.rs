@@ -5,7 +5,7 @@
 use crate::{limits, permits_fixture};
 use futures::future::join_all;
 use kernel_core::ports::{PermitDecision, PermitOwner, Permits};
-use kernel_core::Error;
+use kernel_core::{DurationMs, Error};
 use permit_redis::{RedisPermits, RedisPermitsConfig};
 use queue_redis::test_support::DedicatedRedis;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -116,7 +116,7 @@ async fn two_starts_per_second_judged_on_redis_time() {
                     }
                     // Eager on purpose (at most 20 ms) so the limit is tested, not the hint.
                     PermitDecision::Denied { retry_after_ms } => {
-                        tokio::time::sleep(Duration::from_millis(retry_after_ms.clamp(1, 20) as u64)).await
+                        tokio::time::sleep(Duration::from_millis(retry_after_ms.as_millis().clamp(1, 20) as u64)).await
                     }
                 }
             }
@@ -137,7 +137,7 @@ async fn two_starts_per_second_judged_on_redis_time() {
 /// not before.
 #[tokio::test]
 async fn holder_that_stops_renewing_loses_slot_after_lease() {
-    const LEASE_MS: i64 = 300;
+    const LEASE_MS: DurationMs = DurationMs::from_millis(300);
     let Some(f) = permits_fixture("holder_that_stops_renewing_loses_slot_after_lease", LEASE_MS, config()).await else {
         return;
     };
@@ -156,17 +156,17 @@ async fn holder_that_stops_renewing_loses_slot_after_lease() {
             PermitDecision::Granted { .. } => break b.redis_time_us,
             PermitDecision::Denied { retry_after_ms } => {
                 assert!(
-                    b.redis_time_us < renewal.redis_time_us + LEASE_MS * 1_000 + 1_000,
+                    b.redis_time_us < renewal.redis_time_us + LEASE_MS.as_millis() * 1_000 + 1_000,
                     "holder outlived its lease"
                 );
-                assert!((1..=LEASE_MS).contains(&retry_after_ms));
+                assert!((1..=LEASE_MS.as_millis()).contains(&retry_after_ms.as_millis()));
                 denied_while_leased += 1;
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
     };
     assert!(
-        got >= renewal.redis_time_us + LEASE_MS * 1_000 - 1_000,
+        got >= renewal.redis_time_us + LEASE_MS.as_millis() * 1_000 - 1_000,
         "slot freed {} µs after renewal",
         got - renewal.redis_time_us
     );

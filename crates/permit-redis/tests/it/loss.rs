@@ -8,7 +8,7 @@
 use crate::limits;
 use futures::future::join_all;
 use kernel_core::engine::{EngineConfig, RoundOutcome};
-use kernel_core::model::{Millis, Priority, WorkflowStatus};
+use kernel_core::model::{DurationMs, Priority, WorkflowStatus};
 use kernel_core::ports::{Clock, PermitOwner, ReadyQueue, WorkflowStore};
 use kernel_core::{ActivityContext, ActivityError, Definition, Engine, Ports, StartRequest, StepDef, StepOutcome};
 use permit_redis::{RedisPermits, RedisPermitsConfig};
@@ -18,12 +18,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use testkit::harness::World;
+use testkit::time::TestTime;
 use tokio::sync::{mpsc, Notify};
 
 const WORKFLOWS: usize = 200;
 const RESOURCE: &str = "llm";
-const REBUILD_MS: Millis = 100;
-const PERMIT_RENEW_MS: Millis = 1_000;
+const REBUILD_MS: DurationMs = DurationMs::from_millis(100);
+const PERMIT_RENEW_MS: DurationMs = DurationMs::from_millis(1_000);
 const HOLD_ID: &str = "wf-hold";
 /// Completions after which the flushes happen.
 const FLUSH_AT: [usize; 2] = [60, 130];
@@ -71,9 +72,9 @@ fn definition(probe: Arc<Probe>) -> Definition {
 #[derive(Debug, Default)]
 struct RunReport {
     wall_ms: u128,
-    sim_ms: Millis,
+    sim_ms: DurationMs,
     /// Per flush: (simulated ms, wall ms) from the flush to the first claim won afterwards.
-    recovery: Vec<(Millis, u128)>,
+    recovery: Vec<(DurationMs, u128)>,
     /// Per flush: candidates the first rebuild scan re-enqueued.
     rebuilt: Vec<usize>,
 }
@@ -139,9 +140,9 @@ async fn run(url: &str, prefix: &str, flush: bool) -> RunReport {
 
     let finished = |probe: &Probe| probe.executions.lock().unwrap().iter().filter(|((_, s), _)| s == "finish").count();
     let mut report = RunReport::default();
-    let mut next_maintain = clock.now() + REBUILD_MS;
+    let mut next_maintain = clock.now().plus(REBUILD_MS);
     let mut phase = 0; // flushes (or their baseline stand-ins) done
-    let mut pending: Option<(Millis, Instant)> = None; // a flush awaiting its first claim
+    let mut pending: Option<(kernel_core::Instant, Instant)> = None; // a flush awaiting its first claim
     let mut rebuild_pending = false;
     let mut holder = Some(holder);
     for iteration in 0.. {
@@ -200,7 +201,7 @@ async fn run(url: &str, prefix: &str, flush: bool) -> RunReport {
                 assert_eq!(depth as usize, m.enqueued, "lanes re-populated by the rebuild scan");
                 report.rebuilt.push(m.enqueued);
             }
-            next_maintain = clock.now() + REBUILD_MS;
+            next_maintain = clock.now().plus(REBUILD_MS);
         }
     }
     report.wall_ms = started_wall.elapsed().as_millis();
@@ -246,6 +247,6 @@ async fn two_flushes_cost_latency_only() {
     );
     // Recovery waits for the rebuild scan: at least one idle step, at most a few intervals.
     for (sim, _) in &flushed.recovery {
-        assert!((1..=3 * REBUILD_MS).contains(sim), "recovery took {sim} ms simulated");
+        assert!((1..=3 * REBUILD_MS.as_millis()).contains(&sim.as_millis()), "recovery took {sim} ms simulated");
     }
 }

@@ -8,7 +8,7 @@ mod limits;
 mod loss;
 mod url;
 
-use kernel_core::model::Millis;
+use kernel_core::model::DurationMs;
 use permit_redis::{PermitLimits, RedisPermits, RedisPermitsConfig};
 use queue_redis::connect;
 use queue_redis::test_support::{require_redis, TestKeys};
@@ -32,7 +32,12 @@ impl PermitsFixture {
 
 /// Fresh permits with `lease_ms` and the given configuration (prefix replaced), or `None`
 /// when Redis is unavailable outside CI.
-pub async fn permits_fixture(test: &str, lease_ms: Millis, config: RedisPermitsConfig) -> Option<PermitsFixture> {
+pub async fn permits_fixture(
+    test: &str,
+    lease_ms: impl Into<DurationMs>,
+    config: RedisPermitsConfig,
+) -> Option<PermitsFixture> {
+    let lease_ms = lease_ms.into();
     let url = require_redis(test)?;
     let keys = TestKeys::new(&url, test);
     let config = RedisPermitsConfig { prefix: keys.prefix.clone(), lease_ms, ..config };

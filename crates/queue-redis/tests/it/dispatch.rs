@@ -1,13 +1,14 @@
 //! The recovery dispatcher's candidate ZSET (K-11.3).
 
 use futures::future::join_all;
-use kernel_core::model::Millis;
+use kernel_core::model::Instant;
 use kernel_core::Error;
 use queue_redis::test_support::{require_redis, TestKeys};
 use queue_redis::{connect, RedisDispatchCandidates, DISPATCH_BATCH_MAX};
 use std::collections::BTreeSet;
+use testkit::time::TestTime;
 
-const T0: Millis = 1_700_000_000_000;
+const T0: Instant = Instant::from_millis(1_700_000_000_000);
 
 async fn fixture(test: &str) -> Option<(RedisDispatchCandidates, TestKeys)> {
     let url = require_redis(test)?;
@@ -20,16 +21,16 @@ async fn fixture(test: &str) -> Option<(RedisDispatchCandidates, TestKeys)> {
 async fn pop_due_removes_a_bounded_batch_earliest_first() {
     let Some((d, _keys)) = fixture("pop_due_removes_a_bounded_batch_earliest_first").await else { return };
     for i in (0..10).rev() {
-        d.add(&format!("obj-{i}"), T0 + i).await.unwrap();
+        d.add(&format!("obj-{i}"), T0.plus(i)).await.unwrap();
     }
-    assert_eq!(d.pop_due(T0 + 4, 3).await.unwrap(), ["obj-0", "obj-1", "obj-2"]);
-    assert_eq!(d.pop_due(T0 + 4, 10).await.unwrap(), ["obj-3", "obj-4"], "only due ones");
-    assert!(d.pop_due(T0 + 4, 10).await.unwrap().is_empty(), "popped = removed");
+    assert_eq!(d.pop_due(T0.plus(4), 3).await.unwrap(), ["obj-0", "obj-1", "obj-2"]);
+    assert_eq!(d.pop_due(T0.plus(4), 10).await.unwrap(), ["obj-3", "obj-4"], "only due ones");
+    assert!(d.pop_due(T0.plus(4), 10).await.unwrap().is_empty(), "popped = removed");
     assert_eq!(d.len().await.unwrap(), 5);
     // Re-adding moves the due time (the dispatcher's later attempt).
-    d.add("obj-5", T0 + 100).await.unwrap();
-    assert_eq!(d.pop_due(T0 + 9, 10).await.unwrap(), ["obj-6", "obj-7", "obj-8", "obj-9"]);
-    assert_eq!(d.pop_due(T0 + 100, 10).await.unwrap(), ["obj-5"]);
+    d.add("obj-5", T0.plus(100)).await.unwrap();
+    assert_eq!(d.pop_due(T0.plus(9), 10).await.unwrap(), ["obj-6", "obj-7", "obj-8", "obj-9"]);
+    assert_eq!(d.pop_due(T0.plus(100), 10).await.unwrap(), ["obj-5"]);
     assert!(d.is_empty().await.unwrap());
 }
 

@@ -3,15 +3,16 @@
 
 use crate::queue_fixture;
 use futures::future::join_all;
-use kernel_core::model::{Millis, Priority};
+use kernel_core::model::{Instant, Priority};
 use kernel_core::ports::ReadyQueue;
 use kernel_core::Error;
 use queue_redis::test_support::DedicatedRedis;
 use queue_redis::{connect, LaneWeights, RedisReadyQueue};
 use rand::{Rng, SeedableRng};
 use std::sync::Arc;
+use testkit::time::TestTime;
 
-const T0: Millis = 1_700_000_000_000;
+const T0: Instant = Instant::from_millis(1_700_000_000_000);
 const WORKERS: usize = 4;
 
 fn lane_of_member(m: &str) -> usize {
@@ -108,7 +109,7 @@ async fn p0_empty_keeps_6_4_2_across_connections() {
     let Some(f) = queue_fixture("p0_empty_keeps_6_4_2_across_connections").await else { return };
     prefill(&f, [0, 600, 400, 200]).await;
     // P0 is present but holds nothing due.
-    f.enqueue("p0-late", Priority::P0, T0 + 60_000).await.unwrap();
+    f.enqueue("p0-late", Priority::P0, T0.plus(60_000)).await.unwrap();
     let ws = workers(&f).await;
     for r in 0..80 {
         // 12 pops = one round without P0, by 4 connections × 3.
@@ -124,12 +125,12 @@ async fn burst_window_is_shared_by_all_workers() {
     let ws = workers(&f).await;
     // Only delayed members: an empty pop from worker 0 arms the window.
     for i in 0..20 {
-        f.enqueue(&format!("p0-{i:05}"), Priority::P0, T0 + 1_000).await.unwrap();
-        f.enqueue(&format!("p1-{i:05}"), Priority::P1, T0 + 1_000).await.unwrap();
-        f.enqueue(&format!("p2-{i:05}"), Priority::P2, T0 + 1_000).await.unwrap();
+        f.enqueue(&format!("p0-{i:05}"), Priority::P0, T0.plus(1_000)).await.unwrap();
+        f.enqueue(&format!("p1-{i:05}"), Priority::P1, T0.plus(1_000)).await.unwrap();
+        f.enqueue(&format!("p2-{i:05}"), Priority::P2, T0.plus(1_000)).await.unwrap();
     }
     assert_eq!(ws[0].pop_due(T0).await.unwrap(), None);
-    let t1 = T0 + 1_000;
+    let t1 = T0.plus(1_000);
     let mut lanes = Vec::new();
     for i in 0..24 {
         let m = ws[(i + 1) % WORKERS].pop_due(t1).await.unwrap().expect("due");
@@ -177,7 +178,7 @@ async fn promote_only_under_eight_concurrent_enqueuers() {
         .map(|(q, plan)| {
             tokio::spawn(async move {
                 for (id, lane) in plan {
-                    q.enqueue(&format!("m-{id:04}"), Priority::ALL[lane], T0 + lane as Millis * 1_000)
+                    q.enqueue(&format!("m-{id:04}"), Priority::ALL[lane], T0.plus(lane as i64 * 1_000))
                         .await
                         .expect("enqueue");
                 }
@@ -196,12 +197,12 @@ async fn promote_only_under_eight_concurrent_enqueuers() {
             depth_want[*l] += 1;
             assert_eq!(
                 f.score_of(&member).await.unwrap(),
-                Some(T0 + *l as Millis * 1_000),
+                Some(T0.plus(*l as i64 * 1_000)),
                 "{member}: score of its lane"
             );
         }
     }
-    let depths = f.stats(T0 + 10_000).await.unwrap().map(|s| s.depth);
+    let depths = f.stats(T0.plus(10_000)).await.unwrap().map(|s| s.depth);
     assert_eq!(depths, depth_want, "never in two lanes");
 }
 
@@ -215,7 +216,7 @@ async fn keys_stay_under_the_prefix() {
         }
     }
     let _ = f.pop_due(T0).await.unwrap();
-    let _ = f.pop_due(T0 - 10).await.unwrap();
+    let _ = f.pop_due(T0.minus(10)).await.unwrap();
     let mut keys = f.keys.keys();
     keys.sort();
     let p = &f.keys.prefix;
@@ -253,13 +254,13 @@ async fn custom_weights_and_burst() {
     let q = RedisReadyQueue::new(conn, &f.keys.prefix, LaneWeights { weights: [3, 1, 1, 1], burst: 2 }).unwrap();
     for lane in 0..4 {
         for i in 0..10 {
-            q.enqueue(&format!("p{lane}-{i:05}"), Priority::ALL[lane], T0 + 100).await.unwrap();
+            q.enqueue(&format!("p{lane}-{i:05}"), Priority::ALL[lane], T0.plus(100)).await.unwrap();
         }
     }
     assert_eq!(q.pop_due(T0).await.unwrap(), None, "arms a burst of 2");
     let mut lanes = Vec::new();
     for _ in 0..8 {
-        lanes.push(lane_of_member(&q.pop_due(T0 + 100).await.unwrap().unwrap()));
+        lanes.push(lane_of_member(&q.pop_due(T0.plus(100)).await.unwrap().unwrap()));
     }
     // Burst 2 from P0, then the rotation resumes on P1: 1, 1, 1, then P0×3.
     assert_eq!(lanes, [0, 0, 1, 2, 3, 0, 0, 0]);

@@ -2,6 +2,7 @@
 //! whose keys are deleted afterwards.
 
 use futures::FutureExt;
+use kernel_core::model::DurationMs;
 use kernel_core::ports::{DynClock, Frame, StreamKey, StreamSink};
 use kernel_core::Error;
 use queue_redis::test_support::{require_redis, TestKeys};
@@ -244,7 +245,7 @@ async fn terminal_shortens_only_the_frames_ttl() {
 async fn text_is_batched_by_size_and_linger_and_flushed_before_control_and_terminal() {
     let Some(fx) = fixture("text_batching", |c| {
         c.text_batch_bytes = 1_024;
-        c.text_linger_ms = 100;
+        c.text_linger_ms = DurationMs::from_millis(100);
     })
     .await
     else {

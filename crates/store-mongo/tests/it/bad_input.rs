@@ -49,11 +49,14 @@ async fn bad_input_is_typed_and_writes_nothing() {
     };
     let running = Guard::Running { token: "a".into() };
     let writes: Vec<(&str, Transition)> = vec![
-        ("wait key with NUL", Transition::suspend(1, wait, None, 0, T0)),
-        ("oversize output", Transition::complete_step(1, "compose", big.clone(), 0, T0, false)),
-        ("oversize checkpoint", Transition::yield_step(1, Some(big), 0, T0)),
-        ("output name with $", Transition::complete_step(1, "$set", json!(1), 0, T0, false)),
-        ("output name with .", Transition::complete_step(1, "a.b", json!(1), 0, T0, false)),
+        ("wait key with NUL", Transition::suspend(1, wait, None, DurationMs::from_millis(0), T0)),
+        (
+            "oversize output",
+            Transition::complete_step(1, "compose", big.clone(), DurationMs::from_millis(0), T0, false),
+        ),
+        ("oversize checkpoint", Transition::yield_step(1, Some(big), DurationMs::from_millis(0), T0)),
+        ("output name with $", Transition::complete_step(1, "$set", json!(1), DurationMs::from_millis(0), T0, false)),
+        ("output name with .", Transition::complete_step(1, "a.b", json!(1), DurationMs::from_millis(0), T0, false)),
     ];
     for (what, t) in writes {
         assert_invalid(store.apply("wf-1", &running, &t).await, what);

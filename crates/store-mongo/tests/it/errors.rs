@@ -1,5 +1,6 @@
 //! Driver failures map to the kernel's error semantics (no server needed).
 
+use kernel_core::model::Instant;
 use kernel_core::ports::WorkflowStore;
 use kernel_core::transition::{Guard, Transition};
 use kernel_core::Error;
@@ -18,7 +19,7 @@ async fn unreachable_server_is_unavailable() {
     let store = MongoWorkflowStore::without_indexes(&db, MongoConfig::default());
     let read = store.get("wf-1").await;
     assert!(matches!(read, Err(Error::Unavailable(_))), "read: {read:?}");
-    let write = store.apply("wf-1", &Guard::Active, &Transition::supersede(0)).await;
+    let write = store.apply("wf-1", &Guard::Active, &Transition::supersede(Instant::from_millis(0))).await;
     assert!(matches!(write, Err(Error::Unavailable(_))), "write: {write:?}");
     assert!(write.unwrap_err().is_retryable());
 }

@@ -7,11 +7,12 @@ use kernel_core::transition::{Guard, Transition};
 use mongodb::bson::{doc, Bson, DateTime, Document};
 use serde_json::json;
 use store_mongo::protocol::{guard_filter, transition_update, Limits, Update};
+use testkit::time::TestTime;
 
-const NOW: Millis = 1_700_000_000_000;
+const NOW: Instant = Instant::from_millis(1_700_000_000_000);
 
-fn d(ms: Millis) -> Bson {
-    Bson::DateTime(DateTime::from_millis(ms))
+fn d(t: Instant) -> Bson {
+    Bson::DateTime(DateTime::from_millis(t.as_millis()))
 }
 
 fn update(t: &Transition) -> Update {
@@ -81,7 +82,14 @@ fn user_values_stay_values() {
     let f = guard_filter(Some(evil), &Guard::Token { token: evil.into() }).unwrap();
     assert_eq!(f, doc! { "workflow_id": evil, "claim_token": evil });
     assert!(matches!(f.get("workflow_id"), Some(Bson::String(_))));
-    let u = update(&Transition::complete_step(0, "fetch", json!({"$ne": null, "$numberLong": "5"}), 0, NOW, false));
+    let u = update(&Transition::complete_step(
+        0,
+        "fetch",
+        json!({"$ne": null, "$numberLong": "5"}),
+        DurationMs::from_millis(0),
+        NOW,
+        false,
+    ));
     let set = u.update.get_document("$set").unwrap();
     assert_eq!(set.get("output.fetch"), Some(&Bson::Document(doc! { "$ne": Bson::Null, "$numberLong": "5" })));
 }
@@ -98,13 +106,13 @@ fn step_writes_require_the_step_to_exist() {
 #[test]
 fn claim_and_heartbeat_do_not_bump_revision() {
     check(
-        Transition::claim("tok", NOW, 30_000),
-        doc! { "$set": { "claimable_time": d(NOW + 30_000), "claim_token": "tok", "updated_at": d(NOW) } },
+        Transition::claim("tok", NOW, DurationMs::from_millis(30_000)).unwrap(),
+        doc! { "$set": { "claimable_time": d(NOW.plus(30_000)), "claim_token": "tok", "updated_at": d(NOW) } },
         None,
     );
     check(
-        Transition::heartbeat(NOW, 30_000),
-        doc! { "$set": { "claimable_time": d(NOW + 30_000), "updated_at": d(NOW) } },
+        Transition::heartbeat(NOW, DurationMs::from_millis(30_000)).unwrap(),
+        doc! { "$set": { "claimable_time": d(NOW.plus(30_000)), "updated_at": d(NOW) } },
         None,
     );
 }
@@ -120,7 +128,7 @@ fn step_transitions() {
         Some(2),
     );
     check(
-        Transition::complete_step(1, "compose", json!({"s": "ok", "n": 2}), 250, NOW, true),
+        Transition::complete_step(1, "compose", json!({"s": "ok", "n": 2}), DurationMs::from_millis(250), NOW, true),
         doc! {
             "$set": { "steps.1.status": "completed", "steps.1.finished_at": d(NOW), "output.compose": { "n": 2i64, "s": "ok" }, "updated_at": d(NOW) },
             "$unset": { "resume": "" },
@@ -134,15 +142,15 @@ fn step_transitions() {
         wait_key: Some("doc:42".into()),
         generation: 3,
         step_index: 1,
-        poll_time: Some(NOW + 60_000),
+        poll_time: Some(NOW.plus(60_000)),
     };
     check(
-        Transition::suspend(1, wait, Some(json!({"c": 1})), 40, NOW),
+        Transition::suspend(1, wait, Some(json!({"c": 1})), DurationMs::from_millis(40), NOW),
         doc! {
             "$set": {
                 "steps.1.status": "waiting", "steps.1.checkpoint": { "c": 1i64 }, "status": "waiting",
-                "claimable_time": d(NOW + 60_000),
-                "wait": { "kind": "signal", "generation": 3i64, "step_index": 1i32, "signal_type": "approved", "wait_key": "doc:42", "poll_time": d(NOW + 60_000) },
+                "claimable_time": d(NOW.plus(60_000)),
+                "wait": { "kind": "signal", "generation": 3i64, "step_index": 1i32, "signal_type": "approved", "wait_key": "doc:42", "poll_time": d(NOW.plus(60_000)) },
                 "updated_at": d(NOW),
             },
             "$unset": { "claim_token": "", "resume": "" },
@@ -159,7 +167,7 @@ fn step_transitions() {
         poll_time: None,
     };
     check(
-        Transition::suspend(0, timer, None, 0, NOW),
+        Transition::suspend(0, timer, None, DurationMs::from_millis(0), NOW),
         doc! {
             "$set": { "steps.0.status": "waiting", "status": "waiting", "wait": { "kind": "timer", "generation": 0i64, "step_index": 0i32 }, "updated_at": d(NOW) },
             "$unset": { "steps.0.checkpoint": "", "claimable_time": "", "claim_token": "", "resume": "" },
@@ -168,7 +176,7 @@ fn step_transitions() {
         Some(0),
     );
     check(
-        Transition::yield_step(1, None, 0, NOW),
+        Transition::yield_step(1, None, DurationMs::from_millis(0), NOW),
         doc! {
             "$set": { "steps.1.status": "pending", "claimable_time": d(NOW), "updated_at": d(NOW) },
             "$unset": { "steps.1.checkpoint": "", "claim_token": "", "resume": "" },
@@ -177,7 +185,7 @@ fn step_transitions() {
         Some(1),
     );
     check(
-        Transition::park_sibling(2, Some(json!([1])), 5, NOW),
+        Transition::park_sibling(2, Some(json!([1])), DurationMs::from_millis(5), NOW),
         doc! {
             "$set": { "steps.2.status": "pending", "steps.2.checkpoint": [1i64], "updated_at": d(NOW) },
             "$inc": { "steps.2.attempt": -1i32, "steps.2.elapsed_ms": 5i64, "revision": 1i64 },
@@ -185,25 +193,26 @@ fn step_transitions() {
         Some(2),
     );
     check(
-        Transition::step_retry(1, err(ErrorClass::Transient), 33, NOW).release_until(NOW + 2_000),
+        Transition::step_retry(1, err(ErrorClass::Transient), DurationMs::from_millis(33), NOW)
+            .release_until(NOW.plus(2_000)),
         doc! {
-            "$set": { "steps.1.status": "pending", "steps.1.error": { "class": "transient", "message": "boom" }, "claimable_time": d(NOW + 2_000), "updated_at": d(NOW) },
+            "$set": { "steps.1.status": "pending", "steps.1.error": { "class": "transient", "message": "boom" }, "claimable_time": d(NOW.plus(2_000)), "updated_at": d(NOW) },
             "$unset": { "steps.1.checkpoint": "", "claim_token": "" },
             "$inc": { "steps.1.elapsed_ms": 33i64, "revision": 1i64 },
         },
         Some(1),
     );
     check(
-        Transition::permit_deferral(1, 500, NOW).release_until(NOW + 500),
+        Transition::permit_deferral(1, DurationMs::from_millis(500), NOW).release_until(NOW.plus(500)),
         doc! {
-            "$set": { "steps.1.status": "pending", "claimable_time": d(NOW + 500), "updated_at": d(NOW) },
+            "$set": { "steps.1.status": "pending", "claimable_time": d(NOW.plus(500)), "updated_at": d(NOW) },
             "$unset": { "claim_token": "" },
             "$inc": { "steps.1.traffic_wait_ms": 500i64, "steps.1.traffic_waits": 1i32, "revision": 1i64 },
         },
         Some(1),
     );
     check(
-        Transition::skip_step(1, err(ErrorClass::Permanent), 7, NOW),
+        Transition::skip_step(1, err(ErrorClass::Permanent), DurationMs::from_millis(7), NOW),
         doc! {
             "$set": { "steps.1.status": "skipped", "steps.1.error": { "class": "permanent", "message": "boom" }, "steps.1.finished_at": d(NOW), "updated_at": d(NOW) },
             "$unset": { "steps.1.checkpoint": "" },
@@ -212,7 +221,7 @@ fn step_transitions() {
         Some(1),
     );
     check(
-        Transition::step_failed(1, err(ErrorClass::Permanent), 7, NOW),
+        Transition::step_failed(1, err(ErrorClass::Permanent), DurationMs::from_millis(7), NOW),
         doc! {
             "$set": { "status": "failing", "steps.1.status": "failed", "steps.1.error": { "class": "permanent", "message": "boom" }, "steps.1.finished_at": d(NOW), "updated_at": d(NOW) },
             "$unset": { "steps.1.checkpoint": "" },
@@ -221,7 +230,7 @@ fn step_transitions() {
         Some(1),
     );
     check(
-        Transition::activity_canceled(1, err(ErrorClass::Canceled), 3, NOW),
+        Transition::activity_canceled(1, err(ErrorClass::Canceled), DurationMs::from_millis(3), NOW),
         doc! {
             "$set": { "status": "canceled", "steps.1.status": "skipped", "steps.1.error": { "class": "canceled", "message": "boom" }, "steps.1.finished_at": d(NOW), "finished_at": d(NOW), "updated_at": d(NOW) },
             "$unset": { "claimable_time": "", "claim_token": "", "wait": "", "resume": "" },
@@ -230,7 +239,8 @@ fn step_transitions() {
         Some(1),
     );
     check(
-        Transition::complete_step(1, "compose", json!("done"), 20, NOW, false).fuse(Transition::mark_running(2, NOW)),
+        Transition::complete_step(1, "compose", json!("done"), DurationMs::from_millis(20), NOW, false)
+            .fuse(Transition::mark_running(2, NOW)),
         doc! {
             "$set": { "steps.1.status": "completed", "steps.1.finished_at": d(NOW), "steps.2.status": "running", "steps.2.started_at": d(NOW), "output.compose": "done", "updated_at": d(NOW) },
             "$inc": { "steps.1.elapsed_ms": 20i64, "steps.2.attempt": 1i32, "revision": 1i64 },
@@ -257,8 +267,8 @@ fn workflow_transitions() {
     check(Transition::completed(NOW), terminal("completed"), None);
     check(Transition::supersede(NOW), terminal("canceled"), None);
     check(
-        Transition::finalizer_release(NOW, 5_000),
-        doc! { "$set": { "claimable_time": d(NOW + 5_000), "updated_at": d(NOW) }, "$unset": { "claim_token": "" }, "$inc": { "revision": 1i64 } },
+        Transition::finalizer_release(NOW, DurationMs::from_millis(5_000)).unwrap(),
+        doc! { "$set": { "claimable_time": d(NOW.plus(5_000)), "updated_at": d(NOW) }, "$unset": { "claim_token": "" }, "$inc": { "revision": 1i64 } },
         None,
     );
     check(
@@ -267,9 +277,9 @@ fn workflow_transitions() {
         None,
     );
     check(
-        Transition::fingerprint_push_back("fp-1", "fp-2", NOW, 3_600_000),
+        Transition::fingerprint_push_back("fp-1", "fp-2", NOW, DurationMs::from_millis(3_600_000)).unwrap(),
         doc! {
-            "$set": { "claimable_time": d(NOW + 3_600_000), "fingerprint_mismatch": { "persisted": "fp-1", "worker": "fp-2" }, "updated_at": d(NOW) },
+            "$set": { "claimable_time": d(NOW.plus(3_600_000)), "fingerprint_mismatch": { "persisted": "fp-1", "worker": "fp-2" }, "updated_at": d(NOW) },
             "$unset": { "claim_token": "" },
             "$inc": { "revision": 1i64 },
         },

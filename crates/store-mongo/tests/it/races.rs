@@ -1,11 +1,13 @@
 //! Issue acceptance 2: races decided by the server, not by the client.
 
 use crate::support::StoreDb;
+use kernel_core::model::DurationMs;
 use kernel_core::ports::{ClaimSpec, WorkflowStore, WriteOutcome};
 use kernel_core::transition::{Guard, Transition};
 use testkit::conformance::store::{self as cases, instance, seed, LEASE_MS, T0, TYPE};
+use testkit::time::TestTime;
 
-fn spec(token: String, now: i64) -> ClaimSpec {
+fn spec(token: String, now: kernel_core::model::Instant) -> ClaimSpec {
     ClaimSpec { now, lease_ms: LEASE_MS, token, types: vec![TYPE.to_string()] }
 }
 
@@ -40,10 +42,11 @@ async fn stale_claim_token_after_reclaim_is_missed() {
     let Some(StoreDb(db, store)) = StoreDb::new().await else { return };
     cases::stale_token_after_reclaim_is_missed(&store).await;
     // A burst of stale writes racing one write of the current holder.
-    let now = T0 + LEASE_MS + 2;
+    let now = T0.plus(LEASE_MS).plus(2);
     let stale = Guard::Running { token: "old".into() };
     let current = Guard::Running { token: "new".into() };
-    let t = Transition::complete_step(0, "fetch", serde_json::json!({"rows": 1}), 5, now, false);
+    let t =
+        Transition::complete_step(0, "fetch", serde_json::json!({"rows": 1}), DurationMs::from_millis(5), now, false);
     let (stale_outcomes, current_outcome) = futures::join!(
         futures::future::join_all((0..10).map(|_| store.apply("wf-1", &stale, &t))),
         store.apply("wf-1", &current, &t),

@@ -7,7 +7,8 @@
 //! record in full.
 
 use crate::memory::InMemoryInbox;
-use kernel_core::model::Millis;
+use crate::time::TestTime;
+use kernel_core::model::Instant;
 use kernel_core::ports::*;
 use kernel_core::Error;
 use std::sync::Arc;
@@ -37,10 +38,10 @@ impl InboxFixture for Arc<DynInbox> {
     }
 }
 
-const T0: Millis = super::store::T0;
+const T0: Instant = super::store::T0;
 
 /// A pending record for `wf-1`, type `approved`, key `doc:42`, generation 1.
-pub fn record(signal_id: &str, created_at: Millis) -> SignalRecord {
+pub fn record(signal_id: &str, created_at: Instant) -> SignalRecord {
     SignalRecord {
         signal_id: signal_id.to_string(),
         workflow_id: "wf-1".to_string(),
@@ -68,7 +69,7 @@ pub async fn insert_and_get(inbox: &DynInbox) {
 /// A duplicate `signal_id` is ignored and returns the stored record (K-9.3).
 pub async fn duplicate_insert_returns_stored(inbox: &DynInbox) {
     let r = insert_new(inbox, record("sig-1", T0)).await;
-    let mut again = record("sig-1", T0 + 5);
+    let mut again = record("sig-1", T0.plus(5));
     again.generation = 9;
     assert_eq!(inbox.insert(again).await.unwrap(), InsertOutcome::Duplicate(r.clone()));
     assert_eq!(inbox.get("sig-1").await.unwrap(), Some(r));
@@ -76,7 +77,7 @@ pub async fn duplicate_insert_returns_stored(inbox: &DynInbox) {
 
 /// Concurrent inserts of one `signal_id`: exactly one `Inserted`.
 pub async fn concurrent_duplicate_inserts_one_winner(inbox: &DynInbox) {
-    let results = futures::future::join_all((0..6).map(|k| inbox.insert(record("sig-1", T0 + k)))).await;
+    let results = futures::future::join_all((0..6).map(|k| inbox.insert(record("sig-1", T0.plus(k))))).await;
     let inserted = results.iter().filter(|r| matches!(r, Ok(InsertOutcome::Inserted))).count();
     assert_eq!(inserted, 1);
     let stored = inbox.get("sig-1").await.unwrap().expect("stored");
@@ -91,8 +92,8 @@ pub async fn concurrent_duplicate_inserts_one_winner(inbox: &DynInbox) {
 pub async fn find_pending_matches_exact_identity(inbox: &DynInbox) {
     assert_eq!(inbox.find_pending("wf-1", "approved", "doc:42", 1).await.unwrap(), None, "empty");
     let older = insert_new(inbox, record("sig-b", T0)).await;
-    insert_new(inbox, record("sig-a", T0 + 10)).await;
-    let mut other_wf = record("sig-c", T0 - 10);
+    insert_new(inbox, record("sig-a", T0.plus(10))).await;
+    let mut other_wf = record("sig-c", T0.minus(10));
     other_wf.workflow_id = "wf-2".into();
     insert_new(inbox, other_wf).await;
     assert_eq!(inbox.find_pending("wf-1", "approved", "doc:42", 1).await.unwrap(), Some(older));
@@ -106,10 +107,10 @@ pub async fn find_pending_matches_exact_identity(inbox: &DynInbox) {
 /// are never found as pending again.
 pub async fn mark_matched_once(inbox: &DynInbox) {
     let r = insert_new(inbox, record("sig-1", T0)).await;
-    assert!(inbox.mark_matched("sig-1", T0 + 7).await.unwrap(), "hit");
-    let expected = SignalRecord { status: SignalStatus::Matched, match_time: Some(T0 + 7), ..r };
+    assert!(inbox.mark_matched("sig-1", T0.plus(7)).await.unwrap(), "hit");
+    let expected = SignalRecord { status: SignalStatus::Matched, match_time: Some(T0.plus(7)), ..r };
     assert_eq!(inbox.get("sig-1").await.unwrap(), Some(expected.clone()));
-    assert!(!inbox.mark_matched("sig-1", T0 + 8).await.unwrap(), "miss: already matched");
+    assert!(!inbox.mark_matched("sig-1", T0.plus(8)).await.unwrap(), "miss: already matched");
     assert_eq!(inbox.get("sig-1").await.unwrap(), Some(expected), "match_time kept");
     assert_eq!(inbox.find_pending("wf-1", "approved", "doc:42", 1).await.unwrap(), None);
     assert!(!inbox.mark_matched("sig-unknown", T0).await.unwrap(), "miss: unknown id");
@@ -195,13 +196,13 @@ pub async fn k2_0_bad_signal_type_or_workflow_id_is_refused(inbox: &DynInbox) {
 
 /// Retention deletes records older than the cutoff, pending or matched, at most `limit`.
 pub async fn purge_deletes_old_records_bounded(inbox: &DynInbox) {
-    for (id, at) in [("s-1", T0), ("s-2", T0 + 1), ("s-3", T0 + 2), ("s-4", T0 + 10)] {
+    for (id, at) in [("s-1", T0), ("s-2", T0.plus(1)), ("s-3", T0.plus(2)), ("s-4", T0.plus(10))] {
         insert_new(inbox, record(id, at)).await;
     }
-    assert!(inbox.mark_matched("s-2", T0 + 5).await.unwrap());
-    assert_eq!(inbox.purge_older_than(T0 + 3, 2).await.unwrap(), 2, "bounded by the limit");
-    assert_eq!(inbox.purge_older_than(T0 + 3, 10).await.unwrap(), 1);
-    assert_eq!(inbox.purge_older_than(T0 + 3, 10).await.unwrap(), 0);
+    assert!(inbox.mark_matched("s-2", T0.plus(5)).await.unwrap());
+    assert_eq!(inbox.purge_older_than(T0.plus(3), 2).await.unwrap(), 2, "bounded by the limit");
+    assert_eq!(inbox.purge_older_than(T0.plus(3), 10).await.unwrap(), 1);
+    assert_eq!(inbox.purge_older_than(T0.plus(3), 10).await.unwrap(), 0);
     for id in ["s-1", "s-2", "s-3"] {
         assert!(inbox.get(id).await.unwrap().is_none(), "{id} purged");
     }

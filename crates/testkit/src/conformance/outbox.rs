@@ -2,7 +2,8 @@
 //! one miss for every conditional write.
 
 use crate::memory::{InMemoryCandidates, InMemoryOutbox};
-use kernel_core::model::{Millis, Priority};
+use crate::time::TestTime;
+use kernel_core::model::{Instant, Priority};
 use kernel_core::ports::*;
 use serde_json::json;
 use std::sync::Arc;
@@ -57,10 +58,10 @@ impl CandidatesFixture for Arc<DynCandidates> {
     }
 }
 
-const T0: Millis = 1_700_000_000_000;
+const T0: Instant = Instant::from_millis(1_700_000_000_000);
 
 /// A pending intent of round `f` due at `due`.
-pub fn intent(f: &str, due: Millis) -> DispatchIntent {
+pub fn intent(f: &str, due: Instant) -> DispatchIntent {
     DispatchIntent::pending(
         "order",
         "order:obj-1",
@@ -107,47 +108,47 @@ pub async fn confirm_dispatched_guard(o: &DynOutbox) {
 /// Defer hits `(f, pending)` only and moves the attempt time.
 pub async fn defer_pending_guard(o: &DynOutbox) {
     accepted(o).await;
-    assert!(!o.defer_pending("obj-1", "f0", T0 + 5).await.unwrap());
-    assert!(o.defer_pending("obj-1", "f1", T0 + 5).await.unwrap());
-    assert_eq!(dispatch(&o.get("obj-1").await.unwrap()).next_attempt_time, T0 + 5);
+    assert!(!o.defer_pending("obj-1", "f0", T0.plus(5)).await.unwrap());
+    assert!(o.defer_pending("obj-1", "f1", T0.plus(5)).await.unwrap());
+    assert_eq!(dispatch(&o.get("obj-1").await.unwrap()).next_attempt_time, T0.plus(5));
 }
 
 /// K-11.3: the lease is taken on due pending or expired processing intents only.
 pub async fn try_lease_guard(o: &DynOutbox) {
     accepted(o).await;
-    assert!(o.try_lease("obj-1", T0 - 1, "d1", T0 + 100).await.unwrap().is_none(), "not due yet");
-    let rec = o.try_lease("obj-1", T0, "d1", T0 + 100).await.unwrap();
+    assert!(o.try_lease("obj-1", T0.minus(1), "d1", T0.plus(100)).await.unwrap().is_none(), "not due yet");
+    let rec = o.try_lease("obj-1", T0, "d1", T0.plus(100)).await.unwrap();
     let d = dispatch(&rec);
     assert_eq!(
         (d.status, d.lease_token.as_deref(), d.lease_until),
-        (DispatchStatus::Processing, Some("d1"), Some(T0 + 100))
+        (DispatchStatus::Processing, Some("d1"), Some(T0.plus(100)))
     );
-    assert!(o.try_lease("obj-1", T0 + 100, "d2", T0 + 200).await.unwrap().is_none(), "held until expiry");
-    let rec = o.try_lease("obj-1", T0 + 101, "d2", T0 + 300).await.unwrap();
+    assert!(o.try_lease("obj-1", T0.plus(100), "d2", T0.plus(200)).await.unwrap().is_none(), "held until expiry");
+    let rec = o.try_lease("obj-1", T0.plus(101), "d2", T0.plus(300)).await.unwrap();
     assert_eq!(dispatch(&rec).lease_token.as_deref(), Some("d2"), "expired lease taken over");
-    assert!(o.try_lease("obj-missing", T0, "d3", T0 + 1).await.unwrap().is_none());
+    assert!(o.try_lease("obj-missing", T0, "d3", T0.plus(1)).await.unwrap().is_none());
 }
 
 /// Renew, confirm and revert hit `(f, processing, d)` only; a late holder changes nothing.
 pub async fn lease_holder_writes_guard(o: &DynOutbox) {
     accepted(o).await;
-    o.try_lease("obj-1", T0, "d1", T0 + 100).await.unwrap().expect("leased");
-    o.try_lease("obj-1", T0 + 101, "d2", T0 + 300).await.unwrap().expect("taken over");
+    o.try_lease("obj-1", T0, "d1", T0.plus(100)).await.unwrap().expect("leased");
+    o.try_lease("obj-1", T0.plus(101), "d2", T0.plus(300)).await.unwrap().expect("taken over");
     let before = o.get("obj-1").await.unwrap();
-    assert!(!o.renew_lease("obj-1", "f1", "d1", T0 + 999).await.unwrap());
+    assert!(!o.renew_lease("obj-1", "f1", "d1", T0.plus(999)).await.unwrap());
     assert!(!o.confirm_leased("obj-1", "f1", "d1").await.unwrap());
-    assert!(!o.revert_leased("obj-1", "f1", "d1", T0 + 999).await.unwrap());
-    assert!(!o.renew_lease("obj-1", "f0", "d2", T0 + 999).await.unwrap(), "wrong round");
+    assert!(!o.revert_leased("obj-1", "f1", "d1", T0.plus(999)).await.unwrap());
+    assert!(!o.renew_lease("obj-1", "f0", "d2", T0.plus(999)).await.unwrap(), "wrong round");
     assert_eq!(o.get("obj-1").await.unwrap(), before, "nothing changed");
-    assert!(o.renew_lease("obj-1", "f1", "d2", T0 + 400).await.unwrap());
-    assert_eq!(dispatch(&o.get("obj-1").await.unwrap()).lease_until, Some(T0 + 400));
-    assert!(o.revert_leased("obj-1", "f1", "d2", T0 + 500).await.unwrap());
+    assert!(o.renew_lease("obj-1", "f1", "d2", T0.plus(400)).await.unwrap());
+    assert_eq!(dispatch(&o.get("obj-1").await.unwrap()).lease_until, Some(T0.plus(400)));
+    assert!(o.revert_leased("obj-1", "f1", "d2", T0.plus(500)).await.unwrap());
     let d = dispatch(&o.get("obj-1").await.unwrap());
     assert_eq!(
         (d.status, d.lease_token, d.lease_until, d.next_attempt_time),
-        (DispatchStatus::Pending, None, None, T0 + 500)
+        (DispatchStatus::Pending, None, None, T0.plus(500))
     );
-    o.try_lease("obj-1", T0 + 500, "d3", T0 + 600).await.unwrap().expect("leased again");
+    o.try_lease("obj-1", T0.plus(500), "d3", T0.plus(600)).await.unwrap().expect("leased again");
     assert!(o.confirm_leased("obj-1", "f1", "d3").await.unwrap());
     let d = dispatch(&o.get("obj-1").await.unwrap());
     assert_eq!((d.status, d.lease_token, d.lease_until), (DispatchStatus::Dispatched, None, None));
@@ -156,24 +157,25 @@ pub async fn lease_holder_writes_guard(o: &DynOutbox) {
 /// The scan lists due pending and expired processing intents, paged by id.
 pub async fn scan_due_pages(o: &DynOutbox) {
     for i in 0..5 {
-        let mut it = intent("f1", T0 + i);
+        let mut it = intent("f1", T0.plus(i));
         it.biz_key = format!("order:obj-{i}");
         o.accept(&format!("obj-{i}"), json!({}), "initial", it).await.unwrap();
     }
     o.confirm_dispatched("obj-0", "f1").await.unwrap();
-    o.try_lease("obj-1", T0 + 1, "d", T0 + 2).await.unwrap().expect("leased");
-    let due: Vec<String> = o.scan_due(T0 + 2, None, 10).await.unwrap().into_iter().map(|(id, _)| id).collect();
+    o.try_lease("obj-1", T0.plus(1), "d", T0.plus(2)).await.unwrap().expect("leased");
+    let due: Vec<String> = o.scan_due(T0.plus(2), None, 10).await.unwrap().into_iter().map(|(id, _)| id).collect();
     assert_eq!(due, vec!["obj-2"], "obj-1's lease has not expired, obj-3/4 not due");
-    let due: Vec<String> = o.scan_due(T0 + 10, None, 2).await.unwrap().into_iter().map(|(id, _)| id).collect();
+    let due: Vec<String> = o.scan_due(T0.plus(10), None, 2).await.unwrap().into_iter().map(|(id, _)| id).collect();
     assert_eq!(due, vec!["obj-1", "obj-2"]);
-    let due: Vec<String> = o.scan_due(T0 + 10, Some("obj-2"), 2).await.unwrap().into_iter().map(|(id, _)| id).collect();
+    let due: Vec<String> =
+        o.scan_due(T0.plus(10), Some("obj-2"), 2).await.unwrap().into_iter().map(|(id, _)| id).collect();
     assert_eq!(due, vec!["obj-3", "obj-4"]);
 }
 
 /// K-11.4: a new round is installed only over `failed + prev`, wholesale.
 pub async fn retry_failed_guard(o: &DynOutbox) {
     accepted(o).await;
-    let next = intent("f2", T0 + 7);
+    let next = intent("f2", T0.plus(7));
     assert!(!o.retry_failed("obj-1", "f1", next.clone(), "initial").await.unwrap(), "not failed");
     assert!(o.fenced_update("obj-1", "f1", json!({ "previous_error": "declined" }), Some("failed")).await.unwrap());
     assert!(!o.retry_failed("obj-1", "f0", next.clone(), "initial").await.unwrap(), "wrong previous round");
@@ -221,12 +223,12 @@ pub async fn operator_shaped_values_are_data(o: &DynOutbox) {
 
 /// The scan mutex: free, held, re-entrant for its holder, taken after expiry.
 pub async fn scan_lock(o: &DynOutbox) {
-    assert!(o.try_lock("scan", "a", T0, T0 + 10).await.unwrap());
-    assert!(!o.try_lock("scan", "b", T0 + 5, T0 + 15).await.unwrap());
-    assert!(o.try_lock("scan", "a", T0 + 5, T0 + 20).await.unwrap(), "the holder renews");
-    assert!(!o.try_lock("scan", "b", T0 + 19, T0 + 30).await.unwrap());
-    assert!(o.try_lock("scan", "b", T0 + 20, T0 + 30).await.unwrap(), "expired");
-    assert!(o.try_lock("other", "a", T0, T0 + 1).await.unwrap(), "independent names");
+    assert!(o.try_lock("scan", "a", T0, T0.plus(10)).await.unwrap());
+    assert!(!o.try_lock("scan", "b", T0.plus(5), T0.plus(15)).await.unwrap());
+    assert!(o.try_lock("scan", "a", T0.plus(5), T0.plus(20)).await.unwrap(), "the holder renews");
+    assert!(!o.try_lock("scan", "b", T0.plus(19), T0.plus(30)).await.unwrap());
+    assert!(o.try_lock("scan", "b", T0.plus(20), T0.plus(30)).await.unwrap(), "expired");
+    assert!(o.try_lock("other", "a", T0, T0.plus(1)).await.unwrap(), "independent names");
 }
 
 // --- the shared K-2.0 rule: one case per refused input ----------------------------------
@@ -289,14 +291,14 @@ pub async fn k2_0_bad_field_key_is_refused(o: &DynOutbox) {
 
 /// Candidates: due ones pop once, earliest first, bounded.
 pub async fn candidates_pop_once(c: &DynCandidates) {
-    for (id, due) in [("c", T0 + 3), ("a", T0 + 1), ("b", T0 + 2), ("later", T0 + 100)] {
+    for (id, due) in [("c", T0.plus(3)), ("a", T0.plus(1)), ("b", T0.plus(2)), ("later", T0.plus(100))] {
         c.add(id, due).await.unwrap();
     }
     c.add("a", T0).await.unwrap(); // moved, not duplicated
-    assert_eq!(c.pop_due(T0 + 3, 2).await.unwrap(), vec!["a", "b"]);
-    assert_eq!(c.pop_due(T0 + 3, 10).await.unwrap(), vec!["c"]);
-    assert!(c.pop_due(T0 + 3, 10).await.unwrap().is_empty());
-    assert_eq!(c.pop_due(T0 + 100, 10).await.unwrap(), vec!["later"]);
+    assert_eq!(c.pop_due(T0.plus(3), 2).await.unwrap(), vec!["a", "b"]);
+    assert_eq!(c.pop_due(T0.plus(3), 10).await.unwrap(), vec!["c"]);
+    assert!(c.pop_due(T0.plus(3), 10).await.unwrap().is_empty());
+    assert_eq!(c.pop_due(T0.plus(100), 10).await.unwrap(), vec!["later"]);
 }
 
 /// One named test per outbox case.

@@ -12,7 +12,7 @@
 
 use crate::memory::{InMemoryPermits, PermitLimits};
 use futures::future::join_all;
-use kernel_core::model::Millis;
+use kernel_core::model::{DurationMs, Instant};
 use kernel_core::ports::{DynPermits, PermitDecision, PermitOwner};
 use kernel_core::Error;
 use std::collections::HashMap;
@@ -20,7 +20,7 @@ use std::collections::HashMap;
 /// Tries per case before a disturbed run counts as a failure.
 pub const ATTEMPTS: usize = 3;
 /// Shortest lease an adapter under test may grant (ms).
-pub const LEASE_MS_MIN: Millis = 200;
+pub const LEASE_MS_MIN: DurationMs = DurationMs::from_millis(200);
 /// Prefix of the resources named in [`configured_defaults`]: `configured-0` … (one per
 /// attempt).
 pub const CONFIGURED: &str = "configured";
@@ -44,11 +44,11 @@ pub trait PermitHooks: Send + Sync {
     /// Lose every holder and live limit (a flushed backend).
     async fn flush(&self);
     /// Lease the adapter grants (ms).
-    fn lease_ms(&self) -> Millis;
+    fn lease_ms(&self) -> DurationMs;
     /// Now on the permit clock (ms).
-    async fn now_ms(&self) -> Millis;
+    async fn now_ms(&self) -> Instant;
     /// Let at least `ms` of permit-clock time pass.
-    async fn pass(&self, ms: Millis);
+    async fn pass(&self, ms: DurationMs);
 }
 
 /// An adapter under test with its hooks.
@@ -68,13 +68,13 @@ type Attempt = Result<(), Disturbed>;
 /// Time bound of one assertion window on the permit clock.
 struct Window<'a> {
     h: &'a dyn PermitHooks,
-    t0: Millis,
-    bound_ms: Millis,
+    t0: Instant,
+    bound_ms: DurationMs,
 }
 
 impl<'a> Window<'a> {
-    async fn open(h: &'a dyn PermitHooks, bound_ms: Millis) -> Window<'a> {
-        Window { h, t0: h.now_ms().await, bound_ms }
+    async fn open(h: &'a dyn PermitHooks, bound_ms: impl Into<DurationMs>) -> Window<'a> {
+        Window { h, t0: h.now_ms().await, bound_ms: bound_ms.into() }
     }
     /// `cond` must hold unless more than the bound elapsed since the window opened.
     async fn ensure(&self, cond: bool, what: impl std::fmt::Display) -> Attempt {
@@ -130,7 +130,10 @@ pub async fn grants_up_to_max_concurrency_then_denies(p: &DynPermits, h: &dyn Pe
         w.ensure(granted(p, &r, &owner(2)).await, "second holder").await?;
         match acquire(p, &r, &owner(3)).await {
             PermitDecision::Denied { retry_after_ms } => {
-                assert!((1..=h.lease_ms()).contains(&retry_after_ms), "retry_after_ms {retry_after_ms}")
+                assert!(
+                    (1..=h.lease_ms().as_millis()).contains(&retry_after_ms.as_millis()),
+                    "retry_after_ms {retry_after_ms}"
+                )
             }
             PermitDecision::Granted { .. } => w.ensure(false, "third holder denied").await?,
         }
@@ -264,14 +267,14 @@ pub async fn starts_per_second_limits_new_acquires(p: &DynPermits, h: &dyn Permi
         w.ensure(granted(p, &r, &owner(2)).await, "start 2").await?;
         match acquire(p, &r, &owner(3)).await {
             PermitDecision::Denied { retry_after_ms } => {
-                assert!((1..=1_000).contains(&retry_after_ms), "retry_after_ms {retry_after_ms}")
+                assert!((1..=1_000).contains(&retry_after_ms.as_millis()), "retry_after_ms {retry_after_ms}")
             }
             PermitDecision::Granted { .. } => w.ensure(false, "third start in the same second").await?,
         }
         release(p, &r, &owner(1)).await;
         release(p, &r, &owner(2)).await;
         w.ensure(!granted(p, &r, &owner(4)).await, "releases do not undo starts").await?;
-        h.pass(1_001).await;
+        h.pass(DurationMs::from_millis(1_001)).await;
         assert!(granted(p, &r, &owner(4)).await, "window moved on");
         Ok(())
     })
@@ -357,7 +360,7 @@ pub async fn expired_lease_frees_slot(p: &DynPermits, h: &dyn PermitHooks) {
         let r = format!("expire-{a}");
         h.set_limits(&r, PermitLimits { max_concurrency: 1, max_starts_per_second: 0 }).await;
         assert!(granted(p, &r, &owner(1)).await, "first");
-        h.pass(h.lease_ms() + 1).await;
+        h.pass(h.lease_ms() + DurationMs::from_millis(1)).await;
         let w = Window::open(h, h.lease_ms() / 2).await;
         assert!(granted(p, &r, &owner(2)).await, "expired holder purged");
         w.ensure(!granted(p, &r, &owner(1)).await, "the expired owner lost its slot").await
@@ -371,10 +374,10 @@ pub async fn renewal_extends_lease(p: &DynPermits, h: &dyn PermitHooks) {
         let r = format!("extend-{a}");
         let lease = h.lease_ms();
         h.set_limits(&r, PermitLimits { max_concurrency: 1, max_starts_per_second: 0 }).await;
-        let before_grant = Window::open(h, lease - 1).await;
+        let before_grant = Window::open(h, lease - DurationMs::from_millis(1)).await;
         before_grant.ensure(granted(p, &r, &owner(1)).await, "first").await?;
         h.pass(lease / 2).await;
-        let before_renewal = Window::open(h, lease - 1).await;
+        let before_renewal = Window::open(h, lease - DurationMs::from_millis(1)).await;
         before_grant.ensure(granted(p, &r, &owner(1)).await, "renewal within the lease").await?;
         h.pass(lease - lease / 2).await;
         // Now at or past the first lease's end, still inside the renewed one.

@@ -13,13 +13,15 @@
 //!
 //! [`LaneWeights`]: crate::memory::LaneWeights
 
+use crate::time::TestTime;
 use futures::future::join_all;
-use kernel_core::model::{Millis, Priority};
+use kernel_core::model::DurationMs;
+use kernel_core::model::{Instant, Priority};
 use kernel_core::ports::{DynQueue, LaneStats};
 use kernel_core::Error;
 
 /// Base time of every case (ms).
-pub const T0: Millis = 1_700_000_000_000;
+pub const T0: Instant = Instant::from_millis(1_700_000_000_000);
 
 fn member(lane: usize, n: usize) -> String {
     format!("p{lane}-{n:04}")
@@ -33,14 +35,14 @@ fn lane_of_member(m: &str) -> usize {
         .unwrap_or_else(|| panic!("unexpected member {m:?}"))
 }
 
-async fn fill(q: &DynQueue, lane: usize, count: usize, score: Millis) {
+async fn fill(q: &DynQueue, lane: usize, count: usize, score: Instant) {
     for n in 0..count {
         q.enqueue(&member(lane, n), Priority::ALL[lane], score).await.expect("enqueue");
     }
 }
 
 /// Pop up to `n` members at `now`; the lane of each, in order (stops at the first `None`).
-async fn pop_lanes(q: &DynQueue, now: Millis, n: usize) -> Vec<usize> {
+async fn pop_lanes(q: &DynQueue, now: Instant, n: usize) -> Vec<usize> {
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
         match q.pop_due(now).await.expect("pop") {
@@ -55,7 +57,7 @@ fn blocks(spec: &[(usize, usize)]) -> Vec<usize> {
     spec.iter().flat_map(|(lane, n)| std::iter::repeat_n(*lane, *n)).collect()
 }
 
-async fn depths(q: &DynQueue, now: Millis) -> [u64; 4] {
+async fn depths(q: &DynQueue, now: Instant) -> [u64; 4] {
     q.stats(now).await.expect("stats").map(|s| s.depth)
 }
 
@@ -67,20 +69,20 @@ pub async fn pop_on_empty_queue_is_none(q: &DynQueue) {
 
 /// Only members with `score <= now` are popped; a popped member is gone.
 pub async fn pop_only_when_due(q: &DynQueue) {
-    q.enqueue("wf-a", Priority::P1, T0 + 100).await.unwrap();
+    q.enqueue("wf-a", Priority::P1, T0.plus(100)).await.unwrap();
     assert_eq!(q.pop_due(T0).await.unwrap(), None, "not due yet");
-    assert_eq!(q.pop_due(T0 + 99).await.unwrap(), None, "not due yet");
-    assert_eq!(q.pop_due(T0 + 100).await.unwrap().as_deref(), Some("wf-a"), "due at its score");
-    assert_eq!(q.pop_due(T0 + 100).await.unwrap(), None, "popped = removed");
+    assert_eq!(q.pop_due(T0.plus(99)).await.unwrap(), None, "not due yet");
+    assert_eq!(q.pop_due(T0.plus(100)).await.unwrap().as_deref(), Some("wf-a"), "due at its score");
+    assert_eq!(q.pop_due(T0.plus(100)).await.unwrap(), None, "popped = removed");
 }
 
 /// Within a lane, members leave by score, ties by member bytes.
 pub async fn lane_order_is_score_then_member(q: &DynQueue) {
-    q.enqueue("b", Priority::P2, T0 + 2).await.unwrap();
-    q.enqueue("c", Priority::P2, T0 + 1).await.unwrap();
-    q.enqueue("a", Priority::P2, T0 + 1).await.unwrap();
+    q.enqueue("b", Priority::P2, T0.plus(2)).await.unwrap();
+    q.enqueue("c", Priority::P2, T0.plus(1)).await.unwrap();
+    q.enqueue("a", Priority::P2, T0.plus(1)).await.unwrap();
     let mut got = Vec::new();
-    while let Some(m) = q.pop_due(T0 + 10).await.unwrap() {
+    while let Some(m) = q.pop_due(T0.plus(10)).await.unwrap() {
         got.push(m);
     }
     assert_eq!(got, ["a", "c", "b"]);
@@ -89,10 +91,10 @@ pub async fn lane_order_is_score_then_member(q: &DynQueue) {
 /// A less urgent request leaves a member in its more urgent lane, score untouched.
 pub async fn promote_only_keeps_more_urgent_lane(q: &DynQueue) {
     q.enqueue("x", Priority::P1, T0).await.unwrap();
-    q.enqueue("x", Priority::P3, T0 - 50).await.unwrap();
-    q.enqueue("x", Priority::P2, T0 - 60).await.unwrap();
+    q.enqueue("x", Priority::P3, T0.minus(50)).await.unwrap();
+    q.enqueue("x", Priority::P2, T0.minus(60)).await.unwrap();
     assert_eq!(depths(q, T0).await, [0, 1, 0, 0]);
-    assert_eq!(q.pop_due(T0 - 1).await.unwrap(), None, "score untouched by the ignored request");
+    assert_eq!(q.pop_due(T0.minus(1)).await.unwrap(), None, "score untouched by the ignored request");
     assert_eq!(q.pop_due(T0).await.unwrap().as_deref(), Some("x"));
     assert_eq!(depths(q, T0).await, [0, 0, 0, 0]);
 }
@@ -100,22 +102,22 @@ pub async fn promote_only_keeps_more_urgent_lane(q: &DynQueue) {
 /// A more urgent request removes the member from the other lane and sets its new score.
 pub async fn promotion_moves_member_and_score(q: &DynQueue) {
     q.enqueue("x", Priority::P3, T0).await.unwrap();
-    q.enqueue("x", Priority::P0, T0 + 5).await.unwrap();
+    q.enqueue("x", Priority::P0, T0.plus(5)).await.unwrap();
     assert_eq!(depths(q, T0).await, [1, 0, 0, 0], "never in two lanes");
     assert_eq!(q.pop_due(T0).await.unwrap(), None);
-    assert_eq!(q.pop_due(T0 + 5).await.unwrap().as_deref(), Some("x"));
-    assert_eq!(q.pop_due(T0 + 5).await.unwrap(), None, "no copy left in P3");
+    assert_eq!(q.pop_due(T0.plus(5)).await.unwrap().as_deref(), Some("x"));
+    assert_eq!(q.pop_due(T0.plus(5)).await.unwrap(), None, "no copy left in P3");
 }
 
 /// Re-enqueue in the member's own lane overwrites its score, later or earlier.
 pub async fn reenqueue_in_own_lane_overwrites_score(q: &DynQueue) {
     q.enqueue("x", Priority::P2, T0).await.unwrap();
-    q.enqueue("x", Priority::P2, T0 + 500).await.unwrap();
+    q.enqueue("x", Priority::P2, T0.plus(500)).await.unwrap();
     assert_eq!(depths(q, T0).await, [0, 0, 1, 0]);
     assert_eq!(q.pop_due(T0).await.unwrap(), None, "later score replaced the earlier one");
-    q.enqueue("x", Priority::P2, T0 + 200).await.unwrap();
-    assert_eq!(q.pop_due(T0 + 199).await.unwrap(), None);
-    assert_eq!(q.pop_due(T0 + 200).await.unwrap().as_deref(), Some("x"));
+    q.enqueue("x", Priority::P2, T0.plus(200)).await.unwrap();
+    assert_eq!(q.pop_due(T0.plus(199)).await.unwrap(), None);
+    assert_eq!(q.pop_due(T0.plus(200)).await.unwrap().as_deref(), Some("x"));
 }
 
 /// With all lanes full, each round is P0×8 → P1×6 → P2×4 → P3×2.
@@ -135,7 +137,7 @@ pub async fn empty_lane_is_skipped(q: &DynQueue) {
         fill(q, lane, 30, T0).await;
     }
     // P0 holds only a delayed member: present but not due.
-    q.enqueue("p0-late", Priority::P0, T0 + 1_000).await.unwrap();
+    q.enqueue("p0-late", Priority::P0, T0.plus(1_000)).await.unwrap();
     let round = blocks(&[(1, 6), (2, 4), (3, 2)]);
     for r in 0..3 {
         assert_eq!(pop_lanes(q, T0, 12).await, round, "round {r}");
@@ -159,20 +161,20 @@ pub async fn partial_block_is_forfeited(q: &DynQueue) {
 /// A pop that finds nothing due arms the burst window: the next 8 pops serve P0 first,
 /// then the rotation resumes on the lane after the one the empty pop started on (P1).
 pub async fn burst_window_after_idle_pop(q: &DynQueue) {
-    fill(q, 0, 12, T0 + 1_000).await;
-    fill(q, 1, 12, T0 + 1_000).await;
+    fill(q, 0, 12, T0.plus(1_000)).await;
+    fill(q, 1, 12, T0.plus(1_000)).await;
     assert_eq!(q.pop_due(T0).await.unwrap(), None, "only delayed members: arms the burst window");
-    let t1 = T0 + 1_000;
+    let t1 = T0.plus(1_000);
     assert_eq!(pop_lanes(q, t1, 30).await, blocks(&[(0, 8), (1, 6), (0, 4), (1, 6)]));
 }
 
 /// The burst window ends the first time P0 has nothing due, even with pops left in it;
 /// P0 members arriving later wait for P0's turn in the rotation.
 pub async fn burst_window_ends_early_when_p0_runs_dry(q: &DynQueue) {
-    fill(q, 0, 2, T0 + 10).await;
-    fill(q, 1, 20, T0 + 10).await;
+    fill(q, 0, 2, T0.plus(10)).await;
+    fill(q, 1, 20, T0.plus(10)).await;
     assert_eq!(q.pop_due(T0).await.unwrap(), None, "arms the burst window");
-    let t1 = T0 + 10;
+    let t1 = T0.plus(10);
     assert_eq!(pop_lanes(q, t1, 3).await, [0, 0, 1], "two burst pops from P0, then P0 ran dry");
     for n in 100..105 {
         q.enqueue(&member(0, n), Priority::P0, t1).await.unwrap();
@@ -194,31 +196,31 @@ pub async fn emptying_pop_does_not_arm_burst(q: &DynQueue) {
 /// Delayed members do not count as due: an empty pop arms the window although every lane
 /// holds members, and the burst serves P0's due members only.
 pub async fn delayed_members_do_not_block_burst(q: &DynQueue) {
-    fill(q, 0, 3, T0 + 50).await;
+    fill(q, 0, 3, T0.plus(50)).await;
     for n in 100..103 {
-        q.enqueue(&member(0, n), Priority::P0, T0 + 5_000).await.unwrap();
+        q.enqueue(&member(0, n), Priority::P0, T0.plus(5_000)).await.unwrap();
     }
     for lane in 1..4 {
-        fill(q, lane, 10, T0 + 50).await;
+        fill(q, lane, 10, T0.plus(50)).await;
     }
     assert_eq!(q.pop_due(T0).await.unwrap(), None);
-    assert_eq!(pop_lanes(q, T0 + 50, 10).await, blocks(&[(0, 3), (1, 6), (2, 1)]));
+    assert_eq!(pop_lanes(q, T0.plus(50), 10).await, blocks(&[(0, 3), (1, 6), (2, 1)]));
 }
 
 /// Depth, ready, delayed and oldest wait per lane.
 pub async fn stats_report_depth_ready_delayed_oldest_wait(q: &DynQueue) {
-    q.enqueue("a", Priority::P0, T0 - 300).await.unwrap();
-    q.enqueue("b", Priority::P0, T0 - 100).await.unwrap();
-    q.enqueue("c", Priority::P0, T0 + 100).await.unwrap();
-    q.enqueue("d", Priority::P2, T0 + 1).await.unwrap();
+    q.enqueue("a", Priority::P0, T0.minus(300)).await.unwrap();
+    q.enqueue("b", Priority::P0, T0.minus(100)).await.unwrap();
+    q.enqueue("c", Priority::P0, T0.plus(100)).await.unwrap();
+    q.enqueue("d", Priority::P2, T0.plus(1)).await.unwrap();
     q.enqueue("e", Priority::P3, T0).await.unwrap();
     let s = q.stats(T0).await.unwrap();
-    assert_eq!(s[0], LaneStats { depth: 3, ready: 2, delayed: 1, oldest_wait_ms: 300 });
+    assert_eq!(s[0], LaneStats { depth: 3, ready: 2, delayed: 1, oldest_wait_ms: DurationMs::from_millis(300) });
     assert_eq!(s[1], LaneStats::default());
-    assert_eq!(s[2], LaneStats { depth: 1, ready: 0, delayed: 1, oldest_wait_ms: 0 });
-    assert_eq!(s[3], LaneStats { depth: 1, ready: 1, delayed: 0, oldest_wait_ms: 0 });
-    let later = q.stats(T0 + 1_000).await.unwrap();
-    assert_eq!(later[0], LaneStats { depth: 3, ready: 3, delayed: 0, oldest_wait_ms: 1_300 });
+    assert_eq!(s[2], LaneStats { depth: 1, ready: 0, delayed: 1, oldest_wait_ms: DurationMs::from_millis(0) });
+    assert_eq!(s[3], LaneStats { depth: 1, ready: 1, delayed: 0, oldest_wait_ms: DurationMs::from_millis(0) });
+    let later = q.stats(T0.plus(1_000)).await.unwrap();
+    assert_eq!(later[0], LaneStats { depth: 3, ready: 3, delayed: 0, oldest_wait_ms: DurationMs::from_millis(1_300) });
 }
 
 /// Ids break the identifier rule ⇒ `InvalidInput`, nothing stored.

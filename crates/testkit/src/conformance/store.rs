@@ -24,6 +24,7 @@
 //! case panics.
 
 use crate::memory::InMemoryStore;
+use crate::time::TestTime;
 use kernel_core::model::*;
 use kernel_core::ports::*;
 use kernel_core::transition::{Guard, Transition};
@@ -60,9 +61,9 @@ impl StoreFixture for Arc<DynStore> {
 }
 
 /// A fixed clock reading used by every case (2023-11-14T22:13:20Z).
-pub const T0: Millis = 1_700_000_000_000;
+pub const T0: Instant = Instant::from_millis(1_700_000_000_000);
 /// Lease used by the cases.
-pub const LEASE_MS: Millis = 30_000;
+pub const LEASE_MS: DurationMs = DurationMs::from_millis(30_000);
 /// The type every fixture instance has.
 pub const TYPE: &str = "summary";
 /// Step names of every fixture instance.
@@ -87,8 +88,8 @@ pub fn instance(workflow_id: &str) -> WorkflowInstance {
         business_priority: Priority::P2,
         retry_count: 0,
         revision: 5,
-        created_at: T0 - 1_000,
-        updated_at: T0 - 1_000,
+        created_at: T0.minus(1_000),
+        updated_at: T0.minus(1_000),
         finished_at: None,
     }
 }
@@ -97,23 +98,23 @@ pub fn instance(workflow_id: &str) -> WorkflowInstance {
 pub fn claimed(workflow_id: &str, token: &str) -> WorkflowInstance {
     let mut i = instance(workflow_id);
     i.claim_token = Some(token.to_string());
-    i.claimable_time = Some(T0 + LEASE_MS);
+    i.claimable_time = Some(T0.plus(LEASE_MS));
     i.steps[0].status = StepStatus::Completed;
     i.steps[0].attempt = 1;
-    i.steps[0].elapsed_ms = 120;
-    i.steps[0].started_at = Some(T0 - 500);
-    i.steps[0].finished_at = Some(T0 - 380);
+    i.steps[0].elapsed_ms = DurationMs::from_millis(120);
+    i.steps[0].started_at = Some(T0.minus(500));
+    i.steps[0].finished_at = Some(T0.minus(380));
     i.output.insert(STEPS[0].to_string(), json!({"rows": 3}));
     i.steps[1].status = StepStatus::Running;
     i.steps[1].attempt = 1;
-    i.steps[1].started_at = Some(T0 - 100);
+    i.steps[1].started_at = Some(T0.minus(100));
     i.steps[1].checkpoint = Some(json!({"cursor": 7}));
     i
 }
 
 /// Waiting on step 1: a timer due at `due`, or a signal wait (`signal = Some(generation)`)
 /// with an optional poll time.
-pub fn waiting(workflow_id: &str, signal: Option<u64>, poll_time: Option<Millis>) -> WorkflowInstance {
+pub fn waiting(workflow_id: &str, signal: Option<u64>, poll_time: Option<Instant>) -> WorkflowInstance {
     let mut i = claimed(workflow_id, "tok-old");
     i.status = WorkflowStatus::Waiting;
     i.claim_token = None;
@@ -169,7 +170,7 @@ fn failing(token: &str) -> Guard {
     Guard::Failing { token: token.to_string() }
 }
 
-fn spec(token: &str, now: Millis) -> ClaimSpec {
+fn spec(token: &str, now: Instant) -> ClaimSpec {
     ClaimSpec { now, lease_ms: LEASE_MS, token: token.to_string(), types: vec![TYPE.to_string()] }
 }
 
@@ -332,7 +333,7 @@ pub async fn operator_shaped_values_are_data(store: &DynStore) {
     seed(store, instance("wf-plain")).await;
     assert_eq!(store.get(evil).await.unwrap(), Some(i.clone()));
     assert_eq!(store.get(r#"{"$ne": 1}"#).await.unwrap(), None);
-    let mut t = Transition::claim("tok", T0, LEASE_MS);
+    let mut t = Transition::claim("tok", T0, LEASE_MS).unwrap();
     t.outputs.push(("fetch".into(), json!({"$set": {"status": "completed"}, "x.y": 1})));
     t.input = Some(json!({"$in": []}));
     t.bump_revision = true;
@@ -346,8 +347,8 @@ pub async fn operator_shaped_values_are_data(store: &DynStore) {
 /// sets lease and token without a revision bump; a second claim within the lease misses.
 pub async fn claim_guard(store: &DynStore) {
     seed(store, instance("wf-1")).await;
-    seed(store, waiting("wf-w", None, Some(T0 - 10))).await;
-    assert_eq!(store.claim("wf-1", &spec("a", T0 - 1)).await.unwrap(), None, "not due");
+    seed(store, waiting("wf-w", None, Some(T0.minus(10)))).await;
+    assert_eq!(store.claim("wf-1", &spec("a", T0.minus(1))).await.unwrap(), None, "not due");
     let mut other_type = spec("a", T0);
     other_type.types = vec!["other".into()];
     assert_eq!(store.claim("wf-1", &other_type).await.unwrap(), None, "unregistered type");
@@ -356,11 +357,11 @@ pub async fn claim_guard(store: &DynStore) {
     let prior = store.get("wf-1").await.unwrap().unwrap();
     let got = store.claim("wf-1", &spec("a", T0)).await.unwrap().expect("due instance is claimed");
     let mut expected = prior.clone();
-    Transition::claim("a", T0, LEASE_MS).apply_to(&mut expected);
+    Transition::claim("a", T0, LEASE_MS).unwrap().apply_to(&mut expected);
     assert_eq!(got, expected, "claim returns the document after the update");
     assert_eq!(got.revision, prior.revision, "claim does not bump revision (K-2.2)");
     assert_eq!(store.get("wf-1").await.unwrap(), Some(expected.clone()));
-    assert_eq!(store.claim("wf-1", &spec("b", T0 + 1)).await.unwrap(), None, "leased");
+    assert_eq!(store.claim("wf-1", &spec("b", T0.plus(1))).await.unwrap(), None, "leased");
     assert_eq!(store.get("wf-1").await.unwrap(), Some(expected));
 }
 
@@ -377,7 +378,7 @@ pub async fn claim_failing_instance(store: &DynStore) {
 pub async fn claim_any_takes_a_due_instance(store: &DynStore) {
     assert_eq!(store.claim_any(&spec("a", T0)).await.unwrap(), None, "empty store");
     seed(store, claimed("wf-leased", "x")).await;
-    seed(store, waiting("wf-waiting", None, Some(T0 - 1))).await;
+    seed(store, waiting("wf-waiting", None, Some(T0.minus(1)))).await;
     assert_eq!(store.claim_any(&spec("a", T0)).await.unwrap(), None, "nothing claimable");
     seed(store, instance("wf-due")).await;
     let got = store.claim_any(&spec("a", T0)).await.unwrap().expect("claimed");
@@ -390,17 +391,17 @@ pub async fn stale_token_after_reclaim_is_missed(store: &DynStore) {
     seed(store, instance("wf-1")).await;
     store.claim("wf-1", &spec("old", T0)).await.unwrap().expect("first claim");
     // The old worker stalls past its lease; another worker claims.
-    store.claim("wf-1", &spec("new", T0 + LEASE_MS)).await.unwrap().expect("re-claim after expiry");
-    check_write(store, "wf-1", &running("old"), &Transition::mark_running(0, T0 + LEASE_MS + 1), false).await;
+    store.claim("wf-1", &spec("new", T0.plus(LEASE_MS))).await.unwrap().expect("re-claim after expiry");
+    check_write(store, "wf-1", &running("old"), &Transition::mark_running(0, T0.plus(LEASE_MS).plus(1)), false).await;
     check_write(
         store,
         "wf-1",
         &Guard::Token { token: "old".into() },
-        &Transition::heartbeat(T0 + LEASE_MS + 1, LEASE_MS),
+        &Transition::heartbeat(T0.plus(LEASE_MS).plus(1), LEASE_MS).unwrap(),
         false,
     )
     .await;
-    check_write(store, "wf-1", &running("new"), &Transition::mark_running(0, T0 + LEASE_MS + 1), true).await;
+    check_write(store, "wf-1", &running("new"), &Transition::mark_running(0, T0.plus(LEASE_MS).plus(1)), true).await;
 }
 
 // --- token-guarded writes (K-6.4) --------------------------------------------------------
@@ -411,7 +412,7 @@ pub async fn heartbeat_token_guard(store: &DynStore) {
     let mut f = claimed("wf-2", "b");
     f.status = WorkflowStatus::Failing;
     seed(store, f).await;
-    let hb = Transition::heartbeat(T0 + 10_000, LEASE_MS);
+    let hb = Transition::heartbeat(T0.plus(10_000), LEASE_MS).unwrap();
     check_write(store, "wf-1", &Guard::Token { token: "b".into() }, &hb, false).await;
     check_write(store, "wf-1", &Guard::Token { token: "a".into() }, &hb, true).await;
     check_write(store, "wf-2", &Guard::Token { token: "b".into() }, &hb, true).await;
@@ -423,7 +424,7 @@ pub async fn mark_running_guard(store: &DynStore) {
     let mut f = claimed("wf-2", "a");
     f.status = WorkflowStatus::Failing;
     seed(store, f).await;
-    let t = Transition::mark_running(2, T0 + 1);
+    let t = Transition::mark_running(2, T0.plus(1));
     check_write(store, "wf-1", &running("b"), &t, false).await;
     check_write(store, "wf-2", &running("a"), &t, false).await;
     check_write(store, "wf-1", &running("a"), &t, true).await;
@@ -434,7 +435,14 @@ pub async fn complete_step_guard(store: &DynStore) {
     let mut i = claimed("wf-1", "a");
     i.resume = Some(Resume { kind: ResumeKind::Signal, step_index: 1, signal_id: Some("sig-1".into()) });
     seed(store, i).await;
-    let t = Transition::complete_step(1, STEPS[1], json!({"summary": "ok", "n": [1, 2.5]}), 250, T0 + 2, true);
+    let t = Transition::complete_step(
+        1,
+        STEPS[1],
+        json!({"summary": "ok", "n": [1, 2.5]}),
+        DurationMs::from_millis(250),
+        T0.plus(2),
+        true,
+    );
     check_write(store, "wf-1", &running("b"), &t, false).await;
     let after = check_write(store, "wf-1", &running("a"), &t, true).await;
     assert_eq!(after.output.len(), 2, "output.<name>, never the whole map");
@@ -449,14 +457,14 @@ pub async fn suspend_timer_guard(store: &DynStore) {
         wait_key: None,
         generation: 0,
         step_index: 1,
-        poll_time: Some(T0 + 60_000),
+        poll_time: Some(T0.plus(60_000)),
     };
-    let t = Transition::suspend(1, wait, Some(json!({"cursor": 8})), 40, T0 + 3);
+    let t = Transition::suspend(1, wait, Some(json!({"cursor": 8})), DurationMs::from_millis(40), T0.plus(3));
     check_write(store, "wf-1", &running("b"), &t, false).await;
     let after = check_write(store, "wf-1", &running("a"), &t, true).await;
     assert_eq!(
         (after.status, after.claimable_time, after.steps[1].attempt),
-        (WorkflowStatus::Waiting, Some(T0 + 60_000), 0)
+        (WorkflowStatus::Waiting, Some(T0.plus(60_000)), 0)
     );
 }
 
@@ -473,7 +481,7 @@ pub async fn suspend_signal_guard(store: &DynStore) {
         step_index: 1,
         poll_time: None,
     };
-    let t = Transition::suspend(1, wait, None, 0, T0 + 3);
+    let t = Transition::suspend(1, wait, None, DurationMs::from_millis(0), T0.plus(3));
     let mut f = claimed("wf-2", "a");
     f.status = WorkflowStatus::Failing;
     seed(store, f).await;
@@ -485,7 +493,7 @@ pub async fn suspend_signal_guard(store: &DynStore) {
 /// Yield: pending with checkpoint, attempt rolled back, claimable now, claim cleared.
 pub async fn yield_guard(store: &DynStore) {
     seed(store, claimed("wf-1", "a")).await;
-    let t = Transition::yield_step(1, Some(json!({"page": 2})), 10, T0 + 4);
+    let t = Transition::yield_step(1, Some(json!({"page": 2})), DurationMs::from_millis(10), T0.plus(4));
     check_write(store, "wf-1", &running("b"), &t, false).await;
     check_write(store, "wf-1", &running("a"), &t, true).await;
 }
@@ -493,7 +501,7 @@ pub async fn yield_guard(store: &DynStore) {
 /// A parked sibling (K-4.5): pending with checkpoint, attempt rolled back, claim kept.
 pub async fn park_sibling_guard(store: &DynStore) {
     seed(store, claimed("wf-1", "a")).await;
-    let t = Transition::park_sibling(1, None, 10, T0 + 4);
+    let t = Transition::park_sibling(1, None, DurationMs::from_millis(10), T0.plus(4));
     check_write(store, "wf-1", &running("b"), &t, false).await;
     check_write(store, "wf-1", &running("a"), &t, true).await;
 }
@@ -501,7 +509,8 @@ pub async fn park_sibling_guard(store: &DynStore) {
 /// Retry release: step pending with its error, checkpoint cleared, claim released later.
 pub async fn retry_release_guard(store: &DynStore) {
     seed(store, claimed("wf-1", "a")).await;
-    let t = Transition::step_retry(1, err(ErrorClass::Transient), 33, T0 + 5).release_until(T0 + 2_000);
+    let t = Transition::step_retry(1, err(ErrorClass::Transient), DurationMs::from_millis(33), T0.plus(5))
+        .release_until(T0.plus(2_000));
     check_write(store, "wf-1", &running("b"), &t, false).await;
     check_write(store, "wf-1", &running("a"), &t, true).await;
 }
@@ -509,19 +518,22 @@ pub async fn retry_release_guard(store: &DynStore) {
 /// Permit deferral: traffic statistics grow, attempt unchanged, claim released later.
 pub async fn permit_deferral_guard(store: &DynStore) {
     let mut i = claimed("wf-1", "a");
-    i.steps[1].traffic_wait_ms = 100;
+    i.steps[1].traffic_wait_ms = DurationMs::from_millis(100);
     i.steps[1].traffic_waits = 2;
     seed(store, i).await;
-    let t = Transition::permit_deferral(1, 500, T0 + 6).release_until(T0 + 500);
+    let t = Transition::permit_deferral(1, DurationMs::from_millis(500), T0.plus(6)).release_until(T0.plus(500));
     check_write(store, "wf-1", &running("b"), &t, false).await;
     let after = check_write(store, "wf-1", &running("a"), &t, true).await;
-    assert_eq!((after.steps[1].traffic_wait_ms, after.steps[1].traffic_waits, after.steps[1].attempt), (600, 3, 1));
+    assert_eq!(
+        (after.steps[1].traffic_wait_ms, after.steps[1].traffic_waits, after.steps[1].attempt),
+        (DurationMs::from_millis(600), 3, 1)
+    );
 }
 
 /// `on_failed = skip`.
 pub async fn skip_step_guard(store: &DynStore) {
     seed(store, claimed("wf-1", "a")).await;
-    let t = Transition::skip_step(1, err(ErrorClass::Permanent), 7, T0 + 7);
+    let t = Transition::skip_step(1, err(ErrorClass::Permanent), DurationMs::from_millis(7), T0.plus(7));
     check_write(store, "wf-1", &running("b"), &t, false).await;
     check_write(store, "wf-1", &running("a"), &t, true).await;
 }
@@ -529,7 +541,7 @@ pub async fn skip_step_guard(store: &DynStore) {
 /// Step failed for good: the workflow goes failing in the same write.
 pub async fn step_failed_guard(store: &DynStore) {
     seed(store, claimed("wf-1", "a")).await;
-    let t = Transition::step_failed(1, err(ErrorClass::Permanent), 7, T0 + 8);
+    let t = Transition::step_failed(1, err(ErrorClass::Permanent), DurationMs::from_millis(7), T0.plus(8));
     check_write(store, "wf-1", &running("b"), &t, false).await;
     let after = check_write(store, "wf-1", &running("a"), &t, true).await;
     assert_eq!((after.status, after.claim_token.as_deref()), (WorkflowStatus::Failing, Some("a")));
@@ -538,7 +550,7 @@ pub async fn step_failed_guard(store: &DynStore) {
 /// `running → failing` under `Running`.
 pub async fn failing_guard(store: &DynStore) {
     seed(store, claimed("wf-1", "a")).await;
-    let t = Transition::failing(T0 + 9);
+    let t = Transition::failing(T0.plus(9));
     check_write(store, "wf-1", &running("b"), &t, false).await;
     check_write(store, "wf-1", &running("a"), &t, true).await;
 }
@@ -549,20 +561,20 @@ pub async fn failed_guard(store: &DynStore) {
     let mut f = claimed("wf-2", "a");
     f.status = WorkflowStatus::Failing;
     seed(store, f).await;
-    let t = Transition::failed(T0 + 10);
+    let t = Transition::failed(T0.plus(10));
     check_write(store, "wf-1", &failing("a"), &t, false).await;
     check_write(store, "wf-2", &failing("b"), &t, false).await;
     let after = check_write(store, "wf-2", &failing("a"), &t, true).await;
     assert_eq!(
         (after.status, after.claim_token.clone(), after.finished_at),
-        (WorkflowStatus::Failed, None, Some(T0 + 10))
+        (WorkflowStatus::Failed, None, Some(T0.plus(10)))
     );
 }
 
 /// `running → completed` under `Running`.
 pub async fn completed_guard(store: &DynStore) {
     seed(store, claimed("wf-1", "a")).await;
-    let t = Transition::completed(T0 + 11);
+    let t = Transition::completed(T0.plus(11));
     check_write(store, "wf-1", &running("b"), &t, false).await;
     check_write(store, "wf-1", &running("a"), &t, true).await;
 }
@@ -570,7 +582,7 @@ pub async fn completed_guard(store: &DynStore) {
 /// The activity reported cancellation: step skipped, workflow canceled, claim cleared.
 pub async fn activity_canceled_guard(store: &DynStore) {
     seed(store, claimed("wf-1", "a")).await;
-    let t = Transition::activity_canceled(1, err(ErrorClass::Canceled), 3, T0 + 12);
+    let t = Transition::activity_canceled(1, err(ErrorClass::Canceled), DurationMs::from_millis(3), T0.plus(12));
     check_write(store, "wf-1", &running("b"), &t, false).await;
     check_write(store, "wf-1", &running("a"), &t, true).await;
 }
@@ -580,7 +592,7 @@ pub async fn finalizer_release_guard(store: &DynStore) {
     let mut f = claimed("wf-1", "a");
     f.status = WorkflowStatus::Failing;
     seed(store, f).await;
-    let t = Transition::finalizer_release(T0 + 13, 5_000);
+    let t = Transition::finalizer_release(T0.plus(13), DurationMs::from_millis(5_000)).unwrap();
     check_write(store, "wf-1", &failing("b"), &t, false).await;
     check_write(store, "wf-1", &failing("a"), &t, true).await;
 }
@@ -588,7 +600,7 @@ pub async fn finalizer_release_guard(store: &DynStore) {
 /// Release without progress (shutdown between waves).
 pub async fn release_guard(store: &DynStore) {
     seed(store, claimed("wf-1", "a")).await;
-    let t = Transition::release(T0 + 14);
+    let t = Transition::release(T0.plus(14));
     check_write(store, "wf-1", &running("b"), &t, false).await;
     check_write(store, "wf-1", &running("a"), &t, true).await;
 }
@@ -596,7 +608,7 @@ pub async fn release_guard(store: &DynStore) {
 /// Fingerprint push-back under `Token` (K-4.3): no step touched, both fingerprints kept.
 pub async fn fingerprint_push_back_guard(store: &DynStore) {
     seed(store, claimed("wf-1", "a")).await;
-    let t = Transition::fingerprint_push_back("fp-1", "fp-2", T0 + 15, 3_600_000);
+    let t = Transition::fingerprint_push_back("fp-1", "fp-2", T0.plus(15), DurationMs::from_millis(3_600_000)).unwrap();
     check_write(store, "wf-1", &Guard::Token { token: "b".into() }, &t, false).await;
     let after = check_write(store, "wf-1", &Guard::Token { token: "a".into() }, &t, true).await;
     assert_eq!(after.steps, claimed("wf-1", "a").steps);
@@ -605,8 +617,8 @@ pub async fn fingerprint_push_back_guard(store: &DynStore) {
 /// A fused write (K-7.1): complete step 1 + mark step 2 running, revision bumped once.
 pub async fn fused_write_bumps_revision_once(store: &DynStore) {
     seed(store, claimed("wf-1", "a")).await;
-    let t = Transition::complete_step(1, STEPS[1], json!("done"), 20, T0 + 16, false)
-        .fuse(Transition::mark_running(2, T0 + 16));
+    let t = Transition::complete_step(1, STEPS[1], json!("done"), DurationMs::from_millis(20), T0.plus(16), false)
+        .fuse(Transition::mark_running(2, T0.plus(16)));
     check_write(store, "wf-1", &running("b"), &t, false).await;
     let after = check_write(store, "wf-1", &running("a"), &t, true).await;
     assert_eq!(after.revision, claimed("wf-1", "a").revision + 1);
@@ -617,21 +629,21 @@ pub async fn fused_write_bumps_revision_once(store: &DynStore) {
 /// Timer activation under `DueWait`: not due and wrong step miss; the hit keeps
 /// `claimable_time` and sets `resume.kind = timer`.
 pub async fn timer_activation_guard(store: &DynStore) {
-    seed(store, waiting("wf-1", None, Some(T0 + 1_000))).await;
-    let t = Transition::timer_activation(1, ResumeKind::Timer, T0 + 1_000);
-    check_write(store, "wf-1", &Guard::DueWait { now: T0 + 999, step_index: 1 }, &t, false).await;
-    check_write(store, "wf-1", &Guard::DueWait { now: T0 + 1_000, step_index: 2 }, &t, false).await;
-    let after = check_write(store, "wf-1", &Guard::DueWait { now: T0 + 1_000, step_index: 1 }, &t, true).await;
-    assert_eq!((after.status, after.claimable_time), (WorkflowStatus::Running, Some(T0 + 1_000)));
-    check_write(store, "wf-1", &Guard::DueWait { now: T0 + 1_000, step_index: 1 }, &t, false).await;
+    seed(store, waiting("wf-1", None, Some(T0.plus(1_000)))).await;
+    let t = Transition::timer_activation(1, ResumeKind::Timer, T0.plus(1_000));
+    check_write(store, "wf-1", &Guard::DueWait { now: T0.plus(999), step_index: 1 }, &t, false).await;
+    check_write(store, "wf-1", &Guard::DueWait { now: T0.plus(1_000), step_index: 2 }, &t, false).await;
+    let after = check_write(store, "wf-1", &Guard::DueWait { now: T0.plus(1_000), step_index: 1 }, &t, true).await;
+    assert_eq!((after.status, after.claimable_time), (WorkflowStatus::Running, Some(T0.plus(1_000))));
+    check_write(store, "wf-1", &Guard::DueWait { now: T0.plus(1_000), step_index: 1 }, &t, false).await;
 }
 
 /// A signal wait's poll fallback (K-9.5) activates with `resume.kind = poll`.
 pub async fn poll_activation_guard(store: &DynStore) {
-    seed(store, waiting("wf-1", Some(1), Some(T0 + 500))).await;
-    let t = Transition::timer_activation(1, ResumeKind::Poll, T0 + 600);
-    check_write(store, "wf-1", &Guard::DueWait { now: T0 + 499, step_index: 1 }, &t, false).await;
-    check_write(store, "wf-1", &Guard::DueWait { now: T0 + 600, step_index: 1 }, &t, true).await;
+    seed(store, waiting("wf-1", Some(1), Some(T0.plus(500)))).await;
+    let t = Transition::timer_activation(1, ResumeKind::Poll, T0.plus(600));
+    check_write(store, "wf-1", &Guard::DueWait { now: T0.plus(499), step_index: 1 }, &t, false).await;
+    check_write(store, "wf-1", &Guard::DueWait { now: T0.plus(600), step_index: 1 }, &t, true).await;
 }
 
 /// Signal activation under `SignalWait`: stale generation, other key, other type and a
@@ -640,7 +652,7 @@ pub async fn signal_activation_guard(store: &DynStore) {
     seed(store, waiting("wf-1", Some(2), None)).await;
     seed(store, waiting("wf-t", None, Some(T0))).await;
     let id = WaitIdentity { signal_type: "approved".into(), wait_key: "doc:42".into(), generation: 2, step_index: 1 };
-    let t = Transition::signal_activation(1, "sig-1", T0 + 20);
+    let t = Transition::signal_activation(1, "sig-1", T0.plus(20));
     let with = |f: &dyn Fn(&mut WaitIdentity)| {
         let mut x = id.clone();
         f(&mut x);
@@ -666,19 +678,19 @@ pub async fn signal_activation_guard(store: &DynStore) {
     let after = check_write(store, "wf-1", &Guard::SignalWait(id.clone()), &t, true).await;
     assert_eq!(
         (after.status, after.claimable_time, after.wait.clone()),
-        (WorkflowStatus::Running, Some(T0 + 20), None)
+        (WorkflowStatus::Running, Some(T0.plus(20)), None)
     );
     check_write(store, "wf-1", &Guard::SignalWait(id), &t, false).await;
 }
 
 /// Cancel / supersede under `Active`: hits waiting (and running), misses terminal.
 pub async fn supersede_guard(store: &DynStore) {
-    seed(store, waiting("wf-1", Some(1), Some(T0 + 5))).await;
+    seed(store, waiting("wf-1", Some(1), Some(T0.plus(5)))).await;
     let mut done = instance("wf-2");
     done.status = WorkflowStatus::Completed;
     done.claimable_time = None;
     seed(store, done).await;
-    let t = Transition::supersede(T0 + 21);
+    let t = Transition::supersede(T0.plus(21));
     check_write(store, "wf-2", &Guard::Active, &t, false).await;
     check_write(store, "wf-1", &Guard::Active, &t, true).await;
     check_write(store, "wf-1", &Guard::Active, &t, false).await;
@@ -689,14 +701,14 @@ fn failed_instance(id: &str) -> WorkflowInstance {
     i.status = WorkflowStatus::Failed;
     i.claim_token = None;
     i.claimable_time = None;
-    i.finished_at = Some(T0 - 10);
+    i.finished_at = Some(T0.minus(10));
     i.steps[1].status = StepStatus::Failed;
     i.steps[1].attempt = 3;
-    i.steps[1].elapsed_ms = 900;
-    i.steps[1].traffic_wait_ms = 50;
+    i.steps[1].elapsed_ms = DurationMs::from_millis(900);
+    i.steps[1].traffic_wait_ms = DurationMs::from_millis(50);
     i.steps[1].traffic_waits = 1;
     i.steps[1].error = Some(err(ErrorClass::Permanent));
-    i.steps[1].finished_at = Some(T0 - 10);
+    i.steps[1].finished_at = Some(T0.minus(10));
     i.steps[2].status = StepStatus::Skipped;
     i.steps[2].error = Some(err(ErrorClass::Transient));
     i.retry_count = 1;
@@ -708,7 +720,7 @@ fn failed_instance(id: &str) -> WorkflowInstance {
 pub async fn replay_guard(store: &DynStore) {
     seed(store, failed_instance("wf-1")).await;
     seed(store, claimed("wf-2", "a")).await;
-    let t = Transition::replay(json!({"fencing_token": "f2"}), T0 + 22);
+    let t = Transition::replay(json!({"fencing_token": "f2"}), T0.plus(22));
     check_write(store, "wf-2", &Guard::Failed, &t, false).await;
     let after = check_write(store, "wf-1", &Guard::Failed, &t, true).await;
     assert_eq!(after.steps[1], Step::pending(STEPS[1]), "failed step reset");
@@ -721,7 +733,7 @@ pub async fn replay_guard(store: &DynStore) {
 /// Concurrent replays of one failed instance: exactly one applies.
 pub async fn replay_race_one_winner(store: &DynStore) {
     seed(store, failed_instance("wf-1")).await;
-    let t = Transition::replay(json!({"fencing_token": "f2"}), T0 + 22);
+    let t = Transition::replay(json!({"fencing_token": "f2"}), T0.plus(22));
     let outcomes = futures::future::join_all((0..6).map(|_| store.apply("wf-1", &Guard::Failed, &t))).await;
     let applied = outcomes.into_iter().map(|o| o.expect("apply")).filter(WriteOutcome::applied).count();
     assert_eq!(applied, 1);
@@ -783,7 +795,7 @@ pub async fn apply_to_missing_instance_is_missed(store: &DynStore) {
 pub async fn apply_rejects_bad_names_and_indices(store: &DynStore) {
     let inst = seed(store, claimed("wf-1", "a")).await;
     for name in ["$where", "a.b", ""] {
-        let t = Transition::complete_step(1, name, json!(1), 0, T0, false);
+        let t = Transition::complete_step(1, name, json!(1), DurationMs::from_millis(0), T0, false);
         assert_invalid(store.apply("wf-1", &running("a"), &t).await, name);
     }
     assert_invalid(store.apply("wf-1", &running("a"), &Transition::mark_running(7, T0)).await, "step index 7");
@@ -797,7 +809,7 @@ pub async fn apply_rejects_bad_names_and_indices(store: &DynStore) {
 pub async fn k2_0_bad_wait_key_is_refused(store: &DynStore) {
     refused_writes_nothing(store, |store| {
         Box::pin(async move {
-            let t = Transition::suspend(1, signal_wait("doc\0"), None, 0, T0);
+            let t = Transition::suspend(1, signal_wait("doc\0"), None, DurationMs::from_millis(0), T0);
             assert_invalid_field(store.apply("wf-1", &running("a"), &t).await, "wait.wait_key");
             let id =
                 WaitIdentity { signal_type: "approved".into(), wait_key: "doc\0".into(), generation: 1, step_index: 1 };
@@ -817,9 +829,9 @@ pub async fn k2_0_oversize_payload_is_refused(store: &DynStore) {
     refused_writes_nothing(store, |store| {
         Box::pin(async move {
             let big = oversize_payload();
-            let t = Transition::complete_step(1, "compose", big.clone(), 0, T0, false);
+            let t = Transition::complete_step(1, "compose", big.clone(), DurationMs::from_millis(0), T0, false);
             assert_invalid_field(store.apply("wf-1", &running("a"), &t).await, "output.compose");
-            let t = Transition::yield_step(1, Some(big.clone()), 0, T0);
+            let t = Transition::yield_step(1, Some(big.clone()), DurationMs::from_millis(0), T0);
             assert_invalid_field(store.apply("wf-1", &running("a"), &t).await, "steps.1.checkpoint");
             let mut t = Transition::failing(T0);
             t.input = Some(big.clone());
@@ -839,7 +851,7 @@ pub async fn k2_0_bad_token_is_refused(store: &DynStore) {
         Box::pin(async move {
             let t = Transition::failing(T0);
             assert_invalid_field(store.apply("wf-1", &running("a\0"), &t).await, "claim_token");
-            let mut t = Transition::heartbeat(T0, LEASE_MS);
+            let mut t = Transition::heartbeat(T0, LEASE_MS).unwrap();
             t.claim_token = Some(kernel_core::transition::Patch::Set("b\n".into()));
             assert_invalid_field(store.apply("wf-1", &Guard::Token { token: "a".into() }, &t).await, "claim_token");
             assert_invalid_field(store.claim("wf-2", &spec("t\0", T0)).await, "claim_token");
@@ -857,7 +869,7 @@ pub async fn k2_0_bad_output_key_is_refused(store: &DynStore) {
     refused_writes_nothing(store, |store| {
         Box::pin(async move {
             for name in ["$set", "a.b"] {
-                let t = Transition::complete_step(1, name, json!(1), 0, T0, false);
+                let t = Transition::complete_step(1, name, json!(1), DurationMs::from_millis(0), T0, false);
                 assert_invalid_field(store.apply("wf-1", &running("a"), &t).await, "output");
             }
             let i = bad_instance(|i| _ = i.output.insert("$where".into(), json!(1)));
@@ -872,9 +884,9 @@ pub async fn k2_0_bad_output_key_is_refused(store: &DynStore) {
 /// `scan_due_waits`: only waiting instances due at `now`, bounded by `limit`, with the
 /// resume kind of their wait.
 pub async fn scan_due_waits_bounded(store: &DynStore) {
-    seed(store, waiting("wf-a", None, Some(T0 - 30))).await;
-    seed(store, waiting("wf-b", Some(4), Some(T0 - 20))).await;
-    seed(store, waiting("wf-c", None, Some(T0 + 10))).await;
+    seed(store, waiting("wf-a", None, Some(T0.minus(30)))).await;
+    seed(store, waiting("wf-b", Some(4), Some(T0.minus(20)))).await;
+    seed(store, waiting("wf-c", None, Some(T0.plus(10)))).await;
     seed(store, waiting("wf-d", Some(1), None)).await;
     seed(store, instance("wf-e")).await;
     let mut got = store.scan_due_waits(T0, 10).await.unwrap();
@@ -915,7 +927,7 @@ pub async fn scan_claimable_pages(store: &DynStore) {
     let page2 = store.scan_claimable(Some("wf-3"), 2).await.unwrap();
     assert_eq!(
         page2,
-        vec![Candidate { workflow_id: "wf-5".into(), priority: Priority::P2, claimable_time: T0 + LEASE_MS }]
+        vec![Candidate { workflow_id: "wf-5".into(), priority: Priority::P2, claimable_time: T0.plus(LEASE_MS) }]
     );
     assert_eq!(store.scan_claimable(Some("wf-5"), 2).await.unwrap(), vec![]);
 }

@@ -1,4 +1,4 @@
-use kernel_core::model::Millis;
+use kernel_core::model::{DurationMs, Instant};
 use kernel_core::ports::{Clock, IdGenerator};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,20 +18,23 @@ use tokio::sync::watch;
 /// ```
 #[derive(Debug)]
 pub struct ManualClock {
-    tx: watch::Sender<Millis>,
+    tx: watch::Sender<Instant>,
 }
 
 impl ManualClock {
-    /// A clock reading `start`.
-    pub fn new(start: Millis) -> Self {
-        ManualClock { tx: watch::Sender::new(start) }
+    /// A clock reading `start` (an [`Instant`] or plain milliseconds).
+    pub fn new(start: impl Into<Instant>) -> Self {
+        ManualClock { tx: watch::Sender::new(start.into()) }
     }
-    /// Move forward by `ms` (never backwards).
-    pub fn advance(&self, ms: Millis) {
-        self.tx.send_modify(|t| *t += ms.max(0));
+    /// Move forward by `ms` (a [`DurationMs`] or plain milliseconds; never backwards, and
+    /// never past [`Instant::MAX`]).
+    pub fn advance(&self, ms: impl Into<DurationMs>) {
+        let ms = ms.into().max(DurationMs::ZERO);
+        self.tx.send_modify(|t| *t = t.saturating_add(ms));
     }
     /// Move to `t` if it is later than now.
-    pub fn set(&self, t: Millis) {
+    pub fn set(&self, t: impl Into<Instant>) {
+        let t = t.into();
         self.tx.send_modify(|now| *now = (*now).max(t));
     }
 }
@@ -44,10 +47,10 @@ impl Default for ManualClock {
 
 #[async_trait::async_trait]
 impl Clock for ManualClock {
-    fn now(&self) -> Millis {
+    fn now(&self) -> Instant {
         *self.tx.borrow()
     }
-    async fn sleep_until(&self, t: Millis) {
+    async fn sleep_until(&self, t: Instant) {
         let mut rx = self.tx.subscribe();
         while *rx.borrow_and_update() < t {
             if rx.changed().await.is_err() {

@@ -1,4 +1,4 @@
-use kernel_core::model::Millis;
+use kernel_core::model::Instant;
 use kernel_core::ports::*;
 use kernel_core::{validate, Result};
 use std::collections::BTreeMap;
@@ -66,7 +66,7 @@ impl SignalInbox for InMemoryInbox {
             .cloned())
     }
 
-    async fn mark_matched(&self, signal_id: &str, now: Millis) -> Result<bool> {
+    async fn mark_matched(&self, signal_id: &str, now: Instant) -> Result<bool> {
         validate::identifier("signal_id", signal_id)?;
         let mut r = self.records.lock().expect("inbox lock");
         match r.get_mut(signal_id) {
@@ -91,7 +91,7 @@ impl SignalInbox for InMemoryInbox {
             .collect())
     }
 
-    async fn purge_older_than(&self, before: Millis, limit: usize) -> Result<u64> {
+    async fn purge_older_than(&self, before: Instant, limit: usize) -> Result<u64> {
         let mut r = self.records.lock().expect("inbox lock");
         let old: Vec<String> =
             r.values().filter(|s| s.created_at < before).take(limit).map(|s| s.signal_id.clone()).collect();

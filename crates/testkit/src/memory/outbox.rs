@@ -1,4 +1,4 @@
-use kernel_core::model::Millis;
+use kernel_core::model::Instant;
 use kernel_core::ports::*;
 use kernel_core::{validate, Error, Result};
 use serde_json::{Map, Value};
@@ -15,7 +15,7 @@ struct Obj {
 #[derive(Debug, Default)]
 struct State {
     objects: BTreeMap<String, Obj>,
-    locks: BTreeMap<String, (String, Millis)>,
+    locks: BTreeMap<String, (String, Instant)>,
 }
 
 /// In-memory business collection with its dispatch outbox; one lock per call, so every
@@ -152,7 +152,7 @@ impl DispatchOutbox for InMemoryOutbox {
             .unwrap_or(false))
     }
 
-    async fn defer_pending(&self, object_id: &str, f: &str, at: Millis) -> Result<bool> {
+    async fn defer_pending(&self, object_id: &str, f: &str, at: Instant) -> Result<bool> {
         validate::identifier("fencing_token", f)?;
         Ok(self
             .with(object_id, |o| {
@@ -168,9 +168,9 @@ impl DispatchOutbox for InMemoryOutbox {
     async fn try_lease(
         &self,
         object_id: &str,
-        now: Millis,
+        now: Instant,
         lease_token: &str,
-        lease_until: Millis,
+        lease_until: Instant,
     ) -> Result<Option<DispatchRecord>> {
         validate::identifier("lease_token", lease_token)?;
         Ok(self
@@ -190,7 +190,7 @@ impl DispatchOutbox for InMemoryOutbox {
             .and_then(|_| self.state.lock().expect("outbox lock").objects.get(object_id).map(|o| record(object_id, o))))
     }
 
-    async fn renew_lease(&self, object_id: &str, f: &str, lease_token: &str, lease_until: Millis) -> Result<bool> {
+    async fn renew_lease(&self, object_id: &str, f: &str, lease_token: &str, lease_until: Instant) -> Result<bool> {
         lease_tokens(f, lease_token)?;
         Ok(self
             .with(object_id, |o| {
@@ -219,7 +219,7 @@ impl DispatchOutbox for InMemoryOutbox {
             .unwrap_or(false))
     }
 
-    async fn revert_leased(&self, object_id: &str, f: &str, lease_token: &str, at: Millis) -> Result<bool> {
+    async fn revert_leased(&self, object_id: &str, f: &str, lease_token: &str, at: Instant) -> Result<bool> {
         lease_tokens(f, lease_token)?;
         Ok(self
             .with(object_id, |o| {
@@ -236,7 +236,7 @@ impl DispatchOutbox for InMemoryOutbox {
             .unwrap_or(false))
     }
 
-    async fn scan_due(&self, now: Millis, after: Option<&str>, limit: usize) -> Result<Vec<(String, Millis)>> {
+    async fn scan_due(&self, now: Instant, after: Option<&str>, limit: usize) -> Result<Vec<(String, Instant)>> {
         if let Some(a) = after {
             validate::identifier("after", a)?;
         }
@@ -317,7 +317,7 @@ impl DispatchOutbox for InMemoryOutbox {
             .unwrap_or(false))
     }
 
-    async fn try_lock(&self, name: &str, holder: &str, now: Millis, until: Millis) -> Result<bool> {
+    async fn try_lock(&self, name: &str, holder: &str, now: Instant, until: Instant) -> Result<bool> {
         validate::identifier("lock name", name)?;
         validate::identifier("lock holder", holder)?;
         let mut st = self.state.lock().expect("outbox lock");
@@ -330,7 +330,7 @@ impl DispatchOutbox for InMemoryOutbox {
 }
 
 /// id → due, and (due, id) ordered.
-type Index = (BTreeMap<String, Millis>, BTreeSet<(Millis, String)>);
+type Index = (BTreeMap<String, Instant>, BTreeSet<(Instant, String)>);
 
 /// In-memory candidate index of the recovery dispatcher.
 #[derive(Debug, Clone, Default)]
@@ -362,7 +362,7 @@ impl InMemoryCandidates {
 
 #[async_trait::async_trait]
 impl DispatchCandidates for InMemoryCandidates {
-    async fn add(&self, object_id: &str, due: Millis) -> Result<()> {
+    async fn add(&self, object_id: &str, due: Instant) -> Result<()> {
         validate::identifier("object_id", object_id)?;
         self.up()?;
         let mut st = self.state.lock().expect("candidates lock");
@@ -373,10 +373,10 @@ impl DispatchCandidates for InMemoryCandidates {
         Ok(())
     }
 
-    async fn pop_due(&self, now: Millis, max: usize) -> Result<Vec<String>> {
+    async fn pop_due(&self, now: Instant, max: usize) -> Result<Vec<String>> {
         self.up()?;
         let mut st = self.state.lock().expect("candidates lock");
-        let due: Vec<(Millis, String)> = st.1.iter().take_while(|(d, _)| *d <= now).take(max).cloned().collect();
+        let due: Vec<(Instant, String)> = st.1.iter().take_while(|(d, _)| *d <= now).take(max).cloned().collect();
         for (d, id) in &due {
             st.1.remove(&(*d, id.clone()));
             st.0.remove(id);

@@ -1,4 +1,4 @@
-use kernel_core::model::Millis;
+use kernel_core::model::{DurationMs, Instant};
 use kernel_core::ports::*;
 use kernel_core::{validate, Error, Result};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -7,16 +7,19 @@ use std::sync::{Arc, Mutex};
 use kernel_core::ports::tenant_base;
 pub use kernel_core::ports::PermitLimits;
 
+/// The start-rate window.
+const SECOND: DurationMs = DurationMs::from_secs(1);
+
 #[derive(Debug, Default)]
 struct Resource {
-    holders: BTreeMap<String, Millis>,
-    starts: VecDeque<Millis>,
+    holders: BTreeMap<String, Instant>,
+    starts: VecDeque<Instant>,
 }
 
 impl Resource {
-    fn purge(&mut self, now: Millis) {
+    fn purge(&mut self, now: Instant) {
         self.holders.retain(|_, until| *until > now);
-        while self.starts.front().is_some_and(|t| *t <= now - 1000) {
+        while self.starts.front().is_some_and(|t| *t <= now.saturating_sub(SECOND)) {
             self.starts.pop_front();
         }
     }
@@ -44,7 +47,7 @@ pub struct InMemoryPermits {
     defaults: Arc<HashMap<String, PermitLimits>>,
     fallback: PermitLimits,
     clock: Arc<dyn Clock>,
-    lease_ms: Millis,
+    lease_ms: DurationMs,
     down: Arc<std::sync::atomic::AtomicBool>,
 }
 
@@ -62,7 +65,12 @@ impl InMemoryPermits {
     /// Permits with application-configured `defaults` and a permit lease of `lease_ms`.
     /// Resources configured nowhere are unlimited until [`with_fallback`](Self::with_fallback)
     /// says otherwise.
-    pub fn new(clock: Arc<dyn Clock>, defaults: HashMap<String, PermitLimits>, lease_ms: Millis) -> Self {
+    pub fn new(
+        clock: Arc<dyn Clock>,
+        defaults: HashMap<String, PermitLimits>,
+        lease_ms: impl Into<DurationMs>,
+    ) -> Self {
+        let lease_ms = lease_ms.into();
         InMemoryPermits {
             state: Arc::default(),
             defaults: Arc::new(defaults),
@@ -83,7 +91,7 @@ impl InMemoryPermits {
         kernel_core::ports::tenant_resource(tenant, resource)
     }
     /// Lease length granted.
-    pub fn lease_ms(&self) -> Millis {
+    pub fn lease_ms(&self) -> DurationMs {
         self.lease_ms
     }
     /// Change a resource's live limits (operators do this in Redis).
@@ -148,18 +156,21 @@ impl Permits for InMemoryPermits {
         let key = owner.key();
         if let Some(until) = r.holders.get_mut(&key) {
             // Renewal: never revoked, even above a lowered limit; not a new start.
-            *until = now + self.lease_ms;
+            *until = now.saturating_add(self.lease_ms);
             return Ok(PermitDecision::Granted { lease_ms: self.lease_ms });
         }
         if limits.max_concurrency > 0 && r.holders.len() as u32 >= limits.max_concurrency {
-            let soonest = r.holders.values().min().copied().unwrap_or(now + 100);
-            return Ok(PermitDecision::Denied { retry_after_ms: (soonest - now).clamp(1, self.lease_ms) });
+            let soonest = r.holders.values().min().copied().unwrap_or(now.saturating_add(DurationMs::from_millis(100)));
+            let retry_after_ms = (soonest - now).clamp(DurationMs::from_millis(1), self.lease_ms);
+            return Ok(PermitDecision::Denied { retry_after_ms });
         }
         if limits.max_starts_per_second > 0 && r.starts.len() as u32 >= limits.max_starts_per_second {
             let oldest = r.starts.front().copied().unwrap_or(now);
-            return Ok(PermitDecision::Denied { retry_after_ms: (oldest + 1000 - now).max(1) });
+            return Ok(PermitDecision::Denied {
+                retry_after_ms: (oldest.saturating_add(SECOND) - now).max(DurationMs::from_millis(1)),
+            });
         }
-        r.holders.insert(key, now + self.lease_ms);
+        r.holders.insert(key, now.saturating_add(self.lease_ms));
         r.starts.push_back(now);
         Ok(PermitDecision::Granted { lease_ms: self.lease_ms })
     }
@@ -173,7 +184,7 @@ impl Permits for InMemoryPermits {
         let r = st.resources.entry(resource.to_string()).or_default();
         r.purge(now);
         // Held or lost (expired, flushed): re-register, no limit check, no new start.
-        r.holders.insert(owner.key(), now + self.lease_ms);
+        r.holders.insert(owner.key(), now.saturating_add(self.lease_ms));
         Ok(PermitDecision::Granted { lease_ms: self.lease_ms })
     }
 

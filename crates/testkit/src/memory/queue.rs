@@ -1,4 +1,4 @@
-use kernel_core::model::{Millis, Priority};
+use kernel_core::model::{DurationMs, Instant, Priority};
 use kernel_core::ports::*;
 use kernel_core::{validate, Error, Result};
 use std::collections::{BTreeMap, BTreeSet};
@@ -8,8 +8,8 @@ pub use kernel_core::ports::LaneWeights;
 
 #[derive(Debug, Default, Clone)]
 struct Lane {
-    by_member: BTreeMap<String, Millis>,
-    by_score: BTreeSet<(Millis, String)>,
+    by_member: BTreeMap<String, Instant>,
+    by_score: BTreeSet<(Instant, String)>,
 }
 
 impl Lane {
@@ -22,12 +22,12 @@ impl Lane {
             None => false,
         }
     }
-    fn insert(&mut self, m: &str, score: Millis) {
+    fn insert(&mut self, m: &str, score: Instant) {
         self.remove(m);
         self.by_member.insert(m.to_string(), score);
         self.by_score.insert((score, m.to_string()));
     }
-    fn pop_due(&mut self, now: Millis) -> Option<String> {
+    fn pop_due(&mut self, now: Instant) -> Option<String> {
         let first = self.by_score.iter().next().cloned()?;
         if first.0 > now {
             return None;
@@ -36,7 +36,7 @@ impl Lane {
         self.by_member.remove(&first.1);
         Some(first.1)
     }
-    fn has_due(&self, now: Millis) -> bool {
+    fn has_due(&self, now: Instant) -> bool {
         self.by_score.iter().next().is_some_and(|(s, _)| *s <= now)
     }
 }
@@ -121,7 +121,7 @@ impl InMemoryQueue {
 
 #[async_trait::async_trait]
 impl ReadyQueue for InMemoryQueue {
-    async fn enqueue(&self, workflow_id: &str, priority: Priority, claimable_at: Millis) -> Result<()> {
+    async fn enqueue(&self, workflow_id: &str, priority: Priority, claimable_at: Instant) -> Result<()> {
         validate::identifier("workflow_id", workflow_id)?;
         self.check_up()?;
         let mut st = self.state.lock().expect("queue lock");
@@ -137,7 +137,7 @@ impl ReadyQueue for InMemoryQueue {
         Ok(())
     }
 
-    async fn pop_due(&self, now: Millis) -> Result<Option<String>> {
+    async fn pop_due(&self, now: Instant) -> Result<Option<String>> {
         self.check_up()?;
         let mut st = self.state.lock().expect("queue lock");
         if st.burst_left > 0 {
@@ -170,7 +170,7 @@ impl ReadyQueue for InMemoryQueue {
         Ok(None)
     }
 
-    async fn stats(&self, now: Millis) -> Result<[LaneStats; 4]> {
+    async fn stats(&self, now: Instant) -> Result<[LaneStats; 4]> {
         self.check_up()?;
         let st = self.state.lock().expect("queue lock");
         let mut out = [LaneStats::default(); 4];
@@ -180,7 +180,12 @@ impl ReadyQueue for InMemoryQueue {
                 depth: lane.by_member.len() as u64,
                 ready,
                 delayed: lane.by_member.len() as u64 - ready,
-                oldest_wait_ms: lane.by_score.iter().next().filter(|(s, _)| *s <= now).map_or(0, |(s, _)| now - s),
+                oldest_wait_ms: lane
+                    .by_score
+                    .iter()
+                    .next()
+                    .filter(|(s, _)| *s <= now)
+                    .map_or(DurationMs::ZERO, |(s, _)| now - *s),
             };
         }
         Ok(out)

@@ -76,22 +76,22 @@ impl WorkflowStore for InMemoryStore {
     async fn claim(&self, workflow_id: &str, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
         validate::identifier("workflow_id", workflow_id)?;
         spec.validate()?;
-        let guard = spec.guard();
+        let (guard, transition) = (spec.guard(), spec.transition()?);
         let mut st = self.state.lock().expect("store lock");
         let Some(inst) = st.by_id.get_mut(workflow_id) else { return Ok(None) };
         if !guard.matches(inst) {
             return Ok(None);
         }
-        spec.transition().apply_to(inst);
+        transition.apply_to(inst);
         Ok(Some(inst.clone()))
     }
 
     async fn claim_any(&self, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
         spec.validate()?;
-        let guard = spec.guard();
+        let (guard, transition) = (spec.guard(), spec.transition()?);
         let mut st = self.state.lock().expect("store lock");
         let Some(inst) = st.by_id.values_mut().find(|i| guard.matches(i)) else { return Ok(None) };
-        spec.transition().apply_to(inst);
+        transition.apply_to(inst);
         Ok(Some(inst.clone()))
     }
 
@@ -111,7 +111,7 @@ impl WorkflowStore for InMemoryStore {
         Ok(WriteOutcome::Applied { revision: inst.revision })
     }
 
-    async fn scan_due_waits(&self, now: Millis, limit: usize) -> Result<Vec<DueWait>> {
+    async fn scan_due_waits(&self, now: Instant, limit: usize) -> Result<Vec<DueWait>> {
         let st = self.state.lock().expect("store lock");
         Ok(st
             .by_id

@@ -1,6 +1,7 @@
 //! Every bad input is a typed error and writes nothing.
 
 use kernel_core::engine::EngineConfig;
+use kernel_core::model::DurationMs;
 use kernel_core::ports::Signal;
 use kernel_core::{ActivityContext, Definition, Error, RetryPolicy, StartRequest, StepDef, StepOutcome};
 use serde_json::json;
@@ -97,7 +98,12 @@ fn bad_definitions() {
     invalid(Definition::builder("t").step(ok_step("a").timeout_ms(0)).build(), "timeout_ms");
     invalid(Definition::builder("t").step(ok_step("a").timeout_ms(-5)).build(), "timeout_ms");
     invalid(
-        Definition::builder("t").step(ok_step("a").retry(RetryPolicy::Exponential { base_ms: 0, cap_ms: 10 })).build(),
+        Definition::builder("t")
+            .step(ok_step("a").retry(RetryPolicy::Exponential {
+                base_ms: DurationMs::from_millis(0),
+                cap_ms: DurationMs::from_millis(10),
+            }))
+            .build(),
         "retry.base_ms",
     );
     invalid(Definition::builder("t").step(ok_step("a").resource("gpu.big")).build(), "resource");
@@ -109,10 +115,27 @@ fn bad_definitions() {
 fn bad_engine_config() {
     let world = World::new(1);
     let build = |c: EngineConfig| kernel_core::Engine::builder(world.ports()).config(c).build();
-    invalid(build(EngineConfig { heartbeat_ms: 30_000, lease_ms: 30_000, ..EngineConfig::default() }), "heartbeat_ms");
-    invalid(build(EngineConfig { heartbeat_ms: 40_000, lease_ms: 30_000, ..EngineConfig::default() }), "heartbeat_ms");
-    invalid(build(EngineConfig { lease_ms: 0, ..EngineConfig::default() }), "lease_ms");
-    invalid(build(EngineConfig { poll_interval_ms: -1, ..EngineConfig::default() }), "poll_interval_ms");
+    invalid(
+        build(EngineConfig {
+            heartbeat_ms: DurationMs::from_millis(30_000),
+            lease_ms: DurationMs::from_millis(30_000),
+            ..EngineConfig::default()
+        }),
+        "heartbeat_ms",
+    );
+    invalid(
+        build(EngineConfig {
+            heartbeat_ms: DurationMs::from_millis(40_000),
+            lease_ms: DurationMs::from_millis(30_000),
+            ..EngineConfig::default()
+        }),
+        "heartbeat_ms",
+    );
+    invalid(build(EngineConfig { lease_ms: DurationMs::from_millis(0), ..EngineConfig::default() }), "lease_ms");
+    invalid(
+        build(EngineConfig { poll_interval_ms: DurationMs::from_millis(-1), ..EngineConfig::default() }),
+        "poll_interval_ms",
+    );
     invalid(build(EngineConfig { worker_slots: 0, ..EngineConfig::default() }), "worker_slots");
     invalid(build(EngineConfig { worker_id: "".into(), ..EngineConfig::default() }), "worker_id");
     // A duplicate registration is refused too.

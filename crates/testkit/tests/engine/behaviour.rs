@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use testkit::harness::World;
 use testkit::memory::PermitLimits;
+use testkit::time::TestTime;
 
 fn one_step(t: &str, a: impl Activity, f: impl FnOnce(StepDef) -> StepDef) -> Definition {
     Definition::builder(t).step(f(StepDef::new("only", a))).build().unwrap()
@@ -53,7 +54,7 @@ async fn fingerprint_mismatch_pushes_back_without_touching_steps() {
     let after = world.store.peek("wf-b").unwrap();
     assert_eq!(after.steps, before.steps, "no step touched");
     assert_eq!(after.status, WorkflowStatus::Running);
-    assert_eq!(after.claimable_time, Some(now + 3_600_000));
+    assert_eq!(after.claimable_time, Some(now.plus(3_600_000)));
     assert_eq!(after.claim_token, None);
     assert_eq!(after.revision, before.revision + 1);
     let m = after.fingerprint_mismatch.unwrap();
@@ -119,7 +120,12 @@ async fn retries_are_persisted_with_backoff_and_unknown_outcomes_query_first() {
                 }
             }
         },
-        |s| s.max_retry(2).retry(RetryPolicy::Exponential { base_ms: 1_000, cap_ms: 60_000 }),
+        |s| {
+            s.max_retry(2).retry(RetryPolicy::Exponential {
+                base_ms: DurationMs::from_millis(1_000),
+                cap_ms: DurationMs::from_millis(60_000),
+            })
+        },
     );
     let engine = world.engine("w", vec![def]);
     start(&engine, "t", "b", json!({})).await;
@@ -129,7 +135,7 @@ async fn retries_are_persisted_with_backoff_and_unknown_outcomes_query_first() {
     assert_eq!(i.steps[0].status, StepStatus::Pending);
     assert_eq!(i.steps[0].error.as_ref().unwrap().class, ErrorClass::UnknownOutcome);
     let delay = i.claimable_time.unwrap() - t0;
-    assert!((0..=1_000).contains(&delay), "full jitter within base: {delay}");
+    assert!((0..=1_000).contains(&delay.as_millis()), "full jitter within base: {delay}");
     assert!(i.claim_token.is_none(), "retry is persisted, not slept in a task");
     world.drive(&engine).await.unwrap();
     let i = world.store.peek("wf-b").unwrap();
@@ -571,7 +577,7 @@ async fn heartbeat_extends_the_lease_and_a_missed_heartbeat_cancels_the_activity
         tokio::task::yield_now().await;
     }
     let lease2 = world.store.peek("wf-b").unwrap().claimable_time.unwrap();
-    assert_eq!(lease2, lease1 + 10_000, "heartbeat at lease/3 moved the lease");
+    assert_eq!(lease2, lease1.plus(10_000), "heartbeat at lease/3 moved the lease");
     assert!(engine.cancel("wf-b").await.unwrap(), "supersede while running");
     world.clock.advance(10_000);
     let out = h.await.unwrap().unwrap();
@@ -708,7 +714,7 @@ async fn stale_signals_are_purged_after_retention() {
     tick_end(&engine).await;
     assert_eq!(engine.deliver_signal(sig("stale", 1)).await.unwrap(), DeliverOutcome::Pending);
     assert_eq!(engine.maintain().await.unwrap().signals_purged, 0, "kept within retention");
-    world.clock.advance(engine.config().signal_retention_ms + 1);
+    world.clock.advance(engine.config().signal_retention_ms + DurationMs::from_millis(1));
     assert_eq!(engine.maintain().await.unwrap().signals_purged, 1);
     assert!(world.inbox.all().is_empty());
     assert_eq!(world.store.peek("wf-b").unwrap().status, WorkflowStatus::Waiting, "the wait is untouched");

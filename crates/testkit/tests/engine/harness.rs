@@ -34,7 +34,7 @@ async fn drive_reports_a_zombies_claim_lost_next_to_the_successors_completion() 
             async move {
                 if first.swap(false, Ordering::SeqCst) {
                     // A long pause: the lease runs out while the activity still runs.
-                    clock.advance(lease_ms + 1);
+                    clock.advance(lease_ms + DurationMs::from_millis(1));
                     done.notified().await;
                 } else {
                     done.notify_one();
@@ -211,7 +211,7 @@ async fn the_engine_renews_through_crash_ports_as_permits_renew() {
             for _ in 0..10 {
                 tokio::task::yield_now().await;
             }
-            clock.advance(renew_ms + 1);
+            clock.advance(renew_ms + DurationMs::from_millis(1));
             for _ in 0..10 {
                 tokio::task::yield_now().await;
             }
@@ -256,7 +256,7 @@ impl WorkflowStore for CountingGets {
     async fn apply(&self, workflow_id: &str, guard: &Guard, transition: &Transition) -> Result<WriteOutcome> {
         self.inner.apply(workflow_id, guard, transition).await
     }
-    async fn scan_due_waits(&self, now: Millis, limit: usize) -> Result<Vec<DueWait>> {
+    async fn scan_due_waits(&self, now: Instant, limit: usize) -> Result<Vec<DueWait>> {
         self.inner.scan_due_waits(now, limit).await
     }
     async fn scan_claimable(&self, after: Option<&str>, limit: usize) -> Result<Vec<Candidate>> {

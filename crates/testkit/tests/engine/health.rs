@@ -40,7 +40,7 @@ impl SignalInbox for FlakyInbox {
     async fn find_pending(&self, w: &str, t: &str, k: &str, g: u64) -> Result<Option<SignalRecord>> {
         self.inner.find_pending(w, t, k, g).await
     }
-    async fn mark_matched(&self, signal_id: &str, now: Millis) -> Result<bool> {
+    async fn mark_matched(&self, signal_id: &str, now: Instant) -> Result<bool> {
         self.inner.mark_matched(signal_id, now).await
     }
     async fn scan_pending(&self, after: Option<&str>, limit: usize) -> Result<Vec<SignalRecord>> {
@@ -49,7 +49,7 @@ impl SignalInbox for FlakyInbox {
         }
         self.inner.scan_pending(after, limit).await
     }
-    async fn purge_older_than(&self, before: Millis, limit: usize) -> Result<u64> {
+    async fn purge_older_than(&self, before: Instant, limit: usize) -> Result<u64> {
         self.inner.purge_older_than(before, limit).await
     }
 }

@@ -8,6 +8,7 @@ use kernel_core::*;
 use serde_json::json;
 use std::sync::Arc;
 use testkit::harness::World;
+use testkit::time::TestTime;
 
 /// The store calls a scenario scripts; `MockStore` forwards the port to it. (mockall
 /// cannot mock `Option<&str>` parameters, so the two scan reads return nothing here.)
@@ -46,7 +47,7 @@ impl WorkflowStore for Forward {
     async fn apply(&self, workflow_id: &str, guard: &Guard, transition: &Transition) -> Result<WriteOutcome> {
         self.0.apply(workflow_id, guard, transition).await
     }
-    async fn scan_due_waits(&self, _now: Millis, _limit: usize) -> Result<Vec<DueWait>> {
+    async fn scan_due_waits(&self, _now: Instant, _limit: usize) -> Result<Vec<DueWait>> {
         Ok(vec![])
     }
     async fn scan_claimable(&self, _after: Option<&str>, _limit: usize) -> Result<Vec<Candidate>> {
@@ -60,7 +61,7 @@ async fn claimed_instance(world: &World) -> WorkflowInstance {
     e.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf-b")).await.unwrap();
     let mut i = world.store.peek("wf-b").unwrap();
     i.claim_token = Some("tok-1".into());
-    i.claimable_time = Some(world.now() + 30_000);
+    i.claimable_time = Some(world.now().plus(30_000));
     i
 }
 

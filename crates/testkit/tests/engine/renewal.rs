@@ -20,12 +20,12 @@ struct ScriptedPermits {
 #[async_trait::async_trait]
 impl Permits for ScriptedPermits {
     async fn acquire(&self, _resource: &str, _owner: &PermitOwner) -> Result<PermitDecision> {
-        Ok(PermitDecision::Granted { lease_ms: 30_000 })
+        Ok(PermitDecision::Granted { lease_ms: DurationMs::from_millis(30_000) })
     }
     async fn renew(&self, _resource: &str, _owner: &PermitOwner) -> Result<PermitDecision> {
         self.renewals.fetch_add(1, Ordering::SeqCst);
         let next = self.renewals_script.lock().unwrap().pop_front();
-        next.unwrap_or(Ok(PermitDecision::Granted { lease_ms: 30_000 }))
+        next.unwrap_or(Ok(PermitDecision::Granted { lease_ms: DurationMs::from_millis(30_000) }))
     }
     async fn release(&self, _resource: &str, _owner: &PermitOwner) -> Result<()> {
         self.releases.fetch_add(1, Ordering::SeqCst);
@@ -47,8 +47,8 @@ async fn renewal_errors_are_retried_a_denial_stops_renewing_and_the_activity_kee
     let permits = Arc::new(ScriptedPermits::default());
     permits.renewals_script.lock().unwrap().extend([
         Err(Error::Unavailable("permit backend down".into())),
-        Ok(PermitDecision::Granted { lease_ms: 30_000 }),
-        Ok(PermitDecision::Denied { retry_after_ms: 1_000 }),
+        Ok(PermitDecision::Granted { lease_ms: DurationMs::from_millis(30_000) }),
+        Ok(PermitDecision::Denied { retry_after_ms: DurationMs::from_millis(1_000) }),
     ]);
     let gate = Arc::new(tokio::sync::Notify::new());
     let g = gate.clone();
