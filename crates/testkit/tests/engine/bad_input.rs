@@ -163,3 +163,39 @@ async fn oversize_output_fails_the_step_without_storing_it() {
     assert_eq!(err.class, kernel_core::ErrorClass::Permanent);
     assert!(err.message.contains("payload limit"), "{}", err.message);
 }
+
+#[tokio::test]
+async fn a_sleep_past_the_range_of_time_fails_the_step_permanently() {
+    // K-7: `now + delay_ms` is checked; an overflowing sleep is a bad request, classified as
+    // a permanent error (no retry although retries remain), and no wait is stored.
+    let world = World::new(1);
+    let def = Definition::builder("sleepy")
+        .step(
+            StepDef::new("a", |_ctx: ActivityContext| async { Ok(StepOutcome::sleep(i64::MAX, json!({"n": 1}))) })
+                .max_retry(3),
+        )
+        .build()
+        .unwrap();
+    let engine = world.engine("w", vec![def]);
+    engine.publisher().start_or_resume(StartRequest::new("sleepy", "b", json!({}))).await.unwrap();
+    world.drive(&engine).await.unwrap();
+    let inst = world.store.all().pop().unwrap();
+    assert_eq!(inst.status, kernel_core::WorkflowStatus::Failed);
+    assert_eq!(inst.wait, None, "no wait with a wrapped due time");
+    assert_eq!(inst.steps[0].attempt, 1, "a bad request is not retried");
+    let err = inst.steps[0].error.clone().unwrap();
+    assert_eq!(err.class, kernel_core::ErrorClass::Permanent);
+    assert!(err.message.contains("sleep.delay_ms") && err.message.contains("overflows"), "{}", err.message);
+}
+
+#[test]
+fn a_configured_span_that_could_overflow_is_refused() {
+    // `now + lease_ms` must stay representable for any clock reading.
+    let world = World::new(1);
+    let build = |c: EngineConfig| kernel_core::Engine::builder(world.ports()).config(c).build();
+    invalid(build(EngineConfig { lease_ms: DurationMs::MAX, ..EngineConfig::default() }), "lease_ms");
+    invalid(
+        build(EngineConfig { rebuild_interval_ms: DurationMs::MAX, ..EngineConfig::default() }),
+        "rebuild_interval_ms",
+    );
+}
