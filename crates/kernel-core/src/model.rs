@@ -4,6 +4,7 @@
 //! port; adapters store them natively (BSON DateTime in Mongo, scores in Redis).
 
 use crate::error::{Error, Result};
+use crate::id::{ClaimToken, WorkflowId};
 use crate::validate;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -327,7 +328,7 @@ pub struct FingerprintMismatch {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkflowInstance {
     /// Business-facing id (not the storage primary key); K-2.0 identifier, unique.
-    pub workflow_id: String,
+    pub workflow_id: WorkflowId,
     /// Which registered definition interprets the steps; claims filter on it (K-6.2).
     pub workflow_type: String,
     /// Permanent idempotency key: one instance per key, forever (K-3.2).
@@ -346,7 +347,7 @@ pub struct WorkflowInstance {
     pub claimable_time: Option<Millis>,
     /// The current claim, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub claim_token: Option<String>,
+    pub claim_token: Option<ClaimToken>,
     /// The wait, when waiting.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait: Option<Wait>,
@@ -407,7 +408,7 @@ impl WorkflowInstance {
             updated_at: _,
             finished_at: _,
         } = self;
-        validate::identifier("workflow_id", workflow_id)?;
+        validate::identifier("workflow_id", workflow_id.as_str())?;
         validate::identifier("biz_key", biz_key)?;
         validate::identifier("workflow_type", workflow_type)?;
         validate::identifier("definition_fingerprint", definition_fingerprint)?;
@@ -430,7 +431,7 @@ impl WorkflowInstance {
             validate::payload(&format!("output.{k}"), v, payload_bytes_max)?;
         }
         if let Some(t) = claim_token {
-            validate::identifier("claim_token", t)?;
+            validate::identifier("claim_token", t.as_str())?;
         }
         if let Some(w) = wait {
             w.validate()?;

@@ -2,6 +2,7 @@
 //! wakeup (K-13) and the stream key of an instance (K-16). They take the ports they use, so
 //! the publisher (which has no engine) and the engine's modules call the same code.
 
+use crate::id::{ClaimToken, WorkflowId};
 use crate::model::{Millis, Priority, WorkflowInstance};
 use crate::ports::{DynObservationSink, DynQueue, DynWakeup, Observation, StreamKey};
 use crate::transition::{KindAt, Transition, TransitionKind};
@@ -13,7 +14,7 @@ pub(crate) struct Writer<'a> {
     /// The worker, absent for writes outside a worker (a standalone publisher).
     pub(crate) worker_id: Option<&'a str>,
     /// The claim token after the write, if any.
-    pub(crate) claim_token: Option<&'a str>,
+    pub(crate) claim_token: Option<&'a ClaimToken>,
 }
 
 /// Emit one observation per logical transition of a committed write (K-15); heartbeats
@@ -45,7 +46,7 @@ pub(crate) fn observe(
             error_class: step.and_then(|s| s.error.as_ref().map(|e| e.class)),
             at: t.now,
             worker_id: writer.worker_id.map(str::to_string),
-            claim_token: writer.claim_token.map(str::to_string),
+            claim_token: writer.claim_token.cloned(),
         });
     }
 }
@@ -55,12 +56,12 @@ pub(crate) fn observe(
 pub(crate) async fn enqueue_and_wake(
     queue: &DynQueue,
     wakeup: &DynWakeup,
-    workflow_id: &str,
+    workflow_id: &WorkflowId,
     priority: Priority,
     at: Millis,
 ) {
     if let Err(e) = queue.enqueue(workflow_id, priority, at).await {
-        tracing::debug!(workflow_id, error = %e, "enqueue failed (rebuild scan will restore)");
+        tracing::debug!(%workflow_id, error = %e, "enqueue failed (rebuild scan will restore)");
         return;
     }
     let _ = wakeup.notify().await;
@@ -71,5 +72,9 @@ pub(crate) async fn enqueue_and_wake(
 pub(crate) fn stream_key(inst: &WorkflowInstance) -> StreamKey {
     let object_id = inst.input.get("object_id").and_then(Value::as_str).unwrap_or(&inst.biz_key).to_string();
     let fencing_token = inst.fencing_token().map(str::to_string).unwrap_or_else(|| format!("run-{}", inst.retry_count));
-    StreamKey { object_id, workflow_id: inst.workflow_id.clone(), fencing_token }
+    StreamKey {
+        object_id: object_id.into(),
+        workflow_id: inst.workflow_id.clone(),
+        fencing_token: fencing_token.into(),
+    }
 }
