@@ -3,6 +3,7 @@
 use crate::business::{Business, FakeAsr};
 use kernel_core::ports::{DynOutbox, Signal};
 use kernel_core::{ActivityContext, ActivityError, Definition, OnFailed, RetryPolicy, StepDef, StepOutcome};
+use kernel_core::{FencingToken, ObjectId};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -314,7 +315,12 @@ pub fn order(outbox: Arc<DynOutbox>) -> Definition {
             let id = c.input()["object_id"].as_str().unwrap_or_default().to_string();
             let f = c.fencing_token().unwrap_or_default().to_string();
             let ok = outbox
-                .fenced_update(&id, &f, json!({ "result": format!("done in {f}") }), Some("done"))
+                .fenced_update(
+                    &ObjectId::from(&id),
+                    &FencingToken::from(&f),
+                    json!({ "result": format!("done in {f}") }),
+                    Some("done"),
+                )
                 .await
                 .map_err(|e| ActivityError::transient(e.to_string()))?;
             if !ok {
@@ -330,7 +336,12 @@ pub fn order(outbox: Arc<DynOutbox>) -> Definition {
             let id = c.input()["object_id"].as_str().unwrap_or_default().to_string();
             let f = c.fencing_token().unwrap_or_default().to_string();
             outbox
-                .fenced_update(&id, &f, json!({ "error": "payment declined" }), Some("failed"))
+                .fenced_update(
+                    &ObjectId::from(&id),
+                    &FencingToken::from(&f),
+                    json!({ "error": "payment declined" }),
+                    Some("failed"),
+                )
                 .await
                 .map_err(|e| ActivityError::transient(e.to_string()))?;
             Ok(StepOutcome::complete(Value::Null))

@@ -3,7 +3,9 @@
 //! Each is a newtype over `String`, serialized transparently (a document, a filter, a
 //! Redis key or a printed line holds exactly the string it held before), so two of them
 //! cannot trade places in a call: `revert_leased(object_id, fencing_token, lease_token,
-//! at)` does not compile with its tokens swapped. They carry no validation of their own:
+//! at)` does not compile with its tokens swapped. Each reads as a `&str` (`Deref`), so
+//! code that only reads the string keeps working; the reverse needs a conversion
+//! (`"wf-1".into()`, `WorkflowId::from(s)`). They carry no validation of their own:
 //! the K-2.0 identifier rule is applied where a value crosses a port
 //! ([`validate::identifier`](crate::validate::identifier) and the `validate()` functions).
 //!
@@ -15,6 +17,24 @@
 //! assert_eq!(serde_json::to_string(&wf).unwrap(), "\"wf-1\"");
 //! fn revert(_fencing: &FencingToken, _lease: &LeaseToken) {}
 //! revert(&"f1".into(), &"lease-1".into());
+//! ```
+//!
+//! A call with two tokens swapped is refused by the compiler:
+//!
+//! ```compile_fail
+//! use kernel_core::ports::DynOutbox;
+//! use kernel_core::{FencingToken, LeaseToken, ObjectId};
+//! async fn give_back(o: &DynOutbox, id: &ObjectId, f: &FencingToken, d: &LeaseToken) {
+//!     let _ = o.revert_leased(id, d, f, 0).await; // lease and round swapped
+//! }
+//! ```
+//!
+//! ```
+//! use kernel_core::ports::DynOutbox;
+//! use kernel_core::{FencingToken, LeaseToken, ObjectId};
+//! async fn give_back(o: &DynOutbox, id: &ObjectId, f: &FencingToken, d: &LeaseToken) {
+//!     let _ = o.revert_leased(id, f, d, 0).await;
+//! }
 //! ```
 //!
 //! [`BusinessRound`] reads the business round a workflow's input carries, in one place.
@@ -49,6 +69,15 @@ macro_rules! string_id {
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str(&self.0)
+            }
+        }
+
+        // Reading one as a `&str` (a filter value, a key, `Option::as_deref`) is always
+        // safe; only the reverse, a bare string where a typed value is expected, is refused.
+        impl std::ops::Deref for $name {
+            type Target = str;
+            fn deref(&self) -> &str {
+                &self.0
             }
         }
 

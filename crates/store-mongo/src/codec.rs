@@ -409,7 +409,7 @@ pub(crate) fn instance_of(d: &Document) -> Result<WorkflowInstance> {
         Some(m) => Some(FingerprintMismatch { persisted: str_of(m, "persisted")?, worker: str_of(m, "worker")? }),
     };
     Ok(WorkflowInstance {
-        workflow_id: str_of(d, "workflow_id")?,
+        workflow_id: str_of(d, "workflow_id")?.into(),
         workflow_type: str_of(d, "type")?,
         biz_key: str_of(d, "biz_key")?,
         status: parse_enum("status", str_of(d, "status")?)?,
@@ -417,7 +417,7 @@ pub(crate) fn instance_of(d: &Document) -> Result<WorkflowInstance> {
         input: bson_to_json("input", d.get("input").unwrap_or(&Bson::Null))?,
         output,
         claimable_time: opt_time(d, "claimable_time")?,
-        claim_token: opt_str(d, "claim_token")?,
+        claim_token: opt_str(d, "claim_token")?.map(Into::into),
         wait: doc_of(d, "wait")?.map(wait_of).transpose()?,
         resume: doc_of(d, "resume")?.map(resume_of).transpose()?,
         definition_fingerprint: str_of(d, "definition_fingerprint")?,
@@ -456,7 +456,7 @@ pub(crate) fn signal_doc(r: &kernel_core::ports::SignalRecord) -> Result<Documen
 pub(crate) fn signal_of(d: &Document) -> Result<kernel_core::ports::SignalRecord> {
     Ok(kernel_core::ports::SignalRecord {
         signal_id: str_of(d, "signal_id")?,
-        workflow_id: str_of(d, "workflow_id")?,
+        workflow_id: str_of(d, "workflow_id")?.into(),
         signal_type: str_of(d, "signal_type")?,
         wait_key: str_of(d, "wait_key")?,
         generation: u64::try_from(int_or_zero(d, "generation")?).map_err(|_| corrupt("generation", "negative"))?,

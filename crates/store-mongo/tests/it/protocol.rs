@@ -98,7 +98,7 @@ fn step_writes_require_the_step_to_exist() {
 #[test]
 fn claim_and_heartbeat_do_not_bump_revision() {
     check(
-        Transition::claim("tok", NOW, 30_000),
+        Transition::claim(&"tok".into(), NOW, 30_000),
         doc! { "$set": { "claimable_time": d(NOW + 30_000), "claim_token": "tok", "updated_at": d(NOW) } },
         None,
     );

@@ -6,6 +6,7 @@
 //! Cases: 64 by default (CI); set `KERNEL_MODEL_CASES` to run more locally.
 
 use kernel_core::ports::*;
+use kernel_core::WorkflowId;
 use kernel_core::*;
 use proptest::prelude::*;
 use serde_json::json;
@@ -143,10 +144,10 @@ struct Model {
     workers: Vec<Engine>,
     zombies: Vec<(Arc<CrashSwitch>, BoxFuture<'static, ()>)>,
     switches: Vec<Arc<CrashSwitch>>,
-    ids: BTreeMap<String, String>,
+    ids: BTreeMap<String, WorkflowId>,
     last_signal: BTreeMap<u8, String>,
     signals: u32,
-    snapshot: BTreeMap<String, WorkflowInstance>,
+    snapshot: BTreeMap<WorkflowId, WorkflowInstance>,
 }
 
 impl Model {
@@ -265,7 +266,7 @@ impl Model {
                 self.last_signal.insert(*k, signal_id.clone());
                 let s = Signal {
                     signal_id,
-                    workflow_id: id.clone(),
+                    workflow_id: id.clone().into(),
                     signal_type: "go".into(),
                     wait_key: Self::key(*k),
                     generation,
@@ -278,7 +279,7 @@ impl Model {
             Op::FlushQueue => self.world.queue.flush(),
             Op::Cancel { k } => {
                 if let Some(id) = self.ids.get(&format!("biz-{k}")) {
-                    self.workers[2].cancel(id).await.map_err(|e| e.to_string())?;
+                    self.workers[2].cancel(&WorkflowId::from(id)).await.map_err(|e| e.to_string())?;
                 }
             }
         }
