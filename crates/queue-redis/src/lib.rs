@@ -27,7 +27,7 @@
 //!
 //! # async fn demo() -> kernel_core::Result<()> {
 //! let queue = RedisReadyQueue::from_url("redis://127.0.0.1:6379", "wfk").await?;
-//! queue.enqueue("wf-1", Priority::P1, 1_000).await?;
+//! queue.enqueue(&"wf-1".into(), Priority::P1, 1_000).await?;
 //! assert_eq!(queue.pop_due(999).await?, None); // not due yet
 //! assert_eq!(queue.pop_due(1_000).await?.as_deref(), Some("wf-1"));
 //! # Ok(())
