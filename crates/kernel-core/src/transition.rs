@@ -120,7 +120,7 @@ impl Guard {
             Guard::DueWait { now, step_index } => {
                 inst.status == S::Waiting
                     && inst.claimable_time.is_some_and(|c| c <= *now)
-                    && inst.wait.as_ref().is_some_and(|w| w.step_index == *step_index)
+                    && inst.wait.as_ref().is_some_and(|w| w.step_index() == *step_index)
             }
             Guard::SignalWait(id) => {
                 inst.status == S::Waiting && inst.wait.as_ref().and_then(Wait::signal_identity).as_ref() == Some(id)
@@ -651,7 +651,7 @@ impl Transition {
         p.elapsed_ms_inc = elapsed_ms;
         p.checkpoint = Some(checkpoint.map_or(Patch::Unset, Patch::Set));
         t.status = Some(WorkflowStatus::Waiting);
-        t.claimable_time = Some(wait.poll_time.map_or(Patch::Unset, Patch::Set));
+        t.claimable_time = Some(wait.poll_time().map_or(Patch::Unset, Patch::Set));
         t.wait = Some(Patch::Set(wait));
         t.claim_token = Some(Patch::Unset);
         t.resume = Some(Patch::Unset);

@@ -145,10 +145,9 @@ mod tests {
         }
 
         fn signal_wait(signal_type: &str, wait_key: &str) -> Wait {
-            Wait {
-                kind: WaitKind::Signal,
-                signal_type: Some(signal_type.into()),
-                wait_key: Some(wait_key.into()),
+            Wait::Signal {
+                signal_type: signal_type.into(),
+                wait_key: wait_key.into(),
                 generation: 1,
                 step_index: 1,
                 poll_time: None,

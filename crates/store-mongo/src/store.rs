@@ -205,8 +205,8 @@ impl WorkflowStore for MongoWorkflowStore {
                 let w = codec::wait_of(codec::doc_of(d, "wait")?.ok_or_else(|| codec::corrupt("wait", "missing"))?)?;
                 Ok(DueWait {
                     workflow_id: codec::str_field(d, "workflow_id")?.into(),
-                    step_index: w.step_index,
-                    resume: if w.kind == WaitKind::Timer { ResumeKind::Timer } else { ResumeKind::Poll },
+                    step_index: w.step_index(),
+                    resume: w.due_resume(),
                     priority: codec::priority_of(d)?,
                 })
             })

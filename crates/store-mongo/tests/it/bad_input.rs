@@ -34,16 +34,16 @@ async fn bad_input_is_typed_and_writes_nothing() {
     creates.push(("oversize input".into(), WorkflowInstance { input: big.clone(), ..instance("wf-2") }));
     creates.push(("u64 beyond i64".into(), WorkflowInstance { input: json!({"n": u64::MAX}), ..instance("wf-2") }));
     let mut w = testkit::conformance::store::waiting("wf-2", Some(1), None);
-    w.wait.as_mut().unwrap().wait_key = Some("doc\0".into());
+    let Some(Wait::Signal { wait_key, .. }) = w.wait.as_mut() else { unreachable!("a signal wait") };
+    *wait_key = "doc\0".into();
     creates.push(("wait key with NUL".into(), w));
     for (what, inst) in creates {
         assert_invalid(store.create(inst).await, &what);
     }
 
-    let wait = Wait {
-        kind: WaitKind::Signal,
-        signal_type: Some("approved".into()),
-        wait_key: Some("k\0".into()),
+    let wait = Wait::Signal {
+        signal_type: "approved".into(),
+        wait_key: "k\0".into(),
         generation: 1,
         step_index: 1,
         poll_time: None,

@@ -121,13 +121,15 @@ pub fn waiting(workflow_id: &str, signal: Option<u64>, poll_time: Option<Millis>
     i.steps[1].status = StepStatus::Waiting;
     i.steps[1].attempt = 0;
     i.claimable_time = poll_time;
-    i.wait = Some(Wait {
-        kind: if signal.is_some() { WaitKind::Signal } else { WaitKind::Timer },
-        signal_type: signal.map(|_| "approved".to_string()),
-        wait_key: signal.map(|_| "doc:42".to_string()),
-        generation: signal.unwrap_or(0),
-        step_index: 1,
-        poll_time,
+    i.wait = Some(match signal {
+        Some(generation) => Wait::Signal {
+            signal_type: "approved".into(),
+            wait_key: "doc:42".into(),
+            generation,
+            step_index: 1,
+            poll_time,
+        },
+        None => Wait::Timer { step_index: 1, due: poll_time },
     });
     i
 }
@@ -219,10 +221,9 @@ fn bad_instance(edit: impl FnOnce(&mut WorkflowInstance)) -> WorkflowInstance {
 }
 
 fn signal_wait(wait_key: &str) -> Wait {
-    Wait {
-        kind: WaitKind::Signal,
-        signal_type: Some("approved".into()),
-        wait_key: Some(wait_key.into()),
+    Wait::Signal {
+        signal_type: "approved".into(),
+        wait_key: wait_key.into(),
         generation: 2,
         step_index: 1,
         poll_time: None,
@@ -444,14 +445,7 @@ pub async fn complete_step_guard(store: &DynStore) {
 /// SuspendClaim on a timer: waiting, attempt rolled back, claimable at the due time.
 pub async fn suspend_timer_guard(store: &DynStore) {
     seed(store, claimed("wf-1", "a")).await;
-    let wait = Wait {
-        kind: WaitKind::Timer,
-        signal_type: None,
-        wait_key: None,
-        generation: 0,
-        step_index: 1,
-        poll_time: Some(T0 + 60_000),
-    };
+    let wait = Wait::Timer { step_index: 1, due: Some(T0 + 60_000) };
     let t = Transition::suspend(1, wait, Some(json!({"cursor": 8})), 40, T0 + 3);
     check_write(store, "wf-1", &running("b"), &t, false).await;
     let after = check_write(store, "wf-1", &running("a"), &t, true).await;
@@ -466,10 +460,9 @@ pub async fn suspend_signal_guard(store: &DynStore) {
     let mut i = claimed("wf-1", "a");
     i.resume = Some(Resume { kind: ResumeKind::Timer, step_index: 1, signal_id: None });
     seed(store, i).await;
-    let wait = Wait {
-        kind: WaitKind::Signal,
-        signal_type: Some("approved".into()),
-        wait_key: Some("doc:42".into()),
+    let wait = Wait::Signal {
+        signal_type: "approved".into(),
+        wait_key: "doc:42".into(),
         generation: 3,
         step_index: 1,
         poll_time: None,

@@ -122,8 +122,8 @@ impl WorkflowStore for InMemoryStore {
                 let w = i.wait.as_ref()?;
                 Some(DueWait {
                     workflow_id: i.workflow_id.clone(),
-                    step_index: w.step_index,
-                    resume: if w.kind == WaitKind::Timer { ResumeKind::Timer } else { ResumeKind::Poll },
+                    step_index: w.step_index(),
+                    resume: w.due_resume(),
                     priority: i.business_priority,
                 })
             })

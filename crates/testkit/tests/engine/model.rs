@@ -91,8 +91,8 @@ fn check_instance(prev: Option<&WorkflowInstance>, i: &WorkflowInstance) -> Resu
             if i.claim_token.is_some() {
                 return Err("waiting instance holds a claim".into());
             }
-            if waiting_steps != vec![w.step_index as usize] {
-                return Err(format!("waiting steps {waiting_steps:?} vs wait.step_index {}", w.step_index));
+            if waiting_steps != vec![w.step_index() as usize] {
+                return Err(format!("waiting steps {waiting_steps:?} vs wait.step_index {}", w.step_index()));
             }
         }
         s => {
