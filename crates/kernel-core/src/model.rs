@@ -4,7 +4,7 @@
 //! port; adapters store them natively (BSON DateTime in Mongo, scores in Redis).
 
 use crate::error::{Error, Result};
-use crate::id::{ClaimToken, WorkflowId};
+use crate::id::{BusinessRound, ClaimToken, WorkflowId};
 use crate::validate;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -585,9 +585,10 @@ impl WorkflowInstance {
         self.steps.iter().position(|s| s.name == name)
     }
 
-    /// The fencing token carried by the input (`input.fencing_token`), if any (K-12).
-    pub fn fencing_token(&self) -> Option<&str> {
-        self.input.get("fencing_token").and_then(Value::as_str)
+    /// The business round the input carries (`input.object_id`, `input.fencing_token`),
+    /// read by the one rule of [`BusinessRound::of`] (K-12).
+    pub fn round(&self) -> BusinessRound {
+        BusinessRound::of(&self.input)
     }
 }
 

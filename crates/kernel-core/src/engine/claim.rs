@@ -391,6 +391,7 @@ impl Claim {
             step_name: name.into(),
             step_index: idx.unwrap_or(usize::MAX),
             input: Arc::new(doc.input.clone()),
+            round: Arc::new(doc.round()),
             outputs: Arc::new(doc.output.clone()),
             prepared: self.prepared.clone(),
             attempt: step.map_or(1, |s| s.attempt),

@@ -2,11 +2,10 @@
 //! wakeup (K-13) and the stream key of an instance (K-16). They take the ports they use, so
 //! the publisher (which has no engine) and the engine's modules call the same code.
 
-use crate::id::{ClaimToken, WorkflowId};
+use crate::id::{BusinessRound, ClaimToken, WorkflowId};
 use crate::model::{Millis, Priority, WorkflowInstance};
 use crate::ports::{DynObservationSink, DynQueue, DynWakeup, Observation, StreamKey};
 use crate::transition::{KindAt, Transition, TransitionKind};
-use serde_json::Value;
 
 /// Who committed a write, as observations report it.
 #[derive(Debug, Clone, Copy, Default)]
@@ -70,8 +69,9 @@ pub(crate) async fn enqueue_and_wake(
 /// The stream key of an instance: `input.object_id` (or the biz key), workflow id and
 /// `input.fencing_token` (or the run number) (K-16).
 pub(crate) fn stream_key(inst: &WorkflowInstance) -> StreamKey {
-    let object_id = inst.input.get("object_id").and_then(Value::as_str).unwrap_or(&inst.biz_key).to_string();
-    let fencing_token = inst.fencing_token().map(str::to_string).unwrap_or_else(|| format!("run-{}", inst.retry_count));
+    let BusinessRound { object_id, fencing_token } = inst.round();
+    let object_id = object_id.unwrap_or_else(|| inst.biz_key.as_str().into());
+    let fencing_token = fencing_token.unwrap_or_else(|| format!("run-{}", inst.retry_count).into());
     StreamKey {
         object_id: object_id.into(),
         workflow_id: inst.workflow_id.clone(),
