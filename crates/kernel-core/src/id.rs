@@ -254,12 +254,18 @@ mod tests {
     #[test]
     fn newtypes_compare_and_look_up_as_strings() {
         let f = FencingToken::from("f1".to_string());
-        assert!(f == "f1" && "f1" == f && f == *"f1" && f == "f1".to_string());
-        assert!(f != "f2");
+        let (lit, owned) = ("f1", String::from("f1"));
+        assert_eq!(f, lit);
+        assert_eq!(lit, f);
+        assert_eq!(f, *lit);
+        assert_eq!(f, owned);
+        assert_eq!(owned, f);
+        assert_ne!(f, "f2");
         let mut m = BTreeMap::new();
         m.insert(WorkflowId::from("wf-1"), 1);
         assert_eq!(m.get("wf-1"), Some(&1));
-        assert!(ObjectId::from("a") < ObjectId::from("b"));
+        let (a, b) = (ObjectId::from("a"), ObjectId::from("b"));
+        assert!(a < b);
     }
 
     #[test]

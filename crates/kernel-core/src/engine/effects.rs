@@ -72,9 +72,5 @@ pub(crate) fn stream_key(inst: &WorkflowInstance) -> StreamKey {
     let BusinessRound { object_id, fencing_token } = inst.round();
     let object_id = object_id.unwrap_or_else(|| inst.biz_key.as_str().into());
     let fencing_token = fencing_token.unwrap_or_else(|| format!("run-{}", inst.retry_count).into());
-    StreamKey {
-        object_id: object_id.into(),
-        workflow_id: inst.workflow_id.clone(),
-        fencing_token: fencing_token.into(),
-    }
+    StreamKey { object_id, workflow_id: inst.workflow_id.clone(), fencing_token }
 }

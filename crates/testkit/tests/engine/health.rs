@@ -39,7 +39,7 @@ impl SignalInbox for FlakyInbox {
         self.inner.get(signal_id).await
     }
     async fn find_pending(&self, w: &WorkflowId, t: &str, k: &str, g: u64) -> Result<Option<SignalRecord>> {
-        self.inner.find_pending(&WorkflowId::from(w), t, k, g).await
+        self.inner.find_pending(w, t, k, g).await
     }
     async fn mark_matched(&self, signal_id: &str, now: Millis) -> Result<bool> {
         self.inner.mark_matched(signal_id, now).await

@@ -266,7 +266,7 @@ impl Model {
                 self.last_signal.insert(*k, signal_id.clone());
                 let s = Signal {
                     signal_id,
-                    workflow_id: id.clone().into(),
+                    workflow_id: id.clone(),
                     signal_type: "go".into(),
                     wait_key: Self::key(*k),
                     generation,
@@ -279,7 +279,7 @@ impl Model {
             Op::FlushQueue => self.world.queue.flush(),
             Op::Cancel { k } => {
                 if let Some(id) = self.ids.get(&format!("biz-{k}")) {
-                    self.workers[2].cancel(&WorkflowId::from(id)).await.map_err(|e| e.to_string())?;
+                    self.workers[2].cancel(id).await.map_err(|e| e.to_string())?;
                 }
             }
         }
