@@ -48,6 +48,7 @@
 use kernel_core::model::Millis;
 use kernel_core::ports::{PermitDecision, PermitOwner, Permits};
 use kernel_core::{validate, Error, Result};
+use queue_redis::map_redis_error;
 use redis::aio::ConnectionManagerConfig;
 use redis::Script;
 use std::collections::HashMap;
@@ -158,12 +159,6 @@ impl std::fmt::Debug for RedisPermits {
     }
 }
 
-/// Map a Redis failure into the kernel's error: always [`Error::Unavailable`], so the
-/// engine fails closed.
-pub fn map_redis_error(e: redis::RedisError) -> Error {
-    Error::Unavailable(format!("redis: {e}"))
-}
-
 /// How long one Redis call may take before it counts as failed (the permit then fails
 /// closed: the step is deferred).
 pub const RESPONSE_TIMEOUT_MS: u64 = 2_000;
@@ -174,7 +169,7 @@ pub const CONNECT_TIMEOUT_MS: u64 = 2_000;
 /// dead Redis makes acquires fail quickly instead of hanging a claim. A malformed URL is
 /// [`Error::InvalidInput`]; an unreachable server is [`Error::Unavailable`].
 pub async fn connect(url: &str) -> Result<ConnectionManager> {
-    let client = redis::Client::open(url).map_err(|e| Error::invalid("redis url", e))?;
+    let client = redis::Client::open(url).map_err(|e| Error::invalid_with("redis url", e.to_string(), e))?;
     let config = ConnectionManagerConfig::new()
         .set_response_timeout(Some(Duration::from_millis(RESPONSE_TIMEOUT_MS)))
         .set_connection_timeout(Some(Duration::from_millis(CONNECT_TIMEOUT_MS)))

@@ -42,6 +42,7 @@ pub use writer::RedisStreamSink;
 
 pub use kernel_core::ports::StreamKey;
 use kernel_core::{validate, Error, Result};
+use queue_redis::map_redis_error;
 /// The connection type [`RedisStreamSink::new`] and [`Forwarder::new`] take, so callers need no
 /// `redis` dependency.
 pub use redis::aio::ConnectionManager;
@@ -121,14 +122,9 @@ impl StreamConfig {
     }
 }
 
-/// Map a Redis failure: every one is [`Error::Unavailable`]; streams are best effort.
-pub fn map_redis_error(e: redis::RedisError) -> Error {
-    Error::Unavailable(format!("redis: {e}"))
-}
-
 /// Open a reconnecting, multiplexed connection with bounded timeouts.
 pub async fn connect(url: &str) -> Result<ConnectionManager> {
-    let client = redis::Client::open(url).map_err(|e| Error::invalid("redis url", e))?;
+    let client = redis::Client::open(url).map_err(|e| Error::invalid_with("redis url", e.to_string(), e))?;
     let config = ConnectionManagerConfig::new()
         .set_response_timeout(Some(Duration::from_millis(RESPONSE_TIMEOUT_MS)))
         .set_connection_timeout(Some(Duration::from_millis(CONNECT_TIMEOUT_MS)))
