@@ -66,9 +66,12 @@ pub fn map_redis_error(e: redis::RedisError) -> Error {
 }
 
 /// Open a reconnecting, multiplexed connection with bounded timeouts, so that a dead Redis
-/// makes calls fail quickly instead of hanging the engine.
+/// makes calls fail quickly instead of hanging the engine (a queue call falls back to the
+/// store, a permit fails closed). The one connection helper of every Redis-backed adapter:
+/// a malformed URL is [`Error::InvalidInput`] (field `redis url`), an unreachable server
+/// [`Error::Unavailable`], both with the driver's error as their cause.
 pub async fn connect(url: &str) -> Result<ConnectionManager> {
-    let client = redis::Client::open(url).map_err(map_redis_error)?;
+    let client = redis::Client::open(url).map_err(|e| Error::invalid_with("redis url", e.to_string(), e))?;
     connect_client(client).await
 }
 

@@ -72,3 +72,14 @@ async fn a_redis_failure_keeps_the_drivers_error_as_its_source() {
     assert!(matches!(e, Error::InvalidInput { .. }), "{e:?}");
     assert!(e.source().and_then(|s| s.downcast_ref::<redis::RedisError>()).is_some(), "{e:?}");
 }
+
+/// The one connection helper, shared by permit-redis and sse-stream, refuses a malformed
+/// URL as bad input (a typed error naming the field), not as an outage to retry.
+#[tokio::test]
+async fn the_shared_connect_refuses_a_malformed_url_as_invalid_input() {
+    for url in ["not a url", "http://127.0.0.1:6379"] {
+        let e = queue_redis::connect(url).await.unwrap_err();
+        assert!(matches!(e, Error::InvalidInput { ref field, .. } if field == "redis url"), "{url}: {e:?}");
+        assert!(!e.is_retryable(), "{url}");
+    }
+}
