@@ -24,6 +24,6 @@ pub mod validate;
 pub use activity::{idempotency_key, Activity, ActivityContext, ActivityError, SignalWaitSpec, StepOutcome};
 pub use definition::{Definition, OnFailed, Plan, PlanRegistry, RetryPolicy, StepDef};
 pub use engine::{Engine, EngineConfig, EngineHealth, Ports, Publisher, PublisherBuilder, StartOutcome, StartRequest};
-pub use error::{Error, Result};
+pub use error::{Cause, Error, Result};
 pub use id::{BusinessRound, ClaimToken, FencingToken, LeaseToken, ObjectId, WorkflowId};
 pub use model::*;

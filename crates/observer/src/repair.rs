@@ -38,7 +38,7 @@ pub async fn repair_snapshots(
     }
     let mut report = RepairReport::default();
     for id in workflow_ids {
-        let inst = store.get(id).await.map_err(|e| Error::Unavailable(format!("store: {e}")))?;
+        let inst = store.get(id).await.map_err(|e| Error::unavailable_with(format!("store: {e}"), e))?;
         let Some(inst) = inst else {
             report.missing += 1;
             continue;

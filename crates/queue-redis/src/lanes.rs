@@ -140,7 +140,7 @@ impl ReadyQueue for RedisReadyQueue {
         inv.key(&self.lanes).arg(now);
         let raw: Vec<redis::Value> = inv.invoke_async(&mut self.conn.clone()).await.map_err(map_redis_error)?;
         if raw.len() != 12 {
-            return Err(Error::Unavailable(format!("redis: lane stats returned {} values, expected 12", raw.len())));
+            return Err(Error::unavailable(format!("redis: lane stats returned {} values, expected 12", raw.len())));
         }
         let mut out = [LaneStats::default(); 4];
         for (i, chunk) in raw.chunks(3).enumerate() {
@@ -150,8 +150,9 @@ impl ReadyQueue for RedisReadyQueue {
             let oldest_wait_ms = if oldest.is_empty() {
                 0
             } else {
-                let s: f64 =
-                    oldest.parse().map_err(|e| Error::Unavailable(format!("redis: bad score {oldest:?}: {e}")))?;
+                let s: f64 = oldest
+                    .parse()
+                    .map_err(|e| Error::unavailable_with(format!("redis: bad score {oldest:?}: {e}"), e))?;
                 now - s as Millis
             };
             out[i] = LaneStats { depth, ready, delayed: depth - ready, oldest_wait_ms };
@@ -161,7 +162,7 @@ impl ReadyQueue for RedisReadyQueue {
 }
 
 fn map_parse(e: redis::ParsingError) -> Error {
-    Error::Unavailable(format!("redis: unexpected reply: {e}"))
+    Error::unavailable_with(format!("redis: unexpected reply: {e}"), e)
 }
 
 #[cfg(test)]

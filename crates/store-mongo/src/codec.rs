@@ -69,7 +69,12 @@ pub(crate) fn bson_to_json(field: &str, b: &Bson) -> Result<Value> {
 
 /// A stored document that does not decode. Nothing was written by the failing call.
 pub(crate) fn corrupt(field: &str, reason: impl std::fmt::Display) -> Error {
-    Error::Corrupt(format!("stored document field `{field}`: {reason}"))
+    Error::corrupt(format!("stored document field `{field}`: {reason}"))
+}
+
+/// [`corrupt`] reported by a decoder: its error is kept as the cause (`source()`).
+pub(crate) fn corrupt_by(field: &str, e: impl std::error::Error + Send + Sync + 'static) -> Error {
+    Error::corrupt_with(format!("stored document field `{field}`: {e}"), e)
 }
 
 pub(crate) fn dt(ms: Millis) -> Bson {
@@ -95,11 +100,11 @@ pub(crate) fn i64_of(field: &str, v: u64) -> Result<Bson> {
 // reads back as the integer 5); the raw conversions below are structural.
 
 pub(crate) fn raw(field: &str, d: &Document) -> Result<RawDocumentBuf> {
-    RawDocumentBuf::from_document(d).map_err(|e| Error::invalid(field, e))
+    RawDocumentBuf::from_document(d).map_err(|e| Error::invalid_with(field, e.to_string(), e))
 }
 
 pub(crate) fn unraw(r: &RawDocumentBuf) -> Result<Document> {
-    r.to_document().map_err(|e| corrupt("document", e))
+    r.to_document().map_err(|e| corrupt_by("document", e))
 }
 
 pub(crate) fn decode_instance(r: &RawDocumentBuf) -> Result<WorkflowInstance> {
@@ -171,7 +176,7 @@ pub(crate) fn doc_of<'a>(d: &'a Document, k: &str) -> Result<Option<&'a Document
 }
 
 fn parse_enum<T: serde::de::DeserializeOwned>(k: &str, s: String) -> Result<T> {
-    serde_json::from_value(Value::String(s)).map_err(|e| corrupt(k, e))
+    serde_json::from_value(Value::String(s)).map_err(|e| corrupt_by(k, e))
 }
 
 // --- steps, waits, resumes ---------------------------------------------------------------

@@ -78,7 +78,7 @@ impl SignalInbox for MongoSignalInbox {
             Ok(_) => Ok(InsertOutcome::Inserted),
             Err(e) if error::is_duplicate_key(&e) => match self.get(&record.signal_id).await? {
                 Some(existing) => Ok(InsertOutcome::Duplicate(existing)),
-                None => Err(kernel_core::Error::Uncertain(format!(
+                None => Err(kernel_core::Error::uncertain(format!(
                     "signal `{}` reported as duplicate but not found",
                     record.signal_id
                 ))),

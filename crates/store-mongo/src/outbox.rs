@@ -222,7 +222,7 @@ fn status_str(s: DispatchStatus) -> &'static str {
 
 fn intent_of(d: &Document) -> Result<DispatchIntent> {
     let s = |k: &str| -> Result<String> {
-        d.get_str(k).map(str::to_string).map_err(|e| codec::corrupt(&format!("workflow_dispatch.{k}"), e))
+        d.get_str(k).map(str::to_string).map_err(|e| codec::corrupt_by(&format!("workflow_dispatch.{k}"), e))
     };
     let t = |k: &str| -> Result<Option<Millis>> {
         match d.get(k) {

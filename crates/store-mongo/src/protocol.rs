@@ -313,7 +313,7 @@ pub fn transition_update(t: &Transition, limits: &Limits) -> Result<Update> {
 /// BSON size of `d` against [`Limits::document_bytes_max`].
 pub(crate) fn check_size(field: &str, d: &Document, limits: &Limits) -> Result<()> {
     let mut buf = Vec::new();
-    d.to_writer(&mut buf).map_err(|e| Error::invalid(field, e))?;
+    d.to_writer(&mut buf).map_err(|e| Error::invalid_with(field, e.to_string(), e))?;
     if buf.len() > limits.document_bytes_max {
         return Err(Error::invalid(
             field,

@@ -104,9 +104,9 @@ impl Gate {
     /// Run `call` as this gate says.
     async fn run<T, F: std::future::Future<Output = Result<T>>>(self, switch: &CrashSwitch, call: F) -> Result<T> {
         match self {
-            Gate::FailBefore(name) => Err(Error::Unavailable(format!("crash switch: fired before {name}"))),
+            Gate::FailBefore(name) => Err(Error::unavailable(format!("crash switch: fired before {name}"))),
             Gate::FailAfter(name) => {
-                call.await.and_then(|_| Err(Error::Uncertain(format!("crash switch: fired after {name}"))))
+                call.await.and_then(|_| Err(Error::uncertain(format!("crash switch: fired after {name}"))))
             }
             Gate::Pass => call.await,
             Gate::DieAfter => {

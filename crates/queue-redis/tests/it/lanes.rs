@@ -281,8 +281,8 @@ async fn redis_loss_maps_to_unavailable() {
     q.enqueue(&"a".into(), Priority::P1, T0).await.unwrap();
     drop(server);
     let e = q.enqueue(&"b".into(), Priority::P1, T0).await.expect_err("server is gone");
-    assert!(matches!(e, Error::Unavailable(_)), "{e:?}");
+    assert!(matches!(e, Error::Unavailable { .. }), "{e:?}");
     assert!(e.is_retryable());
     let e = q.pop_due(T0).await.expect_err("server is gone");
-    assert!(matches!(e, Error::Unavailable(_)), "{e:?}");
+    assert!(matches!(e, Error::Unavailable { .. }), "{e:?}");
 }

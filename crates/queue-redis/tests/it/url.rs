@@ -56,3 +56,35 @@ async fn purge_prefix_deletes_its_own_keys_only() {
     assert_eq!(theirs.keys().len(), 1, "another prefix is untouched");
     assert_eq!(conn.purge_prefix(&mine.prefix).await.unwrap(), 0, "idempotent");
 }
+
+/// The one Redis mapping keeps the driver's error as the cause: a closed port is
+/// `Unavailable` (still retryable) and `source()` is the `RedisError`; a malformed URL is
+/// `InvalidInput` whose `source()` is the parser's `RedisError`.
+#[tokio::test]
+async fn a_redis_failure_keeps_the_drivers_error_as_its_source() {
+    use std::error::Error as _;
+    // Port 1 is never a Redis server: the connection is refused.
+    let e = queue_redis::connect("redis://127.0.0.1:1").await.unwrap_err();
+    assert!(matches!(e, Error::Unavailable { .. }) && e.is_retryable(), "{e:?}");
+    let driver = e.source().and_then(|s| s.downcast_ref::<redis::RedisError>()).expect("the driver's error");
+    assert_eq!(e.to_string(), format!("unavailable: redis: {driver}"));
+
+    let mapped = queue_redis::map_redis_error(redis::RedisError::from((redis::ErrorKind::Io, "reset")));
+    assert!(mapped.is_retryable());
+    assert!(mapped.source().and_then(|s| s.downcast_ref::<redis::RedisError>()).is_some());
+
+    let e = RedisConnection::open("not a url").await.unwrap_err();
+    assert!(matches!(e, Error::InvalidInput { .. }), "{e:?}");
+    assert!(e.source().and_then(|s| s.downcast_ref::<redis::RedisError>()).is_some(), "{e:?}");
+}
+
+/// The one connection helper, shared by permit-redis and sse-stream, refuses a malformed
+/// URL as bad input (a typed error naming the field), not as an outage to retry.
+#[tokio::test]
+async fn the_shared_connect_refuses_a_malformed_url_as_invalid_input() {
+    for url in ["not a url", "http://127.0.0.1:6379"] {
+        let e = queue_redis::connect(url).await.unwrap_err();
+        assert!(matches!(e, Error::InvalidInput { ref field, .. } if field == "redis url"), "{url}: {e:?}");
+        assert!(!e.is_retryable(), "{url}");
+    }
+}

@@ -373,7 +373,7 @@ impl InMemoryCandidates {
     }
     fn up(&self) -> Result<()> {
         if self.down.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(Error::Unavailable("candidate index is down".into()));
+            return Err(Error::unavailable("candidate index is down"));
         }
         Ok(())
     }

@@ -114,7 +114,7 @@ impl InMemoryQueue {
     }
     fn check_up(&self) -> Result<()> {
         if self.down.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(Error::Unavailable("in-memory queue is down".into()));
+            return Err(Error::unavailable("in-memory queue is down"));
         }
         Ok(())
     }

@@ -20,7 +20,7 @@ impl Wakeup for DeafWakeup {
         Ok(())
     }
     async fn subscribe(&self) -> Result<WakeupReceiver> {
-        Err(Error::Unavailable("pub/sub down".into()))
+        Err(Error::unavailable("pub/sub down"))
     }
 }
 
@@ -46,7 +46,7 @@ impl SignalInbox for FlakyInbox {
     }
     async fn scan_pending(&self, after: Option<&str>, limit: usize) -> Result<Vec<SignalRecord>> {
         if self.down.load(Ordering::SeqCst) {
-            return Err(Error::Unavailable("inbox down".into()));
+            return Err(Error::unavailable("inbox down"));
         }
         self.inner.scan_pending(after, limit).await
     }

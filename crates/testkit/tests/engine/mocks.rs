@@ -121,7 +121,7 @@ async fn an_uncertain_write_ends_the_claim_without_retrying() {
         .expect_apply()
         .times(1)
         .in_sequence(&mut seq)
-        .returning(|_, _, _| Err(Error::Uncertain("socket closed after the write was sent".into())));
+        .returning(|_, _, _| Err(Error::uncertain("socket closed after the write was sent")));
     let engine = engine_with(&world, store);
     let out = engine.tick().await.unwrap();
     assert_eq!(out, RoundOutcome::Ran { workflow_id: "wf-b".into(), end: ClaimEnd::Uncertain });
@@ -132,10 +132,10 @@ async fn a_store_outage_during_start_is_reported_and_writes_nothing_else() {
     let world = World::new(1);
     let mut store = MockStore::new();
     store.expect_get_by_biz_key().times(1).returning(|_| Ok(None));
-    store.expect_create().times(1).returning(|_| Err(Error::Unavailable("primary stepped down".into())));
+    store.expect_create().times(1).returning(|_| Err(Error::unavailable("primary stepped down")));
     let engine = engine_with(&world, store);
     let r = engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({}))).await;
-    assert!(matches!(r, Err(Error::Unavailable(_))));
+    assert!(matches!(r, Err(Error::Unavailable { .. })));
     assert!(r.unwrap_err().is_retryable());
     assert!(world.queue.is_empty(), "nothing enqueued for an instance that was not stored");
 }
