@@ -10,6 +10,24 @@ export REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379}"
 
 log() { printf '== %s\n' "$*"; }
 
+# Sections print their elapsed wall seconds when the next one starts and at exit, so a slow
+# section shows in CI's output.
+SECONDS=0
+section_name=""
+section_start=0
+end_section() {
+  if [ -n "$section_name" ]; then
+    printf '== elapsed: %s s (%s), %s s in all\n' "$((SECONDS - section_start))" "$section_name" "$SECONDS"
+  fi
+  section_name=""
+}
+section() {
+  end_section
+  section_name="$*"
+  section_start=$SECONDS
+  log "$*"
+}
+
 # Architecture invariant: kernel-core depends on no database or Redis crate.
 if cargo tree -p kernel-core -e normal --prefix none | grep -Eq '^(mongodb|redis|bson) '; then
   echo "kernel-core must not depend on mongodb/redis/bson" >&2
@@ -52,6 +70,7 @@ if [ -z "${MONGODB_URI:-}" ] && [ -f scripts/mongo-wire.sh ]; then
   fi
 fi
 cleanup() {
+  end_section
   if [ -n "$started_mongo" ]; then
     echo "mongo-wire op counters of this run: $(bash scripts/mongo-wire.sh stats 2>/dev/null || echo unavailable)"
     bash scripts/mongo-wire.sh stop >/dev/null 2>&1 || true
@@ -64,23 +83,27 @@ REPORTS=(crash_at_every_boundary crash_sweep_on_mongo)
 skip_args=()
 for r in "${REPORTS[@]}"; do skip_args+=(--skip "$r"); done
 
-log "cargo test --workspace"
+section "cargo test --workspace"
 cargo test --workspace -- "${skip_args[@]}"
 
-log "reports"
+section "rustdoc (warnings and broken intra-doc links denied)"
+RUSTDOCFLAGS='-D warnings' cargo doc --workspace --no-deps -q
+echo "rustdoc: ok"
+
+section "reports"
 cargo test -p kernel-examples --test it crash_at_every_boundary -- --nocapture
 cargo test -p store-mongo --test it crash_sweep_on_mongo -- --nocapture
 
-log "dispatch under fire (in-memory adapters)"
+section "dispatch under fire (in-memory adapters)"
 cargo run -q -p dispatch-recovery -- --seed 7 --requests 1000
 if [ -n "${MONGODB_URI:-}" ]; then
   cargo run -q -p dispatch-recovery -- --seed 7 --requests 50 --backend mongo
 fi
 
-log "browser check (headless chromium on the SSE example page)"
+section "browser check (headless chromium on the SSE example page)"
 bash scripts/browser-check.sh
 
-log "demo smoke run"
+section "demo smoke run"
 cargo run -q -p kernel-examples --example live_summary >/dev/null
 echo "demo: live_summary ok"
 if [ -n "${MONGODB_URI:-}" ]; then
@@ -88,5 +111,5 @@ if [ -n "${MONGODB_URI:-}" ]; then
   echo "demo: live_summary on MongoDB ok"
 fi
 
-log "worker process (MongoDB + Redis + observer, separate publisher, SIGTERM)"
+section "worker process (MongoDB + Redis + observer, separate publisher, SIGTERM)"
 bash scripts/worker-check.sh

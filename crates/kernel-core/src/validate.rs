@@ -123,6 +123,7 @@ mod tests {
     /// field at a time and accepts the fixture it was derived from.
     mod records {
         use super::super::*;
+        use crate::id::{ClaimToken, ObjectId, WorkflowId};
         use crate::model::*;
         use crate::ports::*;
         use crate::transition::{Guard, Patch, Transition};
@@ -162,10 +163,9 @@ mod tests {
         }
 
         fn signal_wait(signal_type: &str, wait_key: &str) -> Wait {
-            Wait {
-                kind: WaitKind::Signal,
-                signal_type: Some(signal_type.into()),
-                wait_key: Some(wait_key.into()),
+            Wait::Signal {
+                signal_type: signal_type.into(),
+                wait_key: wait_key.into(),
                 generation: 1,
                 step_index: 1,
                 poll_time: None,
@@ -181,7 +181,7 @@ mod tests {
             assert!(instance().validate(MAX).is_ok());
             type Edit = fn(&mut WorkflowInstance);
             let cases: [(Edit, &str); 12] = [
-                (|i| i.workflow_id = String::new(), "workflow_id"),
+                (|i| i.workflow_id = WorkflowId::default(), "workflow_id"),
                 (|i| i.biz_key = "b\0".into(), "biz_key"),
                 (|i| i.workflow_type = "t\n".into(), "workflow_type"),
                 (|i| i.definition_fingerprint = String::new(), "definition_fingerprint"),
@@ -223,7 +223,7 @@ mod tests {
                     Transition::suspend(1, signal_wait("", "k"), None, DurationMs::ZERO, Instant::ZERO),
                     "wait.signal_type",
                 ),
-                (Transition::claim("tok\0", Instant::ZERO, DurationMs::from_millis(1)).unwrap(), "claim_token"),
+                (Transition::claim(&"tok\0".into(), Instant::ZERO, DurationMs::from_millis(1)).unwrap(), "claim_token"),
                 (Transition::signal_activation(1, "", Instant::ZERO), "resume.signal_id"),
                 (
                     {
@@ -256,7 +256,7 @@ mod tests {
         fn k2_0_guard_and_claim_spec_validate() {
             assert!(Guard::Active.validate().is_ok());
             assert!(Guard::SignalWait(signal_wait("a", "k").signal_identity().unwrap()).validate().is_ok());
-            assert_eq!(field_of(Guard::Token { token: String::new() }.validate()), "claim_token");
+            assert_eq!(field_of(Guard::Token { token: ClaimToken::default() }.validate()), "claim_token");
             assert_eq!(field_of(Guard::Failing { token: "a\u{7}".into() }.validate()), "claim_token");
             assert_eq!(
                 field_of(Guard::Claimable { now: Instant::ZERO, types: vec!["t\0".into()] }.validate()),
@@ -272,7 +272,11 @@ mod tests {
                 types: vec!["t".into()],
             };
             assert!(spec.validate().is_ok());
-            assert_eq!(spec.transition(), Transition::claim("tok", 5.into(), 10.into()), "the claim's own transition");
+            assert_eq!(
+                spec.transition(),
+                Transition::claim(&"tok".into(), 5.into(), 10.into()),
+                "the claim's own transition"
+            );
             assert_eq!(field_of(ClaimSpec { token: "t\0".into(), ..spec.clone() }.validate()), "claim_token");
             assert_eq!(field_of(ClaimSpec { lease_ms: DurationMs::ZERO, ..spec.clone() }.validate()), "lease_ms");
             assert_eq!(field_of(ClaimSpec { types: vec![String::new()], ..spec.clone() }.validate()), "types");
@@ -320,9 +324,11 @@ mod tests {
 
         #[test]
         fn k2_0_accept_request_validate() {
-            let intent = DispatchIntent::pending("summary", "biz:1", "f1", json!({}), Priority::P2, Instant::ZERO);
+            let intent =
+                DispatchIntent::pending("summary", "biz:1", &"f1".into(), json!({}), Priority::P2, Instant::ZERO);
             let fields = json!({"title": "x"});
-            let req = OutboxAccept { object_id: "doc-1", fields: &fields, initial_status: "new", intent: &intent };
+            let (doc, empty) = (ObjectId::from("doc-1"), ObjectId::default());
+            let req = OutboxAccept { object_id: &doc, fields: &fields, initial_status: "new", intent: &intent };
             assert!(req.validate(MAX).is_ok());
             let dollar = json!({"$set": 1});
             let dotted = json!({"a.b": 1});
@@ -332,7 +338,7 @@ mod tests {
             let bad_biz = DispatchIntent { biz_key: String::new(), ..intent.clone() };
             let bad_input = DispatchIntent { input: Some(big()), ..intent.clone() };
             let cases: Vec<(OutboxAccept<'_>, &str)> = vec![
-                (OutboxAccept { object_id: "", ..req }, "object_id"),
+                (OutboxAccept { object_id: &empty, ..req }, "object_id"),
                 (OutboxAccept { initial_status: "n\0", ..req }, "initial_status"),
                 (OutboxAccept { fields: &dollar, ..req }, "fields"),
                 (OutboxAccept { fields: &dotted, ..req }, "fields"),

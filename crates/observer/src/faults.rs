@@ -67,7 +67,7 @@ impl FaultyRepository {
         self.calls.fetch_add(1, Ordering::SeqCst);
         if self.is_down() {
             self.refused.fetch_add(1, Ordering::SeqCst);
-            return Err(Error::Unavailable("injected outage".into()));
+            return Err(Error::unavailable("injected outage"));
         }
         Ok(())
     }

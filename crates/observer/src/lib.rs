@@ -64,8 +64,15 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum Error {
     /// The repository could not be reached; the same call may be retried later.
-    #[error("unavailable: {0}")]
-    Unavailable(String),
+    #[error("unavailable: {message}")]
+    Unavailable {
+        /// What failed, for logs (names the backend and the call).
+        message: String,
+        /// The driver's (or port's) own error, when one reported the failure; returned by
+        /// `source()`.
+        #[source]
+        cause: Option<kernel_core::Cause>,
+    },
     /// A record the repository refuses for good (a poison record).
     #[error("invalid record: {0}")]
     InvalidRecord(String),
@@ -83,8 +90,18 @@ pub enum Error {
 }
 
 impl Error {
+    /// [`Error::Unavailable`] without a cause (an injected outage).
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Error::Unavailable { message: message.into(), cause: None }
+    }
+
+    /// [`Error::Unavailable`] reported by a driver or port: `cause` is returned by `source()`.
+    pub fn unavailable_with(message: impl Into<String>, cause: impl Into<kernel_core::Cause>) -> Self {
+        Error::Unavailable { message: message.into(), cause: Some(cause.into()) }
+    }
+
     /// Whether the same call may simply be retried later.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::Unavailable(_))
+        matches!(self, Error::Unavailable { .. })
     }
 }

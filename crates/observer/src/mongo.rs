@@ -39,7 +39,7 @@ fn map_err(e: mongodb::error::Error) -> Error {
             Error::InvalidRecord(format!("code {}: {}", w.code, w.message))
         }
         ErrorKind::BsonSerialization(_) | ErrorKind::InvalidArgument { .. } => Error::InvalidRecord(e.to_string()),
-        _ => Error::Unavailable(format!("mongodb: {e}")),
+        _ => Error::unavailable_with(format!("mongodb: {e}"), e),
     }
 }
 
@@ -178,7 +178,7 @@ impl MongoObservationRepository {
             .map_err(map_err)?;
         let docs: Vec<Document> = cursor.try_collect().await.map_err(map_err)?;
         docs.into_iter()
-            .map(|d| mongodb::bson::from_document(d).map_err(|e| Error::Unavailable(format!("decode: {e}"))))
+            .map(|d| mongodb::bson::from_document(d).map_err(|e| Error::unavailable_with(format!("decode: {e}"), e)))
             .collect()
     }
 }
@@ -254,7 +254,8 @@ impl ObservationRepository for MongoObservationRepository {
 
     async fn snapshot(&self, biz_key: &str) -> Result<Option<Snapshot>> {
         let d = self.snapshots().find_one(doc! { "_id": biz_key }).await.map_err(map_err)?;
-        d.map(|d| mongodb::bson::from_document(d).map_err(|e| Error::Unavailable(format!("decode: {e}")))).transpose()
+        d.map(|d| mongodb::bson::from_document(d).map_err(|e| Error::unavailable_with(format!("decode: {e}"), e)))
+            .transpose()
     }
 
     async fn find_snapshots(&self, q: &SnapshotQuery) -> Result<Vec<Snapshot>> {

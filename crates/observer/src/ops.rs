@@ -67,6 +67,6 @@ impl OpsView {
 
     /// Depth, ready, delayed and oldest wait per lane, P0 first, now.
     pub async fn lane_stats(&self) -> Result<[LaneStats; 4]> {
-        self.queue.stats(self.clock.now()).await.map_err(|e| Error::Unavailable(format!("queue: {e}")))
+        self.queue.stats(self.clock.now()).await.map_err(|e| Error::unavailable_with(format!("queue: {e}"), e))
     }
 }

@@ -1,7 +1,7 @@
 use crate::{check_prefix, map_redis_error};
 use kernel_core::model::{DurationMs, Instant, Priority};
 use kernel_core::ports::{LaneStats, ReadyQueue};
-use kernel_core::{validate, Error, Result};
+use kernel_core::{validate, Error, Result, WorkflowId};
 use redis::aio::ConnectionManager;
 use redis::Script;
 use std::sync::LazyLock;
@@ -120,22 +120,23 @@ impl RedisReadyQueue {
 
 #[async_trait::async_trait]
 impl ReadyQueue for RedisReadyQueue {
-    async fn enqueue(&self, workflow_id: &str, priority: Priority, claimable_at: Instant) -> Result<()> {
-        validate::identifier("workflow_id", workflow_id)?;
+    async fn enqueue(&self, workflow_id: &WorkflowId, priority: Priority, claimable_at: Instant) -> Result<()> {
+        validate::identifier("workflow_id", workflow_id.as_str())?;
         let mut inv = ENQUEUE.prepare_invoke();
-        inv.key(&self.lanes).arg(workflow_id).arg(priority.index()).arg(claimable_at.as_millis());
+        inv.key(&self.lanes).arg(workflow_id.as_str()).arg(priority.index()).arg(claimable_at.as_millis());
         inv.invoke_async::<i64>(&mut self.conn.clone()).await.map_err(map_redis_error)?;
         Ok(())
     }
 
-    async fn pop_due(&self, now: Instant) -> Result<Option<String>> {
+    async fn pop_due(&self, now: Instant) -> Result<Option<WorkflowId>> {
         let mut inv = POP.prepare_invoke();
         inv.key(&self.lanes)
             .key(&self.rotation)
             .arg(now.as_millis())
             .arg(&self.weights.weights)
             .arg(self.weights.burst);
-        inv.invoke_async::<Option<String>>(&mut self.conn.clone()).await.map_err(map_redis_error)
+        let id = inv.invoke_async::<Option<String>>(&mut self.conn.clone()).await.map_err(map_redis_error)?;
+        Ok(id.map(WorkflowId::from))
     }
 
     async fn stats(&self, now: Instant) -> Result<[LaneStats; 4]> {
@@ -143,7 +144,7 @@ impl ReadyQueue for RedisReadyQueue {
         inv.key(&self.lanes).arg(now.as_millis());
         let raw: Vec<redis::Value> = inv.invoke_async(&mut self.conn.clone()).await.map_err(map_redis_error)?;
         if raw.len() != 12 {
-            return Err(Error::Unavailable(format!("redis: lane stats returned {} values, expected 12", raw.len())));
+            return Err(Error::unavailable(format!("redis: lane stats returned {} values, expected 12", raw.len())));
         }
         let mut out = [LaneStats::default(); 4];
         for (i, chunk) in raw.chunks(3).enumerate() {
@@ -153,8 +154,9 @@ impl ReadyQueue for RedisReadyQueue {
             let oldest_wait_ms = if oldest.is_empty() {
                 DurationMs::ZERO
             } else {
-                let s: f64 =
-                    oldest.parse().map_err(|e| Error::Unavailable(format!("redis: bad score {oldest:?}: {e}")))?;
+                let s: f64 = oldest
+                    .parse()
+                    .map_err(|e| Error::unavailable_with(format!("redis: bad score {oldest:?}: {e}"), e))?;
                 now - Instant::from_millis(s as i64)
             };
             out[i] = LaneStats { depth, ready, delayed: depth - ready, oldest_wait_ms };
@@ -164,7 +166,7 @@ impl ReadyQueue for RedisReadyQueue {
 }
 
 fn map_parse(e: redis::ParsingError) -> Error {
-    Error::Unavailable(format!("redis: unexpected reply: {e}"))
+    Error::unavailable_with(format!("redis: unexpected reply: {e}"), e)
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@
 //!
 //! # async fn demo() -> kernel_core::Result<()> {
 //! let queue = RedisReadyQueue::from_url("redis://127.0.0.1:6379", "wfk").await?;
-//! queue.enqueue("wf-1", Priority::P1, Instant::from_millis(1_000)).await?;
+//! queue.enqueue(&"wf-1".into(), Priority::P1, Instant::from_millis(1_000)).await?;
 //! assert_eq!(queue.pop_due(Instant::from_millis(999)).await?, None); // not due yet
 //! assert_eq!(queue.pop_due(Instant::from_millis(1_000)).await?.as_deref(), Some("wf-1"));
 //! # Ok(())
@@ -55,18 +55,23 @@ pub const RESPONSE_TIMEOUT_MS: u64 = 2_000;
 /// How long one connection attempt may take.
 pub const CONNECT_TIMEOUT_MS: u64 = 2_000;
 
-/// Map a Redis failure into the kernel's error. Every Redis failure is
-/// [`Error::Unavailable`]: the data here only accelerates, so a caller either falls back to
-/// the store (queue) or fails closed (permits); neither needs to know whether a lost reply
+/// Map a Redis failure into the kernel's error: the one mapping of every Redis-backed adapter
+/// (queue, wakeup, candidates, permits, stream sink). Every Redis failure is
+/// [`Error::Unavailable`] with the driver's error as its cause (`source()`): the data in Redis
+/// only accelerates, so a caller either falls back to the store (queue), fails closed
+/// (permits) or drops a best-effort frame (streams); none needs to know whether a lost reply
 /// had taken effect.
 pub fn map_redis_error(e: redis::RedisError) -> Error {
-    Error::Unavailable(format!("redis: {e}"))
+    Error::unavailable_with(format!("redis: {e}"), e)
 }
 
 /// Open a reconnecting, multiplexed connection with bounded timeouts, so that a dead Redis
-/// makes calls fail quickly instead of hanging the engine.
+/// makes calls fail quickly instead of hanging the engine (a queue call falls back to the
+/// store, a permit fails closed). The one connection helper of every Redis-backed adapter:
+/// a malformed URL is [`Error::InvalidInput`] (field `redis url`), an unreachable server
+/// [`Error::Unavailable`], both with the driver's error as their cause.
 pub async fn connect(url: &str) -> Result<ConnectionManager> {
-    let client = redis::Client::open(url).map_err(map_redis_error)?;
+    let client = redis::Client::open(url).map_err(|e| Error::invalid_with("redis url", e.to_string(), e))?;
     connect_client(client).await
 }
 
@@ -99,7 +104,7 @@ impl RedisConnection {
     /// driver was built with TLS). A malformed URL is [`Error::InvalidInput`]; an unreachable
     /// server is [`Error::Unavailable`].
     pub async fn open(url: &str) -> Result<Self> {
-        let client = Client::open(url).map_err(|e| Error::invalid("redis url", e))?;
+        let client = Client::open(url).map_err(|e| Error::invalid_with("redis url", e.to_string(), e))?;
         let conn = connect_client(client.clone()).await?;
         Ok(RedisConnection { client, conn })
     }

@@ -20,6 +20,7 @@ use futures::Stream;
 use kernel_core::engine::{Engine, EngineConfig, Ports};
 use kernel_core::model::DurationMs;
 use kernel_core::ports::{DynClock, NoopObservationSink, StreamKey, SystemClock};
+use kernel_core::WorkflowId;
 use kernel_core::{ActivityContext, ActivityError, Definition, StartRequest, StepDef, StepOutcome};
 use queue_redis::test_support::{redis_url, TestKeys};
 use serde::Deserialize;
@@ -122,7 +123,7 @@ async fn events(
     headers: HeaderMap,
     Query(q): Query<EventsQuery>,
 ) -> Sse<impl Stream<Item = Result<Event, std::convert::Infallible>>> {
-    let key = StreamKey { object_id: q.object, workflow_id: q.workflow, fencing_token: q.token };
+    let key = StreamKey { object_id: q.object.into(), workflow_id: q.workflow.into(), fencing_token: q.token.into() };
     let forwarder = Forwarder::new(app.conn.clone(), &app.prefix, &key, ForwardConfig::default());
     // Only a first connection is cut short; a reconnect carries Last-Event-ID.
     let drop_after = if headers.contains_key("last-event-id") { None } else { q.drop_after };
@@ -153,7 +154,7 @@ async fn events(
 
 /// The stored truth the page's final result is compared with (K-1.3).
 async fn stored(app: &App, workflow_id: &str) -> Option<Value> {
-    let inst = kernel_core::ports::WorkflowStore::get(&app.store, workflow_id).await.ok()??;
+    let inst = kernel_core::ports::WorkflowStore::get(&app.store, &WorkflowId::from(workflow_id)).await.ok()??;
     Some(json!({
         "status": inst.status.as_str(),
         "revision": inst.revision,

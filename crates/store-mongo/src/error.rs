@@ -40,25 +40,47 @@ pub(crate) fn is_duplicate_key(e: &DriverError) -> bool {
 // Codes the server gives when a single document would exceed 16 MiB.
 const TOO_LARGE: [i32; 3] = [10334, 17419, 17420];
 
-/// Map a driver error of a call of kind `op`; `what` names the call in the message.
+/// Map a driver error of a call of kind `op`; `what` names the call in the message. The
+/// driver's error is kept as the cause (`source()`). This is the one mapping of MongoDB
+/// driver errors into [`kernel_core::Error`]; every adapter of this crate uses it.
 pub fn map(op: Op, what: &str, e: DriverError) -> Error {
     let msg = format!("{what}: {e}");
-    let uncertain_if_write = |m: String| if op == Op::Write { Error::Uncertain(m) } else { Error::Unavailable(m) };
-    match e.kind.as_ref() {
-        ErrorKind::Write(WriteFailure::WriteConcernError(_)) => uncertain_if_write(msg),
-        ErrorKind::Command(c) if TOO_LARGE.contains(&c.code) => Error::invalid(what, msg),
-        ErrorKind::Write(WriteFailure::WriteError(w)) if TOO_LARGE.contains(&w.code) => Error::invalid(what, msg),
-        ErrorKind::Command(c) if c.code == 50 => uncertain_if_write(msg), // MaxTimeMSExpired
+    let kind = match e.kind.as_ref() {
+        ErrorKind::Write(WriteFailure::WriteConcernError(_)) => uncertain_if_write(op),
+        ErrorKind::Command(c) if TOO_LARGE.contains(&c.code) => Kind::Invalid,
+        ErrorKind::Write(WriteFailure::WriteError(w)) if TOO_LARGE.contains(&w.code) => Kind::Invalid,
+        ErrorKind::Command(c) if c.code == 50 => uncertain_if_write(op), // MaxTimeMSExpired
         // The server answered `ok: 0`: a single-document write was not applied.
-        ErrorKind::Command(_) | ErrorKind::Write(WriteFailure::WriteError(_)) => Error::Unavailable(msg),
+        ErrorKind::Command(_) | ErrorKind::Write(WriteFailure::WriteError(_)) => Kind::Unavailable,
         ErrorKind::ServerSelection { .. }
         | ErrorKind::DnsResolve { .. }
         | ErrorKind::Authentication { .. }
         | ErrorKind::InvalidTlsConfig { .. }
-        | ErrorKind::Shutdown => Error::Unavailable(msg),
-        ErrorKind::InvalidArgument { .. } | ErrorKind::BsonSerialization(_) => Error::invalid(what, msg),
+        | ErrorKind::Shutdown => Kind::Unavailable,
+        ErrorKind::InvalidArgument { .. } | ErrorKind::BsonSerialization(_) => Kind::Invalid,
         // Io, pool cleared mid-operation, unreadable replies and anything newer: the request
         // may have reached the server.
-        _ => uncertain_if_write(msg),
+        _ => uncertain_if_write(op),
+    };
+    match kind {
+        Kind::Unavailable => Error::unavailable_with(msg, e),
+        Kind::Uncertain => Error::uncertain_with(msg, e),
+        Kind::Invalid => Error::invalid_with(what, msg, e),
+    }
+}
+
+/// Which [`Error`] variant a driver error lands in.
+enum Kind {
+    Unavailable,
+    Uncertain,
+    Invalid,
+}
+
+/// A transport failure of a write may have applied it; of a read, it had no effect.
+fn uncertain_if_write(op: Op) -> Kind {
+    if op == Op::Write {
+        Kind::Uncertain
+    } else {
+        Kind::Unavailable
     }
 }

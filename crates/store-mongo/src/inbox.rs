@@ -3,7 +3,7 @@ use crate::{codec, MongoConfig, INBOX};
 use futures::TryStreamExt;
 use kernel_core::model::Instant;
 use kernel_core::ports::*;
-use kernel_core::{validate, Result};
+use kernel_core::{validate, Result, WorkflowId};
 use mongodb::bson::{doc, Document, RawDocumentBuf};
 use mongodb::options::{CollectionOptions, IndexOptions};
 use mongodb::{Collection, Database, IndexModel};
@@ -78,7 +78,7 @@ impl SignalInbox for MongoSignalInbox {
             Ok(_) => Ok(InsertOutcome::Inserted),
             Err(e) if error::is_duplicate_key(&e) => match self.get(&record.signal_id).await? {
                 Some(existing) => Ok(InsertOutcome::Duplicate(existing)),
-                None => Err(kernel_core::Error::Uncertain(format!(
+                None => Err(kernel_core::Error::uncertain(format!(
                     "signal `{}` reported as duplicate but not found",
                     record.signal_id
                 ))),
@@ -94,11 +94,12 @@ impl SignalInbox for MongoSignalInbox {
 
     async fn find_pending(
         &self,
-        workflow_id: &str,
+        workflow_id: &WorkflowId,
         signal_type: &str,
         wait_key: &str,
         generation: u64,
     ) -> Result<Option<SignalRecord>> {
+        let workflow_id = workflow_id.as_str();
         validate::identifier("workflow_id", workflow_id)?;
         validate::identifier("signal_type", signal_type)?;
         validate::identifier("wait_key", wait_key)?;

@@ -270,7 +270,7 @@ pub fn transition_update(t: &Transition, limits: &Limits) -> Result<Update> {
         ops.patch("claimable_time".into(), p, |x| Ok(dt(*x)))?;
     }
     if let Some(p) = claim_token {
-        ops.patch("claim_token".into(), p, |x| Ok(Bson::String(x.clone())))?;
+        ops.patch("claim_token".into(), p, |x| Ok(Bson::String(x.to_string())))?;
     }
     if let Some(p) = wait {
         ops.patch("wait".into(), p, |w| Ok(Bson::Document(codec::wait_doc(w)?)))?;
@@ -313,7 +313,7 @@ pub fn transition_update(t: &Transition, limits: &Limits) -> Result<Update> {
 /// BSON size of `d` against [`Limits::document_bytes_max`].
 pub(crate) fn check_size(field: &str, d: &Document, limits: &Limits) -> Result<()> {
     let mut buf = Vec::new();
-    d.to_writer(&mut buf).map_err(|e| Error::invalid(field, e))?;
+    d.to_writer(&mut buf).map_err(|e| Error::invalid_with(field, e.to_string(), e))?;
     if buf.len() > limits.document_bytes_max {
         return Err(Error::invalid(
             field,

@@ -5,7 +5,7 @@
 
 use crate::activity::{ActivityError, StepOutcome};
 use crate::definition::{OnFailed, RetryPolicy, StepDef};
-use crate::model::{DurationMs, ErrorClass, Instant, StepError, Wait, WaitKind};
+use crate::model::{DurationMs, ErrorClass, Instant, StepError, Wait};
 use crate::transition::Transition;
 use crate::validate;
 use serde_json::Value;
@@ -263,14 +263,7 @@ fn accept(result: Result<StepOutcome, ActivityError>, entry: &Entry) -> Result<S
             validate::positive_ms("sleep.delay_ms", delay_ms).map_err(perm)?;
             // A due time past the range of time is a bad request, not a wrapped time (K-7).
             let due = now.try_add(delay_ms, "sleep.delay_ms").map_err(perm)?;
-            let wait = Wait {
-                kind: WaitKind::Timer,
-                signal_type: None,
-                wait_key: None,
-                generation: 0,
-                step_index: index as u32,
-                poll_time: Some(due),
-            };
+            let wait = Wait::Timer { step_index: index as u32, due: Some(due) };
             Ok(StepResult::Halt(Halt::Suspend { wait, checkpoint, elapsed_ms }))
         }
         StepOutcome::WaitForSignal(spec) => {
@@ -284,10 +277,9 @@ fn accept(result: Result<StepOutcome, ActivityError>, entry: &Entry) -> Result<S
                 }
                 None => None,
             };
-            let wait = Wait {
-                kind: WaitKind::Signal,
-                signal_type: Some(spec.signal_type),
-                wait_key: Some(spec.wait_key),
+            let wait = Wait::Signal {
+                signal_type: spec.signal_type,
+                wait_key: spec.wait_key,
                 generation: spec.generation,
                 step_index: index as u32,
                 poll_time,
@@ -406,14 +398,7 @@ mod tests {
     }
 
     fn timer(poll_time: Instant) -> Wait {
-        Wait {
-            kind: WaitKind::Timer,
-            signal_type: None,
-            wait_key: None,
-            generation: 0,
-            step_index: 2,
-            poll_time: Some(poll_time),
-        }
+        Wait::Timer { step_index: 2, due: Some(poll_time) }
     }
 
     fn signal(spec: SignalWaitSpec) -> Result<StepOutcome, ActivityError> {
@@ -495,10 +480,9 @@ mod tests {
         let spec =
             StepOutcome::wait_for_signal("approved", "order-1").generation(3).poll_after_ms(250).checkpoint(json!(9));
         let (r, _) = run(signal(spec), &entry(1, 0, OnFailed::Stop));
-        let wait = Wait {
-            kind: WaitKind::Signal,
-            signal_type: Some("approved".into()),
-            wait_key: Some("order-1".into()),
+        let wait = Wait::Signal {
+            signal_type: "approved".into(),
+            wait_key: "order-1".into(),
             generation: 3,
             step_index: 2,
             poll_time: Some(at(250)),
@@ -506,7 +490,7 @@ mod tests {
         assert_eq!(r, StepResult::Halt(Halt::Suspend { wait, checkpoint: Some(json!(9)), elapsed_ms: ms(7) }));
         let (r, _) = run(signal(StepOutcome::wait_for_signal("approved", "order-1")), &entry(1, 0, OnFailed::Stop));
         let StepResult::Halt(Halt::Suspend { wait, checkpoint, .. }) = r else { panic!("{r:?}") };
-        assert_eq!((wait.poll_time, checkpoint), (None, None), "no poll fallback, no checkpoint");
+        assert_eq!((wait.poll_time(), checkpoint), (None, None), "no poll fallback, no checkpoint");
     }
 
     #[test]
@@ -525,7 +509,7 @@ mod tests {
         let longest = ms(i64::MAX - NOW.as_millis());
         let (r, _) = run(Ok(StepOutcome::sleep(longest, json!(1))), &entry(1, 0, OnFailed::Stop));
         let StepResult::Halt(Halt::Suspend { wait, .. }) = r else { panic!("{r:?}") };
-        assert_eq!(wait.poll_time, Some(Instant::MAX));
+        assert_eq!(wait.poll_time(), Some(Instant::MAX));
         // The whole message names the field and the overflow.
         let e = NOW.try_add(huge, "sleep.delay_ms").unwrap_err();
         assert_eq!(e.to_string(), format!("invalid sleep.delay_ms: {NOW} + {huge} ms overflows"));

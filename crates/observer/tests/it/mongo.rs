@@ -127,3 +127,17 @@ proptest! {
         });
     }
 }
+
+/// A MongoDB driver failure keeps the driver's error as the cause: a closed port is
+/// `Unavailable` (retryable) and `source()` is the `mongodb::error::Error`.
+#[tokio::test]
+async fn a_driver_failure_keeps_the_drivers_error_as_its_source() {
+    use std::error::Error as _;
+    // Port 1 is never a MongoDB server; fail fast instead of the default 30 s.
+    let client = Client::with_uri_str("mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=200&connectTimeoutMS=200")
+        .await
+        .expect("a URI parses without a round trip");
+    let e = MongoObservationRepository::open(&client.database("wfk_obs_unreachable")).await.unwrap_err();
+    assert!(matches!(e, observer::Error::Unavailable { .. }) && e.is_retryable(), "{e:?}");
+    assert!(e.source().and_then(|s| s.downcast_ref::<mongodb::error::Error>()).is_some(), "{e:?}");
+}

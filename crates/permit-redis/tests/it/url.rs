@@ -26,3 +26,17 @@ async fn a_malformed_url_or_config_is_invalid_input() {
     let e = RedisPermits::from_url("redis://127.0.0.1:1", config().lease_ms(0)).await.unwrap_err();
     assert!(matches!(e, Error::InvalidInput { ref field, .. } if field == "lease_ms"), "{e:?}");
 }
+
+/// Permits use the workspace's one Redis mapping: a closed port is `Unavailable` (retryable,
+/// the engine fails closed) with the driver's `RedisError` as `source()`; a malformed URL
+/// keeps the parser's error too.
+#[tokio::test]
+async fn a_redis_failure_keeps_the_drivers_error_as_its_source() {
+    use std::error::Error as _;
+    let config = || RedisPermitsConfig::new("p", crate::limits(1, 0));
+    let e = RedisPermits::from_url("redis://127.0.0.1:1", config()).await.unwrap_err();
+    assert!(matches!(e, Error::Unavailable { .. }) && e.is_retryable(), "{e:?}");
+    assert!(e.source().and_then(|s| s.downcast_ref::<redis::RedisError>()).is_some(), "{e:?}");
+    let e = RedisPermits::from_url("nope", config()).await.unwrap_err();
+    assert!(e.source().and_then(|s| s.downcast_ref::<redis::RedisError>()).is_some(), "{e:?}");
+}

@@ -25,3 +25,16 @@ async fn a_malformed_url_is_invalid_input() {
     let e = RedisStreamSink::from_url("nope", clock, StreamConfig::with_prefix("p")).await.unwrap_err();
     assert!(matches!(e, Error::InvalidInput { ref field, .. } if field == "redis url"), "{e:?}");
 }
+
+/// The sink uses the workspace's one Redis mapping: a closed port is `Unavailable`
+/// (retryable) with the driver's `RedisError` as `source()`.
+#[tokio::test]
+async fn a_redis_failure_keeps_the_drivers_error_as_its_source() {
+    use std::error::Error as _;
+    let e = sse_stream::connect("redis://127.0.0.1:1").await.unwrap_err();
+    assert!(matches!(e, Error::Unavailable { .. }) && e.is_retryable(), "{e:?}");
+    assert!(e.source().and_then(|s| s.downcast_ref::<redis::RedisError>()).is_some(), "{e:?}");
+    let e = sse_stream::connect("nope").await.unwrap_err();
+    assert!(matches!(e, Error::InvalidInput { .. }), "{e:?}");
+    assert!(e.source().and_then(|s| s.downcast_ref::<redis::RedisError>()).is_some(), "{e:?}");
+}

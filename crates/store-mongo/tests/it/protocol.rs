@@ -106,7 +106,7 @@ fn step_writes_require_the_step_to_exist() {
 #[test]
 fn claim_and_heartbeat_do_not_bump_revision() {
     check(
-        Transition::claim("tok", NOW, DurationMs::from_millis(30_000)).unwrap(),
+        Transition::claim(&"tok".into(), NOW, DurationMs::from_millis(30_000)).unwrap(),
         doc! { "$set": { "claimable_time": d(NOW.plus(30_000)), "claim_token": "tok", "updated_at": d(NOW) } },
         None,
     );
@@ -136,10 +136,9 @@ fn step_transitions() {
         },
         Some(1),
     );
-    let wait = Wait {
-        kind: WaitKind::Signal,
-        signal_type: Some("approved".into()),
-        wait_key: Some("doc:42".into()),
+    let wait = Wait::Signal {
+        signal_type: "approved".into(),
+        wait_key: "doc:42".into(),
         generation: 3,
         step_index: 1,
         poll_time: Some(NOW.plus(60_000)),
@@ -158,14 +157,7 @@ fn step_transitions() {
         },
         Some(1),
     );
-    let timer = Wait {
-        kind: WaitKind::Timer,
-        signal_type: None,
-        wait_key: None,
-        generation: 0,
-        step_index: 0,
-        poll_time: None,
-    };
+    let timer = Wait::Timer { step_index: 0, due: None };
     check(
         Transition::suspend(0, timer, None, DurationMs::from_millis(0), NOW),
         doc! {

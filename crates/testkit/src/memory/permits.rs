@@ -135,7 +135,7 @@ impl InMemoryPermits {
     }
     fn check_up(&self) -> Result<()> {
         if self.down.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(Error::Unavailable("in-memory permits are down".into()));
+            return Err(Error::unavailable("in-memory permits are down"));
         }
         Ok(())
     }

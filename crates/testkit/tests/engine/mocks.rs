@@ -4,6 +4,7 @@
 use kernel_core::engine::{ClaimEnd, RoundOutcome};
 use kernel_core::ports::*;
 use kernel_core::transition::{Guard, Transition, TransitionKind};
+use kernel_core::WorkflowId;
 use kernel_core::*;
 use serde_json::json;
 use std::sync::Arc;
@@ -32,25 +33,25 @@ impl WorkflowStore for Forward {
     async fn create(&self, instance: WorkflowInstance) -> Result<CreateOutcome> {
         self.0.create(instance).await
     }
-    async fn get(&self, workflow_id: &str) -> Result<Option<WorkflowInstance>> {
+    async fn get(&self, workflow_id: &WorkflowId) -> Result<Option<WorkflowInstance>> {
         self.0.get(workflow_id).await
     }
     async fn get_by_biz_key(&self, biz_key: &str) -> Result<Option<WorkflowInstance>> {
         self.0.get_by_biz_key(biz_key).await
     }
-    async fn claim(&self, workflow_id: &str, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
+    async fn claim(&self, workflow_id: &WorkflowId, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
         self.0.claim(workflow_id, spec).await
     }
     async fn claim_any(&self, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
         self.0.claim_any(spec).await
     }
-    async fn apply(&self, workflow_id: &str, guard: &Guard, transition: &Transition) -> Result<WriteOutcome> {
+    async fn apply(&self, workflow_id: &WorkflowId, guard: &Guard, transition: &Transition) -> Result<WriteOutcome> {
         self.0.apply(workflow_id, guard, transition).await
     }
     async fn scan_due_waits(&self, _now: Instant, _limit: usize) -> Result<Vec<DueWait>> {
         Ok(vec![])
     }
-    async fn scan_claimable(&self, _after: Option<&str>, _limit: usize) -> Result<Vec<Candidate>> {
+    async fn scan_claimable(&self, _after: Option<&WorkflowId>, _limit: usize) -> Result<Vec<Candidate>> {
         Ok(vec![])
     }
 }
@@ -121,7 +122,7 @@ async fn an_uncertain_write_ends_the_claim_without_retrying() {
         .expect_apply()
         .times(1)
         .in_sequence(&mut seq)
-        .returning(|_, _, _| Err(Error::Uncertain("socket closed after the write was sent".into())));
+        .returning(|_, _, _| Err(Error::uncertain("socket closed after the write was sent")));
     let engine = engine_with(&world, store);
     let out = engine.tick().await.unwrap();
     assert_eq!(out, RoundOutcome::Ran { workflow_id: "wf-b".into(), end: ClaimEnd::Uncertain });
@@ -132,10 +133,10 @@ async fn a_store_outage_during_start_is_reported_and_writes_nothing_else() {
     let world = World::new(1);
     let mut store = MockStore::new();
     store.expect_get_by_biz_key().times(1).returning(|_| Ok(None));
-    store.expect_create().times(1).returning(|_| Err(Error::Unavailable("primary stepped down".into())));
+    store.expect_create().times(1).returning(|_| Err(Error::unavailable("primary stepped down")));
     let engine = engine_with(&world, store);
     let r = engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({}))).await;
-    assert!(matches!(r, Err(Error::Unavailable(_))));
+    assert!(matches!(r, Err(Error::Unavailable { .. })));
     assert!(r.unwrap_err().is_retryable());
     assert!(world.queue.is_empty(), "nothing enqueued for an instance that was not stored");
 }

@@ -46,7 +46,7 @@ async fn renewal_errors_are_retried_a_denial_stops_renewing_and_the_activity_kee
     let world = World::new(1);
     let permits = Arc::new(ScriptedPermits::default());
     permits.renewals_script.lock().unwrap().extend([
-        Err(Error::Unavailable("permit backend down".into())),
+        Err(Error::unavailable("permit backend down")),
         Ok(PermitDecision::Granted { lease_ms: DurationMs::from_millis(30_000) }),
         Ok(PermitDecision::Denied { retry_after_ms: DurationMs::from_millis(1_000) }),
     ]);
