@@ -10,7 +10,17 @@
 //! | `redis://host[:port][/db][?prefix=<p>]`, `rediss://…` | queue | `redis` | `RedisReadyQueue`, `RedisWakeup`, `RedisPermits` |
 //! | `memory:` | store or queue | `memory` | testkit's in-process adapters (**demos only**: nothing survives the process, and nothing is shared between processes) |
 //!
-//! The database defaults to [`DEFAULT_DATABASE`] and the key prefix to [`DEFAULT_PREFIX`].
+//! The database defaults to [`DEFAULT_DATABASE`] and the key prefix to [`DEFAULT_PREFIX`];
+//! [`StoreSide::connect_scratch`] and [`QueueSide::connect_scratch`] use a fresh one instead,
+//! for a throw-away run that `destroy` deletes.
+//!
+//! What the five ports do not cover comes from the same sides, so a demo or a binary never
+//! wires an adapter crate itself: [`StoreSide::dispatch_outbox`] (K-11),
+//! [`QueueSide::dispatch_candidates`] (K-12), `QueueSide::stream_sink` (K-16, `redis`), and
+//! the concrete handles `StoreSide::mongo_database`/`mongo_store` (`mongo`) and
+//! `QueueSide::redis_connection` (`redis`). Asked of a scheme that has none, they return
+//! [`ComposeError::NotOffered`]. A process that needs one side reads its URL with
+//! [`url_from_args`].
 //! Every failure is a typed [`ComposeError`]: an unknown scheme, a malformed URL, a scheme
 //! whose driver this build does not have, a scheme used in the wrong role, a server that
 //! cannot be reached. URLs in messages have their password replaced by `***`.
@@ -51,11 +61,11 @@ pub use url::{redact, Role, Scheme, SchemeInfo, Target, DEFAULT_DATABASE, DEFAUL
 
 use kernel_core::engine::{MissingPort, PortsBuilder};
 use kernel_core::model::Millis;
+#[cfg(feature = "redis")]
+use kernel_core::ports::DynClock;
 use kernel_core::ports::{
     DynCandidates, DynInbox, DynOutbox, DynPermits, DynQueue, DynStore, DynWakeup, LaneWeights, PermitLimits,
 };
-#[cfg(feature = "redis")]
-use kernel_core::ports::DynClock;
 use std::collections::HashMap;
 use std::sync::Arc;
 

@@ -54,12 +54,13 @@ pub(crate) async fn destroy(db: mongodb::Database) -> Result<(), ComposeError> {
 }
 
 pub(crate) async fn outbox(db: &mongodb::Database) -> Result<Arc<kernel_core::ports::DynOutbox>, ComposeError> {
-    let outbox =
-        MongoOutbox::open(db, OutboxSchema::default(), MongoConfig::default()).await.map_err(|e| ComposeError::Connect {
+    let outbox = MongoOutbox::open(db, OutboxSchema::default(), MongoConfig::default()).await.map_err(|e| {
+        ComposeError::Connect {
             role: Role::Store,
             url: format!("database {}", db.name()),
             what: "open the dispatch outbox",
             source: Box::new(e),
-        })?;
+        }
+    })?;
     Ok(Arc::new(outbox))
 }

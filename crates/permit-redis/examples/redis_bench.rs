@@ -12,10 +12,10 @@
 //! fresh prefix (a `compose` scratch namespace) and are deleted at the end. Each side is measured twice,
 //! alternating, and the better run counts.
 
+use compose::{url_from_args, QueueOptions, QueueSide, Role};
 use kernel_core::model::{Millis, Priority};
 use kernel_core::ports::{PermitOwner, Permits, ReadyQueue};
 use permit_redis::{PermitLimits, RedisPermits, RedisPermitsConfig};
-use compose::{url_from_args, QueueOptions, QueueSide, Role};
 use queue_redis::{connect_client, LaneWeights, RedisReadyQueue};
 use redis::aio::ConnectionManager;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -5,8 +5,8 @@
 //! `--queue <url>`, else `WFK_QUEUE`, else `REDIS_URL`, else `redis://127.0.0.1:6379`,
 //! connected through `compose`; its keys live under a fresh prefix deleted afterwards).
 
-use kernel_core::ports::{DynClock, Frame, StreamKey, StreamSink, SystemClock};
 use compose::{url_from_args, QueueOptions, QueueSide, Role};
+use kernel_core::ports::{DynClock, Frame, StreamKey, StreamSink, SystemClock};
 use serde_json::json;
 use sse_stream::codec::{decode, encode, Record};
 use sse_stream::event::SseEvent;

@@ -13,7 +13,8 @@ use testkit::harness::{Lister, World};
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (url, _) = url_from_args(Role::Store, std::env::args().skip(1), |k| std::env::var(k).ok(), &["MONGODB_URI"])?;
-    let url = url.ok_or("pass --store <url> or set WFK_STORE or MONGODB_URI (e.g. eval \"$(scripts/mongo-wire.sh start)\")")?;
+    let url =
+        url.ok_or("pass --store <url> or set WFK_STORE or MONGODB_URI (e.g. eval \"$(scripts/mongo-wire.sh start)\")")?;
     let side = StoreSide::connect_scratch(&url, "live_summary").await?;
     let listed = side.mongo_store()?.clone();
     let lister: Lister = Arc::new(move || {

@@ -19,11 +19,11 @@
 //!
 //! Run: `cargo run -p dispatch-recovery -- [--seed S] [--requests N] [--backend memory|mongo] [--store URL] [--queue URL]`
 
+use compose::{url_from_args, QueueOptions, QueueSide, Role, StoreSide};
 use kernel_core::dispatch::{AcceptRequest, Dispatch, DispatchConfig};
 use kernel_core::ports::{DispatchStatus, DynCandidates, DynOutbox};
 use kernel_core::{Engine, Priority, StartRequest};
 use kernel_examples::workflows::{order, ORDER};
-use compose::{url_from_args, QueueOptions, QueueSide, Role, StoreSide};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use serde_json::json;
 use std::collections::HashMap;

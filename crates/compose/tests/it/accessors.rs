@@ -45,12 +45,12 @@ async fn a_memory_queue_offers_no_redis_handles_but_candidates() {
 
 #[test]
 fn one_role_url_from_flag_then_variable_then_fallbacks() {
-    let env: HashMap<&str, &str> = [("WFK_QUEUE", ""), ("REDIS_URL", "redis://fallback"), ("MONGODB_URI", "mongodb://m")]
-        .into_iter()
-        .collect();
+    let env: HashMap<&str, &str> =
+        [("WFK_QUEUE", ""), ("REDIS_URL", "redis://fallback"), ("MONGODB_URI", "mongodb://m")].into_iter().collect();
     let get = |k: &str| env.get(k).map(|v| v.to_string());
     // The flag wins; the other role's flag is left for the caller.
-    let (url, rest) = url_from_args(Role::Queue, args(&["--queue=memory:", "--store", "x"]), get, &["REDIS_URL"]).unwrap();
+    let (url, rest) =
+        url_from_args(Role::Queue, args(&["--queue=memory:", "--store", "x"]), get, &["REDIS_URL"]).unwrap();
     assert_eq!((url.as_deref(), rest.as_slice()), (Some("memory:"), &args(&["--store", "x"])[..]));
     // An empty WFK_QUEUE does not count; the first fallback that is set does.
     let (url, _) = url_from_args(Role::Queue, args(&[]), get, &["UNSET", "REDIS_URL"]).unwrap();
@@ -72,7 +72,10 @@ fn one_role_url_from_flag_then_variable_then_fallbacks() {
 #[tokio::test]
 async fn a_scratch_tag_must_be_an_identifier() {
     let e = StoreSide::connect_scratch("memory:", "bad tag").await.unwrap_err();
-    assert!(matches!(e, ComposeError::Malformed { role: Role::Store, ref reason, .. } if reason.contains("scratch tag")), "{e:?}");
+    assert!(
+        matches!(e, ComposeError::Malformed { role: Role::Store, ref reason, .. } if reason.contains("scratch tag")),
+        "{e:?}"
+    );
     let e = QueueSide::connect_scratch("memory:", &QueueOptions::default(), "").await.unwrap_err();
     assert!(matches!(e, ComposeError::Malformed { role: Role::Queue, .. }), "{e:?}");
     // `memory:` is fresh anyway.
