@@ -3,6 +3,7 @@
 //! kernel's idempotency key (K-17.1).
 
 use kernel_core::ports::DynStore;
+use kernel_core::WorkflowId;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -152,7 +153,7 @@ impl FakeAsr {
     pub async fn submit(&self, idempotency_key: &str, workflow_id: &str, workflow_run: u32) -> String {
         self.submissions.fetch_add(1, Ordering::SeqCst);
         if let Some(store) = &self.store {
-            if let Some(inst) = store.get(workflow_id).await.ok().flatten() {
+            if let Some(inst) = store.get(&WorkflowId::from(workflow_id)).await.ok().flatten() {
                 let committed = inst.retry_count == workflow_run
                     && inst.steps.iter().any(|s| {
                         s.name == self.step_name && s.checkpoint.as_ref().is_some_and(|c| c.get("task_id").is_some())

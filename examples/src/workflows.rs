@@ -19,6 +19,12 @@ fn str_of<'a>(v: &'a Value, k: &str) -> Result<&'a str, ActivityError> {
     v.get(k).and_then(Value::as_str).ok_or_else(|| ActivityError::permanent(format!("input.{k} missing")))
 }
 
+/// The business object of the round (`input.object_id`), read by the one rule of
+/// [`BusinessRound::of`](kernel_core::BusinessRound::of).
+fn object_of(ctx: &ActivityContext) -> Result<&str, ActivityError> {
+    ctx.round().object_id.as_deref().ok_or_else(|| ActivityError::permanent("input.object_id missing"))
+}
+
 /// A hook the demo uses to kill the process in the middle of compose.
 pub type CrashHook = Arc<dyn Fn(&ActivityContext) + Send + Sync>;
 
@@ -30,7 +36,7 @@ pub fn live_summary(biz: Arc<Business>, asr: Arc<FakeAsr>, crash_in_compose: Opt
     let preprocess = move |ctx: ActivityContext| {
         let biz = b1.clone();
         async move {
-            let object_id = str_of(ctx.input(), "object_id")?;
+            let object_id = object_of(&ctx)?;
             let live_id = str_of(ctx.input(), "live_id")?;
             let token = ctx.fencing_token().unwrap_or_default();
             // The business fact is the truth; the signal is only a doorbell (K-9.3).
@@ -72,7 +78,7 @@ pub fn live_summary(biz: Arc<Business>, asr: Arc<FakeAsr>, crash_in_compose: Opt
         let biz = b2.clone();
         let crash = crash_in_compose.clone();
         async move {
-            let object_id = str_of(ctx.input(), "object_id")?;
+            let object_id = object_of(&ctx)?;
             let token = ctx.fencing_token().unwrap_or_default().to_string();
             // Short-circuit when this round's result already exists (K-12).
             if let Some(obj) = biz.get(object_id) {
@@ -105,7 +111,7 @@ pub fn live_summary(biz: Arc<Business>, asr: Arc<FakeAsr>, crash_in_compose: Opt
     let finalize = move |ctx: ActivityContext| {
         let biz = b3.clone();
         async move {
-            let object_id = str_of(ctx.input(), "object_id")?;
+            let object_id = object_of(&ctx)?;
             let token = ctx.fencing_token().unwrap_or_default();
             let ok = biz.fenced(object_id, token, |o| {
                 if o.result.is_some() {
@@ -133,7 +139,7 @@ pub fn live_summary(biz: Arc<Business>, asr: Arc<FakeAsr>, crash_in_compose: Opt
     let on_failure = move |ctx: ActivityContext| {
         let biz = b5.clone();
         async move {
-            let object_id = str_of(ctx.input(), "object_id")?;
+            let object_id = object_of(&ctx)?;
             let token = ctx.fencing_token().unwrap_or_default();
             biz.fenced(object_id, token, |o| {
                 o.status = "failed".into();
@@ -199,7 +205,7 @@ pub fn failing_charge(biz: Arc<Business>) -> Definition {
     let reserve = move |ctx: ActivityContext| {
         let biz = b1.clone();
         async move {
-            let object_id = str_of(ctx.input(), "object_id")?;
+            let object_id = object_of(&ctx)?;
             biz.fenced(object_id, ctx.fencing_token().unwrap_or_default(), |o| o.quota_held = true);
             Ok(StepOutcome::complete(json!({ "reserved": true })))
         }
@@ -214,7 +220,7 @@ pub fn failing_charge(biz: Arc<Business>) -> Definition {
     let on_failure = move |ctx: ActivityContext| {
         let biz = biz.clone();
         async move {
-            let object_id = str_of(ctx.input(), "object_id")?;
+            let object_id = object_of(&ctx)?;
             biz.fenced(object_id, ctx.fencing_token().unwrap_or_default(), |o| {
                 o.status = "failed".into();
                 o.quota_held = false;
@@ -247,7 +253,7 @@ pub fn diamond(biz: Arc<Business>) -> Definition {
     let join = move |ctx: ActivityContext| {
         let biz = biz.clone();
         async move {
-            let object_id = str_of(ctx.input(), "object_id")?;
+            let object_id = object_of(&ctx)?;
             let l = ctx.output("left").cloned().unwrap_or(Value::Null);
             let r = ctx.output("right").cloned().unwrap_or(Value::Null);
             biz.fenced(object_id, ctx.fencing_token().unwrap_or_default(), |o| {
@@ -281,7 +287,7 @@ pub fn waiter(biz: Arc<Business>) -> Definition {
     let wait = move |ctx: ActivityContext| {
         let biz = biz.clone();
         async move {
-            let object_id = str_of(ctx.input(), "object_id")?;
+            let object_id = object_of(&ctx)?;
             let live_id = str_of(ctx.input(), "live_id")?;
             if !biz.fact(&format!("live-ready:{live_id}")) {
                 return Ok(StepOutcome::wait_for_signal("live_ready", live_id)
@@ -311,8 +317,9 @@ pub fn order(outbox: Arc<DynOutbox>) -> Definition {
             if c.input()["fail"] == json!(true) {
                 return Err(ActivityError::permanent("payment declined"));
             }
-            let id = c.input()["object_id"].as_str().unwrap_or_default().to_string();
-            let f = c.fencing_token().unwrap_or_default().to_string();
+            let round = c.round();
+            let (id, f) =
+                (round.object_id.clone().unwrap_or_default(), round.fencing_token.clone().unwrap_or_default());
             let ok = outbox
                 .fenced_update(&id, &f, json!({ "result": format!("done in {f}") }), Some("done"))
                 .await
@@ -327,8 +334,9 @@ pub fn order(outbox: Arc<DynOutbox>) -> Definition {
     let on_failure = move |c: ActivityContext| {
         let outbox = o2.clone();
         async move {
-            let id = c.input()["object_id"].as_str().unwrap_or_default().to_string();
-            let f = c.fencing_token().unwrap_or_default().to_string();
+            let round = c.round();
+            let (id, f) =
+                (round.object_id.clone().unwrap_or_default(), round.fencing_token.clone().unwrap_or_default());
             outbox
                 .fenced_update(&id, &f, json!({ "error": "payment declined" }), Some("failed"))
                 .await

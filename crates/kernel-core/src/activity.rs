@@ -1,6 +1,7 @@
 //! The one activity entry point's types: [`Activity`], [`ActivityContext`], [`StepOutcome`],
 //! [`ActivityError`].
 
+use crate::id::BusinessRound;
 use crate::model::{ErrorClass, Millis, Resume, StepError};
 use crate::ports::{SignalSender, StreamHandle};
 use serde_json::Value;
@@ -151,6 +152,7 @@ pub struct ActivityContext {
     pub(crate) step_name: Arc<str>,
     pub(crate) step_index: usize,
     pub(crate) input: Arc<Value>,
+    pub(crate) round: Arc<BusinessRound>,
     pub(crate) outputs: Arc<BTreeMap<String, Value>>,
     pub(crate) prepared: Arc<Value>,
     pub(crate) attempt: u32,
@@ -249,9 +251,14 @@ impl ActivityContext {
     pub fn must_query_before_retry(&self) -> bool {
         self.previous_error.as_ref().is_some_and(|e| e.class == ErrorClass::UnknownOutcome)
     }
-    /// Business fencing token from `input.fencing_token` (K-12).
+    /// The business round of the input (`input.object_id`, `input.fencing_token`, K-12),
+    /// typed for the outbox's fenced writes.
+    pub fn round(&self) -> &BusinessRound {
+        &self.round
+    }
+    /// Business fencing token from `input.fencing_token` (K-12), as a string.
     pub fn fencing_token(&self) -> Option<&str> {
-        self.input.get("fencing_token").and_then(Value::as_str)
+        self.round.fencing_token.as_deref()
     }
     /// Suffix of the claim token, for logs.
     pub fn claim_token(&self) -> &str {

@@ -5,6 +5,7 @@
 
 use crate::engine::{Publisher, StartRequest};
 use crate::error::{Error, Result};
+use crate::id::{BusinessRound, FencingToken, LeaseToken, ObjectId};
 use crate::model::{Millis, Priority, WorkflowStatus};
 use crate::ports::*;
 use crate::validate;
@@ -88,7 +89,7 @@ pub type LegacyInput = Arc<dyn Fn(&DispatchRecord) -> Value + Send + Sync>;
 #[derive(Debug, Clone, PartialEq)]
 pub struct AcceptRequest {
     /// Business object id.
-    pub object_id: String,
+    pub object_id: ObjectId,
     /// The user's fields of the business object.
     pub fields: Value,
     /// Workflow type.
@@ -96,7 +97,7 @@ pub struct AcceptRequest {
     /// Workflow idempotency key.
     pub biz_key: String,
     /// The round.
-    pub fencing_token: String,
+    pub fencing_token: FencingToken,
     /// The exact input snapshot (must carry `fencing_token`).
     pub input: Value,
     /// Lane.
@@ -111,11 +112,11 @@ impl AcceptRequest {
     /// field names, payload sizes).
     pub fn validate(&self) -> Result<()> {
         let AcceptRequest { object_id, fields: _, workflow_type, biz_key, fencing_token, input, priority: _ } = self;
-        validate::identifier("object_id", object_id)?;
+        validate::identifier("object_id", object_id.as_str())?;
         validate::identifier("workflow_type", workflow_type)?;
         validate::identifier("biz_key", biz_key)?;
-        validate::identifier("fencing_token", fencing_token)?;
-        if input.get("fencing_token").and_then(Value::as_str) != Some(fencing_token.as_str()) {
+        validate::identifier("fencing_token", fencing_token.as_str())?;
+        if !BusinessRound::of(input).is(fencing_token) {
             return Err(Error::invalid(
                 "input.fencing_token",
                 "the input snapshot must carry the round's fencing token",
@@ -341,8 +342,8 @@ impl Dispatch {
     /// The realtime path (K-11.2): StartOrResume with the stored snapshot, then confirm;
     /// on a miss re-read: same token dispatched ⇒ done, same token processing ⇒ left to the
     /// dispatcher, newer token ⇒ [`Error::RoundChanged`].
-    pub async fn dispatch_now(&self, object_id: &str) -> Result<RealtimeOutcome> {
-        validate::identifier("object_id", object_id)?;
+    pub async fn dispatch_now(&self, object_id: &ObjectId) -> Result<RealtimeOutcome> {
+        validate::identifier("object_id", object_id.as_str())?;
         let rec = self.outbox.get(object_id).await?.ok_or_else(|| Error::NotFound(object_id.to_string()))?;
         let intent =
             rec.dispatch.clone().ok_or_else(|| Error::NotFound(format!("{object_id} has no dispatch intent")))?;
@@ -382,14 +383,14 @@ impl Dispatch {
     /// concurrent loser gets [`Error::RoundChanged`] and writes nothing.
     pub async fn retry_failed(
         &self,
-        object_id: &str,
-        prev_token: &str,
-        next_token: &str,
+        object_id: &ObjectId,
+        prev_token: &FencingToken,
+        next_token: &FencingToken,
         input: Value,
     ) -> Result<RealtimeOutcome> {
-        validate::identifier("object_id", object_id)?;
-        validate::identifier("fencing_token", next_token)?;
-        if input.get("fencing_token").and_then(Value::as_str) != Some(next_token) {
+        validate::identifier("object_id", object_id.as_str())?;
+        validate::identifier("fencing_token", next_token.as_str())?;
+        if !BusinessRound::of(&input).is(next_token) {
             return Err(Error::invalid("input.fencing_token", "the input snapshot must carry the new round's token"));
         }
         let rec = self.outbox.get(object_id).await?.ok_or_else(|| Error::NotFound(object_id.to_string()))?;
@@ -400,7 +401,7 @@ impl Dispatch {
             return Err(Error::RoundChanged(format!("{object_id}: round {prev_token} is no longer the failed one")));
         }
         if let Err(e) = self.candidates.add(object_id, due).await {
-            tracing::debug!(object_id, error = %e, "candidate add failed; the scan will find it");
+            tracing::debug!(%object_id, error = %e, "candidate add failed; the scan will find it");
         }
         self.dispatch_now(object_id).await
     }
@@ -435,9 +436,9 @@ impl Dispatch {
             return Ok(None);
         }
         let mut report = RecoveryReport::default();
-        let mut after: Option<String> = None;
+        let mut after: Option<ObjectId> = None;
         for _ in 0..self.config.scan_pages_max {
-            let page = self.outbox.scan_due(self.clock.now(), after.as_deref(), self.config.scan_page_size).await?;
+            let page = self.outbox.scan_due(self.clock.now(), after.as_ref(), self.config.scan_page_size).await?;
             for (id, due) in &page {
                 if self.candidates.add(id, *due).await.is_err() {
                     report.add(self.process(id).await?);
@@ -452,9 +453,9 @@ impl Dispatch {
     }
 
     /// Recovery of one object (K-11.3).
-    pub async fn process(&self, object_id: &str) -> Result<Processed> {
-        validate::identifier("object_id", object_id)?;
-        let d = self.ids.new_token();
+    pub async fn process(&self, object_id: &ObjectId) -> Result<Processed> {
+        validate::identifier("object_id", object_id.as_str())?;
+        let d = LeaseToken::from(self.ids.new_token());
         let now = self.clock.now();
         let Some(rec) = self.outbox.try_lease(object_id, now, &d, now + self.config.lease_ms).await? else {
             return Ok(Processed::Skipped);
@@ -464,7 +465,7 @@ impl Dispatch {
         let input = match self.input_of(&rec, &intent) {
             Ok(i) => i,
             Err(e) => {
-                tracing::error!(object_id, error = %e, "unusable dispatch intent; reverting with a long delay");
+                tracing::error!(%object_id, error = %e, "unusable dispatch intent; reverting with a long delay");
                 return self.revert(object_id, &f, &d, self.config.retry_delay_ms * 12).await;
             }
         };
@@ -476,14 +477,14 @@ impl Dispatch {
                 match self.outbox.renew_lease(object_id, &f, &d, until).await {
                     Ok(true) => {}
                     Ok(false) => return,
-                    Err(e) => tracing::debug!(object_id, error = %e, "lease renewal failed; retrying"),
+                    Err(e) => tracing::debug!(%object_id, error = %e, "lease renewal failed; retrying"),
                 }
             }
         };
         let started = tokio::select! {
             r = self.publisher.start_or_resume(start_request(&intent, input)) => r,
             _ = renew => {
-                tracing::warn!(object_id, "dispatch lease lost; cancelling this dispatch");
+                tracing::warn!(%object_id, "dispatch lease lost; cancelling this dispatch");
                 return Ok(Processed::LeaseLost);
             }
         };
@@ -497,19 +498,19 @@ impl Dispatch {
             }
             Ok(_) => self.revert(object_id, &f, &d, self.config.retry_delay_ms).await,
             Err(e) => {
-                tracing::warn!(object_id, error = %e, "StartOrResume failed; reverting");
+                tracing::warn!(%object_id, error = %e, "StartOrResume failed; reverting");
                 self.revert(object_id, &f, &d, self.config.retry_delay_ms).await
             }
         }
     }
 
-    async fn revert(&self, object_id: &str, f: &str, d: &str, delay: Millis) -> Result<Processed> {
+    async fn revert(&self, object_id: &ObjectId, f: &FencingToken, d: &LeaseToken, delay: Millis) -> Result<Processed> {
         let at = self.clock.now() + delay;
         if !self.outbox.revert_leased(object_id, f, d, at).await? {
             return Ok(Processed::LeaseLost);
         }
         if let Err(e) = self.candidates.add(object_id, at).await {
-            tracing::debug!(object_id, error = %e, "candidate add failed; the scan will find it");
+            tracing::debug!(%object_id, error = %e, "candidate add failed; the scan will find it");
         }
         Ok(Processed::Reverted)
     }
@@ -524,7 +525,7 @@ impl Dispatch {
                 return Err(Error::invalid("workflow_dispatch.input", "no input snapshot and no legacy input builder"))
             }
         };
-        if input.get("fencing_token").and_then(Value::as_str) != Some(intent.fencing_token.as_str()) {
+        if !BusinessRound::of(&input).is(&intent.fencing_token) {
             return Err(Error::invalid("workflow_dispatch.input.fencing_token", "does not match the intent's round"));
         }
         Ok(input)

@@ -15,6 +15,7 @@ pub mod definition;
 pub mod dispatch;
 pub mod engine;
 pub mod error;
+pub mod id;
 pub mod model;
 pub mod ports;
 pub mod transition;
@@ -24,4 +25,5 @@ pub use activity::{idempotency_key, Activity, ActivityContext, ActivityError, Si
 pub use definition::{Definition, OnFailed, Plan, PlanRegistry, RetryPolicy, StepDef};
 pub use engine::{Engine, EngineConfig, EngineHealth, Ports, Publisher, PublisherBuilder, StartOutcome, StartRequest};
 pub use error::{Cause, Error, Result};
+pub use id::{BusinessRound, ClaimToken, FencingToken, LeaseToken, ObjectId, WorkflowId};
 pub use model::*;

@@ -4,6 +4,7 @@
 //! port; adapters store them natively (BSON DateTime in Mongo, scores in Redis).
 
 use crate::error::{Error, Result};
+use crate::id::{BusinessRound, ClaimToken, WorkflowId};
 use crate::validate;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -217,50 +218,183 @@ pub enum WaitKind {
     Signal,
 }
 
-/// The persisted wait of a waiting instance (K-2, K-9).
+/// The persisted wait of a waiting instance (K-2, K-9): a durable sleep or a signal wait,
+/// each with exactly the fields it needs.
+///
+/// Serialized in the document shape every store keeps (`kind`, `signal_type`, `wait_key`,
+/// `generation`, `step_index`, `poll_time`; a timer's due time is its `poll_time`, its
+/// generation 0), so the enum changes no stored byte.
+///
+/// ```
+/// use kernel_core::model::{ResumeKind, Wait, WaitKind};
+/// let t = Wait::Timer { step_index: 1, due: Some(5_000) };
+/// assert_eq!((t.kind(), t.poll_time(), t.due_resume()), (WaitKind::Timer, Some(5_000), ResumeKind::Timer));
+/// assert_eq!(
+///     serde_json::to_value(&t).unwrap(),
+///     serde_json::json!({"kind": "timer", "generation": 0, "step_index": 1, "poll_time": 5_000}),
+/// );
+/// let s = Wait::Signal {
+///     signal_type: "approved".into(),
+///     wait_key: "doc:42".into(),
+///     generation: 2,
+///     step_index: 1,
+///     poll_time: None,
+/// };
+/// assert_eq!(s.signal_identity().unwrap().generation, 2);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Wait {
-    /// Timer or signal; decides whether the poll time resumes as `timer` or `poll`.
-    pub kind: WaitKind,
-    /// The signal type a matching signal carries (signal waits; K-2.0 identifier).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub signal_type: Option<String>,
-    /// Which business object the signal is about (signal waits; K-2.0 identifier).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub wait_key: Option<String>,
-    /// Which round of waiting; stale generations never match (K-9.6).
-    #[serde(default)]
-    pub generation: u64,
-    /// The step holding the wait.
-    pub step_index: u32,
-    /// When a timer is due, or a signal wait's poll fallback.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub poll_time: Option<Millis>,
+#[serde(into = "WaitDoc", try_from = "WaitDoc")]
+pub enum Wait {
+    /// A durable sleep: the step resumes as `timer` once `due` has passed (K-9.2).
+    Timer {
+        /// The step holding the wait.
+        step_index: u32,
+        /// When the sleep is over (stored as the wait's `poll_time`, and as the instance's
+        /// `claimable_time`, which the timer scan reads). Every sleep the engine writes has
+        /// one; the stored shape allows a timer without it, which never comes due.
+        due: Option<Millis>,
+    },
+    /// A signal wait (K-9.3): only a signal with exactly this identity activates it.
+    Signal {
+        /// The signal type a matching signal carries (K-2.0 identifier).
+        signal_type: String,
+        /// Which business object the signal is about (K-2.0 identifier).
+        wait_key: String,
+        /// Which round of waiting; stale generations never match (K-9.6).
+        generation: u64,
+        /// The step holding the wait.
+        step_index: u32,
+        /// The poll fallback: when set, the step resumes as `poll` at that time even
+        /// without a signal (K-9.5).
+        poll_time: Option<Millis>,
+    },
 }
 
 impl Wait {
-    /// The K-2.0 check of the wait identity: `signal_type` and `wait_key`, when present,
+    /// The K-2.0 check of the wait identity: a signal wait's `signal_type` and `wait_key`
     /// follow the identifier rule.
     pub fn validate(&self) -> Result<()> {
-        let Wait { kind: _, signal_type, wait_key, generation: _, step_index: _, poll_time: _ } = self;
-        if let Some(s) = signal_type {
-            validate::identifier("wait.signal_type", s)?;
+        match self {
+            Wait::Timer { step_index: _, due: _ } => Ok(()),
+            Wait::Signal { signal_type, wait_key, generation: _, step_index: _, poll_time: _ } => {
+                validate::identifier("wait.signal_type", signal_type)?;
+                validate::identifier("wait.wait_key", wait_key)
+            }
         }
-        if let Some(s) = wait_key {
-            validate::identifier("wait.wait_key", s)?;
-        }
-        Ok(())
     }
 
-    /// The identity a signal must match (K-9.3).
+    /// Timer or signal (the stored `kind`).
+    pub fn kind(&self) -> WaitKind {
+        match self {
+            Wait::Timer { .. } => WaitKind::Timer,
+            Wait::Signal { .. } => WaitKind::Signal,
+        }
+    }
+
+    /// The step holding the wait.
+    pub fn step_index(&self) -> u32 {
+        match self {
+            Wait::Timer { step_index, .. } | Wait::Signal { step_index, .. } => *step_index,
+        }
+    }
+
+    /// When the wait comes due without a signal: a timer's due time, a signal wait's poll
+    /// fallback (`None`: it waits for the signal alone).
+    pub fn poll_time(&self) -> Option<Millis> {
+        match self {
+            Wait::Timer { due, .. } => *due,
+            Wait::Signal { poll_time, .. } => *poll_time,
+        }
+    }
+
+    /// How the step resumes when [`poll_time`](Self::poll_time) comes due: `timer` for a
+    /// sleep, `poll` for a signal wait's fallback (K-9.2).
+    pub fn due_resume(&self) -> ResumeKind {
+        match self {
+            Wait::Timer { .. } => ResumeKind::Timer,
+            Wait::Signal { .. } => ResumeKind::Poll,
+        }
+    }
+
+    /// The identity a signal must match (K-9.3); `None` for a timer.
     pub fn signal_identity(&self) -> Option<WaitIdentity> {
-        match self.kind {
-            WaitKind::Timer => None,
-            WaitKind::Signal => Some(WaitIdentity {
-                signal_type: self.signal_type.clone().unwrap_or_default(),
-                wait_key: self.wait_key.clone().unwrap_or_default(),
-                generation: self.generation,
-                step_index: self.step_index,
+        match self {
+            Wait::Timer { .. } => None,
+            Wait::Signal { signal_type, wait_key, generation, step_index, poll_time: _ } => Some(WaitIdentity {
+                signal_type: signal_type.clone(),
+                wait_key: wait_key.clone(),
+                generation: *generation,
+                step_index: *step_index,
+            }),
+        }
+    }
+}
+
+/// The stored shape of a [`Wait`]: a kind plus the fields either kind may carry.
+#[derive(Serialize, Deserialize)]
+struct WaitDoc {
+    kind: WaitKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    signal_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    wait_key: Option<String>,
+    #[serde(default)]
+    generation: u64,
+    step_index: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    poll_time: Option<Millis>,
+}
+
+impl From<Wait> for WaitDoc {
+    fn from(w: Wait) -> WaitDoc {
+        match w {
+            Wait::Timer { step_index, due } => WaitDoc {
+                kind: WaitKind::Timer,
+                signal_type: None,
+                wait_key: None,
+                generation: 0,
+                step_index,
+                poll_time: due,
+            },
+            Wait::Signal { signal_type, wait_key, generation, step_index, poll_time } => WaitDoc {
+                kind: WaitKind::Signal,
+                signal_type: Some(signal_type),
+                wait_key: Some(wait_key),
+                generation,
+                step_index,
+                poll_time,
+            },
+        }
+    }
+}
+
+impl TryFrom<WaitDoc> for Wait {
+    type Error = String;
+    fn try_from(d: WaitDoc) -> std::result::Result<Wait, String> {
+        Wait::from_parts(d.kind, d.signal_type, d.wait_key, d.generation, d.step_index, d.poll_time)
+    }
+}
+
+impl Wait {
+    /// Rebuild a wait from its stored fields (a store adapter's decoder): a timer's
+    /// `poll_time` is its due time and its generation is ignored; a signal wait needs its
+    /// `signal_type` and `wait_key` (the error names the missing field).
+    pub fn from_parts(
+        kind: WaitKind,
+        signal_type: Option<String>,
+        wait_key: Option<String>,
+        generation: u64,
+        step_index: u32,
+        poll_time: Option<Millis>,
+    ) -> std::result::Result<Wait, String> {
+        match kind {
+            WaitKind::Timer => Ok(Wait::Timer { step_index, due: poll_time }),
+            WaitKind::Signal => Ok(Wait::Signal {
+                signal_type: signal_type.ok_or("a signal wait has no signal_type")?,
+                wait_key: wait_key.ok_or("a signal wait has no wait_key")?,
+                generation,
+                step_index,
+                poll_time,
             }),
         }
     }
@@ -327,7 +461,7 @@ pub struct FingerprintMismatch {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkflowInstance {
     /// Business-facing id (not the storage primary key); K-2.0 identifier, unique.
-    pub workflow_id: String,
+    pub workflow_id: WorkflowId,
     /// Which registered definition interprets the steps; claims filter on it (K-6.2).
     pub workflow_type: String,
     /// Permanent idempotency key: one instance per key, forever (K-3.2).
@@ -346,7 +480,7 @@ pub struct WorkflowInstance {
     pub claimable_time: Option<Millis>,
     /// The current claim, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub claim_token: Option<String>,
+    pub claim_token: Option<ClaimToken>,
     /// The wait, when waiting.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait: Option<Wait>,
@@ -407,7 +541,7 @@ impl WorkflowInstance {
             updated_at: _,
             finished_at: _,
         } = self;
-        validate::identifier("workflow_id", workflow_id)?;
+        validate::identifier("workflow_id", workflow_id.as_str())?;
         validate::identifier("biz_key", biz_key)?;
         validate::identifier("workflow_type", workflow_type)?;
         validate::identifier("definition_fingerprint", definition_fingerprint)?;
@@ -430,7 +564,7 @@ impl WorkflowInstance {
             validate::payload(&format!("output.{k}"), v, payload_bytes_max)?;
         }
         if let Some(t) = claim_token {
-            validate::identifier("claim_token", t)?;
+            validate::identifier("claim_token", t.as_str())?;
         }
         if let Some(w) = wait {
             w.validate()?;
@@ -451,8 +585,53 @@ impl WorkflowInstance {
         self.steps.iter().position(|s| s.name == name)
     }
 
-    /// The fencing token carried by the input (`input.fencing_token`), if any (K-12).
-    pub fn fencing_token(&self) -> Option<&str> {
-        self.input.get("fencing_token").and_then(Value::as_str)
+    /// The business round the input carries (`input.object_id`, `input.fencing_token`),
+    /// read by the one rule of [`BusinessRound::of`] (K-12).
+    pub fn round(&self) -> BusinessRound {
+        BusinessRound::of(&self.input)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The enum keeps the stored shape of the kind-plus-options struct it replaced (K-2).
+    #[test]
+    fn wait_keeps_the_stored_shape() {
+        let signal = Wait::Signal {
+            signal_type: "approved".into(),
+            wait_key: "doc:42".into(),
+            generation: 3,
+            step_index: 1,
+            poll_time: Some(60),
+        };
+        let doc = json!({"kind": "signal", "signal_type": "approved", "wait_key": "doc:42", "generation": 3, "step_index": 1, "poll_time": 60});
+        assert_eq!(serde_json::to_value(&signal).unwrap(), doc);
+        assert_eq!(serde_json::from_value::<Wait>(doc).unwrap(), signal);
+        let timer = Wait::Timer { step_index: 0, due: None };
+        let doc = json!({"kind": "timer", "generation": 0, "step_index": 0});
+        assert_eq!(serde_json::to_value(&timer).unwrap(), doc);
+        assert_eq!(serde_json::from_value::<Wait>(doc).unwrap(), timer);
+    }
+
+    /// A signal wait without its identity is not a wait a store may hand back: the old
+    /// shape read it as an empty identity, the enum refuses it.
+    #[test]
+    fn a_signal_wait_without_its_identity_is_refused() {
+        for (doc, missing) in [
+            (json!({"kind": "signal", "wait_key": "k", "step_index": 1}), "signal_type"),
+            (json!({"kind": "signal", "signal_type": "t", "step_index": 1}), "wait_key"),
+        ] {
+            let err = serde_json::from_value::<Wait>(doc).unwrap_err().to_string();
+            assert!(err.contains(missing), "{err}");
+        }
+        let w = Wait::from_parts(WaitKind::Timer, None, None, 7, 2, Some(5)).unwrap();
+        assert_eq!((w.kind(), w.step_index(), w.poll_time(), w.signal_identity()), (WaitKind::Timer, 2, Some(5), None));
+        assert_eq!(w.due_resume(), ResumeKind::Timer);
+        let w = Wait::from_parts(WaitKind::Signal, Some("t".into()), Some("k".into()), 7, 2, None).unwrap();
+        assert_eq!((w.kind(), w.poll_time(), w.due_resume()), (WaitKind::Signal, None, ResumeKind::Poll));
+        assert_eq!(w.signal_identity().unwrap().generation, 7);
     }
 }

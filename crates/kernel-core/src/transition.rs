@@ -7,6 +7,7 @@
 //! and the conformance suite checks every other adapter against them.
 
 use crate::error::{Error, Result};
+use crate::id::ClaimToken;
 use crate::model::*;
 use crate::validate;
 use serde::{Deserialize, Serialize};
@@ -43,17 +44,17 @@ pub enum Guard {
     /// `status = running AND claim_token = token`.
     Running {
         /// The current claim.
-        token: String,
+        token: ClaimToken,
     },
     /// `status = failing AND claim_token = token`.
     Failing {
         /// The current claim.
-        token: String,
+        token: ClaimToken,
     },
     /// `claim_token = token` alone (heartbeat, fingerprint push-back).
     Token {
         /// The current claim.
-        token: String,
+        token: ClaimToken,
     },
     /// `status = failed` (replay, K-5).
     Failed,
@@ -87,7 +88,7 @@ impl Guard {
         match self {
             Guard::Claimable { now: _, types } => types.iter().try_for_each(|t| validate::identifier("types", t)),
             Guard::Running { token } | Guard::Failing { token } | Guard::Token { token } => {
-                validate::identifier("claim_token", token)
+                validate::identifier("claim_token", token.as_str())
             }
             Guard::SignalWait(WaitIdentity { signal_type, wait_key, generation: _, step_index: _ }) => {
                 validate::identifier("signal_type", signal_type)?;
@@ -105,7 +106,7 @@ impl Guard {
     /// The reference semantics of the condition.
     pub fn matches(&self, inst: &WorkflowInstance) -> bool {
         use WorkflowStatus as S;
-        let token_is = |t: &str| inst.claim_token.as_deref() == Some(t);
+        let token_is = |t: &ClaimToken| inst.claim_token.as_ref() == Some(t);
         match self {
             Guard::Claimable { now, types } => {
                 matches!(inst.status, S::Running | S::Failing)
@@ -119,7 +120,7 @@ impl Guard {
             Guard::DueWait { now, step_index } => {
                 inst.status == S::Waiting
                     && inst.claimable_time.is_some_and(|c| c <= *now)
-                    && inst.wait.as_ref().is_some_and(|w| w.step_index == *step_index)
+                    && inst.wait.as_ref().is_some_and(|w| w.step_index() == *step_index)
             }
             Guard::SignalWait(id) => {
                 inst.status == S::Waiting && inst.wait.as_ref().and_then(Wait::signal_identity).as_ref() == Some(id)
@@ -335,7 +336,7 @@ pub struct Transition {
     /// When the instance may next be claimed (lease end, retry delay), set or cleared.
     pub claimable_time: Option<Patch<Millis>>,
     /// The claim token, set (claim) or cleared (release); a set token follows K-2.0.
-    pub claim_token: Option<Patch<String>>,
+    pub claim_token: Option<Patch<ClaimToken>>,
     /// The wait, set (suspend) or cleared (activation, terminal); a signal wait's identity
     /// follows K-2.0.
     pub wait: Option<Patch<Wait>>,
@@ -571,7 +572,7 @@ impl Transition {
             validate::payload("input", i, payload_bytes_max)?;
         }
         if let Some(Patch::Set(t)) = claim_token {
-            validate::identifier("claim_token", t)?;
+            validate::identifier("claim_token", t.as_str())?;
         }
         if let Some(Patch::Set(w)) = wait {
             w.validate()?;
@@ -592,10 +593,10 @@ impl Transition {
 /// is written under (K-6.4).
 impl Transition {
     /// Claim (K-6.2), under [`Guard::Claimable`]: lease and token, no revision bump.
-    pub fn claim(token: &str, now: Millis, lease_ms: Millis) -> Self {
+    pub fn claim(token: &ClaimToken, now: Millis, lease_ms: Millis) -> Self {
         let mut t = Transition::new(TransitionKind::Claim, now);
         t.claimable_time = Some(Patch::Set(now + lease_ms));
-        t.claim_token = Some(Patch::Set(token.to_string()));
+        t.claim_token = Some(Patch::Set(token.clone()));
         t.bump_revision = false;
         t
     }
@@ -650,7 +651,7 @@ impl Transition {
         p.elapsed_ms_inc = elapsed_ms;
         p.checkpoint = Some(checkpoint.map_or(Patch::Unset, Patch::Set));
         t.status = Some(WorkflowStatus::Waiting);
-        t.claimable_time = Some(wait.poll_time.map_or(Patch::Unset, Patch::Set));
+        t.claimable_time = Some(wait.poll_time().map_or(Patch::Unset, Patch::Set));
         t.wait = Some(Patch::Set(wait));
         t.claim_token = Some(Patch::Unset);
         t.resume = Some(Patch::Unset);

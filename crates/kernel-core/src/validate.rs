@@ -105,6 +105,7 @@ mod tests {
     /// field at a time and accepts the fixture it was derived from.
     mod records {
         use super::super::*;
+        use crate::id::{ClaimToken, ObjectId, WorkflowId};
         use crate::model::*;
         use crate::ports::*;
         use crate::transition::{Guard, Patch, Transition};
@@ -144,10 +145,9 @@ mod tests {
         }
 
         fn signal_wait(signal_type: &str, wait_key: &str) -> Wait {
-            Wait {
-                kind: WaitKind::Signal,
-                signal_type: Some(signal_type.into()),
-                wait_key: Some(wait_key.into()),
+            Wait::Signal {
+                signal_type: signal_type.into(),
+                wait_key: wait_key.into(),
                 generation: 1,
                 step_index: 1,
                 poll_time: None,
@@ -163,7 +163,7 @@ mod tests {
             assert!(instance().validate(MAX).is_ok());
             type Edit = fn(&mut WorkflowInstance);
             let cases: [(Edit, &str); 12] = [
-                (|i| i.workflow_id = String::new(), "workflow_id"),
+                (|i| i.workflow_id = WorkflowId::default(), "workflow_id"),
                 (|i| i.biz_key = "b\0".into(), "biz_key"),
                 (|i| i.workflow_type = "t\n".into(), "workflow_type"),
                 (|i| i.definition_fingerprint = String::new(), "definition_fingerprint"),
@@ -196,7 +196,7 @@ mod tests {
                 (Transition::replay(big(), 0), "input"),
                 (Transition::suspend(1, signal_wait("approved", "k\0"), None, 0, 0), "wait.wait_key"),
                 (Transition::suspend(1, signal_wait("", "k"), None, 0, 0), "wait.signal_type"),
-                (Transition::claim("tok\0", 0, 1), "claim_token"),
+                (Transition::claim(&"tok\0".into(), 0, 1), "claim_token"),
                 (Transition::signal_activation(1, "", 0), "resume.signal_id"),
                 (
                     {
@@ -229,7 +229,7 @@ mod tests {
         fn k2_0_guard_and_claim_spec_validate() {
             assert!(Guard::Active.validate().is_ok());
             assert!(Guard::SignalWait(signal_wait("a", "k").signal_identity().unwrap()).validate().is_ok());
-            assert_eq!(field_of(Guard::Token { token: String::new() }.validate()), "claim_token");
+            assert_eq!(field_of(Guard::Token { token: ClaimToken::default() }.validate()), "claim_token");
             assert_eq!(field_of(Guard::Failing { token: "a\u{7}".into() }.validate()), "claim_token");
             assert_eq!(field_of(Guard::Claimable { now: 0, types: vec!["t\0".into()] }.validate()), "types");
             let id = signal_wait("a", "k\0").signal_identity().unwrap();
@@ -237,7 +237,7 @@ mod tests {
 
             let spec = ClaimSpec { now: 5, lease_ms: 10, token: "tok".into(), types: vec!["t".into()] };
             assert!(spec.validate().is_ok());
-            assert_eq!(spec.transition(), Transition::claim("tok", 5, 10), "the claim's own transition");
+            assert_eq!(spec.transition(), Transition::claim(&"tok".into(), 5, 10), "the claim's own transition");
             assert_eq!(field_of(ClaimSpec { token: "t\0".into(), ..spec.clone() }.validate()), "claim_token");
             assert_eq!(field_of(ClaimSpec { lease_ms: 0, ..spec.clone() }.validate()), "lease_ms");
             assert_eq!(field_of(ClaimSpec { types: vec![String::new()], ..spec }.validate()), "types");
@@ -264,9 +264,10 @@ mod tests {
 
         #[test]
         fn k2_0_accept_request_validate() {
-            let intent = DispatchIntent::pending("summary", "biz:1", "f1", json!({}), Priority::P2, 0);
+            let intent = DispatchIntent::pending("summary", "biz:1", &"f1".into(), json!({}), Priority::P2, 0);
             let fields = json!({"title": "x"});
-            let req = OutboxAccept { object_id: "doc-1", fields: &fields, initial_status: "new", intent: &intent };
+            let (doc, empty) = (ObjectId::from("doc-1"), ObjectId::default());
+            let req = OutboxAccept { object_id: &doc, fields: &fields, initial_status: "new", intent: &intent };
             assert!(req.validate(MAX).is_ok());
             let dollar = json!({"$set": 1});
             let dotted = json!({"a.b": 1});
@@ -276,7 +277,7 @@ mod tests {
             let bad_biz = DispatchIntent { biz_key: String::new(), ..intent.clone() };
             let bad_input = DispatchIntent { input: Some(big()), ..intent.clone() };
             let cases: Vec<(OutboxAccept<'_>, &str)> = vec![
-                (OutboxAccept { object_id: "", ..req }, "object_id"),
+                (OutboxAccept { object_id: &empty, ..req }, "object_id"),
                 (OutboxAccept { initial_status: "n\0", ..req }, "initial_status"),
                 (OutboxAccept { fields: &dollar, ..req }, "fields"),
                 (OutboxAccept { fields: &dotted, ..req }, "fields"),

@@ -33,7 +33,7 @@ pub fn obs(biz_key: &str, revision: u64, kind: TransitionKind, step: Option<&str
         _ => WorkflowStatus::Running,
     };
     Observation {
-        workflow_id: format!("wf-{biz_key}"),
+        workflow_id: format!("wf-{biz_key}").into(),
         biz_key: biz_key.to_string(),
         workflow_type: "summary".into(),
         workflow_run: 0,

@@ -4,6 +4,7 @@
 use kernel_core::model::{ErrorClass, Millis, WorkflowInstance, WorkflowStatus};
 use kernel_core::ports::Observation;
 use kernel_core::transition::TransitionKind;
+use kernel_core::WorkflowId;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -87,7 +88,7 @@ pub struct AttemptRow {
     /// Physical attempt (real entries into the activity).
     pub attempt: u32,
     /// Instance.
-    pub workflow_id: String,
+    pub workflow_id: WorkflowId,
     /// Type.
     pub workflow_type: String,
     /// Latest outcome seen.
@@ -163,7 +164,7 @@ pub struct Snapshot {
     /// Business key (the snapshot's identity).
     pub biz_key: String,
     /// Instance.
-    pub workflow_id: String,
+    pub workflow_id: WorkflowId,
     /// Type.
     pub workflow_type: String,
     /// Run.

@@ -4,6 +4,7 @@ use crate::model::Snapshot;
 use crate::repo::DynRepository;
 use crate::{Error, Result};
 use kernel_core::ports::DynStore;
+use kernel_core::WorkflowId;
 
 /// Most ids one repair call takes.
 pub const REPAIR_IDS_MAX: usize = 10_000;
@@ -24,7 +25,11 @@ pub struct RepairReport {
 /// Rebuild the snapshot of each finished workflow among `workflow_ids`, read one by one
 /// through the store port (by id: never a scan of the instances), and write it with the
 /// usual revision rule (a newer snapshot is never overwritten).
-pub async fn repair_snapshots(store: &DynStore, repo: &DynRepository, workflow_ids: &[String]) -> Result<RepairReport> {
+pub async fn repair_snapshots(
+    store: &DynStore,
+    repo: &DynRepository,
+    workflow_ids: &[WorkflowId],
+) -> Result<RepairReport> {
     if workflow_ids.len() > REPAIR_IDS_MAX {
         return Err(Error::InvalidInput {
             field: "workflow_ids".into(),

@@ -157,7 +157,11 @@ pub async fn run_bench(url: &str, opts: BenchOptions) -> (Throughput, Throughput
     };
     let owners: Arc<Vec<PermitOwner>> = Arc::new(
         (0..opts.concurrency)
-            .map(|t| PermitOwner { workflow_id: format!("wf-{t}"), step: "call".into(), claim_token: format!("c-{t}") })
+            .map(|t| PermitOwner {
+                workflow_id: format!("wf-{t}").into(),
+                step: "call".into(),
+                claim_token: format!("c-{t}").into(),
+            })
             .collect(),
     );
     let adapter_cycle = |o: BenchOptions| {

@@ -49,11 +49,9 @@ use kernel_core::model::Millis;
 use kernel_core::ports::{PermitDecision, PermitOwner, Permits};
 use kernel_core::{validate, Error, Result};
 use queue_redis::map_redis_error;
-use redis::aio::ConnectionManagerConfig;
 use redis::Script;
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
-use std::time::Duration;
 
 /// The connection type [`RedisPermits::new`] takes, so callers need no `redis` dependency.
 pub use redis::aio::ConnectionManager;
@@ -159,23 +157,10 @@ impl std::fmt::Debug for RedisPermits {
     }
 }
 
-/// How long one Redis call may take before it counts as failed (the permit then fails
-/// closed: the step is deferred).
-pub const RESPONSE_TIMEOUT_MS: u64 = 2_000;
-/// How long one connection attempt may take.
-pub const CONNECT_TIMEOUT_MS: u64 = 2_000;
-
-/// Open a reconnecting, multiplexed connection to `url` with bounded timeouts, so that a
-/// dead Redis makes acquires fail quickly instead of hanging a claim. A malformed URL is
-/// [`Error::InvalidInput`]; an unreachable server is [`Error::Unavailable`].
-pub async fn connect(url: &str) -> Result<ConnectionManager> {
-    let client = redis::Client::open(url).map_err(|e| Error::invalid_with("redis url", e.to_string(), e))?;
-    let config = ConnectionManagerConfig::new()
-        .set_response_timeout(Some(Duration::from_millis(RESPONSE_TIMEOUT_MS)))
-        .set_connection_timeout(Some(Duration::from_millis(CONNECT_TIMEOUT_MS)))
-        .set_number_of_retries(2);
-    ConnectionManager::new_with_config(client, config).await.map_err(map_redis_error)
-}
+/// The shared Redis connection helper and its timeouts: a call that takes longer than
+/// `RESPONSE_TIMEOUT_MS` counts as failed, and the permit then fails closed (the step is
+/// deferred).
+pub use queue_redis::{connect, CONNECT_TIMEOUT_MS, RESPONSE_TIMEOUT_MS};
 
 impl RedisPermits {
     /// Permits with `config`.

@@ -1,5 +1,6 @@
 use crate::{check_prefix, map_redis_error};
 use kernel_core::model::Millis;
+use kernel_core::ObjectId;
 use kernel_core::{validate, Error, Result};
 use redis::aio::ConnectionManager;
 use redis::Script;
@@ -54,12 +55,12 @@ impl RedisDispatchCandidates {
     /// # Contract
     /// Idempotent; re-adding overwrites the due time (the dispatcher re-adds with its next
     /// attempt time).
-    pub async fn add(&self, id: &str, due_ms: Millis) -> Result<()> {
-        validate::identifier("id", id)?;
+    pub async fn add(&self, id: &ObjectId, due_ms: Millis) -> Result<()> {
+        validate::identifier("id", id.as_str())?;
         redis::cmd("ZADD")
             .arg(&self.key)
             .arg(due_ms)
-            .arg(id)
+            .arg(id.as_str())
             .query_async::<i64>(&mut self.conn.clone())
             .await
             .map_err(map_redis_error)?;
@@ -71,7 +72,7 @@ impl RedisDispatchCandidates {
     /// # Contract
     /// Atomic: concurrent callers never receive the same candidate. `batch_max` must be in
     /// `1..=DISPATCH_BATCH_MAX`.
-    pub async fn pop_due(&self, now: Millis, batch_max: usize) -> Result<Vec<String>> {
+    pub async fn pop_due(&self, now: Millis, batch_max: usize) -> Result<Vec<ObjectId>> {
         if !(1..=DISPATCH_BATCH_MAX).contains(&batch_max) {
             return Err(Error::invalid("batch_max", format_args!("{batch_max} is not in 1..={DISPATCH_BATCH_MAX}")));
         }
@@ -79,7 +80,7 @@ impl RedisDispatchCandidates {
         inv.key(&self.key).arg(now).arg(batch_max);
         let out: Vec<String> = inv.invoke_async(&mut self.conn.clone()).await.map_err(map_redis_error)?;
         debug_assert!(out.len() <= batch_max);
-        Ok(out)
+        Ok(out.into_iter().map(ObjectId::from).collect())
     }
 
     /// Number of candidates (due or not).
@@ -95,11 +96,11 @@ impl RedisDispatchCandidates {
 
 #[async_trait::async_trait]
 impl kernel_core::ports::DispatchCandidates for RedisDispatchCandidates {
-    async fn add(&self, object_id: &str, due: Millis) -> Result<()> {
+    async fn add(&self, object_id: &ObjectId, due: Millis) -> Result<()> {
         RedisDispatchCandidates::add(self, object_id, due).await
     }
 
-    async fn pop_due(&self, now: Millis, max: usize) -> Result<Vec<String>> {
+    async fn pop_due(&self, now: Millis, max: usize) -> Result<Vec<ObjectId>> {
         if max == 0 {
             return Ok(vec![]);
         }

@@ -1,7 +1,7 @@
 use crate::{check_prefix, map_redis_error};
 use kernel_core::model::{Millis, Priority};
 use kernel_core::ports::{LaneStats, ReadyQueue};
-use kernel_core::{validate, Error, Result};
+use kernel_core::{validate, Error, Result, WorkflowId};
 use redis::aio::ConnectionManager;
 use redis::Script;
 use std::sync::LazyLock;
@@ -120,18 +120,19 @@ impl RedisReadyQueue {
 
 #[async_trait::async_trait]
 impl ReadyQueue for RedisReadyQueue {
-    async fn enqueue(&self, workflow_id: &str, priority: Priority, claimable_at: Millis) -> Result<()> {
-        validate::identifier("workflow_id", workflow_id)?;
+    async fn enqueue(&self, workflow_id: &WorkflowId, priority: Priority, claimable_at: Millis) -> Result<()> {
+        validate::identifier("workflow_id", workflow_id.as_str())?;
         let mut inv = ENQUEUE.prepare_invoke();
-        inv.key(&self.lanes).arg(workflow_id).arg(priority.index()).arg(claimable_at);
+        inv.key(&self.lanes).arg(workflow_id.as_str()).arg(priority.index()).arg(claimable_at);
         inv.invoke_async::<i64>(&mut self.conn.clone()).await.map_err(map_redis_error)?;
         Ok(())
     }
 
-    async fn pop_due(&self, now: Millis) -> Result<Option<String>> {
+    async fn pop_due(&self, now: Millis) -> Result<Option<WorkflowId>> {
         let mut inv = POP.prepare_invoke();
         inv.key(&self.lanes).key(&self.rotation).arg(now).arg(&self.weights.weights).arg(self.weights.burst);
-        inv.invoke_async::<Option<String>>(&mut self.conn.clone()).await.map_err(map_redis_error)
+        let id = inv.invoke_async::<Option<String>>(&mut self.conn.clone()).await.map_err(map_redis_error)?;
+        Ok(id.map(WorkflowId::from))
     }
 
     async fn stats(&self, now: Millis) -> Result<[LaneStats; 4]> {

@@ -27,7 +27,7 @@
 //!
 //! # async fn demo() -> kernel_core::Result<()> {
 //! let queue = RedisReadyQueue::from_url("redis://127.0.0.1:6379", "wfk").await?;
-//! queue.enqueue("wf-1", Priority::P1, 1_000).await?;
+//! queue.enqueue(&"wf-1".into(), Priority::P1, 1_000).await?;
 //! assert_eq!(queue.pop_due(999).await?, None); // not due yet
 //! assert_eq!(queue.pop_due(1_000).await?.as_deref(), Some("wf-1"));
 //! # Ok(())
@@ -66,9 +66,12 @@ pub fn map_redis_error(e: redis::RedisError) -> Error {
 }
 
 /// Open a reconnecting, multiplexed connection with bounded timeouts, so that a dead Redis
-/// makes calls fail quickly instead of hanging the engine.
+/// makes calls fail quickly instead of hanging the engine (a queue call falls back to the
+/// store, a permit fails closed). The one connection helper of every Redis-backed adapter:
+/// a malformed URL is [`Error::InvalidInput`] (field `redis url`), an unreachable server
+/// [`Error::Unavailable`], both with the driver's error as their cause.
 pub async fn connect(url: &str) -> Result<ConnectionManager> {
-    let client = redis::Client::open(url).map_err(map_redis_error)?;
+    let client = redis::Client::open(url).map_err(|e| Error::invalid_with("redis url", e.to_string(), e))?;
     connect_client(client).await
 }
 

@@ -24,6 +24,7 @@ use compose::{url_from_args, Deployment, QueueOptions, QueueSide, Role, StoreSid
 use futures::Stream;
 use kernel_core::engine::{Engine, EngineConfig};
 use kernel_core::ports::{DynClock, DynStore, StreamKey, SystemClock};
+use kernel_core::WorkflowId;
 use kernel_core::{ActivityContext, ActivityError, Definition, StartRequest, StepDef, StepOutcome};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -124,7 +125,7 @@ async fn events(
     headers: HeaderMap,
     Query(q): Query<EventsQuery>,
 ) -> Sse<impl Stream<Item = Result<Event, std::convert::Infallible>>> {
-    let key = StreamKey { object_id: q.object, workflow_id: q.workflow, fencing_token: q.token };
+    let key = StreamKey { object_id: q.object.into(), workflow_id: q.workflow.into(), fencing_token: q.token.into() };
     let forwarder = Forwarder::new(app.conn.clone(), &app.prefix, &key, ForwardConfig::default());
     // Only a first connection is cut short; a reconnect carries Last-Event-ID.
     let drop_after = if headers.contains_key("last-event-id") { None } else { q.drop_after };
@@ -155,7 +156,7 @@ async fn events(
 
 /// The stored truth the page's final result is compared with (K-1.3).
 async fn stored(app: &App, workflow_id: &str) -> Option<Value> {
-    let inst = app.store.get(workflow_id).await.ok()??;
+    let inst = app.store.get(&WorkflowId::from(workflow_id)).await.ok()??;
     Some(json!({
         "status": inst.status.as_str(),
         "revision": inst.revision,

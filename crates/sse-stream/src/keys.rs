@@ -21,7 +21,7 @@ impl StreamKeys {
     /// two different identities never share keys whatever characters they contain.
     pub fn new(prefix: &str, key: &StreamKey) -> StreamKeys {
         let mut h = Sha256::new();
-        for part in [&key.object_id, &key.workflow_id, &key.fencing_token] {
+        for part in [key.object_id.as_str(), key.workflow_id.as_str(), key.fencing_token.as_str()] {
             h.update((part.len() as u64).to_be_bytes());
             h.update(part.as_bytes());
         }

@@ -46,13 +46,10 @@ use queue_redis::map_redis_error;
 /// The connection type [`RedisStreamSink::new`] and [`Forwarder::new`] take, so callers need no
 /// `redis` dependency.
 pub use redis::aio::ConnectionManager;
-use redis::aio::ConnectionManagerConfig;
-use std::time::Duration;
 
-/// How long one Redis call may take before it counts as failed.
-pub const RESPONSE_TIMEOUT_MS: u64 = 2_000;
-/// How long one connection attempt may take.
-pub const CONNECT_TIMEOUT_MS: u64 = 2_000;
+/// The shared Redis connection helper and its timeouts (a frame append that takes longer
+/// than `RESPONSE_TIMEOUT_MS` is dropped; streams are best effort, K-16).
+pub use queue_redis::{connect, CONNECT_TIMEOUT_MS, RESPONSE_TIMEOUT_MS};
 
 /// Writer settings. Times in ms.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,14 +117,4 @@ impl StreamConfig {
         }
         Ok(())
     }
-}
-
-/// Open a reconnecting, multiplexed connection with bounded timeouts.
-pub async fn connect(url: &str) -> Result<ConnectionManager> {
-    let client = redis::Client::open(url).map_err(|e| Error::invalid_with("redis url", e.to_string(), e))?;
-    let config = ConnectionManagerConfig::new()
-        .set_response_timeout(Some(Duration::from_millis(RESPONSE_TIMEOUT_MS)))
-        .set_connection_timeout(Some(Duration::from_millis(CONNECT_TIMEOUT_MS)))
-        .set_number_of_retries(2);
-    ConnectionManager::new_with_config(client, config).await.map_err(map_redis_error)
 }

@@ -247,33 +247,40 @@ fn step_of(d: &Document) -> Result<Step> {
 }
 
 pub(crate) fn wait_doc(w: &Wait) -> Result<Document> {
-    let Wait { kind, signal_type, wait_key, generation, step_index, poll_time } = w;
-    let mut d = bson::doc! {
-        "kind": match kind { WaitKind::Timer => "timer", WaitKind::Signal => "signal" },
-        "generation": i64_of("wait.generation", *generation)?,
-        "step_index": i32_of("wait.step_index", *step_index)?,
+    // Field order is the stored shape (pinned by the protocol snapshots): kind, generation,
+    // step_index, then signal_type, wait_key, poll_time when present. A timer stores
+    // generation 0 and its due time as `poll_time`.
+    let (kind, generation, step_index, identity, poll_time) = match w {
+        Wait::Timer { step_index, due } => ("timer", 0, *step_index, None, *due),
+        Wait::Signal { signal_type, wait_key, generation, step_index, poll_time } => {
+            ("signal", *generation, *step_index, Some((signal_type, wait_key)), *poll_time)
+        }
     };
-    if let Some(s) = signal_type {
-        d.insert("signal_type", s.as_str());
-    }
-    if let Some(s) = wait_key {
-        d.insert("wait_key", s.as_str());
+    let mut d = bson::doc! {
+        "kind": kind,
+        "generation": i64_of("wait.generation", generation)?,
+        "step_index": i32_of("wait.step_index", step_index)?,
+    };
+    if let Some((signal_type, wait_key)) = identity {
+        d.insert("signal_type", signal_type.as_str());
+        d.insert("wait_key", wait_key.as_str());
     }
     if let Some(t) = poll_time {
-        d.insert("poll_time", dt(*t));
+        d.insert("poll_time", dt(t));
     }
     Ok(d)
 }
 
 pub(crate) fn wait_of(d: &Document) -> Result<Wait> {
-    Ok(Wait {
-        kind: parse_enum("wait.kind", str_of(d, "kind")?)?,
-        signal_type: opt_str(d, "signal_type")?,
-        wait_key: opt_str(d, "wait_key")?,
-        generation: u64::try_from(int_or_zero(d, "generation")?).map_err(|_| corrupt("wait.generation", "negative"))?,
-        step_index: u32_of(d, "step_index")?,
-        poll_time: opt_time(d, "poll_time")?,
-    })
+    Wait::from_parts(
+        parse_enum("wait.kind", str_of(d, "kind")?)?,
+        opt_str(d, "signal_type")?,
+        opt_str(d, "wait_key")?,
+        u64::try_from(int_or_zero(d, "generation")?).map_err(|_| corrupt("wait.generation", "negative"))?,
+        u32_of(d, "step_index")?,
+        opt_time(d, "poll_time")?,
+    )
+    .map_err(|e| corrupt("wait", e))
 }
 
 pub(crate) fn resume_doc(r: &Resume) -> Result<Document> {
@@ -414,7 +421,7 @@ pub(crate) fn instance_of(d: &Document) -> Result<WorkflowInstance> {
         Some(m) => Some(FingerprintMismatch { persisted: str_of(m, "persisted")?, worker: str_of(m, "worker")? }),
     };
     Ok(WorkflowInstance {
-        workflow_id: str_of(d, "workflow_id")?,
+        workflow_id: str_of(d, "workflow_id")?.into(),
         workflow_type: str_of(d, "type")?,
         biz_key: str_of(d, "biz_key")?,
         status: parse_enum("status", str_of(d, "status")?)?,
@@ -422,7 +429,7 @@ pub(crate) fn instance_of(d: &Document) -> Result<WorkflowInstance> {
         input: bson_to_json("input", d.get("input").unwrap_or(&Bson::Null))?,
         output,
         claimable_time: opt_time(d, "claimable_time")?,
-        claim_token: opt_str(d, "claim_token")?,
+        claim_token: opt_str(d, "claim_token")?.map(Into::into),
         wait: doc_of(d, "wait")?.map(wait_of).transpose()?,
         resume: doc_of(d, "resume")?.map(resume_of).transpose()?,
         definition_fingerprint: str_of(d, "definition_fingerprint")?,
@@ -461,7 +468,7 @@ pub(crate) fn signal_doc(r: &kernel_core::ports::SignalRecord) -> Result<Documen
 pub(crate) fn signal_of(d: &Document) -> Result<kernel_core::ports::SignalRecord> {
     Ok(kernel_core::ports::SignalRecord {
         signal_id: str_of(d, "signal_id")?,
-        workflow_id: str_of(d, "workflow_id")?,
+        workflow_id: str_of(d, "workflow_id")?.into(),
         signal_type: str_of(d, "signal_type")?,
         wait_key: str_of(d, "wait_key")?,
         generation: u64::try_from(int_or_zero(d, "generation")?).map_err(|_| corrupt("generation", "negative"))?,

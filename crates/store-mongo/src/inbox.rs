@@ -3,7 +3,7 @@ use crate::{codec, MongoConfig, INBOX};
 use futures::TryStreamExt;
 use kernel_core::model::Millis;
 use kernel_core::ports::*;
-use kernel_core::{validate, Result};
+use kernel_core::{validate, Result, WorkflowId};
 use mongodb::bson::{doc, Document, RawDocumentBuf};
 use mongodb::options::{CollectionOptions, IndexOptions};
 use mongodb::{Collection, Database, IndexModel};
@@ -94,11 +94,12 @@ impl SignalInbox for MongoSignalInbox {
 
     async fn find_pending(
         &self,
-        workflow_id: &str,
+        workflow_id: &WorkflowId,
         signal_type: &str,
         wait_key: &str,
         generation: u64,
     ) -> Result<Option<SignalRecord>> {
+        let workflow_id = workflow_id.as_str();
         validate::identifier("workflow_id", workflow_id)?;
         validate::identifier("signal_type", signal_type)?;
         validate::identifier("wait_key", wait_key)?;

@@ -19,7 +19,7 @@
 //! let db = store_mongo::connect("mongodb://127.0.0.1:27017", "workflows").await?;
 //! let store: Arc<DynStore> = Arc::new(MongoWorkflowStore::open(&db, MongoConfig::default()).await?);
 //! let inbox = MongoSignalInbox::open(&db, MongoConfig::default()).await?;
-//! assert!(store.get("wf-1").await?.is_none());
+//! assert!(store.get(&"wf-1".into()).await?.is_none());
 //! # let _ = inbox; Ok(()) }
 //! ```
 //!

@@ -27,7 +27,7 @@ use crate::{codec, MongoConfig};
 use futures::TryStreamExt;
 use kernel_core::model::{Millis, Priority};
 use kernel_core::ports::*;
-use kernel_core::{validate, Error, Result};
+use kernel_core::{validate, Error, FencingToken, LeaseToken, ObjectId, Result};
 use mongodb::bson::{doc, Bson, Document, RawDocumentBuf};
 use mongodb::options::{CollectionOptions, IndexOptions, ReturnDocument};
 use mongodb::{Collection, Database, IndexModel};
@@ -158,7 +158,7 @@ impl MongoOutbox {
     fn record_of(&self, raw: &RawDocumentBuf) -> Result<DispatchRecord> {
         let mut d = codec::unraw(raw)?;
         let object_id = match d.remove("_id") {
-            Some(Bson::String(s)) => s,
+            Some(Bson::String(s)) => ObjectId::from(s),
             other => return Err(codec::corrupt("_id", format_args!("expected a string, got {other:?}"))),
         };
         let dispatch = match d.remove(&self.schema.dispatch_field) {
@@ -246,10 +246,10 @@ fn intent_of(d: &Document) -> Result<DispatchIntent> {
         workflow_type: s("workflow_type")?,
         biz_key: s("biz_key")?,
         status,
-        fencing_token: s("fencing_token")?,
+        fencing_token: s("fencing_token")?.into(),
         input: d.get("input").map(|b| codec::bson_to_json("workflow_dispatch.input", b)).transpose()?,
         priority: Priority::try_from(priority as u8).map_err(|e| codec::corrupt("workflow_dispatch.priority", e))?,
-        lease_token: d.get_str("lease_token").ok().map(str::to_string),
+        lease_token: d.get_str("lease_token").ok().map(LeaseToken::from),
         lease_until: t("lease_until")?,
         next_attempt_time: t("next_attempt_time")?
             .ok_or_else(|| codec::corrupt("workflow_dispatch.next_attempt_time", "missing"))?,
@@ -260,13 +260,14 @@ fn intent_of(d: &Document) -> Result<DispatchIntent> {
 impl DispatchOutbox for MongoOutbox {
     async fn accept(
         &self,
-        object_id: &str,
+        object_id: &ObjectId,
         fields: Value,
         initial_status: &str,
         intent: DispatchIntent,
     ) -> Result<AcceptOutcome> {
         OutboxAccept { object_id, fields: &fields, initial_status, intent: &intent }
             .validate(self.config.limits.payload_bytes_max)?;
+        let object_id = object_id.as_str();
         let Value::Object(map_) = &fields else { return Err(Error::invalid("fields", "must be a JSON object")) };
         for k in map_.keys() {
             // Keys this schema reserves, on top of the shared rule.
@@ -288,18 +289,21 @@ impl DispatchOutbox for MongoOutbox {
         }
     }
 
-    async fn get(&self, object_id: &str) -> Result<Option<DispatchRecord>> {
+    async fn get(&self, object_id: &ObjectId) -> Result<Option<DispatchRecord>> {
+        let object_id = object_id.as_str();
         validate::identifier("object_id", object_id)?;
         let d = self.coll.find_one(doc! { "_id": object_id }).await.map_err(|e| map(Op::Read, "get object", e))?;
         d.as_ref().map(|r| self.record_of(r)).transpose()
     }
 
-    async fn confirm_dispatched(&self, object_id: &str, f: &str) -> Result<bool> {
+    async fn confirm_dispatched(&self, object_id: &ObjectId, f: &FencingToken) -> Result<bool> {
+        let (object_id, f) = (object_id.as_str(), f.as_str());
         let filter = self.pending_filter(object_id, f)?;
         self.update("confirm dispatched", filter, doc! { "$set": { self.schema.d("status"): "dispatched" } }).await
     }
 
-    async fn defer_pending(&self, object_id: &str, f: &str, at: Millis) -> Result<bool> {
+    async fn defer_pending(&self, object_id: &ObjectId, f: &FencingToken, at: Millis) -> Result<bool> {
+        let (object_id, f) = (object_id.as_str(), f.as_str());
         let filter = self.pending_filter(object_id, f)?;
         self.update("defer intent", filter, doc! { "$set": { self.schema.d("next_attempt_time"): codec::dt(at) } })
             .await
@@ -307,11 +311,12 @@ impl DispatchOutbox for MongoOutbox {
 
     async fn try_lease(
         &self,
-        object_id: &str,
+        object_id: &ObjectId,
         now: Millis,
-        lease: &str,
+        lease: &LeaseToken,
         until: Millis,
     ) -> Result<Option<DispatchRecord>> {
+        let (object_id, lease) = (object_id.as_str(), lease.as_str());
         validate::identifier("object_id", object_id)?;
         validate::identifier("lease_token", lease)?;
         let mut filter = self.due_filter(now);
@@ -330,13 +335,21 @@ impl DispatchOutbox for MongoOutbox {
         d.as_ref().map(|r| self.record_of(r)).transpose()
     }
 
-    async fn renew_lease(&self, object_id: &str, f: &str, lease: &str, until: Millis) -> Result<bool> {
+    async fn renew_lease(
+        &self,
+        object_id: &ObjectId,
+        f: &FencingToken,
+        lease: &LeaseToken,
+        until: Millis,
+    ) -> Result<bool> {
+        let (object_id, f, lease) = (object_id.as_str(), f.as_str(), lease.as_str());
         let filter = self.leased_filter(object_id, f, lease)?;
         self.update("renew dispatch lease", filter, doc! { "$set": { self.schema.d("lease_until"): codec::dt(until) } })
             .await
     }
 
-    async fn confirm_leased(&self, object_id: &str, f: &str, lease: &str) -> Result<bool> {
+    async fn confirm_leased(&self, object_id: &ObjectId, f: &FencingToken, lease: &LeaseToken) -> Result<bool> {
+        let (object_id, f, lease) = (object_id.as_str(), f.as_str(), lease.as_str());
         let filter = self.leased_filter(object_id, f, lease)?;
         let update = doc! {
             "$set": { self.schema.d("status"): "dispatched" },
@@ -345,7 +358,14 @@ impl DispatchOutbox for MongoOutbox {
         self.update("confirm leased intent", filter, update).await
     }
 
-    async fn revert_leased(&self, object_id: &str, f: &str, lease: &str, at: Millis) -> Result<bool> {
+    async fn revert_leased(
+        &self,
+        object_id: &ObjectId,
+        f: &FencingToken,
+        lease: &LeaseToken,
+        at: Millis,
+    ) -> Result<bool> {
+        let (object_id, f, lease) = (object_id.as_str(), f.as_str(), lease.as_str());
         let filter = self.leased_filter(object_id, f, lease)?;
         let update = doc! {
             "$set": { self.schema.d("status"): "pending", self.schema.d("next_attempt_time"): codec::dt(at) },
@@ -354,7 +374,8 @@ impl DispatchOutbox for MongoOutbox {
         self.update("revert leased intent", filter, update).await
     }
 
-    async fn scan_due(&self, now: Millis, after: Option<&str>, limit: usize) -> Result<Vec<(String, Millis)>> {
+    async fn scan_due(&self, now: Millis, after: Option<&ObjectId>, limit: usize) -> Result<Vec<(ObjectId, Millis)>> {
+        let after = after.map(ObjectId::as_str);
         if limit == 0 {
             return Ok(vec![]);
         }
@@ -385,11 +406,12 @@ impl DispatchOutbox for MongoOutbox {
 
     async fn retry_failed(
         &self,
-        object_id: &str,
-        prev: &str,
+        object_id: &ObjectId,
+        prev: &FencingToken,
         next: DispatchIntent,
         initial_status: &str,
     ) -> Result<bool> {
+        let (object_id, prev) = (object_id.as_str(), prev.as_str());
         validate::identifier("object_id", object_id)?;
         validate::identifier("fencing_token", prev)?;
         validate::identifier("initial_status", initial_status)?;
@@ -405,7 +427,14 @@ impl DispatchOutbox for MongoOutbox {
         self.update("install new round", filter, update).await
     }
 
-    async fn fenced_update(&self, object_id: &str, f: &str, fields: Value, status: Option<&str>) -> Result<bool> {
+    async fn fenced_update(
+        &self,
+        object_id: &ObjectId,
+        f: &FencingToken,
+        fields: Value,
+        status: Option<&str>,
+    ) -> Result<bool> {
+        let (object_id, f) = (object_id.as_str(), f.as_str());
         validate::identifier("object_id", object_id)?;
         validate::identifier("fencing_token", f)?;
         let Value::Object(m) = &fields else { return Err(Error::invalid("fields", "must be a JSON object")) };

@@ -270,7 +270,7 @@ pub fn transition_update(t: &Transition, limits: &Limits) -> Result<Update> {
         ops.patch("claimable_time".into(), p, |x| Ok(dt(*x)))?;
     }
     if let Some(p) = claim_token {
-        ops.patch("claim_token".into(), p, |x| Ok(Bson::String(x.clone())))?;
+        ops.patch("claim_token".into(), p, |x| Ok(Bson::String(x.to_string())))?;
     }
     if let Some(p) = wait {
         ops.patch("wait".into(), p, |w| Ok(Bson::Document(codec::wait_doc(w)?)))?;

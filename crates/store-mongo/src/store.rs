@@ -5,7 +5,7 @@ use futures::TryStreamExt;
 use kernel_core::model::*;
 use kernel_core::ports::*;
 use kernel_core::transition::{Guard, Transition};
-use kernel_core::{validate, Error, Result};
+use kernel_core::{validate, Error, Result, WorkflowId};
 use mongodb::bson::{doc, Bson, Document, RawDocumentBuf};
 use mongodb::options::{CollectionOptions, IndexOptions, ReturnDocument};
 use mongodb::{Collection, Database, IndexModel};
@@ -131,9 +131,9 @@ impl WorkflowStore for MongoWorkflowStore {
         }
     }
 
-    async fn get(&self, workflow_id: &str) -> Result<Option<WorkflowInstance>> {
-        validate::identifier("workflow_id", workflow_id)?;
-        self.find_one(doc! { "workflow_id": workflow_id }).await
+    async fn get(&self, workflow_id: &WorkflowId) -> Result<Option<WorkflowInstance>> {
+        validate::identifier("workflow_id", workflow_id.as_str())?;
+        self.find_one(doc! { "workflow_id": workflow_id.as_str() }).await
     }
 
     async fn get_by_biz_key(&self, biz_key: &str) -> Result<Option<WorkflowInstance>> {
@@ -141,8 +141,8 @@ impl WorkflowStore for MongoWorkflowStore {
         self.find_one(doc! { "biz_key": biz_key }).await
     }
 
-    async fn claim(&self, workflow_id: &str, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
-        let filter = guard_filter(Some(workflow_id), &spec.guard())?;
+    async fn claim(&self, workflow_id: &WorkflowId, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
+        let filter = guard_filter(Some(workflow_id.as_str()), &spec.guard())?;
         self.claim_with(filter, spec, None).await
     }
 
@@ -152,9 +152,9 @@ impl WorkflowStore for MongoWorkflowStore {
         self.claim_with(filter, spec, Some(doc! { "claimable_time": 1 })).await
     }
 
-    async fn apply(&self, workflow_id: &str, guard: &Guard, transition: &Transition) -> Result<WriteOutcome> {
+    async fn apply(&self, workflow_id: &WorkflowId, guard: &Guard, transition: &Transition) -> Result<WriteOutcome> {
         let u = transition_update(transition, &self.config.limits)?;
-        let filter = u.filter(workflow_id, guard)?;
+        let filter = u.filter(workflow_id.as_str(), guard)?;
         let mut action = self
             .coll
             .find_one_and_update(filter, u.update)
@@ -204,16 +204,17 @@ impl WorkflowStore for MongoWorkflowStore {
                 let d = &codec::unraw(r)?;
                 let w = codec::wait_of(codec::doc_of(d, "wait")?.ok_or_else(|| codec::corrupt("wait", "missing"))?)?;
                 Ok(DueWait {
-                    workflow_id: codec::str_field(d, "workflow_id")?,
-                    step_index: w.step_index,
-                    resume: if w.kind == WaitKind::Timer { ResumeKind::Timer } else { ResumeKind::Poll },
+                    workflow_id: codec::str_field(d, "workflow_id")?.into(),
+                    step_index: w.step_index(),
+                    resume: w.due_resume(),
                     priority: codec::priority_of(d)?,
                 })
             })
             .collect()
     }
 
-    async fn scan_claimable(&self, after: Option<&str>, limit: usize) -> Result<Vec<Candidate>> {
+    async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<Vec<Candidate>> {
+        let after = after.map(WorkflowId::as_str);
         let Some(limit) = self.page(limit) else { return Ok(Vec::new()) };
         let mut filter = doc! {
             "status": { "$in": [WorkflowStatus::Running.as_str(), WorkflowStatus::Failing.as_str()] },
@@ -240,7 +241,7 @@ impl WorkflowStore for MongoWorkflowStore {
 
 fn candidate_of(d: &Document) -> Result<Candidate> {
     Ok(Candidate {
-        workflow_id: codec::str_field(d, "workflow_id")?,
+        workflow_id: codec::str_field(d, "workflow_id")?.into(),
         priority: codec::priority_of(d)?,
         claimable_time: codec::time_field(d, "claimable_time")?,
     })

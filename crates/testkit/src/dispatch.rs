@@ -6,6 +6,7 @@ use crate::faults::{CrashPlan, CrashPorts, CrashSwitch};
 use crate::harness::{test_config, BoxFuture, World};
 use kernel_core::dispatch::*;
 use kernel_core::ports::*;
+use kernel_core::ObjectId;
 use kernel_core::{Definition, Result};
 use std::sync::Arc;
 
@@ -96,7 +97,7 @@ impl DispatchEnv {
 
     /// Two recovery dispatchers and a worker until every intent among `objects` is
     /// dispatched and every workflow finished, in simulated time.
-    pub async fn recover(&self, objects: &[String]) -> Result<()> {
+    pub async fn recover(&self, objects: &[ObjectId]) -> Result<()> {
         let (r1, r2) = (self.dispatcher("R1"), self.dispatcher("R2"));
         let worker = self.world.engine("W", (self.defs)(self.outbox.clone()));
         for _ in 0..200 {
@@ -120,7 +121,7 @@ impl DispatchEnv {
     }
 
     /// The verdict over `objects`, from the outbox and the store alone.
-    pub async fn verdict(&self, objects: &[String]) -> Result<DispatchVerdict> {
+    pub async fn verdict(&self, objects: &[ObjectId]) -> Result<DispatchVerdict> {
         let mut v = DispatchVerdict::default();
         let instances = self.world.instances().await?;
         for id in objects {
@@ -181,7 +182,7 @@ impl std::fmt::Display for DispatchSweep {
     }
 }
 
-fn objects(n: usize, req: &RequestFn) -> Vec<String> {
+fn objects(n: usize, req: &RequestFn) -> Vec<ObjectId> {
     (0..n).map(|i| req(i).object_id).collect()
 }
 

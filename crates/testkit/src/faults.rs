@@ -17,6 +17,7 @@ use kernel_core::model::*;
 use kernel_core::ports::*;
 use kernel_core::transition::TransitionKind;
 use kernel_core::transition::{Guard, Transition};
+use kernel_core::{ClaimToken, FencingToken, LeaseToken, ObjectId, WorkflowId};
 use kernel_core::{Error, Result};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -353,19 +354,19 @@ impl WorkflowStore for CrashPorts {
     async fn create(&self, instance: WorkflowInstance) -> Result<CreateOutcome> {
         gated!(self, "store.create", true, self.store.create(instance).await)
     }
-    async fn get(&self, workflow_id: &str) -> Result<Option<WorkflowInstance>> {
+    async fn get(&self, workflow_id: &WorkflowId) -> Result<Option<WorkflowInstance>> {
         gated!(self, "store.get", false, self.store.get(workflow_id).await)
     }
     async fn get_by_biz_key(&self, biz_key: &str) -> Result<Option<WorkflowInstance>> {
         gated!(self, "store.get_by_biz_key", false, self.store.get_by_biz_key(biz_key).await)
     }
-    async fn claim(&self, workflow_id: &str, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
+    async fn claim(&self, workflow_id: &WorkflowId, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
         gated!(self, "store.claim", true, self.store.claim(workflow_id, spec).await)
     }
     async fn claim_any(&self, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
         gated!(self, "store.claim_any", true, self.store.claim_any(spec).await)
     }
-    async fn apply(&self, workflow_id: &str, guard: &Guard, transition: &Transition) -> Result<WriteOutcome> {
+    async fn apply(&self, workflow_id: &WorkflowId, guard: &Guard, transition: &Transition) -> Result<WriteOutcome> {
         let name: BoundaryName = match transition.kind() {
             kernel_core::transition::TransitionKind::Heartbeat => "store.apply.heartbeat",
             _ => "store.apply",
@@ -395,7 +396,7 @@ impl WorkflowStore for CrashPorts {
     async fn scan_due_waits(&self, now: Millis, limit: usize) -> Result<Vec<DueWait>> {
         gated!(self, "store.scan_due_waits", false, self.store.scan_due_waits(now, limit).await)
     }
-    async fn scan_claimable(&self, after: Option<&str>, limit: usize) -> Result<Vec<Candidate>> {
+    async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<Vec<Candidate>> {
         gated!(self, "store.scan_claimable", false, self.store.scan_claimable(after, limit).await)
     }
 }
@@ -411,7 +412,7 @@ impl SignalInbox for CrashPorts {
     }
     async fn find_pending(
         &self,
-        workflow_id: &str,
+        workflow_id: &WorkflowId,
         signal_type: &str,
         wait_key: &str,
         generation: u64,
@@ -437,10 +438,10 @@ impl SignalInbox for CrashPorts {
 #[async_trait::async_trait]
 #[deny(clippy::missing_trait_methods)]
 impl ReadyQueue for CrashPorts {
-    async fn enqueue(&self, workflow_id: &str, priority: Priority, claimable_at: Millis) -> Result<()> {
+    async fn enqueue(&self, workflow_id: &WorkflowId, priority: Priority, claimable_at: Millis) -> Result<()> {
         gated!(self, "queue.enqueue", true, self.queue.enqueue(workflow_id, priority, claimable_at).await)
     }
-    async fn pop_due(&self, now: Millis) -> Result<Option<String>> {
+    async fn pop_due(&self, now: Millis) -> Result<Option<WorkflowId>> {
         gated!(self, "queue.pop", true, self.queue.pop_due(now).await)
     }
     async fn stats(&self, now: Millis) -> Result<[LaneStats; 4]> {
@@ -480,26 +481,32 @@ impl Wakeup for CrashPorts {
 impl DispatchOutbox for CrashPorts {
     async fn accept(
         &self,
-        object_id: &str,
+        object_id: &ObjectId,
         fields: serde_json::Value,
         initial_status: &str,
         intent: DispatchIntent,
     ) -> Result<AcceptOutcome> {
         gated!(self, "outbox.accept", true, self.outbox().accept(object_id, fields, initial_status, intent).await)
     }
-    async fn get(&self, object_id: &str) -> Result<Option<DispatchRecord>> {
+    async fn get(&self, object_id: &ObjectId) -> Result<Option<DispatchRecord>> {
         gated!(self, "outbox.get", false, self.outbox().get(object_id).await)
     }
-    async fn confirm_dispatched(&self, object_id: &str, f: &str) -> Result<bool> {
+    async fn confirm_dispatched(&self, object_id: &ObjectId, f: &FencingToken) -> Result<bool> {
         gated!(self, "outbox.confirm_dispatched", true, self.outbox().confirm_dispatched(object_id, f).await)
     }
-    async fn defer_pending(&self, object_id: &str, f: &str, at: Millis) -> Result<bool> {
+    async fn defer_pending(&self, object_id: &ObjectId, f: &FencingToken, at: Millis) -> Result<bool> {
         gated!(self, "outbox.defer_pending", true, self.outbox().defer_pending(object_id, f, at).await)
     }
-    async fn try_lease(&self, object_id: &str, now: Millis, d: &str, until: Millis) -> Result<Option<DispatchRecord>> {
+    async fn try_lease(
+        &self,
+        object_id: &ObjectId,
+        now: Millis,
+        d: &LeaseToken,
+        until: Millis,
+    ) -> Result<Option<DispatchRecord>> {
         gated!(self, "outbox.try_lease", true, self.outbox().try_lease(object_id, now, d, until).await)
     }
-    async fn renew_lease(&self, object_id: &str, f: &str, d: &str, until: Millis) -> Result<bool> {
+    async fn renew_lease(&self, object_id: &ObjectId, f: &FencingToken, d: &LeaseToken, until: Millis) -> Result<bool> {
         let gate = self.switch.enter("outbox.renew_lease", true).await;
         if let Gate::FailBefore(_) = gate {
             return gate.run(&self.switch, async { Ok(false) }).await;
@@ -511,7 +518,7 @@ impl DispatchOutbox for CrashPorts {
         }
         gate.run(&self.switch, async { r }).await
     }
-    async fn confirm_leased(&self, object_id: &str, f: &str, d: &str) -> Result<bool> {
+    async fn confirm_leased(&self, object_id: &ObjectId, f: &FencingToken, d: &LeaseToken) -> Result<bool> {
         let gate = self.switch.enter("outbox.confirm_leased", true).await;
         if let Gate::FailBefore(_) = gate {
             return gate.run(&self.switch, async { Ok(false) }).await;
@@ -523,7 +530,7 @@ impl DispatchOutbox for CrashPorts {
         }
         gate.run(&self.switch, async { r }).await
     }
-    async fn revert_leased(&self, object_id: &str, f: &str, d: &str, at: Millis) -> Result<bool> {
+    async fn revert_leased(&self, object_id: &ObjectId, f: &FencingToken, d: &LeaseToken, at: Millis) -> Result<bool> {
         let gate = self.switch.enter("outbox.revert_leased", true).await;
         if let Gate::FailBefore(_) = gate {
             return gate.run(&self.switch, async { Ok(false) }).await;
@@ -535,13 +542,13 @@ impl DispatchOutbox for CrashPorts {
         }
         gate.run(&self.switch, async { r }).await
     }
-    async fn scan_due(&self, now: Millis, after: Option<&str>, limit: usize) -> Result<Vec<(String, Millis)>> {
+    async fn scan_due(&self, now: Millis, after: Option<&ObjectId>, limit: usize) -> Result<Vec<(ObjectId, Millis)>> {
         gated!(self, "outbox.scan_due", false, self.outbox().scan_due(now, after, limit).await)
     }
     async fn retry_failed(
         &self,
-        object_id: &str,
-        prev: &str,
+        object_id: &ObjectId,
+        prev: &FencingToken,
         next: DispatchIntent,
         initial_status: &str,
     ) -> Result<bool> {
@@ -554,8 +561,8 @@ impl DispatchOutbox for CrashPorts {
     }
     async fn fenced_update(
         &self,
-        object_id: &str,
-        f: &str,
+        object_id: &ObjectId,
+        f: &FencingToken,
         fields: serde_json::Value,
         status: Option<&str>,
     ) -> Result<bool> {
@@ -569,23 +576,23 @@ impl DispatchOutbox for CrashPorts {
 #[async_trait::async_trait]
 #[deny(clippy::missing_trait_methods)]
 impl DispatchCandidates for CrashPorts {
-    async fn add(&self, object_id: &str, due: Millis) -> Result<()> {
+    async fn add(&self, object_id: &ObjectId, due: Millis) -> Result<()> {
         gated!(self, "candidates.add", true, self.cands().add(object_id, due).await)
     }
-    async fn pop_due(&self, now: Millis, max: usize) -> Result<Vec<String>> {
+    async fn pop_due(&self, now: Millis, max: usize) -> Result<Vec<ObjectId>> {
         gated!(self, "candidates.pop", true, self.cands().pop_due(now, max).await)
     }
 }
 
 impl CrashPorts {
     /// Whether a released dispatcher writes with a lease token that is no longer current.
-    async fn lease_is_stale(&self, object_id: &str, d: &str) -> bool {
+    async fn lease_is_stale(&self, object_id: &ObjectId, d: &LeaseToken) -> bool {
         if !self.switch.is_crashed() {
             return false;
         }
         let current =
             self.outbox().get(object_id).await.ok().flatten().and_then(|r| r.dispatch).and_then(|i| i.lease_token);
-        current.as_deref() != Some(d)
+        current.as_ref() != Some(d)
     }
 }
 
@@ -645,7 +652,7 @@ pub struct AuditedWrite {
     pub op: WriteOp,
     /// The instance written; for a `claim_any`, the one it claimed (`None` when it found
     /// nothing).
-    pub workflow_id: Option<String>,
+    pub workflow_id: Option<WorkflowId>,
     /// The condition the write was made under (a claim's is [`Guard::Claimable`]; a create
     /// has none, the unique `biz_key` is its condition).
     pub guard: Option<Guard>,
@@ -666,7 +673,7 @@ struct AuditState {
     log: Vec<AuditedWrite>,
     log_dropped: u64,
     /// Per instance, the token of its last accepted claim and the run it claimed.
-    claimed_run: HashMap<String, (String, u32)>,
+    claimed_run: HashMap<WorkflowId, (ClaimToken, u32)>,
 }
 
 impl AuditState {
@@ -799,7 +806,7 @@ impl AuditStore {
     }
     /// The run an accepted write under `guard` belongs to: the one claimed with that token,
     /// else (or when asked to) read back from the store.
-    async fn run_of(&self, workflow_id: &str, guard: &Guard) -> u32 {
+    async fn run_of(&self, workflow_id: &WorkflowId, guard: &Guard) -> u32 {
         if !self.read_back {
             let token = match guard {
                 Guard::Running { token } | Guard::Failing { token } | Guard::Token { token } => Some(token),
@@ -844,7 +851,7 @@ impl WorkflowStore for AuditStore {
         });
         r
     }
-    async fn get(&self, workflow_id: &str) -> Result<Option<WorkflowInstance>> {
+    async fn get(&self, workflow_id: &WorkflowId) -> Result<Option<WorkflowInstance>> {
         self.read();
         self.inner.get(workflow_id).await
     }
@@ -852,7 +859,7 @@ impl WorkflowStore for AuditStore {
         self.read();
         self.inner.get_by_biz_key(biz_key).await
     }
-    async fn claim(&self, workflow_id: &str, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
+    async fn claim(&self, workflow_id: &WorkflowId, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
         self.write();
         let r = self.inner.claim(workflow_id, spec).await;
         self.claimed(WriteOp::Claim, spec, &r);
@@ -864,12 +871,12 @@ impl WorkflowStore for AuditStore {
         self.claimed(WriteOp::ClaimAny, spec, &r);
         r
     }
-    async fn apply(&self, workflow_id: &str, guard: &Guard, transition: &Transition) -> Result<WriteOutcome> {
+    async fn apply(&self, workflow_id: &WorkflowId, guard: &Guard, transition: &Transition) -> Result<WriteOutcome> {
         self.write();
         let r = self.inner.apply(workflow_id, guard, transition).await;
         let mut entry = AuditedWrite {
             op: WriteOp::Apply,
-            workflow_id: Some(workflow_id.to_string()),
+            workflow_id: Some(workflow_id.clone()),
             guard: Some(guard.clone()),
             kinds: kinds_of(transition),
             outcome: AuditOutcome::Missed,
@@ -906,7 +913,7 @@ impl WorkflowStore for AuditStore {
         self.read();
         self.inner.scan_due_waits(now, limit).await
     }
-    async fn scan_claimable(&self, after: Option<&str>, limit: usize) -> Result<Vec<Candidate>> {
+    async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<Vec<Candidate>> {
         self.read();
         self.inner.scan_claimable(after, limit).await
     }
@@ -950,13 +957,13 @@ impl WorkflowStore for TakeoverPause {
     async fn create(&self, instance: WorkflowInstance) -> Result<CreateOutcome> {
         self.inner.create(instance).await
     }
-    async fn get(&self, workflow_id: &str) -> Result<Option<WorkflowInstance>> {
+    async fn get(&self, workflow_id: &WorkflowId) -> Result<Option<WorkflowInstance>> {
         self.inner.get(workflow_id).await
     }
     async fn get_by_biz_key(&self, biz_key: &str) -> Result<Option<WorkflowInstance>> {
         self.inner.get_by_biz_key(biz_key).await
     }
-    async fn claim(&self, workflow_id: &str, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
+    async fn claim(&self, workflow_id: &WorkflowId, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
         let was_leased = self.raw.get(workflow_id).await.ok().flatten().is_some_and(|i| i.claim_token.is_some());
         let r = self.inner.claim(workflow_id, spec).await;
         if was_leased && matches!(r, Ok(Some(_))) && self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
@@ -971,7 +978,7 @@ impl WorkflowStore for TakeoverPause {
     }
     async fn apply(
         &self,
-        workflow_id: &str,
+        workflow_id: &WorkflowId,
         guard: &kernel_core::transition::Guard,
         transition: &kernel_core::transition::Transition,
     ) -> Result<WriteOutcome> {
@@ -980,7 +987,7 @@ impl WorkflowStore for TakeoverPause {
     async fn scan_due_waits(&self, now: Millis, limit: usize) -> Result<Vec<DueWait>> {
         self.inner.scan_due_waits(now, limit).await
     }
-    async fn scan_claimable(&self, after: Option<&str>, limit: usize) -> Result<Vec<Candidate>> {
+    async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<Vec<Candidate>> {
         self.inner.scan_claimable(after, limit).await
     }
 }

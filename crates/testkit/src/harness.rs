@@ -36,6 +36,7 @@ use crate::memory::*;
 use kernel_core::engine::{ClaimEnd, Engine, EngineConfig, Ports, RoundOutcome};
 use kernel_core::model::*;
 use kernel_core::ports::*;
+use kernel_core::WorkflowId;
 use kernel_core::{Definition, Result};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
@@ -136,7 +137,7 @@ pub struct DrivenClaim {
     /// The engine's `worker_id`.
     pub worker_id: String,
     /// The instance claimed.
-    pub workflow_id: String,
+    pub workflow_id: WorkflowId,
     /// How the claim ended (K-6.5): a zombie's fenced write shows as [`ClaimEnd::ClaimLost`].
     pub end: ClaimEnd,
 }
@@ -305,7 +306,7 @@ impl World {
 
     /// One instance, read from the durable store without auditing.
     pub async fn instance(&self, workflow_id: &str) -> Option<WorkflowInstance> {
-        self.durable.get(workflow_id).await.ok().flatten()
+        self.durable.get(&WorkflowId::from(workflow_id)).await.ok().flatten()
     }
 
     /// Current simulated time.

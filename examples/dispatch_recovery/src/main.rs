@@ -22,6 +22,7 @@
 use compose::{url_from_args, QueueOptions, QueueSide, Role, StoreSide};
 use kernel_core::dispatch::{AcceptRequest, Dispatch, DispatchConfig};
 use kernel_core::ports::{DispatchStatus, DynCandidates, DynOutbox};
+use kernel_core::ObjectId;
 use kernel_core::{Engine, Priority, StartRequest};
 use kernel_examples::workflows::{order, ORDER};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
@@ -145,7 +146,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut accepted_calls = 0usize;
     let mut failing = Vec::new();
     for i in 0..args.requests {
-        let object_id = format!("note-{i}");
+        let object_id = ObjectId::from(format!("note-{i}"));
         objects.push(object_id.clone());
         let fail = rng.gen_ratio(1, 10);
         if fail {
@@ -216,8 +217,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     continue;
                 }
                 let input = json!({ "object_id": id, "fencing_token": "f2", "fail": false, "stream": false });
-                api.retry_failed(id, "f1", "f2", input).await?;
-                if !outbox.fenced_update(id, "f1", json!({ "result": "late result of round f1" }), Some("done")).await?
+                api.retry_failed(id, &"f1".into(), &"f2".into(), input).await?;
+                if !outbox
+                    .fenced_update(id, &"f1".into(), json!({ "result": "late result of round f1" }), Some("done"))
+                    .await?
                 {
                     late_writes_rejected += 1;
                 }

@@ -3,6 +3,7 @@
 
 use kernel_core::dispatch::*;
 use kernel_core::ports::*;
+use kernel_core::ObjectId;
 use kernel_core::*;
 use serde_json::json;
 use std::sync::Arc;
@@ -21,7 +22,7 @@ fn request(i: usize, fail: bool) -> AcceptRequest {
         fencing_token: "f1".into(),
         input: json!({ "object_id": object_id, "fencing_token": "f1", "fail": fail, "stream": i.is_multiple_of(2) }),
         priority: Priority::P1,
-        object_id,
+        object_id: object_id.into(),
     }
 }
 
@@ -51,7 +52,7 @@ impl Env {
         self.inner.dispatcher(id)
     }
     async fn verdict(&self) -> (usize, usize, usize, usize, usize) {
-        let ids: Vec<String> = self.outbox.all().into_iter().map(|r| r.object_id).collect();
+        let ids: Vec<ObjectId> = self.outbox.all().into_iter().map(|r| r.object_id).collect();
         let v = self.inner.verdict(&ids).await.unwrap();
         (v.accepted, v.registered, v.duplicate_instances, v.stuck_pending, v.input_mismatch)
     }
@@ -76,16 +77,17 @@ async fn confirm_rereads_on_a_miss() {
     let env = Env::new(1);
     let d = env.dispatcher("api");
     d.accept(request(1, false)).await.unwrap();
-    assert_eq!(d.dispatch_now("obj-1").await.unwrap(), RealtimeOutcome::Dispatched);
-    let stored = env.outbox.get("obj-1").await.unwrap().unwrap().dispatch.unwrap();
+    assert_eq!(d.dispatch_now(&"obj-1".into()).await.unwrap(), RealtimeOutcome::Dispatched);
+    let stored = env.outbox.get(&"obj-1".into()).await.unwrap().unwrap().dispatch.unwrap();
     assert_eq!(stored.status, DispatchStatus::Dispatched, "confirmed in the store, not just reported");
-    assert_eq!(d.dispatch_now("obj-1").await.unwrap(), RealtimeOutcome::Dispatched, "idempotent");
+    assert_eq!(d.dispatch_now(&"obj-1".into()).await.unwrap(), RealtimeOutcome::Dispatched, "idempotent");
     // A recovery dispatcher holds the next one: the realtime path leaves it alone.
     d.accept(request(2, false)).await.unwrap();
     env.world.clock.advance(10_000);
-    let rec = env.outbox.try_lease("obj-2", env.world.now(), "d-1", env.world.now() + 30_000).await.unwrap();
+    let rec =
+        env.outbox.try_lease(&"obj-2".into(), env.world.now(), &"d-1".into(), env.world.now() + 30_000).await.unwrap();
     assert!(rec.is_some());
-    assert_eq!(d.dispatch_now("obj-2").await.unwrap(), RealtimeOutcome::LeftToDispatcher);
+    assert_eq!(d.dispatch_now(&"obj-2".into()).await.unwrap(), RealtimeOutcome::LeftToDispatcher);
 }
 
 #[tokio::test]
@@ -94,19 +96,17 @@ async fn two_concurrent_retries_install_one_round_and_old_writes_are_fenced() {
     let env = Env::new(2);
     let d = env.dispatcher("api");
     d.accept(request(1, true)).await.unwrap();
-    d.dispatch_now("obj-1").await.unwrap();
+    d.dispatch_now(&"obj-1".into()).await.unwrap();
     let worker = env.world.engine("W", env.defs());
     env.world.drive(&worker).await.unwrap();
-    assert_eq!(env.outbox.get("obj-1").await.unwrap().unwrap().business_status.as_deref(), Some("failed"));
+    assert_eq!(env.outbox.get(&"obj-1".into()).await.unwrap().unwrap().business_status.as_deref(), Some("failed"));
     let input = |f: &str| json!({ "object_id": "obj-1", "fencing_token": f, "fail": false, "stream": false });
-    let (a, b) = tokio::join!(
-        d.retry_failed("obj-1", "f1", "f2", input("f2")),
-        d.retry_failed("obj-1", "f1", "f3", input("f3"))
-    );
+    let (obj, f1, f2, f3) = ("obj-1".into(), "f1".into(), "f2".into(), "f3".into());
+    let (a, b) = tokio::join!(d.retry_failed(&obj, &f1, &f2, input("f2")), d.retry_failed(&obj, &f1, &f3, input("f3")));
     let outcomes = [a, b];
     assert_eq!(outcomes.iter().filter(|r| r.is_ok()).count(), 1, "{outcomes:?}");
     assert!(outcomes.iter().any(|r| matches!(r, Err(Error::RoundChanged(_)))));
-    let rec = env.outbox.get("obj-1").await.unwrap().unwrap();
+    let rec = env.outbox.get(&"obj-1".into()).await.unwrap().unwrap();
     let f = rec.dispatch.as_ref().unwrap().fencing_token.clone();
     assert!(f == "f2" || f == "f3");
     env.world.drive(&worker).await.unwrap();
@@ -114,8 +114,12 @@ async fn two_concurrent_retries_install_one_round_and_old_writes_are_fenced() {
     assert_eq!((inst.status, inst.retry_count), (WorkflowStatus::Completed, 1), "the same instance replayed");
     assert_eq!(inst.input["fencing_token"], json!(f));
     // A late write of the first round's activity changes nothing.
-    assert!(!env.outbox.fenced_update("obj-1", "f1", json!({ "result": "stale" }), Some("done")).await.unwrap());
-    let rec = env.outbox.get("obj-1").await.unwrap().unwrap();
+    assert!(!env
+        .outbox
+        .fenced_update(&"obj-1".into(), &"f1".into(), json!({ "result": "stale" }), Some("done"))
+        .await
+        .unwrap());
+    let rec = env.outbox.get(&"obj-1".into()).await.unwrap().unwrap();
     assert_eq!(rec.fields["result"], json!(format!("done in {f}")));
 }
 
@@ -125,18 +129,21 @@ async fn an_expired_dispatcher_cannot_confirm_renew_or_revert() {
     let env = Env::new(3);
     env.dispatcher("api").accept(request(1, false)).await.unwrap();
     let now = env.world.now() + 10_000;
-    assert!(env.outbox.try_lease("obj-1", now, "d-old", now + 30_000).await.unwrap().is_some());
-    assert!(env.outbox.try_lease("obj-1", now + 1, "d-other", now + 30_000).await.unwrap().is_none(), "held");
+    assert!(env.outbox.try_lease(&"obj-1".into(), now, &"d-old".into(), now + 30_000).await.unwrap().is_some());
+    assert!(
+        env.outbox.try_lease(&"obj-1".into(), now + 1, &"d-other".into(), now + 30_000).await.unwrap().is_none(),
+        "held"
+    );
     let later = now + 30_001;
     assert!(
-        env.outbox.try_lease("obj-1", later, "d-new", later + 30_000).await.unwrap().is_some(),
+        env.outbox.try_lease(&"obj-1".into(), later, &"d-new".into(), later + 30_000).await.unwrap().is_some(),
         "expired ⇒ taken over"
     );
-    let before = env.outbox.get("obj-1").await.unwrap();
-    assert!(!env.outbox.renew_lease("obj-1", "f1", "d-old", later + 99_000).await.unwrap());
-    assert!(!env.outbox.confirm_leased("obj-1", "f1", "d-old").await.unwrap());
-    assert!(!env.outbox.revert_leased("obj-1", "f1", "d-old", later).await.unwrap());
-    assert_eq!(env.outbox.get("obj-1").await.unwrap(), before, "no document changed");
+    let before = env.outbox.get(&"obj-1".into()).await.unwrap();
+    assert!(!env.outbox.renew_lease(&"obj-1".into(), &"f1".into(), &"d-old".into(), later + 99_000).await.unwrap());
+    assert!(!env.outbox.confirm_leased(&"obj-1".into(), &"f1".into(), &"d-old".into()).await.unwrap());
+    assert!(!env.outbox.revert_leased(&"obj-1".into(), &"f1".into(), &"d-old".into(), later).await.unwrap());
+    assert_eq!(env.outbox.get(&"obj-1".into()).await.unwrap(), before, "no document changed");
 }
 
 #[tokio::test]
@@ -162,19 +169,19 @@ async fn recovery_works_while_the_candidate_index_is_down_or_flushed() {
 async fn legacy_objects_get_a_conservative_input_from_stable_fields() {
     // K-11.3
     let env = Env::new(5);
-    let intent = DispatchIntent::pending(TYPE, "order:old-1", "f7", json!(null), Priority::P3, env.world.now());
+    let intent = DispatchIntent::pending(TYPE, "order:old-1", &"f7".into(), json!(null), Priority::P3, env.world.now());
     env.outbox.insert_legacy("old-1", json!({ "title": "old note", "client_caps": "whatever" }), "initial", intent);
     let d = env.dispatcher("R1").with_legacy_input(Arc::new(|rec: &DispatchRecord| {
         let f = rec.dispatch.as_ref().map(|d| d.fencing_token.clone()).unwrap_or_default();
         json!({ "object_id": rec.object_id, "fencing_token": f, "fail": false, "stream": false })
     }));
-    assert_eq!(d.process("old-1").await.unwrap(), Processed::Dispatched);
+    assert_eq!(d.process(&"old-1".into()).await.unwrap(), Processed::Dispatched);
     let inst = env.world.store.all().pop().unwrap();
     assert_eq!(inst.input, json!({ "object_id": "old-1", "fencing_token": "f7", "fail": false, "stream": false }));
     // Without a builder the intent is reverted, never dispatched with a guessed input.
-    let intent = DispatchIntent::pending(TYPE, "order:old-2", "f1", json!(null), Priority::P3, env.world.now());
+    let intent = DispatchIntent::pending(TYPE, "order:old-2", &"f1".into(), json!(null), Priority::P3, env.world.now());
     env.outbox.insert_legacy("old-2", json!({}), "initial", intent);
-    assert_eq!(env.dispatcher("R2").process("old-2").await.unwrap(), Processed::Reverted);
+    assert_eq!(env.dispatcher("R2").process(&"old-2".into()).await.unwrap(), Processed::Reverted);
 }
 
 #[tokio::test]

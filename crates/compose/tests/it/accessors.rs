@@ -5,6 +5,7 @@
 
 use compose::{url_from_args, ComposeError, QueueOptions, QueueSide, Role, StoreSide, Urls};
 use kernel_core::ports::{DynClock, SystemClock};
+use kernel_core::{ObjectId, WorkflowId};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -26,7 +27,7 @@ async fn a_memory_store_offers_no_mongo_handles_but_an_outbox() {
     not_offered(side.mongo_database().unwrap_err(), Role::Store, "MongoDB database");
     not_offered(side.mongo_store().unwrap_err(), Role::Store, "MongoDB store");
     let outbox = side.dispatch_outbox().await.unwrap();
-    assert!(outbox.get("nothing-here").await.unwrap().is_none());
+    assert!(outbox.get(&ObjectId::from("nothing-here")).await.unwrap().is_none());
 }
 
 #[tokio::test]
@@ -38,9 +39,9 @@ async fn a_memory_queue_offers_no_redis_handles_but_candidates() {
     assert_eq!(side.key_prefix(), None);
     // K-12: an indexed candidate comes back once it is due.
     let candidates = side.dispatch_candidates().unwrap();
-    candidates.add("obj-1", 10).await.unwrap();
+    candidates.add(&ObjectId::from("obj-1"), 10).await.unwrap();
     assert!(candidates.pop_due(5, 10).await.unwrap().is_empty());
-    assert_eq!(candidates.pop_due(10, 10).await.unwrap(), ["obj-1"]);
+    assert_eq!(candidates.pop_due(10, 10).await.unwrap(), [ObjectId::from("obj-1")]);
 }
 
 #[test]
@@ -80,5 +81,5 @@ async fn a_scratch_tag_must_be_an_identifier() {
     assert!(matches!(e, ComposeError::Malformed { role: Role::Queue, .. }), "{e:?}");
     // `memory:` is fresh anyway.
     let side = StoreSide::connect_scratch("memory:", "demo").await.unwrap();
-    assert!(side.store.get("none").await.unwrap().is_none());
+    assert!(side.store.get(&WorkflowId::from("none")).await.unwrap().is_none());
 }

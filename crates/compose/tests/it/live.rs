@@ -86,12 +86,12 @@ async fn scratch_namespaces_hold_the_outbox_candidates_and_stream_and_are_destro
     assert_eq!(listed.iter().map(|i| i.workflow_id.as_str()).collect::<Vec<_>>(), [out.instance.workflow_id.as_str()]);
     // The outbox opens its collection in the same database.
     let outbox = store.dispatch_outbox().await.unwrap();
-    assert!(outbox.get("none").await.unwrap().is_none());
+    assert!(outbox.get(&kernel_core::ObjectId::from("none")).await.unwrap().is_none());
     let names = db.list_collection_names().await.unwrap();
     assert!(names.iter().any(|n| n == "business_objects"), "{names:?}");
     // Candidates and stream frames live under the scratch prefix.
     let candidates = queue.dispatch_candidates().unwrap();
-    candidates.add("obj-1", 0).await.unwrap();
+    candidates.add(&kernel_core::ObjectId::from("obj-1"), 0).await.unwrap();
     let sink = queue.stream_sink(std::sync::Arc::new(kernel_core::ports::SystemClock)).unwrap();
     let key = kernel_core::ports::StreamKey {
         object_id: "obj-1".into(),

@@ -11,6 +11,7 @@ use super::outcome::{self, AfterWave, Entry, Halt, StepPolicy, StepResult};
 use super::{signals, ClaimEnd, Inner, PrepareContext};
 use crate::activity::{Activity, ActivityContext, ActivityError, StepOutcome};
 use crate::definition::Definition;
+use crate::id::{ClaimToken, WorkflowId};
 use crate::model::*;
 use crate::ports::*;
 use crate::transition::{Guard, Transition};
@@ -67,9 +68,9 @@ fn prepare(inst: &WorkflowInstance, def: &Definition, hook: Option<&PrepareConte
 struct Claim {
     inner: Arc<Inner>,
     def: Arc<Definition>,
-    workflow_id: String,
+    workflow_id: WorkflowId,
     /// The token this worker minted for the claim (K-6.2); every write is fenced by it.
-    token: String,
+    token: ClaimToken,
     doc: Mutex<WorkflowInstance>,
     /// Cancelled on claim loss, uncertain writes and hard shutdown; parent of every
     /// activity's cancellation.
@@ -80,14 +81,15 @@ struct Claim {
     lease_until: AtomicI64,
 }
 
-fn suffix(token: &str) -> &str {
+fn suffix(token: &ClaimToken) -> &str {
+    let token = token.as_str();
     let n = token.len();
     token.get(n.saturating_sub(6)..).unwrap_or(token)
 }
 
 /// Run a claim won with `token` to its end. Activity panics become step errors; no write
 /// is ever retried.
-pub(crate) async fn run(inner: Arc<Inner>, inst: WorkflowInstance, token: String) -> ClaimEnd {
+pub(crate) async fn run(inner: Arc<Inner>, inst: WorkflowInstance, token: ClaimToken) -> ClaimEnd {
     let span = tracing::info_span!(
         "claim",
         worker = %inner.config.worker_id,
@@ -389,6 +391,7 @@ impl Claim {
             step_name: name.into(),
             step_index: idx.unwrap_or(usize::MAX),
             input: Arc::new(doc.input.clone()),
+            round: Arc::new(doc.round()),
             outputs: Arc::new(doc.output.clone()),
             prepared: self.prepared.clone(),
             attempt: step.map_or(1, |s| s.attempt),

@@ -2,10 +2,10 @@
 //! wakeup (K-13) and the stream key of an instance (K-16). They take the ports they use, so
 //! the publisher (which has no engine) and the engine's modules call the same code.
 
+use crate::id::{BusinessRound, ClaimToken, WorkflowId};
 use crate::model::{Millis, Priority, WorkflowInstance};
 use crate::ports::{DynObservationSink, DynQueue, DynWakeup, Observation, StreamKey};
 use crate::transition::{KindAt, Transition, TransitionKind};
-use serde_json::Value;
 
 /// Who committed a write, as observations report it.
 #[derive(Debug, Clone, Copy, Default)]
@@ -13,7 +13,7 @@ pub(crate) struct Writer<'a> {
     /// The worker, absent for writes outside a worker (a standalone publisher).
     pub(crate) worker_id: Option<&'a str>,
     /// The claim token after the write, if any.
-    pub(crate) claim_token: Option<&'a str>,
+    pub(crate) claim_token: Option<&'a ClaimToken>,
 }
 
 /// Emit one observation per logical transition of a committed write (K-15); heartbeats
@@ -45,7 +45,7 @@ pub(crate) fn observe(
             error_class: step.and_then(|s| s.error.as_ref().map(|e| e.class)),
             at: t.now,
             worker_id: writer.worker_id.map(str::to_string),
-            claim_token: writer.claim_token.map(str::to_string),
+            claim_token: writer.claim_token.cloned(),
         });
     }
 }
@@ -55,12 +55,12 @@ pub(crate) fn observe(
 pub(crate) async fn enqueue_and_wake(
     queue: &DynQueue,
     wakeup: &DynWakeup,
-    workflow_id: &str,
+    workflow_id: &WorkflowId,
     priority: Priority,
     at: Millis,
 ) {
     if let Err(e) = queue.enqueue(workflow_id, priority, at).await {
-        tracing::debug!(workflow_id, error = %e, "enqueue failed (rebuild scan will restore)");
+        tracing::debug!(%workflow_id, error = %e, "enqueue failed (rebuild scan will restore)");
         return;
     }
     let _ = wakeup.notify().await;
@@ -69,7 +69,8 @@ pub(crate) async fn enqueue_and_wake(
 /// The stream key of an instance: `input.object_id` (or the biz key), workflow id and
 /// `input.fencing_token` (or the run number) (K-16).
 pub(crate) fn stream_key(inst: &WorkflowInstance) -> StreamKey {
-    let object_id = inst.input.get("object_id").and_then(Value::as_str).unwrap_or(&inst.biz_key).to_string();
-    let fencing_token = inst.fencing_token().map(str::to_string).unwrap_or_else(|| format!("run-{}", inst.retry_count));
+    let BusinessRound { object_id, fencing_token } = inst.round();
+    let object_id = object_id.unwrap_or_else(|| inst.biz_key.as_str().into());
+    let fencing_token = fencing_token.unwrap_or_else(|| format!("run-{}", inst.retry_count).into());
     StreamKey { object_id, workflow_id: inst.workflow_id.clone(), fencing_token }
 }

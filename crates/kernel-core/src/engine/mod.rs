@@ -29,6 +29,7 @@ pub use publisher::{Publisher, PublisherBuilder, StartOutcome, StartRequest};
 
 use crate::definition::{Definition, DefinitionRegistry};
 use crate::error::{Error, Result};
+use crate::id::{ClaimToken, WorkflowId};
 use crate::model::{Millis, WorkflowInstance};
 use crate::ports::*;
 use crate::transition::{Guard, Transition};
@@ -53,7 +54,7 @@ pub enum RoundOutcome {
     /// Claimed and ran this instance; the claim ended as described.
     Ran {
         /// Instance.
-        workflow_id: String,
+        workflow_id: WorkflowId,
         /// How the claim ended.
         end: ClaimEnd,
     },
@@ -111,7 +112,7 @@ pub(crate) struct Inner {
     pub(crate) killed: CancellationToken,
     pub(crate) next_repair_at: AtomicI64,
     pub(crate) repair_cursor: Mutex<Option<String>>,
-    pub(crate) rebuild_cursor: Mutex<Option<String>>,
+    pub(crate) rebuild_cursor: Mutex<Option<WorkflowId>>,
     pub(crate) repair_failed: AtomicBool,
     pub(crate) shutdown_hooks: Vec<ShutdownHook>,
     pub(crate) health: health::HealthState,
@@ -125,7 +126,7 @@ impl Inner {
 }
 
 /// Run a claim won with `token`, counted as running while it lasts.
-async fn run_claim(inner: Arc<Inner>, inst: WorkflowInstance, token: String) -> ClaimEnd {
+async fn run_claim(inner: Arc<Inner>, inst: WorkflowInstance, token: ClaimToken) -> ClaimEnd {
     let _running = inner.health.claim_started();
     claim::run(inner.clone(), inst, token).await
 }
@@ -247,8 +248,8 @@ impl Engine {
 
     /// Cancel / supersede (K-8): `running|waiting|failing → canceled`; no token needed.
     /// Returns whether this call changed anything (idempotent).
-    pub async fn cancel(&self, workflow_id: &str) -> Result<bool> {
-        crate::validate::identifier("workflow_id", workflow_id)?;
+    pub async fn cancel(&self, workflow_id: &WorkflowId) -> Result<bool> {
+        crate::validate::identifier("workflow_id", workflow_id.as_str())?;
         let now = self.inner.ports.clock.now();
         let t = Transition::supersede(now);
         match self.inner.ports.store.apply(workflow_id, &Guard::Active, &t).await? {
@@ -295,7 +296,7 @@ impl Engine {
             let now = inner.ports.clock.now();
             match inner.ports.queue.pop_due(now).await {
                 Ok(Some(id)) => {
-                    if crate::validate::identifier("workflow_id", &id).is_err() {
+                    if crate::validate::identifier("workflow_id", id.as_str()).is_err() {
                         stale += 1;
                         continue;
                     }
@@ -335,7 +336,7 @@ impl Engine {
         ClaimSpec {
             now,
             lease_ms: self.inner.config.lease_ms,
-            token: self.inner.ports.ids.new_token(),
+            token: ClaimToken::from(self.inner.ports.ids.new_token()),
             types: self.inner.types.clone(),
         }
     }
@@ -409,7 +410,7 @@ impl Engine {
         // Rebuild: re-enqueue claimable instances even while the queue has a backlog.
         for _ in 0..inner.config.scan_pages_max {
             let after = inner.rebuild_cursor.lock().expect("cursor lock").clone();
-            let page = inner.ports.store.scan_claimable(after.as_deref(), inner.config.scan_page_size).await?;
+            let page = inner.ports.store.scan_claimable(after.as_ref(), inner.config.scan_page_size).await?;
             let last = page.last().map(|c| c.workflow_id.clone());
             let full = page.len() == inner.config.scan_page_size;
             for c in &page {
@@ -511,7 +512,7 @@ enum ClaimAttempt {
     /// Claimed `inst` with `token`, the token minted for the claim.
     Won {
         inst: Box<WorkflowInstance>,
-        token: String,
+        token: ClaimToken,
     },
     None {
         stale: usize,

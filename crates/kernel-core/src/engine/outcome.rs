@@ -5,7 +5,7 @@
 
 use crate::activity::{ActivityError, StepOutcome};
 use crate::definition::{OnFailed, RetryPolicy, StepDef};
-use crate::model::{ErrorClass, Millis, StepError, Wait, WaitKind};
+use crate::model::{ErrorClass, Millis, StepError, Wait};
 use crate::transition::Transition;
 use crate::validate;
 use serde_json::Value;
@@ -257,14 +257,7 @@ fn accept(result: Result<StepOutcome, ActivityError>, entry: &Entry) -> Result<S
         StepOutcome::Sleep { delay_ms, checkpoint } => {
             checkpoint_fits(&checkpoint)?;
             validate::positive_ms("sleep.delay_ms", delay_ms).map_err(perm)?;
-            let wait = Wait {
-                kind: WaitKind::Timer,
-                signal_type: None,
-                wait_key: None,
-                generation: 0,
-                step_index: index as u32,
-                poll_time: Some(now + delay_ms),
-            };
+            let wait = Wait::Timer { step_index: index as u32, due: Some(now + delay_ms) };
             Ok(StepResult::Halt(Halt::Suspend { wait, checkpoint, elapsed_ms }))
         }
         StepOutcome::WaitForSignal(spec) => {
@@ -274,10 +267,9 @@ fn accept(result: Result<StepOutcome, ActivityError>, entry: &Entry) -> Result<S
             if let Some(ms) = spec.poll_after_ms {
                 validate::positive_ms("poll_after_ms", ms).map_err(perm)?;
             }
-            let wait = Wait {
-                kind: WaitKind::Signal,
-                signal_type: Some(spec.signal_type),
-                wait_key: Some(spec.wait_key),
+            let wait = Wait::Signal {
+                signal_type: spec.signal_type,
+                wait_key: spec.wait_key,
                 generation: spec.generation,
                 step_index: index as u32,
                 poll_time: spec.poll_after_ms.map(|d| now + d),
@@ -387,14 +379,7 @@ mod tests {
     }
 
     fn timer(poll_time: Millis) -> Wait {
-        Wait {
-            kind: WaitKind::Timer,
-            signal_type: None,
-            wait_key: None,
-            generation: 0,
-            step_index: 2,
-            poll_time: Some(poll_time),
-        }
+        Wait::Timer { step_index: 2, due: Some(poll_time) }
     }
 
     fn signal(spec: SignalWaitSpec) -> Result<StepOutcome, ActivityError> {
@@ -475,10 +460,9 @@ mod tests {
         let spec =
             StepOutcome::wait_for_signal("approved", "order-1").generation(3).poll_after_ms(250).checkpoint(json!(9));
         let (r, _) = run(signal(spec), &entry(1, 0, OnFailed::Stop));
-        let wait = Wait {
-            kind: WaitKind::Signal,
-            signal_type: Some("approved".into()),
-            wait_key: Some("order-1".into()),
+        let wait = Wait::Signal {
+            signal_type: "approved".into(),
+            wait_key: "order-1".into(),
             generation: 3,
             step_index: 2,
             poll_time: Some(NOW + 250),
@@ -486,7 +470,7 @@ mod tests {
         assert_eq!(r, StepResult::Halt(Halt::Suspend { wait, checkpoint: Some(json!(9)), elapsed_ms: 7 }));
         let (r, _) = run(signal(StepOutcome::wait_for_signal("approved", "order-1")), &entry(1, 0, OnFailed::Stop));
         let StepResult::Halt(Halt::Suspend { wait, checkpoint, .. }) = r else { panic!("{r:?}") };
-        assert_eq!((wait.poll_time, checkpoint), (None, None), "no poll fallback, no checkpoint");
+        assert_eq!((wait.poll_time(), checkpoint), (None, None), "no poll fallback, no checkpoint");
     }
 
     // ---- K-4.5 wave resolution ----

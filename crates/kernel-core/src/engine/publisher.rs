@@ -2,6 +2,7 @@ use super::effects::{self, Writer};
 use super::{EngineConfig, Ports};
 use crate::definition::{Plan, PlanRegistry};
 use crate::error::{Error, Result};
+use crate::id::WorkflowId;
 use crate::model::*;
 use crate::ports::*;
 use crate::transition::{Guard, Transition, TransitionKind};
@@ -17,7 +18,7 @@ pub struct StartRequest {
     /// Permanent idempotency key.
     pub biz_key: String,
     /// Business-facing id; generated when absent.
-    pub workflow_id: Option<String>,
+    pub workflow_id: Option<WorkflowId>,
     /// Exact input snapshot (small).
     pub input: Value,
     /// Lane (promote-only).
@@ -36,7 +37,7 @@ impl StartRequest {
         }
     }
     /// Set the workflow id.
-    pub fn workflow_id(mut self, id: impl Into<String>) -> Self {
+    pub fn workflow_id(mut self, id: impl Into<WorkflowId>) -> Self {
         self.workflow_id = Some(id.into());
         self
     }
@@ -206,7 +207,7 @@ impl Publisher {
         validate::identifier("workflow_type", &req.workflow_type)?;
         validate::identifier("biz_key", &req.biz_key)?;
         if let Some(id) = &req.workflow_id {
-            validate::identifier("workflow_id", id)?;
+            validate::identifier("workflow_id", id.as_str())?;
         }
         validate::payload("input", &req.input, self.payload_bytes_max)?;
         let plan = self.plans.get(&req.workflow_type)?;
@@ -218,7 +219,10 @@ impl Publisher {
             Some(inst) => (inst, false, false),
             None => {
                 let doc = WorkflowInstance {
-                    workflow_id: req.workflow_id.clone().unwrap_or_else(|| format!("wf-{}", self.ids.new_token())),
+                    workflow_id: req
+                        .workflow_id
+                        .clone()
+                        .unwrap_or_else(|| format!("wf-{}", self.ids.new_token()).into()),
                     workflow_type: req.workflow_type.clone(),
                     biz_key: req.biz_key.clone(),
                     status: WorkflowStatus::Running,
@@ -262,8 +266,10 @@ impl Publisher {
                         WriteOutcome::Applied { .. } => activated = true,
                         WriteOutcome::Missed => {}
                     }
-                    inst =
-                        store.get(&inst.workflow_id).await?.ok_or_else(|| Error::NotFound(inst.workflow_id.clone()))?;
+                    inst = store
+                        .get(&inst.workflow_id)
+                        .await?
+                        .ok_or_else(|| Error::NotFound(inst.workflow_id.to_string()))?;
                 }
                 WorkflowStatus::Running | WorkflowStatus::Waiting | WorkflowStatus::Failing => {}
                 WorkflowStatus::Completed | WorkflowStatus::Canceled => {}

@@ -28,7 +28,7 @@ impl SignalDelivery for Delivery {
 /// Inbox insert → CAS the matching wait → mark matched → enqueue + wakeup (K-9.3).
 pub(crate) async fn deliver(inner: &Inner, s: Signal) -> Result<DeliverOutcome> {
     validate::identifier("signal_id", &s.signal_id)?;
-    validate::identifier("workflow_id", &s.workflow_id)?;
+    validate::identifier("workflow_id", s.workflow_id.as_str())?;
     validate::identifier("signal_type", &s.signal_type)?;
     validate::identifier("wait_key", &s.wait_key)?;
     let now = inner.ports.clock.now();

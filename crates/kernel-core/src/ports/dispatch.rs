@@ -1,4 +1,5 @@
 use crate::error::{Error, Result};
+use crate::id::{FencingToken, LeaseToken, ObjectId};
 use crate::model::{Millis, Priority};
 use crate::validate;
 use serde::{Deserialize, Serialize};
@@ -27,7 +28,7 @@ pub struct DispatchIntent {
     /// Whether the workflow is reliably registered yet, and who may try (K-11.1).
     pub status: DispatchStatus,
     /// The business round (K-12); every conditional write of the intent compares it.
-    pub fencing_token: String,
+    pub fencing_token: FencingToken,
     /// The exact input snapshot taken at the entry; `None` on objects accepted before
     /// snapshots existed (a conservative input is then built from stable fields).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -36,7 +37,7 @@ pub struct DispatchIntent {
     pub priority: Priority,
     /// The recovery lease holder (processing only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lease_token: Option<String>,
+    pub lease_token: Option<LeaseToken>,
     /// End of the recovery lease (processing only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_until: Option<Millis>,
@@ -62,7 +63,7 @@ impl DispatchIntent {
         } = self;
         validate::identifier("workflow_type", workflow_type)?;
         validate::identifier("biz_key", biz_key)?;
-        validate::identifier("fencing_token", fencing_token)?;
+        validate::identifier("fencing_token", fencing_token.as_str())?;
         if let Some(input) = input {
             validate::payload("workflow_dispatch.input", input, payload_bytes_max)?;
         }
@@ -73,7 +74,7 @@ impl DispatchIntent {
     pub fn pending(
         workflow_type: &str,
         biz_key: &str,
-        fencing_token: &str,
+        fencing_token: &FencingToken,
         input: Value,
         priority: Priority,
         next_attempt_time: Millis,
@@ -82,7 +83,7 @@ impl DispatchIntent {
             workflow_type: workflow_type.to_string(),
             biz_key: biz_key.to_string(),
             status: DispatchStatus::Pending,
-            fencing_token: fencing_token.to_string(),
+            fencing_token: fencing_token.clone(),
             input: Some(input),
             priority,
             lease_token: None,
@@ -97,7 +98,7 @@ impl DispatchIntent {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DispatchRecord {
     /// The business object's id (its primary key in the business collection).
-    pub object_id: String,
+    pub object_id: ObjectId,
     /// Value of the configured business status field (`None` when the object has none).
     pub business_status: Option<String>,
     /// The dispatch intent, if the object has one (objects written outside the outbox may not).
@@ -111,7 +112,7 @@ pub struct DispatchRecord {
 #[derive(Debug, Clone, Copy)]
 pub struct OutboxAccept<'a> {
     /// The new business object's id (K-2.0 identifier).
-    pub object_id: &'a str,
+    pub object_id: &'a ObjectId,
     /// The user's fields: a JSON object whose keys are document keys.
     pub fields: &'a Value,
     /// The business status the object starts in (K-2.0 identifier).
@@ -133,16 +134,17 @@ impl OutboxAccept<'_> {
     /// use kernel_core::model::Priority;
     /// use kernel_core::ports::{OutboxAccept, DispatchIntent};
     /// use kernel_core::validate::STORE_PAYLOAD_BYTES_MAX;
-    /// let intent = DispatchIntent::pending("summary", "biz:1", "f1", serde_json::json!({}), Priority::P2, 0);
+    /// let intent = DispatchIntent::pending("summary", "biz:1", &"f1".into(), serde_json::json!({}), Priority::P2, 0);
     /// let fields = serde_json::json!({"title": "x"});
-    /// let req = OutboxAccept { object_id: "doc-1", fields: &fields, initial_status: "new", intent: &intent };
+    /// let id = "doc-1".into();
+    /// let req = OutboxAccept { object_id: &id, fields: &fields, initial_status: "new", intent: &intent };
     /// assert!(req.validate(STORE_PAYLOAD_BYTES_MAX).is_ok());
     /// let bad = serde_json::json!({"$set": 1});
     /// assert!(OutboxAccept { fields: &bad, ..req }.validate(STORE_PAYLOAD_BYTES_MAX).is_err());
     /// ```
     pub fn validate(&self, payload_bytes_max: usize) -> Result<()> {
         let OutboxAccept { object_id, fields, initial_status, intent } = *self;
-        validate::identifier("object_id", object_id)?;
+        validate::identifier("object_id", object_id.as_str())?;
         validate::identifier("initial_status", initial_status)?;
         let Value::Object(map) = fields else { return Err(Error::invalid("fields", "must be a JSON object")) };
         for k in map.keys() {
@@ -176,7 +178,7 @@ pub trait DispatchOutbox: Send + Sync + 'static {
     /// [`Error::InvalidInput`](crate::Error::InvalidInput) and nothing is written.
     async fn accept(
         &self,
-        object_id: &str,
+        object_id: &ObjectId,
         fields: Value,
         initial_status: &str,
         intent: DispatchIntent,
@@ -186,20 +188,20 @@ pub trait DispatchOutbox: Send + Sync + 'static {
     ///
     /// # Contract
     /// Read-only; the object as last written, or `None` when no object has that id.
-    async fn get(&self, object_id: &str) -> Result<Option<DispatchRecord>>;
+    async fn get(&self, object_id: &ObjectId) -> Result<Option<DispatchRecord>>;
 
     /// Realtime confirm (K-11.2).
     ///
     /// # Contract
     /// CAS `fencing_token = f AND status = pending` → `dispatched`. Returns whether it
     /// changed; on a miss the caller re-reads.
-    async fn confirm_dispatched(&self, object_id: &str, fencing_token: &str) -> Result<bool>;
+    async fn confirm_dispatched(&self, object_id: &ObjectId, fencing_token: &FencingToken) -> Result<bool>;
 
     /// Leave a pending intent for later (StartOrResume did not activate, K-5 failing).
     ///
     /// # Contract
     /// CAS `fencing_token = f AND status = pending` → `next_attempt_time = at`.
-    async fn defer_pending(&self, object_id: &str, fencing_token: &str, at: Millis) -> Result<bool>;
+    async fn defer_pending(&self, object_id: &ObjectId, fencing_token: &FencingToken, at: Millis) -> Result<bool>;
 
     /// Take the per-object recovery lease (K-11.3).
     ///
@@ -209,9 +211,9 @@ pub trait DispatchOutbox: Send + Sync + 'static {
     /// object after the write, or `None` when the guard missed.
     async fn try_lease(
         &self,
-        object_id: &str,
+        object_id: &ObjectId,
         now: Millis,
-        lease_token: &str,
+        lease_token: &LeaseToken,
         lease_until: Millis,
     ) -> Result<Option<DispatchRecord>>;
 
@@ -222,9 +224,9 @@ pub trait DispatchOutbox: Send + Sync + 'static {
     /// A miss cancels the dispatch.
     async fn renew_lease(
         &self,
-        object_id: &str,
-        fencing_token: &str,
-        lease_token: &str,
+        object_id: &ObjectId,
+        fencing_token: &FencingToken,
+        lease_token: &LeaseToken,
         lease_until: Millis,
     ) -> Result<bool>;
 
@@ -232,20 +234,31 @@ pub trait DispatchOutbox: Send + Sync + 'static {
     ///
     /// # Contract
     /// CAS `(f, processing, d)` → `dispatched`, lease fields unset.
-    async fn confirm_leased(&self, object_id: &str, fencing_token: &str, lease_token: &str) -> Result<bool>;
+    async fn confirm_leased(
+        &self,
+        object_id: &ObjectId,
+        fencing_token: &FencingToken,
+        lease_token: &LeaseToken,
+    ) -> Result<bool>;
 
     /// Give a leased intent back for a later attempt.
     ///
     /// # Contract
     /// CAS `(f, processing, d)` → `pending`, lease fields unset, `next_attempt_time = at`.
-    async fn revert_leased(&self, object_id: &str, fencing_token: &str, lease_token: &str, at: Millis) -> Result<bool>;
+    async fn revert_leased(
+        &self,
+        object_id: &ObjectId,
+        fencing_token: &FencingToken,
+        lease_token: &LeaseToken,
+        at: Millis,
+    ) -> Result<bool>;
 
     /// Objects a recovery dispatcher may take now: pending and due, or processing with an
     /// expired lease; ordered by `object_id`, strictly after `after`.
     ///
     /// # Contract
     /// Read-only, at most `limit` ids.
-    async fn scan_due(&self, now: Millis, after: Option<&str>, limit: usize) -> Result<Vec<(String, Millis)>>;
+    async fn scan_due(&self, now: Millis, after: Option<&ObjectId>, limit: usize) -> Result<Vec<(ObjectId, Millis)>>;
 
     /// Install a new round after a failure (K-11.4).
     ///
@@ -257,8 +270,8 @@ pub trait DispatchOutbox: Send + Sync + 'static {
     /// [`Error::InvalidInput`](crate::Error::InvalidInput) and nothing is written.
     async fn retry_failed(
         &self,
-        object_id: &str,
-        prev_fencing_token: &str,
+        object_id: &ObjectId,
+        prev_fencing_token: &FencingToken,
         next: DispatchIntent,
         initial_status: &str,
     ) -> Result<bool>;
@@ -271,8 +284,8 @@ pub trait DispatchOutbox: Send + Sync + 'static {
     /// The intent's fields cannot be written through it.
     async fn fenced_update(
         &self,
-        object_id: &str,
-        fencing_token: &str,
+        object_id: &ObjectId,
+        fencing_token: &FencingToken,
         fields: Value,
         business_status: Option<&str>,
     ) -> Result<bool>;
@@ -297,13 +310,13 @@ pub trait DispatchCandidates: Send + Sync + 'static {
     /// # Contract
     /// Atomic upsert: one entry per object, its due time replaced. Best effort for the
     /// caller: a lost entry costs latency only (the store scan refills the index).
-    async fn add(&self, object_id: &str, due: Millis) -> Result<()>;
+    async fn add(&self, object_id: &ObjectId, due: Millis) -> Result<()>;
 
     /// Remove and return up to `max` candidates due at `now`.
     ///
     /// # Contract
     /// Atomic: a popped candidate is gone (two dispatchers never pop the same one).
-    async fn pop_due(&self, now: Millis, max: usize) -> Result<Vec<String>>;
+    async fn pop_due(&self, now: Millis, max: usize) -> Result<Vec<ObjectId>>;
 }
 
 /// `dyn DispatchCandidates`.

@@ -1,4 +1,5 @@
 use crate::error::Result;
+use crate::id::WorkflowId;
 use crate::model::Millis;
 use crate::validate;
 use serde::{Deserialize, Serialize};
@@ -19,7 +20,7 @@ pub struct SignalRecord {
     /// Unique; a duplicate delivery is ignored.
     pub signal_id: String,
     /// The instance whose wait this signal may activate.
-    pub workflow_id: String,
+    pub workflow_id: WorkflowId,
     /// Must equal the wait's `signal_type` to match (K-9.3).
     pub signal_type: String,
     /// Must equal the wait's `wait_key` (which business object) to match.
@@ -64,7 +65,7 @@ impl SignalRecord {
             match_time: _,
         } = self;
         validate::identifier("signal_id", signal_id)?;
-        validate::identifier("workflow_id", workflow_id)?;
+        validate::identifier("workflow_id", workflow_id.as_str())?;
         validate::identifier("signal_type", signal_type)?;
         validate::identifier("wait_key", wait_key)
     }
@@ -105,7 +106,7 @@ pub trait SignalInbox: Send + Sync + 'static {
     /// Read-only; only `status = pending` records are returned.
     async fn find_pending(
         &self,
-        workflow_id: &str,
+        workflow_id: &WorkflowId,
         signal_type: &str,
         wait_key: &str,
         generation: u64,
@@ -142,7 +143,7 @@ pub struct Signal {
     /// Stable id: retries of one notification reuse it.
     pub signal_id: String,
     /// Target instance.
-    pub workflow_id: String,
+    pub workflow_id: WorkflowId,
     /// Signal type.
     pub signal_type: String,
     /// Wait key.
@@ -170,7 +171,7 @@ impl Signal {
     /// assert!(Signal::builder("wf-1", "live_ready").wait_key("live-7").build().is_err());
     /// assert!(Signal::builder("wf-1", "live_ready").signal_id("s-1").build().is_err());
     /// ```
-    pub fn builder(workflow_id: impl Into<String>, signal_type: impl Into<String>) -> SignalBuilder {
+    pub fn builder(workflow_id: impl Into<WorkflowId>, signal_type: impl Into<String>) -> SignalBuilder {
         SignalBuilder {
             signal: Signal {
                 signal_id: String::new(),
@@ -212,7 +213,7 @@ impl SignalBuilder {
     pub fn build(self) -> Result<Signal> {
         let s = self.signal;
         crate::validate::identifier("signal_id", &s.signal_id)?;
-        crate::validate::identifier("workflow_id", &s.workflow_id)?;
+        crate::validate::identifier("workflow_id", s.workflow_id.as_str())?;
         crate::validate::identifier("signal_type", &s.signal_type)?;
         crate::validate::identifier("wait_key", &s.wait_key)?;
         Ok(s)

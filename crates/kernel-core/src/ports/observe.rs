@@ -1,3 +1,4 @@
+use crate::id::{ClaimToken, WorkflowId};
 use crate::model::{ErrorClass, Millis, WorkflowStatus};
 use crate::transition::TransitionKind;
 use serde::{Deserialize, Serialize};
@@ -6,7 +7,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Observation {
     /// The instance written.
-    pub workflow_id: String,
+    pub workflow_id: WorkflowId,
     /// Its permanent idempotency key, so ops views can search by business object.
     pub biz_key: String,
     /// Its definition type.
@@ -35,7 +36,7 @@ pub struct Observation {
     /// Worker that committed it (absent for writes outside a worker).
     pub worker_id: Option<String>,
     /// Claim token after the write, if any.
-    pub claim_token: Option<String>,
+    pub claim_token: Option<ClaimToken>,
 }
 
 /// Where observations go.

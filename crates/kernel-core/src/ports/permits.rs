@@ -1,4 +1,5 @@
 use crate::error::{Error, Result};
+use crate::id::{ClaimToken, WorkflowId};
 use crate::model::Millis;
 use crate::validate;
 
@@ -6,27 +7,27 @@ use crate::validate;
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PermitOwner {
     /// The instance whose activity holds the permit.
-    pub workflow_id: String,
+    pub workflow_id: WorkflowId,
     /// The step whose activity holds it (a document key, K-2.0).
     pub step: String,
     /// The claim under which the activity runs: a later claim of the same step is a new
     /// owner, so a zombie's permit is never mistaken for its successor's.
-    pub claim_token: String,
+    pub claim_token: ClaimToken,
 }
 
 impl PermitOwner {
     /// Check the owner's parts (the step is a document key).
     pub fn validate(&self) -> Result<()> {
-        validate::identifier("owner.workflow_id", &self.workflow_id)?;
+        validate::identifier("owner.workflow_id", self.workflow_id.as_str())?;
         validate::key_name("owner.step", &self.step)?;
-        validate::identifier("owner.claim_token", &self.claim_token)
+        validate::identifier("owner.claim_token", self.claim_token.as_str())
     }
 
     /// Unambiguous single-string form used as a set member.
     pub fn key(&self) -> String {
         format!(
             "{}:{}|{}:{}|{}",
-            self.workflow_id.len(),
+            self.workflow_id.as_str().len(),
             self.workflow_id,
             self.step.len(),
             self.step,

@@ -1,4 +1,5 @@
 use crate::error::{Error, Result};
+use crate::id::WorkflowId;
 use crate::model::{Millis, Priority};
 
 /// Per-lane statistics (K-13).
@@ -24,7 +25,7 @@ pub trait ReadyQueue: Send + Sync + 'static {
     /// Atomic and promote-only: a member present in a more urgent lane stays there (score
     /// untouched); a more urgent request removes it from the other lanes first; re-enqueue
     /// in its own lane overwrites the score. A member is never in two lanes.
-    async fn enqueue(&self, workflow_id: &str, priority: Priority, claimable_at: Millis) -> Result<()>;
+    async fn enqueue(&self, workflow_id: &WorkflowId, priority: Priority, claimable_at: Millis) -> Result<()>;
 
     /// Remove and return one due candidate (`score <= now`).
     ///
@@ -33,7 +34,7 @@ pub trait ReadyQueue: Send + Sync + 'static {
     /// nothing due is skipped and forfeits the rest of its block. When a pop finds nothing
     /// due anywhere, the next ≤ 8 pops look at P0 first (burst window), ending early the
     /// first time P0 has nothing due. Rotation and burst state are shared by all callers.
-    async fn pop_due(&self, now: Millis) -> Result<Option<String>>;
+    async fn pop_due(&self, now: Millis) -> Result<Option<WorkflowId>>;
 
     /// Depth, ready, delayed and oldest wait per lane, P0 first.
     ///

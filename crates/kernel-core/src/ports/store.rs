@@ -1,4 +1,5 @@
 use crate::error::Result;
+use crate::id::{ClaimToken, WorkflowId};
 use crate::model::{Millis, Priority, ResumeKind, WorkflowInstance};
 use crate::transition::{Guard, Transition};
 use crate::validate;
@@ -45,7 +46,7 @@ pub struct ClaimSpec {
     pub lease_ms: Millis,
     /// The claim token the caller minted (K-2.0 identifier); the engine fences its later
     /// writes with this value, not with one read back.
-    pub token: String,
+    pub token: ClaimToken,
     /// Workflow types the worker has definitions for; others are never claimed.
     pub types: Vec<String>,
 }
@@ -67,7 +68,7 @@ impl ClaimSpec {
     /// [`Error::InvalidInput`](crate::Error::InvalidInput) and nothing is written.
     pub fn validate(&self) -> Result<()> {
         let ClaimSpec { now: _, lease_ms, token, types: _ } = self;
-        validate::identifier("claim_token", token)?;
+        validate::identifier("claim_token", token.as_str())?;
         validate::positive_ms("lease_ms", *lease_ms)?;
         self.guard().validate()
     }
@@ -77,7 +78,7 @@ impl ClaimSpec {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DueWait {
     /// The waiting instance, to activate under [`Guard::DueWait`].
-    pub workflow_id: String,
+    pub workflow_id: WorkflowId,
     /// The step holding the wait (the guard checks it is still that step).
     pub step_index: u32,
     /// `timer` for sleeps, `poll` for signal waits with a poll fallback.
@@ -90,7 +91,7 @@ pub struct DueWait {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Candidate {
     /// A running or failing instance with a `claimable_time`.
-    pub workflow_id: String,
+    pub workflow_id: WorkflowId,
     /// Its `business_priority`: the ready lane the rebuild scan puts it in.
     pub priority: Priority,
     /// Its `claimable_time`: the score in that lane (due when `≤ now`).
@@ -121,7 +122,7 @@ pub trait WorkflowStore: Send + Sync + 'static {
     /// Read-only; returns the instance as last written (a read after an acknowledged write
     /// sees that write), or `None` when no instance has that id. An id that breaks the
     /// K-2.0 identifier rule is [`Error::InvalidInput`](crate::Error::InvalidInput).
-    async fn get(&self, workflow_id: &str) -> Result<Option<WorkflowInstance>>;
+    async fn get(&self, workflow_id: &WorkflowId) -> Result<Option<WorkflowInstance>>;
 
     /// Read by `biz_key`.
     ///
@@ -137,7 +138,7 @@ pub trait WorkflowStore: Send + Sync + 'static {
     /// (`claimable_time = now + lease`, `claim_token = token`, no revision bump); returns the
     /// updated document, or `None` when the guard missed (a stale candidate). A spec refused
     /// by [`ClaimSpec::validate`] is [`Error::InvalidInput`](crate::Error::InvalidInput).
-    async fn claim(&self, workflow_id: &str, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>>;
+    async fn claim(&self, workflow_id: &WorkflowId, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>>;
 
     /// Claim any one due instance straight from the store (Redis down or empty, K-6.7).
     ///
@@ -154,7 +155,7 @@ pub trait WorkflowStore: Send + Sync + 'static {
     /// refused by [`Guard::validate`] or [`Transition::validate`] (K-2.0, payload limit),
     /// or a step patch past the last step of a matching instance, is
     /// [`Error::InvalidInput`](crate::Error::InvalidInput) and nothing is written.
-    async fn apply(&self, workflow_id: &str, guard: &Guard, transition: &Transition) -> Result<WriteOutcome>;
+    async fn apply(&self, workflow_id: &WorkflowId, guard: &Guard, transition: &Transition) -> Result<WriteOutcome>;
 
     /// Waiting instances whose `claimable_time <= now` (timer activation, K-9.2).
     ///
@@ -168,7 +169,7 @@ pub trait WorkflowStore: Send + Sync + 'static {
     /// # Contract
     /// Read-only, at most `limit` rows (`limit = 0` is an empty page); paging with the last
     /// id as `after` visits every such instance once.
-    async fn scan_claimable(&self, after: Option<&str>, limit: usize) -> Result<Vec<Candidate>>;
+    async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<Vec<Candidate>>;
 }
 
 /// `dyn WorkflowStore`.

@@ -1,4 +1,5 @@
 use crate::error::Result;
+use crate::id::{FencingToken, ObjectId, WorkflowId};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::sync::Arc;
@@ -7,12 +8,12 @@ use std::sync::Arc;
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct StreamKey {
     /// The business object the client watches.
-    pub object_id: String,
+    pub object_id: ObjectId,
     /// The instance producing the frames.
-    pub workflow_id: String,
+    pub workflow_id: WorkflowId,
     /// The business round (K-12): a new round is a new stream, so a stale round's frames
     /// never reach a client of the current one.
-    pub fencing_token: String,
+    pub fencing_token: FencingToken,
 }
 
 /// A progress frame (K-16 v1 types).

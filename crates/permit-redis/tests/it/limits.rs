@@ -6,6 +6,7 @@ use crate::{limits, permits_fixture};
 use futures::future::join_all;
 use kernel_core::ports::{PermitDecision, PermitOwner, Permits};
 use kernel_core::Error;
+use kernel_core::{ClaimToken, WorkflowId};
 use permit_redis::{RedisPermits, RedisPermitsConfig};
 use queue_redis::test_support::DedicatedRedis;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -13,7 +14,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn owner(n: usize) -> PermitOwner {
-    PermitOwner { workflow_id: format!("wf-{n}"), step: "call".into(), claim_token: format!("tok-{n}") }
+    PermitOwner {
+        workflow_id: WorkflowId::from(format!("wf-{n}")),
+        step: "call".into(),
+        claim_token: ClaimToken::from(format!("tok-{n}")),
+    }
 }
 
 fn config() -> RedisPermitsConfig {
@@ -47,9 +52,9 @@ async fn thirty_two_acquirers_never_exceed_eight_holders() {
             while done < CYCLES {
                 // A new claim token per cycle: each cycle is a new owner, as in the engine.
                 let o = PermitOwner {
-                    workflow_id: format!("wf-{i}"),
+                    workflow_id: WorkflowId::from(format!("wf-{i}")),
                     step: "call".into(),
-                    claim_token: format!("c{claim}"),
+                    claim_token: ClaimToken::from(format!("c{claim}")),
                 };
                 match p.acquire(r, &o).await.expect("acquire") {
                     PermitDecision::Granted { .. } => {
@@ -102,8 +107,11 @@ async fn two_starts_per_second_judged_on_redis_time() {
             let mut n = 0;
             loop {
                 n += 1;
-                let o =
-                    PermitOwner { workflow_id: format!("wf-{i}"), step: "call".into(), claim_token: format!("c{n}") };
+                let o = PermitOwner {
+                    workflow_id: WorkflowId::from(format!("wf-{i}")),
+                    step: "call".into(),
+                    claim_token: ClaimToken::from(format!("c{n}")),
+                };
                 let a = p.acquire_at(r, &o).await.expect("acquire");
                 if a.redis_time_us - t0 >= RUN_US {
                     return starts;

@@ -10,6 +10,7 @@ use futures::future::join_all;
 use kernel_core::engine::{EngineConfig, RoundOutcome};
 use kernel_core::model::{Millis, Priority, WorkflowStatus};
 use kernel_core::ports::{Clock, PermitOwner, ReadyQueue, WorkflowStore};
+use kernel_core::WorkflowId;
 use kernel_core::{ActivityContext, ActivityError, Definition, Engine, Ports, StartRequest, StepDef, StepOutcome};
 use permit_redis::{RedisPermits, RedisPermitsConfig};
 use queue_redis::test_support::DedicatedRedis;
@@ -127,7 +128,7 @@ async fn run(url: &str, prefix: &str, flush: bool) -> RunReport {
         tokio::spawn(async move { e.tick().await })
     };
     let token = tokio::time::timeout(RENEWAL_BOUND, entered_rx.recv()).await.expect("held workflow starts").unwrap();
-    let hold_owner = PermitOwner { workflow_id: HOLD_ID.into(), step: "call".into(), claim_token: token };
+    let hold_owner = PermitOwner { workflow_id: HOLD_ID.into(), step: "call".into(), claim_token: token.into() };
     assert!(permits.is_held(RESOURCE, &hold_owner).await.unwrap());
 
     for i in 1..WORKFLOWS {
@@ -213,7 +214,7 @@ async fn run(url: &str, prefix: &str, flush: bool) -> RunReport {
         for step in ["call", "finish"] {
             assert_eq!(execs.get(&(id.clone(), step.to_string())), Some(&1), "{id}/{step}");
         }
-        let inst = world.store.get(&id).await.unwrap().expect("instance");
+        let inst = world.store.get(&WorkflowId::from(&id)).await.unwrap().expect("instance");
         assert_eq!(inst.status, WorkflowStatus::Completed, "{id}");
     }
     assert_eq!(execs.len(), WORKFLOWS * 2);

@@ -3,6 +3,7 @@
 use futures::future::join_all;
 use kernel_core::model::Millis;
 use kernel_core::Error;
+use kernel_core::ObjectId;
 use queue_redis::test_support::{require_redis, TestKeys};
 use queue_redis::{connect, RedisDispatchCandidates, DISPATCH_BATCH_MAX};
 use std::collections::BTreeSet;
@@ -20,14 +21,14 @@ async fn fixture(test: &str) -> Option<(RedisDispatchCandidates, TestKeys)> {
 async fn pop_due_removes_a_bounded_batch_earliest_first() {
     let Some((d, _keys)) = fixture("pop_due_removes_a_bounded_batch_earliest_first").await else { return };
     for i in (0..10).rev() {
-        d.add(&format!("obj-{i}"), T0 + i).await.unwrap();
+        d.add(&ObjectId::from(format!("obj-{i}")), T0 + i).await.unwrap();
     }
     assert_eq!(d.pop_due(T0 + 4, 3).await.unwrap(), ["obj-0", "obj-1", "obj-2"]);
     assert_eq!(d.pop_due(T0 + 4, 10).await.unwrap(), ["obj-3", "obj-4"], "only due ones");
     assert!(d.pop_due(T0 + 4, 10).await.unwrap().is_empty(), "popped = removed");
     assert_eq!(d.len().await.unwrap(), 5);
     // Re-adding moves the due time (the dispatcher's later attempt).
-    d.add("obj-5", T0 + 100).await.unwrap();
+    d.add(&"obj-5".into(), T0 + 100).await.unwrap();
     assert_eq!(d.pop_due(T0 + 9, 10).await.unwrap(), ["obj-6", "obj-7", "obj-8", "obj-9"]);
     assert_eq!(d.pop_due(T0 + 100, 10).await.unwrap(), ["obj-5"]);
     assert!(d.is_empty().await.unwrap());
@@ -40,7 +41,7 @@ async fn rejects_bad_batches_and_ids() {
         assert!(matches!(d.pop_due(T0, n).await, Err(Error::InvalidInput { .. })), "batch {n}");
     }
     for bad in ["", "a\0b"] {
-        assert!(matches!(d.add(bad, T0).await, Err(Error::InvalidInput { .. })), "{bad:?}");
+        assert!(matches!(d.add(&ObjectId::from(bad), T0).await, Err(Error::InvalidInput { .. })), "{bad:?}");
     }
     assert!(d.is_empty().await.unwrap());
 }
@@ -49,7 +50,7 @@ async fn rejects_bad_batches_and_ids() {
 async fn concurrent_poppers_never_share_a_candidate() {
     let Some((d, keys)) = fixture("concurrent_poppers_never_share_a_candidate").await else { return };
     for i in 0..400 {
-        d.add(&format!("obj-{i:03}"), T0).await.unwrap();
+        d.add(&ObjectId::from(format!("obj-{i:03}")), T0).await.unwrap();
     }
     let mut poppers = Vec::new();
     for _ in 0..4 {
@@ -69,8 +70,8 @@ async fn concurrent_poppers_never_share_a_candidate() {
         })
     }))
     .await;
-    let all: Vec<String> = batches.into_iter().flat_map(|b| b.unwrap()).collect();
-    let unique: BTreeSet<&String> = all.iter().collect();
+    let all: Vec<ObjectId> = batches.into_iter().flat_map(|b| b.unwrap()).collect();
+    let unique: BTreeSet<&ObjectId> = all.iter().collect();
     assert_eq!(all.len(), 400);
     assert_eq!(unique.len(), 400, "a candidate was handed out twice");
 }

@@ -6,6 +6,7 @@ use futures::future::join_all;
 use kernel_core::model::{Millis, Priority};
 use kernel_core::ports::ReadyQueue;
 use kernel_core::Error;
+use kernel_core::WorkflowId;
 use queue_redis::test_support::DedicatedRedis;
 use queue_redis::{connect, LaneWeights, RedisReadyQueue};
 use rand::{Rng, SeedableRng};
@@ -29,7 +30,9 @@ async fn prefill(q: &RedisReadyQueue, counts: [usize; 4]) {
         let (q, items) = (q.clone(), items.clone());
         async move {
             for (lane, i) in items.iter().skip(t).step_by(8) {
-                q.enqueue(&format!("p{lane}-{i:05}"), Priority::ALL[*lane], T0).await.expect("enqueue");
+                q.enqueue(&WorkflowId::from(format!("p{lane}-{i:05}")), Priority::ALL[*lane], T0)
+                    .await
+                    .expect("enqueue");
             }
         }
     }))
@@ -108,7 +111,7 @@ async fn p0_empty_keeps_6_4_2_across_connections() {
     let Some(f) = queue_fixture("p0_empty_keeps_6_4_2_across_connections").await else { return };
     prefill(&f, [0, 600, 400, 200]).await;
     // P0 is present but holds nothing due.
-    f.enqueue("p0-late", Priority::P0, T0 + 60_000).await.unwrap();
+    f.enqueue(&"p0-late".into(), Priority::P0, T0 + 60_000).await.unwrap();
     let ws = workers(&f).await;
     for r in 0..80 {
         // 12 pops = one round without P0, by 4 connections × 3.
@@ -124,9 +127,9 @@ async fn burst_window_is_shared_by_all_workers() {
     let ws = workers(&f).await;
     // Only delayed members: an empty pop from worker 0 arms the window.
     for i in 0..20 {
-        f.enqueue(&format!("p0-{i:05}"), Priority::P0, T0 + 1_000).await.unwrap();
-        f.enqueue(&format!("p1-{i:05}"), Priority::P1, T0 + 1_000).await.unwrap();
-        f.enqueue(&format!("p2-{i:05}"), Priority::P2, T0 + 1_000).await.unwrap();
+        f.enqueue(&WorkflowId::from(format!("p0-{i:05}")), Priority::P0, T0 + 1_000).await.unwrap();
+        f.enqueue(&WorkflowId::from(format!("p1-{i:05}")), Priority::P1, T0 + 1_000).await.unwrap();
+        f.enqueue(&WorkflowId::from(format!("p2-{i:05}")), Priority::P2, T0 + 1_000).await.unwrap();
     }
     assert_eq!(ws[0].pop_due(T0).await.unwrap(), None);
     let t1 = T0 + 1_000;
@@ -177,9 +180,13 @@ async fn promote_only_under_eight_concurrent_enqueuers() {
         .map(|(q, plan)| {
             tokio::spawn(async move {
                 for (id, lane) in plan {
-                    q.enqueue(&format!("m-{id:04}"), Priority::ALL[lane], T0 + lane as Millis * 1_000)
-                        .await
-                        .expect("enqueue");
+                    q.enqueue(
+                        &WorkflowId::from(format!("m-{id:04}")),
+                        Priority::ALL[lane],
+                        T0 + lane as Millis * 1_000,
+                    )
+                    .await
+                    .expect("enqueue");
                 }
             })
         })
@@ -211,7 +218,7 @@ async fn keys_stay_under_the_prefix() {
     let Some(f) = queue_fixture("keys_stay_under_the_prefix").await else { return };
     for p in Priority::ALL {
         for i in 0..2 {
-            f.enqueue(&format!("k-{}-{i}", p.index()), p, T0).await.unwrap();
+            f.enqueue(&WorkflowId::from(format!("k-{}-{i}", p.index())), p, T0).await.unwrap();
         }
     }
     let _ = f.pop_due(T0).await.unwrap();
@@ -253,7 +260,7 @@ async fn custom_weights_and_burst() {
     let q = RedisReadyQueue::new(conn, &f.keys.prefix, LaneWeights { weights: [3, 1, 1, 1], burst: 2 }).unwrap();
     for lane in 0..4 {
         for i in 0..10 {
-            q.enqueue(&format!("p{lane}-{i:05}"), Priority::ALL[lane], T0 + 100).await.unwrap();
+            q.enqueue(&WorkflowId::from(format!("p{lane}-{i:05}")), Priority::ALL[lane], T0 + 100).await.unwrap();
         }
     }
     assert_eq!(q.pop_due(T0).await.unwrap(), None, "arms a burst of 2");
@@ -271,9 +278,9 @@ async fn redis_loss_maps_to_unavailable() {
     let Some(server) = DedicatedRedis::start("redis_loss_maps_to_unavailable") else { return };
     let conn = connect(&server.url).await.unwrap();
     let q = RedisReadyQueue::new(conn, "loss", LaneWeights::default()).unwrap();
-    q.enqueue("a", Priority::P1, T0).await.unwrap();
+    q.enqueue(&"a".into(), Priority::P1, T0).await.unwrap();
     drop(server);
-    let e = q.enqueue("b", Priority::P1, T0).await.expect_err("server is gone");
+    let e = q.enqueue(&"b".into(), Priority::P1, T0).await.expect_err("server is gone");
     assert!(matches!(e, Error::Unavailable { .. }), "{e:?}");
     assert!(e.is_retryable());
     let e = q.pop_due(T0).await.expect_err("server is gone");

@@ -2,6 +2,7 @@
 //! throw-away namespace.
 
 use kernel_core::ports::{ReadyQueue, Wakeup};
+use kernel_core::WorkflowId;
 use kernel_core::{Error, Priority};
 use queue_redis::test_support::{require_redis, TestKeys};
 use queue_redis::{RedisConnection, RedisDispatchCandidates, RedisReadyQueue, RedisWakeup};
@@ -11,7 +12,7 @@ async fn adapters_from_a_url_share_the_prefix() {
     let Some(url) = require_redis("adapters_from_a_url_share_the_prefix") else { return };
     let keys = TestKeys::new(&url, "from_url");
     let queue = RedisReadyQueue::from_url(&url, &keys.prefix).await.unwrap();
-    queue.enqueue("wf-1", Priority::P1, 10).await.unwrap();
+    queue.enqueue(&"wf-1".into(), Priority::P1, 10).await.unwrap();
     // A second connection from the same URL sees the same lanes.
     let other = RedisConnection::open(&url).await.unwrap().ready_queue(&keys.prefix, queue.weights()).unwrap();
     assert_eq!(other.pop_due(10).await.unwrap().as_deref(), Some("wf-1"));
@@ -22,7 +23,7 @@ async fn adapters_from_a_url_share_the_prefix() {
     tokio::time::timeout(std::time::Duration::from_secs(5), rx.recv()).await.expect("rang").expect("open");
 
     let candidates = RedisDispatchCandidates::from_url(&url, &keys.prefix).await.unwrap();
-    candidates.add("obj-1", 5).await.unwrap();
+    candidates.add(&"obj-1".into(), 5).await.unwrap();
     assert_eq!(candidates.pop_due(5, 10).await.unwrap(), ["obj-1"]);
 }
 
@@ -42,9 +43,13 @@ async fn purge_prefix_deletes_its_own_keys_only() {
     let conn = RedisConnection::open(&url).await.unwrap();
     let weights = queue_redis::LaneWeights::default();
     for (i, p) in [Priority::P0, Priority::P3].into_iter().enumerate() {
-        conn.ready_queue(&mine.prefix, weights).unwrap().enqueue(&format!("wf-{i}"), p, 1).await.unwrap();
+        conn.ready_queue(&mine.prefix, weights)
+            .unwrap()
+            .enqueue(&WorkflowId::from(format!("wf-{i}")), p, 1)
+            .await
+            .unwrap();
     }
-    conn.ready_queue(&theirs.prefix, weights).unwrap().enqueue("wf-x", Priority::P0, 1).await.unwrap();
+    conn.ready_queue(&theirs.prefix, weights).unwrap().enqueue(&"wf-x".into(), Priority::P0, 1).await.unwrap();
     assert_eq!(mine.keys().len(), 2);
     assert_eq!(conn.purge_prefix(&mine.prefix).await.unwrap(), 2);
     assert!(mine.keys().is_empty());
@@ -71,4 +76,15 @@ async fn a_redis_failure_keeps_the_drivers_error_as_its_source() {
     let e = RedisConnection::open("not a url").await.unwrap_err();
     assert!(matches!(e, Error::InvalidInput { .. }), "{e:?}");
     assert!(e.source().and_then(|s| s.downcast_ref::<redis::RedisError>()).is_some(), "{e:?}");
+}
+
+/// The one connection helper, shared by permit-redis and sse-stream, refuses a malformed
+/// URL as bad input (a typed error naming the field), not as an outage to retry.
+#[tokio::test]
+async fn the_shared_connect_refuses_a_malformed_url_as_invalid_input() {
+    for url in ["not a url", "http://127.0.0.1:6379"] {
+        let e = queue_redis::connect(url).await.unwrap_err();
+        assert!(matches!(e, Error::InvalidInput { ref field, .. } if field == "redis url"), "{url}: {e:?}");
+        assert!(!e.is_retryable(), "{url}");
+    }
 }

@@ -6,6 +6,7 @@ use kernel_core::model::*;
 use kernel_core::ports::{SignalInbox, WorkflowStore, WriteOutcome};
 use kernel_core::transition::{Guard, Transition};
 use kernel_core::Error;
+use kernel_core::WorkflowId;
 use serde_json::json;
 use store_mongo::{INBOX, INSTANCES};
 use testkit::conformance::inbox::record;
@@ -33,16 +34,16 @@ async fn bad_input_is_typed_and_writes_nothing() {
     creates.push(("oversize input".into(), WorkflowInstance { input: big.clone(), ..instance("wf-2") }));
     creates.push(("u64 beyond i64".into(), WorkflowInstance { input: json!({"n": u64::MAX}), ..instance("wf-2") }));
     let mut w = testkit::conformance::store::waiting("wf-2", Some(1), None);
-    w.wait.as_mut().unwrap().wait_key = Some("doc\0".into());
+    let Some(Wait::Signal { wait_key, .. }) = w.wait.as_mut() else { unreachable!("a signal wait") };
+    *wait_key = "doc\0".into();
     creates.push(("wait key with NUL".into(), w));
     for (what, inst) in creates {
         assert_invalid(store.create(inst).await, &what);
     }
 
-    let wait = Wait {
-        kind: WaitKind::Signal,
-        signal_type: Some("approved".into()),
-        wait_key: Some("k\0".into()),
+    let wait = Wait::Signal {
+        signal_type: "approved".into(),
+        wait_key: "k\0".into(),
         generation: 1,
         step_index: 1,
         poll_time: None,
@@ -56,16 +57,19 @@ async fn bad_input_is_typed_and_writes_nothing() {
         ("output name with .", Transition::complete_step(1, "a.b", json!(1), 0, T0, false)),
     ];
     for (what, t) in writes {
-        assert_invalid(store.apply("wf-1", &running, &t).await, what);
+        assert_invalid(store.apply(&"wf-1".into(), &running, &t).await, what);
     }
-    assert_invalid(store.apply(&"w".repeat(257), &running, &Transition::failing(T0)).await, "id over 256 bytes");
     assert_invalid(
-        store.apply("wf-1", &Guard::Running { token: "a\0".into() }, &Transition::failing(T0)).await,
+        store.apply(&WorkflowId::from(&"w".repeat(257)), &running, &Transition::failing(T0)).await,
+        "id over 256 bytes",
+    );
+    assert_invalid(
+        store.apply(&"wf-1".into(), &Guard::Running { token: "a\0".into() }, &Transition::failing(T0)).await,
         "token with NUL",
     );
 
     assert_eq!(db.count(INSTANCES).await, 1, "no instance created");
-    assert_eq!(store.get("wf-1").await.unwrap(), Some(base), "stored instance untouched");
+    assert_eq!(store.get(&"wf-1".into()).await.unwrap(), Some(base), "stored instance untouched");
     db.drop_db().await;
 }
 
@@ -75,13 +79,14 @@ async fn operator_shaped_ids_and_tokens_are_data() {
     let Some(StoreDb(db, store)) = StoreDb::new().await else { return };
     let base = seed(&store, claimed("wf-1", "a")).await;
     let evil = r#"{"$ne": null}"#;
-    assert_eq!(store.get(evil).await.unwrap(), None, "matches no other document");
+    assert_eq!(store.get(&WorkflowId::from(evil)).await.unwrap(), None, "matches no other document");
     assert_eq!(store.get_by_biz_key(evil).await.unwrap(), None);
-    let r = store.apply("wf-1", &Guard::Running { token: evil.into() }, &Transition::failing(T0)).await.unwrap();
+    let r =
+        store.apply(&"wf-1".into(), &Guard::Running { token: evil.into() }, &Transition::failing(T0)).await.unwrap();
     assert_eq!(r, WriteOutcome::Missed, "an operator-shaped token does not match the real one");
-    let r = store.apply(evil, &Guard::Active, &Transition::supersede(T0)).await.unwrap();
+    let r = store.apply(&WorkflowId::from(evil), &Guard::Active, &Transition::supersede(T0)).await.unwrap();
     assert_eq!(r, WriteOutcome::Missed);
-    assert_eq!(store.get("wf-1").await.unwrap(), Some(base));
+    assert_eq!(store.get(&"wf-1".into()).await.unwrap(), Some(base));
     db.drop_db().await;
 }
 

@@ -16,9 +16,9 @@ async fn unreachable_server_is_unavailable() {
     .await
     .expect("a URI parses without a round trip");
     let store = MongoWorkflowStore::without_indexes(&db, MongoConfig::default());
-    let read = store.get("wf-1").await;
+    let read = store.get(&"wf-1".into()).await;
     assert!(matches!(read, Err(Error::Unavailable { .. })), "read: {read:?}");
-    let write = store.apply("wf-1", &Guard::Active, &Transition::supersede(0)).await;
+    let write = store.apply(&"wf-1".into(), &Guard::Active, &Transition::supersede(0)).await;
     assert!(matches!(write, Err(Error::Unavailable { .. })), "write: {write:?}");
     assert!(write.unwrap_err().is_retryable());
 }
@@ -29,7 +29,7 @@ async fn invalid_input_needs_no_server() {
     let db =
         store_mongo::connect("mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=200", "wfk_unreachable").await.unwrap();
     let store = MongoWorkflowStore::without_indexes(&db, MongoConfig::default());
-    let r = store.get("bad\0id").await;
+    let r = store.get(&"bad\0id".into()).await;
     assert!(matches!(r, Err(Error::InvalidInput { .. })), "{r:?}");
 }
 
@@ -45,7 +45,7 @@ async fn a_driver_failure_keeps_the_drivers_error_as_its_source() {
     .await
     .expect("a URI parses without a round trip");
     let store = MongoWorkflowStore::without_indexes(&db, MongoConfig::default());
-    let e = store.get("wf-1").await.unwrap_err();
+    let e = store.get(&"wf-1".into()).await.unwrap_err();
     assert!(matches!(e, Error::Unavailable { .. }) && e.is_retryable(), "{e:?}");
     let driver = e.source().and_then(|s| s.downcast_ref::<mongodb::error::Error>()).expect("the driver's error");
     assert_eq!(e.to_string(), format!("unavailable: find instance: {driver}"));

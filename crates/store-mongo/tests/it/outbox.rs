@@ -49,7 +49,7 @@ fn request(i: usize, fail: bool) -> AcceptRequest {
         fencing_token: "f1".into(),
         input: json!({ "object_id": object_id, "fencing_token": "f1", "fail": fail, "stream": false }),
         priority: kernel_core::Priority::P1,
-        object_id,
+        object_id: object_id.into(),
     }
 }
 
@@ -124,27 +124,29 @@ async fn concurrent_new_rounds_install_one_and_old_writes_change_nothing() {
     let env = mongo_env(&t, &url, &keys.prefix, 3).await;
     let d = env.dispatcher("api");
     d.accept(request(1, true)).await.unwrap();
-    d.dispatch_now("obj-1").await.unwrap();
+    d.dispatch_now(&"obj-1".into()).await.unwrap();
     let worker = env.world.engine("W", vec![order(env.outbox.clone())]);
     env.world.drive(&worker).await.unwrap();
-    assert_eq!(env.outbox.get("obj-1").await.unwrap().unwrap().business_status.as_deref(), Some("failed"));
+    assert_eq!(env.outbox.get(&"obj-1".into()).await.unwrap().unwrap().business_status.as_deref(), Some("failed"));
     let input = |f: &str| json!({ "object_id": "obj-1", "fencing_token": f, "fail": false, "stream": false });
-    let (a, b) = tokio::join!(
-        d.retry_failed("obj-1", "f1", "f2", input("f2")),
-        d.retry_failed("obj-1", "f1", "f3", input("f3"))
-    );
+    let (obj, f1, f2, f3) = ("obj-1".into(), "f1".into(), "f2".into(), "f3".into());
+    let (a, b) = tokio::join!(d.retry_failed(&obj, &f1, &f2, input("f2")), d.retry_failed(&obj, &f1, &f3, input("f3")));
     let outcomes = [a, b];
     assert_eq!(outcomes.iter().filter(|r| r.is_ok()).count(), 1, "{outcomes:?}");
     assert!(outcomes.iter().any(|r| matches!(r, Err(Error::RoundChanged(_)))), "{outcomes:?}");
     env.world.drive(&worker).await.unwrap();
-    let rec = env.outbox.get("obj-1").await.unwrap().unwrap();
+    let rec = env.outbox.get(&"obj-1".into()).await.unwrap().unwrap();
     let f = rec.dispatch.as_ref().unwrap().fencing_token.clone();
     let inst = env.world.instances().await.unwrap().pop().unwrap();
     assert_eq!((inst.status, inst.retry_count), (WorkflowStatus::Completed, 1), "the same instance replayed");
     // A late write of the first round's activity changes no document on the server.
     let coll = t.db.collection::<mongodb::bson::Document>("business_objects");
     let before = coll.find_one(mongodb::bson::doc! { "_id": "obj-1" }).await.unwrap();
-    assert!(!env.outbox.fenced_update("obj-1", "f1", json!({ "result": "stale" }), Some("done")).await.unwrap());
+    assert!(!env
+        .outbox
+        .fenced_update(&"obj-1".into(), &"f1".into(), json!({ "result": "stale" }), Some("done"))
+        .await
+        .unwrap());
     let after = coll.find_one(mongodb::bson::doc! { "_id": "obj-1" }).await.unwrap();
     assert_eq!(before, after, "zero documents changed");
     assert_eq!(rec.fields["result"], json!(format!("done in {f}")));

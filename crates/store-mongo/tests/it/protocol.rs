@@ -98,7 +98,7 @@ fn step_writes_require_the_step_to_exist() {
 #[test]
 fn claim_and_heartbeat_do_not_bump_revision() {
     check(
-        Transition::claim("tok", NOW, 30_000),
+        Transition::claim(&"tok".into(), NOW, 30_000),
         doc! { "$set": { "claimable_time": d(NOW + 30_000), "claim_token": "tok", "updated_at": d(NOW) } },
         None,
     );
@@ -128,10 +128,9 @@ fn step_transitions() {
         },
         Some(1),
     );
-    let wait = Wait {
-        kind: WaitKind::Signal,
-        signal_type: Some("approved".into()),
-        wait_key: Some("doc:42".into()),
+    let wait = Wait::Signal {
+        signal_type: "approved".into(),
+        wait_key: "doc:42".into(),
         generation: 3,
         step_index: 1,
         poll_time: Some(NOW + 60_000),
@@ -150,14 +149,7 @@ fn step_transitions() {
         },
         Some(1),
     );
-    let timer = Wait {
-        kind: WaitKind::Timer,
-        signal_type: None,
-        wait_key: None,
-        generation: 0,
-        step_index: 0,
-        poll_time: None,
-    };
+    let timer = Wait::Timer { step_index: 0, due: None };
     check(
         Transition::suspend(0, timer, None, 0, NOW),
         doc! {

@@ -3,10 +3,11 @@
 use crate::support::StoreDb;
 use kernel_core::ports::{ClaimSpec, WorkflowStore, WriteOutcome};
 use kernel_core::transition::{Guard, Transition};
+use kernel_core::WorkflowId;
 use testkit::conformance::store::{self as cases, instance, seed, LEASE_MS, T0, TYPE};
 
 fn spec(token: String, now: i64) -> ClaimSpec {
-    ClaimSpec { now, lease_ms: LEASE_MS, token, types: vec![TYPE.to_string()] }
+    ClaimSpec { now, lease_ms: LEASE_MS, token: token.into(), types: vec![TYPE.to_string()] }
 }
 
 /// 50 tasks create the same biz_key: exactly one instance exists (K-3.2).
@@ -24,10 +25,11 @@ async fn fifty_workers_claiming_one_instance_make_one_claim() {
     let Some(StoreDb(db, store)) = StoreDb::new().await else { return };
     seed(&store, instance("wf-1")).await;
     let specs: Vec<ClaimSpec> = (0..50).map(|k| spec(format!("tok-{k:02}"), T0)).collect();
-    let claims = futures::future::join_all(specs.iter().map(|s| store.claim("wf-1", s))).await;
+    let id = WorkflowId::from("wf-1");
+    let claims = futures::future::join_all(specs.iter().map(|s| store.claim(&id, s))).await;
     let winners: Vec<_> = claims.into_iter().filter_map(|c| c.expect("claim")).collect();
     assert_eq!(winners.len(), 1, "exactly one claim");
-    let stored = store.get("wf-1").await.unwrap().unwrap();
+    let stored = store.get(&"wf-1".into()).await.unwrap().unwrap();
     assert_eq!(stored.claim_token, winners[0].claim_token);
     assert_eq!(stored.revision, instance("wf-1").revision, "claim does not bump revision");
     db.drop_db().await;
@@ -44,9 +46,10 @@ async fn stale_claim_token_after_reclaim_is_missed() {
     let stale = Guard::Running { token: "old".into() };
     let current = Guard::Running { token: "new".into() };
     let t = Transition::complete_step(0, "fetch", serde_json::json!({"rows": 1}), 5, now, false);
+    let id = WorkflowId::from("wf-1");
     let (stale_outcomes, current_outcome) = futures::join!(
-        futures::future::join_all((0..10).map(|_| store.apply("wf-1", &stale, &t))),
-        store.apply("wf-1", &current, &t),
+        futures::future::join_all((0..10).map(|_| store.apply(&id, &stale, &t))),
+        store.apply(&id, &current, &t),
     );
     assert!(stale.is_token_guard());
     assert!(stale_outcomes.into_iter().all(|o| o.expect("apply") == WriteOutcome::Missed));
@@ -70,7 +73,8 @@ async fn signal_and_poll_race_on_one_wait_has_one_winner() {
         Transition::timer_activation(1, kernel_core::model::ResumeKind::Poll, T0),
     );
     let (sig, activation) = (Guard::SignalWait(id), Transition::signal_activation(1, "sig-1", T0));
-    let (a, b) = futures::join!(store.apply("wf-1", &due, &poll), store.apply("wf-1", &sig, &activation));
+    let id = WorkflowId::from("wf-1");
+    let (a, b) = futures::join!(store.apply(&id, &due, &poll), store.apply(&id, &sig, &activation));
     assert_eq!(u8::from(a.unwrap().applied()) + u8::from(b.unwrap().applied()), 1);
     db.drop_db().await;
 }

@@ -10,6 +10,7 @@ use crate::memory::InMemoryInbox;
 use kernel_core::model::Millis;
 use kernel_core::ports::*;
 use kernel_core::Error;
+use kernel_core::WorkflowId;
 use std::sync::Arc;
 
 /// An inbox under test plus whatever must be cleaned up after the case.
@@ -43,7 +44,7 @@ const T0: Millis = super::store::T0;
 pub fn record(signal_id: &str, created_at: Millis) -> SignalRecord {
     SignalRecord {
         signal_id: signal_id.to_string(),
-        workflow_id: "wf-1".to_string(),
+        workflow_id: WorkflowId::from("wf-1".to_string()),
         signal_type: "approved".to_string(),
         wait_key: "doc:42".to_string(),
         generation: 1,
@@ -89,17 +90,17 @@ pub async fn concurrent_duplicate_inserts_one_winner(inbox: &DynInbox) {
 
 /// `find_pending` matches the wait identity exactly and returns the oldest pending record.
 pub async fn find_pending_matches_exact_identity(inbox: &DynInbox) {
-    assert_eq!(inbox.find_pending("wf-1", "approved", "doc:42", 1).await.unwrap(), None, "empty");
+    assert_eq!(inbox.find_pending(&"wf-1".into(), "approved", "doc:42", 1).await.unwrap(), None, "empty");
     let older = insert_new(inbox, record("sig-b", T0)).await;
     insert_new(inbox, record("sig-a", T0 + 10)).await;
     let mut other_wf = record("sig-c", T0 - 10);
     other_wf.workflow_id = "wf-2".into();
     insert_new(inbox, other_wf).await;
-    assert_eq!(inbox.find_pending("wf-1", "approved", "doc:42", 1).await.unwrap(), Some(older));
-    assert_eq!(inbox.find_pending("wf-1", "approved", "doc:42", 2).await.unwrap(), None, "stale generation");
-    assert_eq!(inbox.find_pending("wf-1", "approved", "doc:43", 1).await.unwrap(), None, "other key");
-    assert_eq!(inbox.find_pending("wf-1", "rejected", "doc:42", 1).await.unwrap(), None, "other type");
-    assert_eq!(inbox.find_pending("wf-3", "approved", "doc:42", 1).await.unwrap(), None, "other workflow");
+    assert_eq!(inbox.find_pending(&"wf-1".into(), "approved", "doc:42", 1).await.unwrap(), Some(older));
+    assert_eq!(inbox.find_pending(&"wf-1".into(), "approved", "doc:42", 2).await.unwrap(), None, "stale generation");
+    assert_eq!(inbox.find_pending(&"wf-1".into(), "approved", "doc:43", 1).await.unwrap(), None, "other key");
+    assert_eq!(inbox.find_pending(&"wf-1".into(), "rejected", "doc:42", 1).await.unwrap(), None, "other type");
+    assert_eq!(inbox.find_pending(&"wf-3".into(), "approved", "doc:42", 1).await.unwrap(), None, "other workflow");
 }
 
 /// `mark_matched`: pending → matched once with `match_time`; then a no-op; matched records
@@ -111,7 +112,7 @@ pub async fn mark_matched_once(inbox: &DynInbox) {
     assert_eq!(inbox.get("sig-1").await.unwrap(), Some(expected.clone()));
     assert!(!inbox.mark_matched("sig-1", T0 + 8).await.unwrap(), "miss: already matched");
     assert_eq!(inbox.get("sig-1").await.unwrap(), Some(expected), "match_time kept");
-    assert_eq!(inbox.find_pending("wf-1", "approved", "doc:42", 1).await.unwrap(), None);
+    assert_eq!(inbox.find_pending(&"wf-1".into(), "approved", "doc:42", 1).await.unwrap(), None);
     assert!(!inbox.mark_matched("sig-unknown", T0).await.unwrap(), "miss: unknown id");
     assert_eq!(inbox.get("sig-unknown").await.unwrap(), None, "no upsert");
 }
@@ -163,7 +164,7 @@ async fn refused_insert_writes_nothing(inbox: &DynInbox, bad: SignalRecord, fiel
 pub async fn k2_0_bad_wait_key_is_refused(inbox: &DynInbox) {
     refused_insert_writes_nothing(inbox, SignalRecord { wait_key: "doc\0".into(), ..record("sig-1", T0) }, "wait_key")
         .await;
-    super::store::assert_invalid_field(inbox.find_pending("wf-1", "approved", "doc\0", 1).await, "wait_key");
+    super::store::assert_invalid_field(inbox.find_pending(&"wf-1".into(), "approved", "doc\0", 1).await, "wait_key");
 }
 
 /// K-2.0: a signal carries no payload, so its oversize input is an identifier over 256

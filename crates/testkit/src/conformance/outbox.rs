@@ -4,6 +4,7 @@
 use crate::memory::{InMemoryCandidates, InMemoryOutbox};
 use kernel_core::model::{Millis, Priority};
 use kernel_core::ports::*;
+use kernel_core::{FencingToken, ObjectId};
 use serde_json::json;
 use std::sync::Arc;
 
@@ -64,7 +65,7 @@ pub fn intent(f: &str, due: Millis) -> DispatchIntent {
     DispatchIntent::pending(
         "order",
         "order:obj-1",
-        f,
+        &FencingToken::from(f),
         json!({ "object_id": "obj-1", "fencing_token": f, "caps": { "stream": true } }),
         Priority::P1,
         due,
@@ -72,9 +73,9 @@ pub fn intent(f: &str, due: Millis) -> DispatchIntent {
 }
 
 async fn accepted(o: &DynOutbox) -> DispatchRecord {
-    let out = o.accept("obj-1", json!({ "title": "note", "n": 3 }), "initial", intent("f1", T0)).await.unwrap();
+    let out = o.accept(&"obj-1".into(), json!({ "title": "note", "n": 3 }), "initial", intent("f1", T0)).await.unwrap();
     assert_eq!(out, AcceptOutcome::Accepted);
-    o.get("obj-1").await.unwrap().expect("stored")
+    o.get(&"obj-1".into()).await.unwrap().expect("stored")
 }
 
 fn dispatch(r: &Option<DispatchRecord>) -> DispatchIntent {
@@ -88,68 +89,71 @@ pub async fn accept_once(o: &DynOutbox) {
     assert_eq!(rec.business_status.as_deref(), Some("initial"));
     assert_eq!(rec.fields["title"], json!("note"));
     assert_eq!(rec.dispatch, Some(intent("f1", T0)));
-    let again = o.accept("obj-1", json!({ "title": "other" }), "initial", intent("f9", T0)).await.unwrap();
+    let again = o.accept(&"obj-1".into(), json!({ "title": "other" }), "initial", intent("f9", T0)).await.unwrap();
     assert_eq!(again, AcceptOutcome::Exists);
-    assert_eq!(o.get("obj-1").await.unwrap().unwrap(), rec);
-    assert!(o.get("obj-missing").await.unwrap().is_none());
+    assert_eq!(o.get(&"obj-1".into()).await.unwrap().unwrap(), rec);
+    assert!(o.get(&"obj-missing".into()).await.unwrap().is_none());
 }
 
 /// K-11.2: confirm hits `(f, pending)` only.
 pub async fn confirm_dispatched_guard(o: &DynOutbox) {
     accepted(o).await;
-    assert!(!o.confirm_dispatched("obj-1", "f0").await.unwrap(), "wrong round");
-    assert!(o.confirm_dispatched("obj-1", "f1").await.unwrap());
-    assert_eq!(dispatch(&o.get("obj-1").await.unwrap()).status, DispatchStatus::Dispatched);
-    assert!(!o.confirm_dispatched("obj-1", "f1").await.unwrap(), "not pending any more");
-    assert!(!o.confirm_dispatched("obj-missing", "f1").await.unwrap());
+    assert!(!o.confirm_dispatched(&"obj-1".into(), &"f0".into()).await.unwrap(), "wrong round");
+    assert!(o.confirm_dispatched(&"obj-1".into(), &"f1".into()).await.unwrap());
+    assert_eq!(dispatch(&o.get(&"obj-1".into()).await.unwrap()).status, DispatchStatus::Dispatched);
+    assert!(!o.confirm_dispatched(&"obj-1".into(), &"f1".into()).await.unwrap(), "not pending any more");
+    assert!(!o.confirm_dispatched(&"obj-missing".into(), &"f1".into()).await.unwrap());
 }
 
 /// Defer hits `(f, pending)` only and moves the attempt time.
 pub async fn defer_pending_guard(o: &DynOutbox) {
     accepted(o).await;
-    assert!(!o.defer_pending("obj-1", "f0", T0 + 5).await.unwrap());
-    assert!(o.defer_pending("obj-1", "f1", T0 + 5).await.unwrap());
-    assert_eq!(dispatch(&o.get("obj-1").await.unwrap()).next_attempt_time, T0 + 5);
+    assert!(!o.defer_pending(&"obj-1".into(), &"f0".into(), T0 + 5).await.unwrap());
+    assert!(o.defer_pending(&"obj-1".into(), &"f1".into(), T0 + 5).await.unwrap());
+    assert_eq!(dispatch(&o.get(&"obj-1".into()).await.unwrap()).next_attempt_time, T0 + 5);
 }
 
 /// K-11.3: the lease is taken on due pending or expired processing intents only.
 pub async fn try_lease_guard(o: &DynOutbox) {
     accepted(o).await;
-    assert!(o.try_lease("obj-1", T0 - 1, "d1", T0 + 100).await.unwrap().is_none(), "not due yet");
-    let rec = o.try_lease("obj-1", T0, "d1", T0 + 100).await.unwrap();
+    assert!(o.try_lease(&"obj-1".into(), T0 - 1, &"d1".into(), T0 + 100).await.unwrap().is_none(), "not due yet");
+    let rec = o.try_lease(&"obj-1".into(), T0, &"d1".into(), T0 + 100).await.unwrap();
     let d = dispatch(&rec);
     assert_eq!(
         (d.status, d.lease_token.as_deref(), d.lease_until),
         (DispatchStatus::Processing, Some("d1"), Some(T0 + 100))
     );
-    assert!(o.try_lease("obj-1", T0 + 100, "d2", T0 + 200).await.unwrap().is_none(), "held until expiry");
-    let rec = o.try_lease("obj-1", T0 + 101, "d2", T0 + 300).await.unwrap();
+    assert!(
+        o.try_lease(&"obj-1".into(), T0 + 100, &"d2".into(), T0 + 200).await.unwrap().is_none(),
+        "held until expiry"
+    );
+    let rec = o.try_lease(&"obj-1".into(), T0 + 101, &"d2".into(), T0 + 300).await.unwrap();
     assert_eq!(dispatch(&rec).lease_token.as_deref(), Some("d2"), "expired lease taken over");
-    assert!(o.try_lease("obj-missing", T0, "d3", T0 + 1).await.unwrap().is_none());
+    assert!(o.try_lease(&"obj-missing".into(), T0, &"d3".into(), T0 + 1).await.unwrap().is_none());
 }
 
 /// Renew, confirm and revert hit `(f, processing, d)` only; a late holder changes nothing.
 pub async fn lease_holder_writes_guard(o: &DynOutbox) {
     accepted(o).await;
-    o.try_lease("obj-1", T0, "d1", T0 + 100).await.unwrap().expect("leased");
-    o.try_lease("obj-1", T0 + 101, "d2", T0 + 300).await.unwrap().expect("taken over");
-    let before = o.get("obj-1").await.unwrap();
-    assert!(!o.renew_lease("obj-1", "f1", "d1", T0 + 999).await.unwrap());
-    assert!(!o.confirm_leased("obj-1", "f1", "d1").await.unwrap());
-    assert!(!o.revert_leased("obj-1", "f1", "d1", T0 + 999).await.unwrap());
-    assert!(!o.renew_lease("obj-1", "f0", "d2", T0 + 999).await.unwrap(), "wrong round");
-    assert_eq!(o.get("obj-1").await.unwrap(), before, "nothing changed");
-    assert!(o.renew_lease("obj-1", "f1", "d2", T0 + 400).await.unwrap());
-    assert_eq!(dispatch(&o.get("obj-1").await.unwrap()).lease_until, Some(T0 + 400));
-    assert!(o.revert_leased("obj-1", "f1", "d2", T0 + 500).await.unwrap());
-    let d = dispatch(&o.get("obj-1").await.unwrap());
+    o.try_lease(&"obj-1".into(), T0, &"d1".into(), T0 + 100).await.unwrap().expect("leased");
+    o.try_lease(&"obj-1".into(), T0 + 101, &"d2".into(), T0 + 300).await.unwrap().expect("taken over");
+    let before = o.get(&"obj-1".into()).await.unwrap();
+    assert!(!o.renew_lease(&"obj-1".into(), &"f1".into(), &"d1".into(), T0 + 999).await.unwrap());
+    assert!(!o.confirm_leased(&"obj-1".into(), &"f1".into(), &"d1".into()).await.unwrap());
+    assert!(!o.revert_leased(&"obj-1".into(), &"f1".into(), &"d1".into(), T0 + 999).await.unwrap());
+    assert!(!o.renew_lease(&"obj-1".into(), &"f0".into(), &"d2".into(), T0 + 999).await.unwrap(), "wrong round");
+    assert_eq!(o.get(&"obj-1".into()).await.unwrap(), before, "nothing changed");
+    assert!(o.renew_lease(&"obj-1".into(), &"f1".into(), &"d2".into(), T0 + 400).await.unwrap());
+    assert_eq!(dispatch(&o.get(&"obj-1".into()).await.unwrap()).lease_until, Some(T0 + 400));
+    assert!(o.revert_leased(&"obj-1".into(), &"f1".into(), &"d2".into(), T0 + 500).await.unwrap());
+    let d = dispatch(&o.get(&"obj-1".into()).await.unwrap());
     assert_eq!(
         (d.status, d.lease_token, d.lease_until, d.next_attempt_time),
         (DispatchStatus::Pending, None, None, T0 + 500)
     );
-    o.try_lease("obj-1", T0 + 500, "d3", T0 + 600).await.unwrap().expect("leased again");
-    assert!(o.confirm_leased("obj-1", "f1", "d3").await.unwrap());
-    let d = dispatch(&o.get("obj-1").await.unwrap());
+    o.try_lease(&"obj-1".into(), T0 + 500, &"d3".into(), T0 + 600).await.unwrap().expect("leased again");
+    assert!(o.confirm_leased(&"obj-1".into(), &"f1".into(), &"d3".into()).await.unwrap());
+    let d = dispatch(&o.get(&"obj-1".into()).await.unwrap());
     assert_eq!((d.status, d.lease_token, d.lease_until), (DispatchStatus::Dispatched, None, None));
 }
 
@@ -158,15 +162,16 @@ pub async fn scan_due_pages(o: &DynOutbox) {
     for i in 0..5 {
         let mut it = intent("f1", T0 + i);
         it.biz_key = format!("order:obj-{i}");
-        o.accept(&format!("obj-{i}"), json!({}), "initial", it).await.unwrap();
+        o.accept(&ObjectId::from(format!("obj-{i}")), json!({}), "initial", it).await.unwrap();
     }
-    o.confirm_dispatched("obj-0", "f1").await.unwrap();
-    o.try_lease("obj-1", T0 + 1, "d", T0 + 2).await.unwrap().expect("leased");
-    let due: Vec<String> = o.scan_due(T0 + 2, None, 10).await.unwrap().into_iter().map(|(id, _)| id).collect();
+    o.confirm_dispatched(&"obj-0".into(), &"f1".into()).await.unwrap();
+    o.try_lease(&"obj-1".into(), T0 + 1, &"d".into(), T0 + 2).await.unwrap().expect("leased");
+    let due: Vec<ObjectId> = o.scan_due(T0 + 2, None, 10).await.unwrap().into_iter().map(|(id, _)| id).collect();
     assert_eq!(due, vec!["obj-2"], "obj-1's lease has not expired, obj-3/4 not due");
-    let due: Vec<String> = o.scan_due(T0 + 10, None, 2).await.unwrap().into_iter().map(|(id, _)| id).collect();
+    let due: Vec<ObjectId> = o.scan_due(T0 + 10, None, 2).await.unwrap().into_iter().map(|(id, _)| id).collect();
     assert_eq!(due, vec!["obj-1", "obj-2"]);
-    let due: Vec<String> = o.scan_due(T0 + 10, Some("obj-2"), 2).await.unwrap().into_iter().map(|(id, _)| id).collect();
+    let due: Vec<ObjectId> =
+        o.scan_due(T0 + 10, Some(&"obj-2".into()), 2).await.unwrap().into_iter().map(|(id, _)| id).collect();
     assert_eq!(due, vec!["obj-3", "obj-4"]);
 }
 
@@ -174,49 +179,64 @@ pub async fn scan_due_pages(o: &DynOutbox) {
 pub async fn retry_failed_guard(o: &DynOutbox) {
     accepted(o).await;
     let next = intent("f2", T0 + 7);
-    assert!(!o.retry_failed("obj-1", "f1", next.clone(), "initial").await.unwrap(), "not failed");
-    assert!(o.fenced_update("obj-1", "f1", json!({ "previous_error": "declined" }), Some("failed")).await.unwrap());
-    assert!(!o.retry_failed("obj-1", "f0", next.clone(), "initial").await.unwrap(), "wrong previous round");
-    assert!(o.retry_failed("obj-1", "f1", next.clone(), "initial").await.unwrap());
-    let rec = o.get("obj-1").await.unwrap().unwrap();
+    assert!(!o.retry_failed(&"obj-1".into(), &"f1".into(), next.clone(), "initial").await.unwrap(), "not failed");
+    assert!(o
+        .fenced_update(&"obj-1".into(), &"f1".into(), json!({ "previous_error": "declined" }), Some("failed"))
+        .await
+        .unwrap());
+    assert!(
+        !o.retry_failed(&"obj-1".into(), &"f0".into(), next.clone(), "initial").await.unwrap(),
+        "wrong previous round"
+    );
+    assert!(o.retry_failed(&"obj-1".into(), &"f1".into(), next.clone(), "initial").await.unwrap());
+    let rec = o.get(&"obj-1".into()).await.unwrap().unwrap();
     assert_eq!(rec.business_status.as_deref(), Some("initial"));
     assert_eq!(rec.dispatch, Some(next.clone()));
     assert!(rec.fields.get("previous_error").is_none(), "previous error cleared");
-    assert!(!o.retry_failed("obj-1", "f1", intent("f3", T0), "initial").await.unwrap(), "the loser installs nothing");
-    assert_eq!(o.get("obj-1").await.unwrap().unwrap().dispatch, Some(next));
+    assert!(
+        !o.retry_failed(&"obj-1".into(), &"f1".into(), intent("f3", T0), "initial").await.unwrap(),
+        "the loser installs nothing"
+    );
+    assert_eq!(o.get(&"obj-1".into()).await.unwrap().unwrap().dispatch, Some(next));
 }
 
 /// K-11.5: business writes are fenced by the round and cannot touch the intent.
 pub async fn fenced_update_guard(o: &DynOutbox) {
     accepted(o).await;
-    assert!(o.fenced_update("obj-1", "f1", json!({ "result": "r1", "meta.lang": "en" }), Some("done")).await.unwrap());
-    let rec = o.get("obj-1").await.unwrap().unwrap();
+    assert!(o
+        .fenced_update(&"obj-1".into(), &"f1".into(), json!({ "result": "r1", "meta.lang": "en" }), Some("done"))
+        .await
+        .unwrap());
+    let rec = o.get(&"obj-1".into()).await.unwrap().unwrap();
     assert_eq!(rec.business_status.as_deref(), Some("done"));
     assert_eq!(rec.fields["result"], json!("r1"));
     assert_eq!(rec.fields["meta"], json!({ "lang": "en" }), "dotted paths nest");
-    assert!(!o.fenced_update("obj-1", "f0", json!({ "result": "late" }), None).await.unwrap(), "old round");
-    assert_eq!(o.get("obj-1").await.unwrap().unwrap().fields["result"], json!("r1"));
-    assert!(!o.fenced_update("obj-missing", "f1", json!({ "result": "x" }), None).await.unwrap());
+    assert!(
+        !o.fenced_update(&"obj-1".into(), &"f0".into(), json!({ "result": "late" }), None).await.unwrap(),
+        "old round"
+    );
+    assert_eq!(o.get(&"obj-1".into()).await.unwrap().unwrap().fields["result"], json!("r1"));
+    assert!(!o.fenced_update(&"obj-missing".into(), &"f1".into(), json!({ "result": "x" }), None).await.unwrap());
     for bad in [
         json!({ "workflow_dispatch": {} }),
         json!({ "workflow_dispatch.status": "dispatched" }),
         json!({ "$set": 1 }),
         json!({ "a..b": 1 }),
     ] {
-        assert!(o.fenced_update("obj-1", "f1", bad, None).await.is_err());
+        assert!(o.fenced_update(&"obj-1".into(), &"f1".into(), bad, None).await.is_err());
     }
-    assert_eq!(o.get("obj-1").await.unwrap().unwrap().dispatch, Some(intent("f1", T0)), "intent untouched");
+    assert_eq!(o.get(&"obj-1".into()).await.unwrap().unwrap().dispatch, Some(intent("f1", T0)), "intent untouched");
 }
 
 /// User values are data: an operator-shaped value is stored as is.
 pub async fn operator_shaped_values_are_data(o: &DynOutbox) {
     let mut it = intent("f1", T0);
     it.input = Some(json!({ "object_id": "obj-1", "fencing_token": "f1", "q": { "$ne": null } }));
-    o.accept("obj-1", json!({ "filter": { "$gt": 1 } }), "initial", it.clone()).await.unwrap();
-    let rec = o.get("obj-1").await.unwrap().unwrap();
+    o.accept(&"obj-1".into(), json!({ "filter": { "$gt": 1 } }), "initial", it.clone()).await.unwrap();
+    let rec = o.get(&"obj-1".into()).await.unwrap().unwrap();
     assert_eq!(rec.fields["filter"], json!({ "$gt": 1 }));
     assert_eq!(rec.dispatch, Some(it));
-    assert!(!o.confirm_dispatched("obj-1", "{\"$ne\":null}").await.unwrap());
+    assert!(!o.confirm_dispatched(&"obj-1".into(), &FencingToken::from("{\"$ne\":null}")).await.unwrap());
 }
 
 /// The scan mutex: free, held, re-entrant for its holder, taken after expiry.
@@ -236,11 +256,14 @@ pub async fn scan_lock(o: &DynOutbox) {
 /// accepted `obj-2`; then read back: `obj-1` does not exist and `obj-2` is untouched.
 async fn refused_accept_writes_nothing(o: &DynOutbox, fields: serde_json::Value, intent: DispatchIntent, field: &str) {
     let good = json!({ "title": "kept" });
-    assert_eq!(o.accept("obj-2", good, "initial", self::intent("f1", T0)).await.unwrap(), AcceptOutcome::Accepted);
-    let before = o.get("obj-2").await.unwrap();
-    crate::conformance::store::assert_invalid_field(o.accept("obj-1", fields, "initial", intent).await, field);
-    assert_eq!(o.get("obj-1").await.unwrap(), None, "nothing written");
-    assert_eq!(o.get("obj-2").await.unwrap(), before, "other objects untouched");
+    assert_eq!(
+        o.accept(&"obj-2".into(), good, "initial", self::intent("f1", T0)).await.unwrap(),
+        AcceptOutcome::Accepted
+    );
+    let before = o.get(&"obj-2".into()).await.unwrap();
+    crate::conformance::store::assert_invalid_field(o.accept(&"obj-1".into(), fields, "initial", intent).await, field);
+    assert_eq!(o.get(&"obj-1".into()).await.unwrap(), None, "nothing written");
+    assert_eq!(o.get(&"obj-2".into()).await.unwrap(), before, "other objects untouched");
 }
 
 /// K-2.0: an intent's biz key (the workflow's wait identity on the business side) with NUL
@@ -257,23 +280,23 @@ pub async fn k2_0_oversize_payload_is_refused(o: &DynOutbox) {
     refused_accept_writes_nothing(o, json!({ "blob": big.clone() }), intent("f1", T0), "fields").await;
     let bad = DispatchIntent { input: Some(big), ..intent("f1", T0) };
     crate::conformance::store::assert_invalid_field(
-        o.accept("obj-3", json!({}), "initial", bad).await,
+        o.accept(&"obj-3".into(), json!({}), "initial", bad).await,
         "workflow_dispatch.input",
     );
-    assert_eq!(o.get("obj-3").await.unwrap(), None, "nothing written");
+    assert_eq!(o.get(&"obj-3".into()).await.unwrap(), None, "nothing written");
 }
 
 /// K-2.0: a fencing token with a control character is refused by `accept`, and a bad
 /// round or lease token by the conditional writes; nothing is written.
 pub async fn k2_0_bad_fencing_token_is_refused(o: &DynOutbox) {
     refused_accept_writes_nothing(o, json!({ "title": "x" }), intent("f\u{1b}1", T0), "fencing_token").await;
-    let before = o.get("obj-2").await.unwrap();
+    let before = o.get(&"obj-2".into()).await.unwrap();
     let invalid = crate::conformance::store::assert_invalid_field::<bool>;
-    invalid(o.confirm_dispatched("obj-2", "f\0").await, "fencing_token");
-    invalid(o.defer_pending("obj-2", "", T0).await, "fencing_token");
-    invalid(o.revert_leased("obj-2", "f1", "l\0", T0).await, "lease_token");
-    invalid(o.fenced_update("obj-2", "f\n", json!({ "title": "y" }), None).await, "fencing_token");
-    assert_eq!(o.get("obj-2").await.unwrap(), before, "nothing written");
+    invalid(o.confirm_dispatched(&"obj-2".into(), &"f\0".into()).await, "fencing_token");
+    invalid(o.defer_pending(&"obj-2".into(), &"".into(), T0).await, "fencing_token");
+    invalid(o.revert_leased(&"obj-2".into(), &"f1".into(), &"l\0".into(), T0).await, "lease_token");
+    invalid(o.fenced_update(&"obj-2".into(), &"f\n".into(), json!({ "title": "y" }), None).await, "fencing_token");
+    assert_eq!(o.get(&"obj-2".into()).await.unwrap(), before, "nothing written");
 }
 
 /// K-2.0: field names are document keys: a `$` prefix or a `.` is refused; nothing is
@@ -281,18 +304,18 @@ pub async fn k2_0_bad_fencing_token_is_refused(o: &DynOutbox) {
 pub async fn k2_0_bad_field_key_is_refused(o: &DynOutbox) {
     refused_accept_writes_nothing(o, json!({ "$set": { "x": 1 } }), intent("f1", T0), "fields").await;
     crate::conformance::store::assert_invalid_field(
-        o.accept("obj-3", json!({ "a.b": 1 }), "initial", intent("f1", T0)).await,
+        o.accept(&"obj-3".into(), json!({ "a.b": 1 }), "initial", intent("f1", T0)).await,
         "fields",
     );
-    assert_eq!(o.get("obj-3").await.unwrap(), None, "nothing written");
+    assert_eq!(o.get(&"obj-3".into()).await.unwrap(), None, "nothing written");
 }
 
 /// Candidates: due ones pop once, earliest first, bounded.
 pub async fn candidates_pop_once(c: &DynCandidates) {
     for (id, due) in [("c", T0 + 3), ("a", T0 + 1), ("b", T0 + 2), ("later", T0 + 100)] {
-        c.add(id, due).await.unwrap();
+        c.add(&ObjectId::from(id), due).await.unwrap();
     }
-    c.add("a", T0).await.unwrap(); // moved, not duplicated
+    c.add(&"a".into(), T0).await.unwrap(); // moved, not duplicated
     assert_eq!(c.pop_due(T0 + 3, 2).await.unwrap(), vec!["a", "b"]);
     assert_eq!(c.pop_due(T0 + 3, 10).await.unwrap(), vec!["c"]);
     assert!(c.pop_due(T0 + 3, 10).await.unwrap().is_empty());

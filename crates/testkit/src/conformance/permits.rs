@@ -15,6 +15,7 @@ use futures::future::join_all;
 use kernel_core::model::Millis;
 use kernel_core::ports::{DynPermits, PermitDecision, PermitOwner};
 use kernel_core::Error;
+use kernel_core::WorkflowId;
 use std::collections::HashMap;
 
 /// Tries per case before a disturbed run counts as a failure.
@@ -91,7 +92,7 @@ impl<'a> Window<'a> {
 }
 
 fn owner(n: usize) -> PermitOwner {
-    PermitOwner { workflow_id: format!("wf-{n}"), step: "call".into(), claim_token: format!("tok-{n}") }
+    PermitOwner { workflow_id: format!("wf-{n}").into(), step: "call".into(), claim_token: format!("tok-{n}").into() }
 }
 
 async fn acquire(p: &DynPermits, r: &str, o: &PermitOwner) -> PermitDecision {
@@ -412,7 +413,8 @@ pub async fn rejects_invalid_names(p: &DynPermits, _h: &dyn PermitHooks) {
     let bad_owner = PermitOwner { workflow_id: "wf".into(), step: "a.b".into(), claim_token: "t".into() };
     let e = p.acquire("ok", &bad_owner).await.expect_err("bad step accepted");
     assert!(matches!(e, Error::InvalidInput { .. }), "{e:?}");
-    let bad_owner = PermitOwner { workflow_id: String::new(), step: "s".into(), claim_token: "t".into() };
+    let bad_owner =
+        PermitOwner { workflow_id: WorkflowId::from(String::new()), step: "s".into(), claim_token: "t".into() };
     let e = p.acquire("ok", &bad_owner).await.expect_err("empty workflow id accepted");
     assert!(matches!(e, Error::InvalidInput { .. }), "{e:?}");
 }

@@ -17,6 +17,7 @@ use futures::future::join_all;
 use kernel_core::model::{Millis, Priority};
 use kernel_core::ports::{DynQueue, LaneStats};
 use kernel_core::Error;
+use kernel_core::WorkflowId;
 
 /// Base time of every case (ms).
 pub const T0: Millis = 1_700_000_000_000;
@@ -35,7 +36,7 @@ fn lane_of_member(m: &str) -> usize {
 
 async fn fill(q: &DynQueue, lane: usize, count: usize, score: Millis) {
     for n in 0..count {
-        q.enqueue(&member(lane, n), Priority::ALL[lane], score).await.expect("enqueue");
+        q.enqueue(&WorkflowId::from(&member(lane, n)), Priority::ALL[lane], score).await.expect("enqueue");
     }
 }
 
@@ -67,7 +68,7 @@ pub async fn pop_on_empty_queue_is_none(q: &DynQueue) {
 
 /// Only members with `score <= now` are popped; a popped member is gone.
 pub async fn pop_only_when_due(q: &DynQueue) {
-    q.enqueue("wf-a", Priority::P1, T0 + 100).await.unwrap();
+    q.enqueue(&"wf-a".into(), Priority::P1, T0 + 100).await.unwrap();
     assert_eq!(q.pop_due(T0).await.unwrap(), None, "not due yet");
     assert_eq!(q.pop_due(T0 + 99).await.unwrap(), None, "not due yet");
     assert_eq!(q.pop_due(T0 + 100).await.unwrap().as_deref(), Some("wf-a"), "due at its score");
@@ -76,9 +77,9 @@ pub async fn pop_only_when_due(q: &DynQueue) {
 
 /// Within a lane, members leave by score, ties by member bytes.
 pub async fn lane_order_is_score_then_member(q: &DynQueue) {
-    q.enqueue("b", Priority::P2, T0 + 2).await.unwrap();
-    q.enqueue("c", Priority::P2, T0 + 1).await.unwrap();
-    q.enqueue("a", Priority::P2, T0 + 1).await.unwrap();
+    q.enqueue(&"b".into(), Priority::P2, T0 + 2).await.unwrap();
+    q.enqueue(&"c".into(), Priority::P2, T0 + 1).await.unwrap();
+    q.enqueue(&"a".into(), Priority::P2, T0 + 1).await.unwrap();
     let mut got = Vec::new();
     while let Some(m) = q.pop_due(T0 + 10).await.unwrap() {
         got.push(m);
@@ -88,9 +89,9 @@ pub async fn lane_order_is_score_then_member(q: &DynQueue) {
 
 /// A less urgent request leaves a member in its more urgent lane, score untouched.
 pub async fn promote_only_keeps_more_urgent_lane(q: &DynQueue) {
-    q.enqueue("x", Priority::P1, T0).await.unwrap();
-    q.enqueue("x", Priority::P3, T0 - 50).await.unwrap();
-    q.enqueue("x", Priority::P2, T0 - 60).await.unwrap();
+    q.enqueue(&"x".into(), Priority::P1, T0).await.unwrap();
+    q.enqueue(&"x".into(), Priority::P3, T0 - 50).await.unwrap();
+    q.enqueue(&"x".into(), Priority::P2, T0 - 60).await.unwrap();
     assert_eq!(depths(q, T0).await, [0, 1, 0, 0]);
     assert_eq!(q.pop_due(T0 - 1).await.unwrap(), None, "score untouched by the ignored request");
     assert_eq!(q.pop_due(T0).await.unwrap().as_deref(), Some("x"));
@@ -99,8 +100,8 @@ pub async fn promote_only_keeps_more_urgent_lane(q: &DynQueue) {
 
 /// A more urgent request removes the member from the other lane and sets its new score.
 pub async fn promotion_moves_member_and_score(q: &DynQueue) {
-    q.enqueue("x", Priority::P3, T0).await.unwrap();
-    q.enqueue("x", Priority::P0, T0 + 5).await.unwrap();
+    q.enqueue(&"x".into(), Priority::P3, T0).await.unwrap();
+    q.enqueue(&"x".into(), Priority::P0, T0 + 5).await.unwrap();
     assert_eq!(depths(q, T0).await, [1, 0, 0, 0], "never in two lanes");
     assert_eq!(q.pop_due(T0).await.unwrap(), None);
     assert_eq!(q.pop_due(T0 + 5).await.unwrap().as_deref(), Some("x"));
@@ -109,11 +110,11 @@ pub async fn promotion_moves_member_and_score(q: &DynQueue) {
 
 /// Re-enqueue in the member's own lane overwrites its score, later or earlier.
 pub async fn reenqueue_in_own_lane_overwrites_score(q: &DynQueue) {
-    q.enqueue("x", Priority::P2, T0).await.unwrap();
-    q.enqueue("x", Priority::P2, T0 + 500).await.unwrap();
+    q.enqueue(&"x".into(), Priority::P2, T0).await.unwrap();
+    q.enqueue(&"x".into(), Priority::P2, T0 + 500).await.unwrap();
     assert_eq!(depths(q, T0).await, [0, 0, 1, 0]);
     assert_eq!(q.pop_due(T0).await.unwrap(), None, "later score replaced the earlier one");
-    q.enqueue("x", Priority::P2, T0 + 200).await.unwrap();
+    q.enqueue(&"x".into(), Priority::P2, T0 + 200).await.unwrap();
     assert_eq!(q.pop_due(T0 + 199).await.unwrap(), None);
     assert_eq!(q.pop_due(T0 + 200).await.unwrap().as_deref(), Some("x"));
 }
@@ -135,7 +136,7 @@ pub async fn empty_lane_is_skipped(q: &DynQueue) {
         fill(q, lane, 30, T0).await;
     }
     // P0 holds only a delayed member: present but not due.
-    q.enqueue("p0-late", Priority::P0, T0 + 1_000).await.unwrap();
+    q.enqueue(&"p0-late".into(), Priority::P0, T0 + 1_000).await.unwrap();
     let round = blocks(&[(1, 6), (2, 4), (3, 2)]);
     for r in 0..3 {
         assert_eq!(pop_lanes(q, T0, 12).await, round, "round {r}");
@@ -151,7 +152,7 @@ pub async fn partial_block_is_forfeited(q: &DynQueue) {
     }
     assert_eq!(pop_lanes(q, T0, 15).await, blocks(&[(0, 3), (1, 6), (2, 4), (3, 2)]));
     for n in 100..120 {
-        q.enqueue(&member(0, n), Priority::P0, T0).await.unwrap();
+        q.enqueue(&WorkflowId::from(&member(0, n)), Priority::P0, T0).await.unwrap();
     }
     assert_eq!(pop_lanes(q, T0, 20).await, blocks(&[(0, 8), (1, 6), (2, 4), (3, 2)]));
 }
@@ -175,18 +176,18 @@ pub async fn burst_window_ends_early_when_p0_runs_dry(q: &DynQueue) {
     let t1 = T0 + 10;
     assert_eq!(pop_lanes(q, t1, 3).await, [0, 0, 1], "two burst pops from P0, then P0 ran dry");
     for n in 100..105 {
-        q.enqueue(&member(0, n), Priority::P0, t1).await.unwrap();
+        q.enqueue(&WorkflowId::from(&member(0, n)), Priority::P0, t1).await.unwrap();
     }
     assert_eq!(pop_lanes(q, t1, 10).await, blocks(&[(1, 5), (0, 5)]), "window over: P1 finishes its block first");
 }
 
 /// A pop that takes the last due member is not an empty pop and arms nothing.
 pub async fn emptying_pop_does_not_arm_burst(q: &DynQueue) {
-    q.enqueue(&member(1, 0), Priority::P1, T0).await.unwrap();
+    q.enqueue(&WorkflowId::from(&member(1, 0)), Priority::P1, T0).await.unwrap();
     assert_eq!(pop_lanes(q, T0, 1).await, [1]);
     fill(q, 0, 10, T0).await;
     for n in 1..10 {
-        q.enqueue(&member(1, n), Priority::P1, T0).await.unwrap();
+        q.enqueue(&WorkflowId::from(&member(1, n)), Priority::P1, T0).await.unwrap();
     }
     assert_eq!(pop_lanes(q, T0, 13).await, blocks(&[(1, 5), (0, 8)]), "P1's block continues; no burst");
 }
@@ -196,7 +197,7 @@ pub async fn emptying_pop_does_not_arm_burst(q: &DynQueue) {
 pub async fn delayed_members_do_not_block_burst(q: &DynQueue) {
     fill(q, 0, 3, T0 + 50).await;
     for n in 100..103 {
-        q.enqueue(&member(0, n), Priority::P0, T0 + 5_000).await.unwrap();
+        q.enqueue(&WorkflowId::from(&member(0, n)), Priority::P0, T0 + 5_000).await.unwrap();
     }
     for lane in 1..4 {
         fill(q, lane, 10, T0 + 50).await;
@@ -207,11 +208,11 @@ pub async fn delayed_members_do_not_block_burst(q: &DynQueue) {
 
 /// Depth, ready, delayed and oldest wait per lane.
 pub async fn stats_report_depth_ready_delayed_oldest_wait(q: &DynQueue) {
-    q.enqueue("a", Priority::P0, T0 - 300).await.unwrap();
-    q.enqueue("b", Priority::P0, T0 - 100).await.unwrap();
-    q.enqueue("c", Priority::P0, T0 + 100).await.unwrap();
-    q.enqueue("d", Priority::P2, T0 + 1).await.unwrap();
-    q.enqueue("e", Priority::P3, T0).await.unwrap();
+    q.enqueue(&"a".into(), Priority::P0, T0 - 300).await.unwrap();
+    q.enqueue(&"b".into(), Priority::P0, T0 - 100).await.unwrap();
+    q.enqueue(&"c".into(), Priority::P0, T0 + 100).await.unwrap();
+    q.enqueue(&"d".into(), Priority::P2, T0 + 1).await.unwrap();
+    q.enqueue(&"e".into(), Priority::P3, T0).await.unwrap();
     let s = q.stats(T0).await.unwrap();
     assert_eq!(s[0], LaneStats { depth: 3, ready: 2, delayed: 1, oldest_wait_ms: 300 });
     assert_eq!(s[1], LaneStats::default());
@@ -225,12 +226,12 @@ pub async fn stats_report_depth_ready_delayed_oldest_wait(q: &DynQueue) {
 pub async fn rejects_invalid_ids(q: &DynQueue) {
     let long = "x".repeat(257);
     for bad in ["", "a\0b", "line\nbreak", long.as_str()] {
-        let e = q.enqueue(bad, Priority::P1, T0).await.expect_err("invalid id accepted");
+        let e = q.enqueue(&WorkflowId::from(bad), Priority::P1, T0).await.expect_err("invalid id accepted");
         assert!(matches!(e, Error::InvalidInput { .. }), "{bad:?}: {e:?}");
     }
     assert_eq!(depths(q, T0).await, [0; 4]);
-    q.enqueue("$ne", Priority::P1, T0).await.expect("ids are data: `$` is fine");
-    q.enqueue("ünï:cödé/with spaces", Priority::P1, T0).await.expect("unicode id");
+    q.enqueue(&"$ne".into(), Priority::P1, T0).await.expect("ids are data: `$` is fine");
+    q.enqueue(&"ünï:cödé/with spaces".into(), Priority::P1, T0).await.expect("unicode id");
     assert_eq!(depths(q, T0).await, [0, 2, 0, 0]);
 }
 
@@ -247,7 +248,7 @@ pub async fn concurrent_enqueues_are_promote_only(q: &DynQueue) {
             for i in 0..IDS {
                 let i = (i + t * 7 + round * 13) % IDS;
                 if i % 8 <= t {
-                    q.enqueue(&format!("c-{i:03}"), Priority::ALL[t % 4], T0).await.expect("enqueue");
+                    q.enqueue(&WorkflowId::from(format!("c-{i:03}")), Priority::ALL[t % 4], T0).await.expect("enqueue");
                 }
             }
         }

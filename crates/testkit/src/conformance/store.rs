@@ -28,6 +28,7 @@ use kernel_core::model::*;
 use kernel_core::ports::*;
 use kernel_core::transition::{Guard, Transition};
 use kernel_core::Error;
+use kernel_core::WorkflowId;
 use serde_json::json;
 use std::sync::Arc;
 
@@ -71,7 +72,7 @@ pub const STEPS: [&str; 3] = ["fetch", "compose", "publish"];
 /// A fresh instance: three pending steps, claimable at [`T0`], priority P2, revision 5.
 pub fn instance(workflow_id: &str) -> WorkflowInstance {
     WorkflowInstance {
-        workflow_id: workflow_id.to_string(),
+        workflow_id: workflow_id.to_string().into(),
         workflow_type: TYPE.to_string(),
         biz_key: format!("biz:{workflow_id}"),
         status: WorkflowStatus::Running,
@@ -96,7 +97,7 @@ pub fn instance(workflow_id: &str) -> WorkflowInstance {
 /// An instance claimed by `token`: step 0 completed with output, step 1 running (attempt 1).
 pub fn claimed(workflow_id: &str, token: &str) -> WorkflowInstance {
     let mut i = instance(workflow_id);
-    i.claim_token = Some(token.to_string());
+    i.claim_token = Some(token.to_string().into());
     i.claimable_time = Some(T0 + LEASE_MS);
     i.steps[0].status = StepStatus::Completed;
     i.steps[0].attempt = 1;
@@ -120,13 +121,15 @@ pub fn waiting(workflow_id: &str, signal: Option<u64>, poll_time: Option<Millis>
     i.steps[1].status = StepStatus::Waiting;
     i.steps[1].attempt = 0;
     i.claimable_time = poll_time;
-    i.wait = Some(Wait {
-        kind: if signal.is_some() { WaitKind::Signal } else { WaitKind::Timer },
-        signal_type: signal.map(|_| "approved".to_string()),
-        wait_key: signal.map(|_| "doc:42".to_string()),
-        generation: signal.unwrap_or(0),
-        step_index: 1,
-        poll_time,
+    i.wait = Some(match signal {
+        Some(generation) => Wait::Signal {
+            signal_type: "approved".into(),
+            wait_key: "doc:42".into(),
+            generation,
+            step_index: 1,
+            poll_time,
+        },
+        None => Wait::Timer { step_index: 1, due: poll_time },
     });
     i
 }
@@ -143,10 +146,10 @@ pub async fn seed(store: &DynStore, inst: WorkflowInstance) -> WorkflowInstance 
 /// Apply one guarded write and check it against the reference semantics (see module docs).
 /// Returns the stored instance afterwards.
 pub async fn check_write(store: &DynStore, id: &str, guard: &Guard, t: &Transition, hit: bool) -> WorkflowInstance {
-    let prior = store.get(id).await.expect("get before").expect("instance exists");
+    let prior = store.get(&WorkflowId::from(id)).await.expect("get before").expect("instance exists");
     assert_eq!(guard.matches(&prior), hit, "reference guard {guard:?} on {id}: expected hit = {hit}");
-    let outcome = store.apply(id, guard, t).await.expect("apply");
-    let after = store.get(id).await.expect("get after").expect("instance still exists");
+    let outcome = store.apply(&WorkflowId::from(id), guard, t).await.expect("apply");
+    let after = store.get(&WorkflowId::from(id)).await.expect("get after").expect("instance still exists");
     if hit {
         let mut expected = prior.clone();
         t.apply_to(&mut expected);
@@ -162,15 +165,15 @@ pub async fn check_write(store: &DynStore, id: &str, guard: &Guard, t: &Transiti
 }
 
 fn running(token: &str) -> Guard {
-    Guard::Running { token: token.to_string() }
+    Guard::Running { token: token.to_string().into() }
 }
 
 fn failing(token: &str) -> Guard {
-    Guard::Failing { token: token.to_string() }
+    Guard::Failing { token: token.to_string().into() }
 }
 
 fn spec(token: &str, now: Millis) -> ClaimSpec {
-    ClaimSpec { now, lease_ms: LEASE_MS, token: token.to_string(), types: vec![TYPE.to_string()] }
+    ClaimSpec { now, lease_ms: LEASE_MS, token: token.to_string().into(), types: vec![TYPE.to_string()] }
 }
 
 fn err(class: ErrorClass) -> StepError {
@@ -205,8 +208,8 @@ where
     let a = seed(store, claimed("wf-1", "a")).await;
     let b = seed(store, instance("wf-2")).await;
     refused(store).await;
-    assert_eq!(store.get("wf-1").await.unwrap(), Some(a), "nothing written to wf-1");
-    assert_eq!(store.get("wf-2").await.unwrap(), Some(b), "nothing written to wf-2");
+    assert_eq!(store.get(&"wf-1".into()).await.unwrap(), Some(a), "nothing written to wf-1");
+    assert_eq!(store.get(&"wf-2".into()).await.unwrap(), Some(b), "nothing written to wf-2");
     assert_eq!(store.get_by_biz_key("biz:wf-bad").await.unwrap(), None, "nothing created");
 }
 
@@ -218,10 +221,9 @@ fn bad_instance(edit: impl FnOnce(&mut WorkflowInstance)) -> WorkflowInstance {
 }
 
 fn signal_wait(wait_key: &str) -> Wait {
-    Wait {
-        kind: WaitKind::Signal,
-        signal_type: Some("approved".into()),
-        wait_key: Some(wait_key.into()),
+    Wait::Signal {
+        signal_type: "approved".into(),
+        wait_key: wait_key.into(),
         generation: 2,
         step_index: 1,
         poll_time: None,
@@ -233,9 +235,9 @@ fn signal_wait(wait_key: &str) -> Wait {
 /// Create, then read back by id and by biz key.
 pub async fn create_and_read_back(store: &DynStore) {
     let inst = seed(store, instance("wf-1")).await;
-    assert_eq!(store.get("wf-1").await.unwrap(), Some(inst.clone()));
+    assert_eq!(store.get(&"wf-1".into()).await.unwrap(), Some(inst.clone()));
     assert_eq!(store.get_by_biz_key("biz:wf-1").await.unwrap(), Some(inst));
-    assert_eq!(store.get("wf-2").await.unwrap(), None);
+    assert_eq!(store.get(&"wf-2".into()).await.unwrap(), None);
     assert_eq!(store.get_by_biz_key("biz:wf-2").await.unwrap(), None);
 }
 
@@ -248,7 +250,7 @@ pub async fn create_existing_biz_key_returns_stored(store: &DynStore) {
         CreateOutcome::Exists(e) => assert_eq!(e, inst),
         c => panic!("expected Exists, got {c:?}"),
     }
-    assert_eq!(store.get("wf-2").await.unwrap(), None, "the loser wrote nothing");
+    assert_eq!(store.get(&"wf-2".into()).await.unwrap(), None, "the loser wrote nothing");
 }
 
 /// Concurrent creates of one biz key: exactly one `Created`, the rest `Exists` (K-3.2).
@@ -318,7 +320,7 @@ pub async fn create_rejects_invalid_identifiers(store: &DynStore) {
             assert_eq!(store.get_by_biz_key(&biz).await.unwrap(), None, "{what}: nothing written");
         }
     }
-    assert_eq!(store.get("wf-1").await.unwrap(), None, "nothing written");
+    assert_eq!(store.get(&"wf-1".into()).await.unwrap(), None, "nothing written");
     assert_eq!(store.scan_claimable(None, 10).await.unwrap(), vec![]);
 }
 
@@ -330,14 +332,14 @@ pub async fn operator_shaped_values_are_data(store: &DynStore) {
     i.input = json!({"$ne": null, "$where": "sleep(1000)", "a.b": {"$gt": ""}, "$numberLong": "5"});
     seed(store, i.clone()).await;
     seed(store, instance("wf-plain")).await;
-    assert_eq!(store.get(evil).await.unwrap(), Some(i.clone()));
-    assert_eq!(store.get(r#"{"$ne": 1}"#).await.unwrap(), None);
-    let mut t = Transition::claim("tok", T0, LEASE_MS);
+    assert_eq!(store.get(&WorkflowId::from(evil)).await.unwrap(), Some(i.clone()));
+    assert_eq!(store.get(&WorkflowId::from(r#"{"$ne": 1}"#)).await.unwrap(), None);
+    let mut t = Transition::claim(&"tok".into(), T0, LEASE_MS);
     t.outputs.push(("fetch".into(), json!({"$set": {"status": "completed"}, "x.y": 1})));
     t.input = Some(json!({"$in": []}));
     t.bump_revision = true;
     check_write(store, evil, &Guard::Active, &t, true).await;
-    assert_eq!(store.get("wf-plain").await.unwrap(), Some(instance("wf-plain")), "other instances untouched");
+    assert_eq!(store.get(&"wf-plain".into()).await.unwrap(), Some(instance("wf-plain")), "other instances untouched");
 }
 
 // --- claim (K-6.2) -----------------------------------------------------------------------
@@ -347,21 +349,21 @@ pub async fn operator_shaped_values_are_data(store: &DynStore) {
 pub async fn claim_guard(store: &DynStore) {
     seed(store, instance("wf-1")).await;
     seed(store, waiting("wf-w", None, Some(T0 - 10))).await;
-    assert_eq!(store.claim("wf-1", &spec("a", T0 - 1)).await.unwrap(), None, "not due");
+    assert_eq!(store.claim(&"wf-1".into(), &spec("a", T0 - 1)).await.unwrap(), None, "not due");
     let mut other_type = spec("a", T0);
     other_type.types = vec!["other".into()];
-    assert_eq!(store.claim("wf-1", &other_type).await.unwrap(), None, "unregistered type");
-    assert_eq!(store.claim("wf-w", &spec("a", T0)).await.unwrap(), None, "waiting is not claimable");
-    assert_eq!(store.claim("wf-missing", &spec("a", T0)).await.unwrap(), None, "missing");
-    let prior = store.get("wf-1").await.unwrap().unwrap();
-    let got = store.claim("wf-1", &spec("a", T0)).await.unwrap().expect("due instance is claimed");
+    assert_eq!(store.claim(&"wf-1".into(), &other_type).await.unwrap(), None, "unregistered type");
+    assert_eq!(store.claim(&"wf-w".into(), &spec("a", T0)).await.unwrap(), None, "waiting is not claimable");
+    assert_eq!(store.claim(&"wf-missing".into(), &spec("a", T0)).await.unwrap(), None, "missing");
+    let prior = store.get(&"wf-1".into()).await.unwrap().unwrap();
+    let got = store.claim(&"wf-1".into(), &spec("a", T0)).await.unwrap().expect("due instance is claimed");
     let mut expected = prior.clone();
-    Transition::claim("a", T0, LEASE_MS).apply_to(&mut expected);
+    Transition::claim(&"a".into(), T0, LEASE_MS).apply_to(&mut expected);
     assert_eq!(got, expected, "claim returns the document after the update");
     assert_eq!(got.revision, prior.revision, "claim does not bump revision (K-2.2)");
-    assert_eq!(store.get("wf-1").await.unwrap(), Some(expected.clone()));
-    assert_eq!(store.claim("wf-1", &spec("b", T0 + 1)).await.unwrap(), None, "leased");
-    assert_eq!(store.get("wf-1").await.unwrap(), Some(expected));
+    assert_eq!(store.get(&"wf-1".into()).await.unwrap(), Some(expected.clone()));
+    assert_eq!(store.claim(&"wf-1".into(), &spec("b", T0 + 1)).await.unwrap(), None, "leased");
+    assert_eq!(store.get(&"wf-1".into()).await.unwrap(), Some(expected));
 }
 
 /// A failing instance is claimable (the failure finalizer must still run, K-8).
@@ -369,7 +371,7 @@ pub async fn claim_failing_instance(store: &DynStore) {
     let mut i = instance("wf-1");
     i.status = WorkflowStatus::Failing;
     seed(store, i).await;
-    let got = store.claim("wf-1", &spec("a", T0)).await.unwrap().expect("claimed");
+    let got = store.claim(&"wf-1".into(), &spec("a", T0)).await.unwrap().expect("claimed");
     assert_eq!((got.status, got.claim_token.as_deref()), (WorkflowStatus::Failing, Some("a")));
 }
 
@@ -388,9 +390,9 @@ pub async fn claim_any_takes_a_due_instance(store: &DynStore) {
 /// After a re-claim by another worker, a write with the stale token misses (claim lost).
 pub async fn stale_token_after_reclaim_is_missed(store: &DynStore) {
     seed(store, instance("wf-1")).await;
-    store.claim("wf-1", &spec("old", T0)).await.unwrap().expect("first claim");
+    store.claim(&"wf-1".into(), &spec("old", T0)).await.unwrap().expect("first claim");
     // The old worker stalls past its lease; another worker claims.
-    store.claim("wf-1", &spec("new", T0 + LEASE_MS)).await.unwrap().expect("re-claim after expiry");
+    store.claim(&"wf-1".into(), &spec("new", T0 + LEASE_MS)).await.unwrap().expect("re-claim after expiry");
     check_write(store, "wf-1", &running("old"), &Transition::mark_running(0, T0 + LEASE_MS + 1), false).await;
     check_write(
         store,
@@ -443,14 +445,7 @@ pub async fn complete_step_guard(store: &DynStore) {
 /// SuspendClaim on a timer: waiting, attempt rolled back, claimable at the due time.
 pub async fn suspend_timer_guard(store: &DynStore) {
     seed(store, claimed("wf-1", "a")).await;
-    let wait = Wait {
-        kind: WaitKind::Timer,
-        signal_type: None,
-        wait_key: None,
-        generation: 0,
-        step_index: 1,
-        poll_time: Some(T0 + 60_000),
-    };
+    let wait = Wait::Timer { step_index: 1, due: Some(T0 + 60_000) };
     let t = Transition::suspend(1, wait, Some(json!({"cursor": 8})), 40, T0 + 3);
     check_write(store, "wf-1", &running("b"), &t, false).await;
     let after = check_write(store, "wf-1", &running("a"), &t, true).await;
@@ -465,10 +460,9 @@ pub async fn suspend_signal_guard(store: &DynStore) {
     let mut i = claimed("wf-1", "a");
     i.resume = Some(Resume { kind: ResumeKind::Timer, step_index: 1, signal_id: None });
     seed(store, i).await;
-    let wait = Wait {
-        kind: WaitKind::Signal,
-        signal_type: Some("approved".into()),
-        wait_key: Some("doc:42".into()),
+    let wait = Wait::Signal {
+        signal_type: "approved".into(),
+        wait_key: "doc:42".into(),
         generation: 3,
         step_index: 1,
         poll_time: None,
@@ -722,10 +716,11 @@ pub async fn replay_guard(store: &DynStore) {
 pub async fn replay_race_one_winner(store: &DynStore) {
     seed(store, failed_instance("wf-1")).await;
     let t = Transition::replay(json!({"fencing_token": "f2"}), T0 + 22);
-    let outcomes = futures::future::join_all((0..6).map(|_| store.apply("wf-1", &Guard::Failed, &t))).await;
+    let id = WorkflowId::from("wf-1");
+    let outcomes = futures::future::join_all((0..6).map(|_| store.apply(&id, &Guard::Failed, &t))).await;
     let applied = outcomes.into_iter().map(|o| o.expect("apply")).filter(WriteOutcome::applied).count();
     assert_eq!(applied, 1);
-    assert_eq!(store.get("wf-1").await.unwrap().unwrap().retry_count, 2);
+    assert_eq!(store.get(&"wf-1".into()).await.unwrap().unwrap().retry_count, 2);
 }
 
 /// Priority raise under `PriorityBelow` (promote-only): equal, lower and terminal miss.
@@ -773,9 +768,9 @@ pub async fn priority_raise_guard(store: &DynStore) {
 
 /// Any guard on a missing instance misses.
 pub async fn apply_to_missing_instance_is_missed(store: &DynStore) {
-    let r = store.apply("wf-none", &Guard::Active, &Transition::supersede(T0)).await.unwrap();
+    let r = store.apply(&"wf-none".into(), &Guard::Active, &Transition::supersede(T0)).await.unwrap();
     assert_eq!(r, WriteOutcome::Missed);
-    assert_eq!(store.get("wf-none").await.unwrap(), None, "no upsert");
+    assert_eq!(store.get(&"wf-none".into()).await.unwrap(), None, "no upsert");
 }
 
 /// Output names with `$` or `.` and a step index past the end are `InvalidInput`; nothing
@@ -784,10 +779,10 @@ pub async fn apply_rejects_bad_names_and_indices(store: &DynStore) {
     let inst = seed(store, claimed("wf-1", "a")).await;
     for name in ["$where", "a.b", ""] {
         let t = Transition::complete_step(1, name, json!(1), 0, T0, false);
-        assert_invalid(store.apply("wf-1", &running("a"), &t).await, name);
+        assert_invalid(store.apply(&"wf-1".into(), &running("a"), &t).await, name);
     }
-    assert_invalid(store.apply("wf-1", &running("a"), &Transition::mark_running(7, T0)).await, "step index 7");
-    assert_eq!(store.get("wf-1").await.unwrap(), Some(inst), "nothing written");
+    assert_invalid(store.apply(&"wf-1".into(), &running("a"), &Transition::mark_running(7, T0)).await, "step index 7");
+    assert_eq!(store.get(&"wf-1".into()).await.unwrap(), Some(inst), "nothing written");
 }
 
 // --- the shared K-2.0 rule: one case per refused input ----------------------------------
@@ -798,11 +793,11 @@ pub async fn k2_0_bad_wait_key_is_refused(store: &DynStore) {
     refused_writes_nothing(store, |store| {
         Box::pin(async move {
             let t = Transition::suspend(1, signal_wait("doc\0"), None, 0, T0);
-            assert_invalid_field(store.apply("wf-1", &running("a"), &t).await, "wait.wait_key");
+            assert_invalid_field(store.apply(&"wf-1".into(), &running("a"), &t).await, "wait.wait_key");
             let id =
                 WaitIdentity { signal_type: "approved".into(), wait_key: "doc\0".into(), generation: 1, step_index: 1 };
             let t = Transition::signal_activation(1, "sig-1", T0);
-            assert_invalid_field(store.apply("wf-1", &Guard::SignalWait(id), &t).await, "wait_key");
+            assert_invalid_field(store.apply(&"wf-1".into(), &Guard::SignalWait(id), &t).await, "wait_key");
             let i = bad_instance(|i| i.wait = Some(signal_wait("doc\0")));
             assert_invalid_field(store.create(i).await, "wait.wait_key");
         })
@@ -818,12 +813,12 @@ pub async fn k2_0_oversize_payload_is_refused(store: &DynStore) {
         Box::pin(async move {
             let big = oversize_payload();
             let t = Transition::complete_step(1, "compose", big.clone(), 0, T0, false);
-            assert_invalid_field(store.apply("wf-1", &running("a"), &t).await, "output.compose");
+            assert_invalid_field(store.apply(&"wf-1".into(), &running("a"), &t).await, "output.compose");
             let t = Transition::yield_step(1, Some(big.clone()), 0, T0);
-            assert_invalid_field(store.apply("wf-1", &running("a"), &t).await, "steps.1.checkpoint");
+            assert_invalid_field(store.apply(&"wf-1".into(), &running("a"), &t).await, "steps.1.checkpoint");
             let mut t = Transition::failing(T0);
             t.input = Some(big.clone());
-            assert_invalid_field(store.apply("wf-1", &running("a"), &t).await, "input");
+            assert_invalid_field(store.apply(&"wf-1".into(), &running("a"), &t).await, "input");
             assert_invalid_field(store.create(bad_instance(|i| i.input = big.clone())).await, "input");
             let i = bad_instance(|i| i.steps[1].checkpoint = Some(big));
             assert_invalid_field(store.create(i).await, "steps[1].checkpoint");
@@ -838,11 +833,14 @@ pub async fn k2_0_bad_token_is_refused(store: &DynStore) {
     refused_writes_nothing(store, |store| {
         Box::pin(async move {
             let t = Transition::failing(T0);
-            assert_invalid_field(store.apply("wf-1", &running("a\0"), &t).await, "claim_token");
+            assert_invalid_field(store.apply(&"wf-1".into(), &running("a\0"), &t).await, "claim_token");
             let mut t = Transition::heartbeat(T0, LEASE_MS);
             t.claim_token = Some(kernel_core::transition::Patch::Set("b\n".into()));
-            assert_invalid_field(store.apply("wf-1", &Guard::Token { token: "a".into() }, &t).await, "claim_token");
-            assert_invalid_field(store.claim("wf-2", &spec("t\0", T0)).await, "claim_token");
+            assert_invalid_field(
+                store.apply(&"wf-1".into(), &Guard::Token { token: "a".into() }, &t).await,
+                "claim_token",
+            );
+            assert_invalid_field(store.claim(&"wf-2".into(), &spec("t\0", T0)).await, "claim_token");
             assert_invalid_field(store.claim_any(&spec("", T0)).await, "claim_token");
             let i = bad_instance(|i| i.claim_token = Some("t\u{7}".into()));
             assert_invalid_field(store.create(i).await, "claim_token");
@@ -858,7 +856,7 @@ pub async fn k2_0_bad_output_key_is_refused(store: &DynStore) {
         Box::pin(async move {
             for name in ["$set", "a.b"] {
                 let t = Transition::complete_step(1, name, json!(1), 0, T0, false);
-                assert_invalid_field(store.apply("wf-1", &running("a"), &t).await, "output");
+                assert_invalid_field(store.apply(&"wf-1".into(), &running("a"), &t).await, "output");
             }
             let i = bad_instance(|i| _ = i.output.insert("$where".into(), json!(1)));
             assert_invalid_field(store.create(i).await, "output");
@@ -912,12 +910,12 @@ pub async fn scan_claimable_pages(store: &DynStore) {
             Candidate { workflow_id: "wf-3".into(), priority: Priority::P0, claimable_time: T0 },
         ]
     );
-    let page2 = store.scan_claimable(Some("wf-3"), 2).await.unwrap();
+    let page2 = store.scan_claimable(Some(&"wf-3".into()), 2).await.unwrap();
     assert_eq!(
         page2,
         vec![Candidate { workflow_id: "wf-5".into(), priority: Priority::P2, claimable_time: T0 + LEASE_MS }]
     );
-    assert_eq!(store.scan_claimable(Some("wf-5"), 2).await.unwrap(), vec![]);
+    assert_eq!(store.scan_claimable(Some(&"wf-5".into()), 2).await.unwrap(), vec![]);
 }
 
 /// Expands to one `#[tokio::test]` per store conformance case. The argument is a factory

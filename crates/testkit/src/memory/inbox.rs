@@ -1,5 +1,6 @@
 use kernel_core::model::Millis;
 use kernel_core::ports::*;
+use kernel_core::WorkflowId;
 use kernel_core::{validate, Result};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -45,7 +46,7 @@ impl SignalInbox for InMemoryInbox {
 
     async fn find_pending(
         &self,
-        workflow_id: &str,
+        workflow_id: &WorkflowId,
         signal_type: &str,
         wait_key: &str,
         generation: u64,
@@ -57,7 +58,7 @@ impl SignalInbox for InMemoryInbox {
         Ok(r.values()
             .filter(|s| {
                 s.status == SignalStatus::Pending
-                    && s.workflow_id == workflow_id
+                    && s.workflow_id == *workflow_id
                     && s.signal_type == signal_type
                     && s.wait_key == wait_key
                     && s.generation == generation

@@ -1,6 +1,7 @@
 use kernel_core::model::Millis;
 use kernel_core::ports::*;
 use kernel_core::{validate, Error, Result};
+use kernel_core::{FencingToken, LeaseToken, ObjectId};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -38,7 +39,7 @@ impl Default for InMemoryOutbox {
 
 fn record(id: &str, o: &Obj) -> DispatchRecord {
     DispatchRecord {
-        object_id: id.to_string(),
+        object_id: id.to_string().into(),
         business_status: o.status.clone(),
         dispatch: o.dispatch.clone(),
         fields: Value::Object(o.fields.clone()),
@@ -70,7 +71,7 @@ impl InMemoryOutbox {
             .lock()
             .expect("outbox lock")
             .objects
-            .insert(object_id.into(), Obj { fields, status: Some(status.into()), dispatch: Some(intent) });
+            .insert(object_id.to_string(), Obj { fields, status: Some(status.into()), dispatch: Some(intent) });
     }
     fn with<T>(&self, object_id: &str, f: impl FnOnce(&mut Obj) -> T) -> Result<Option<T>> {
         validate::identifier("object_id", object_id)?;
@@ -116,7 +117,7 @@ fn leased(o: &Obj, f: &str, lease: &str) -> bool {
 impl DispatchOutbox for InMemoryOutbox {
     async fn accept(
         &self,
-        object_id: &str,
+        object_id: &ObjectId,
         fields: Value,
         initial_status: &str,
         intent: DispatchIntent,
@@ -126,20 +127,20 @@ impl DispatchOutbox for InMemoryOutbox {
             .validate(validate::STORE_PAYLOAD_BYTES_MAX)?;
         let Value::Object(fields) = fields else { return Err(Error::invalid("fields", "must be a JSON object")) };
         let mut st = self.state.lock().expect("outbox lock");
-        if st.objects.contains_key(object_id) {
+        if st.objects.contains_key(object_id.as_str()) {
             return Ok(AcceptOutcome::Exists);
         }
         st.objects
-            .insert(object_id.into(), Obj { fields, status: Some(initial_status.into()), dispatch: Some(intent) });
+            .insert(object_id.to_string(), Obj { fields, status: Some(initial_status.into()), dispatch: Some(intent) });
         Ok(AcceptOutcome::Accepted)
     }
 
-    async fn get(&self, object_id: &str) -> Result<Option<DispatchRecord>> {
+    async fn get(&self, object_id: &ObjectId) -> Result<Option<DispatchRecord>> {
         validate::identifier("object_id", object_id)?;
-        Ok(self.state.lock().expect("outbox lock").objects.get(object_id).map(|o| record(object_id, o)))
+        Ok(self.state.lock().expect("outbox lock").objects.get(object_id.as_str()).map(|o| record(object_id, o)))
     }
 
-    async fn confirm_dispatched(&self, object_id: &str, f: &str) -> Result<bool> {
+    async fn confirm_dispatched(&self, object_id: &ObjectId, f: &FencingToken) -> Result<bool> {
         validate::identifier("fencing_token", f)?;
         Ok(self
             .with(object_id, |o| {
@@ -152,7 +153,7 @@ impl DispatchOutbox for InMemoryOutbox {
             .unwrap_or(false))
     }
 
-    async fn defer_pending(&self, object_id: &str, f: &str, at: Millis) -> Result<bool> {
+    async fn defer_pending(&self, object_id: &ObjectId, f: &FencingToken, at: Millis) -> Result<bool> {
         validate::identifier("fencing_token", f)?;
         Ok(self
             .with(object_id, |o| {
@@ -167,9 +168,9 @@ impl DispatchOutbox for InMemoryOutbox {
 
     async fn try_lease(
         &self,
-        object_id: &str,
+        object_id: &ObjectId,
         now: Millis,
-        lease_token: &str,
+        lease_token: &LeaseToken,
         lease_until: Millis,
     ) -> Result<Option<DispatchRecord>> {
         validate::identifier("lease_token", lease_token)?;
@@ -187,10 +188,18 @@ impl DispatchOutbox for InMemoryOutbox {
                 Some(())
             })?
             .flatten()
-            .and_then(|_| self.state.lock().expect("outbox lock").objects.get(object_id).map(|o| record(object_id, o))))
+            .and_then(|_| {
+                self.state.lock().expect("outbox lock").objects.get(object_id.as_str()).map(|o| record(object_id, o))
+            }))
     }
 
-    async fn renew_lease(&self, object_id: &str, f: &str, lease_token: &str, lease_until: Millis) -> Result<bool> {
+    async fn renew_lease(
+        &self,
+        object_id: &ObjectId,
+        f: &FencingToken,
+        lease_token: &LeaseToken,
+        lease_until: Millis,
+    ) -> Result<bool> {
         lease_tokens(f, lease_token)?;
         Ok(self
             .with(object_id, |o| {
@@ -203,7 +212,7 @@ impl DispatchOutbox for InMemoryOutbox {
             .unwrap_or(false))
     }
 
-    async fn confirm_leased(&self, object_id: &str, f: &str, lease_token: &str) -> Result<bool> {
+    async fn confirm_leased(&self, object_id: &ObjectId, f: &FencingToken, lease_token: &LeaseToken) -> Result<bool> {
         lease_tokens(f, lease_token)?;
         Ok(self
             .with(object_id, |o| {
@@ -219,7 +228,13 @@ impl DispatchOutbox for InMemoryOutbox {
             .unwrap_or(false))
     }
 
-    async fn revert_leased(&self, object_id: &str, f: &str, lease_token: &str, at: Millis) -> Result<bool> {
+    async fn revert_leased(
+        &self,
+        object_id: &ObjectId,
+        f: &FencingToken,
+        lease_token: &LeaseToken,
+        at: Millis,
+    ) -> Result<bool> {
         lease_tokens(f, lease_token)?;
         Ok(self
             .with(object_id, |o| {
@@ -236,7 +251,7 @@ impl DispatchOutbox for InMemoryOutbox {
             .unwrap_or(false))
     }
 
-    async fn scan_due(&self, now: Millis, after: Option<&str>, limit: usize) -> Result<Vec<(String, Millis)>> {
+    async fn scan_due(&self, now: Millis, after: Option<&ObjectId>, limit: usize) -> Result<Vec<(ObjectId, Millis)>> {
         if let Some(a) = after {
             validate::identifier("after", a)?;
         }
@@ -244,12 +259,16 @@ impl DispatchOutbox for InMemoryOutbox {
         Ok(st
             .objects
             .iter()
-            .filter(|(k, _)| after.is_none_or(|a| k.as_str() > a))
+            .filter(|(k, _)| after.is_none_or(|a| k.as_str() > a.as_str()))
             .filter_map(|(k, o)| {
                 let d = o.dispatch.as_ref()?;
                 match d.status {
-                    DispatchStatus::Pending if d.next_attempt_time <= now => Some((k.clone(), d.next_attempt_time)),
-                    DispatchStatus::Processing if d.lease_until.is_some_and(|u| u < now) => Some((k.clone(), now)),
+                    DispatchStatus::Pending if d.next_attempt_time <= now => {
+                        Some((ObjectId::from(k), d.next_attempt_time))
+                    }
+                    DispatchStatus::Processing if d.lease_until.is_some_and(|u| u < now) => {
+                        Some((ObjectId::from(k), now))
+                    }
                     _ => None,
                 }
             })
@@ -259,8 +278,8 @@ impl DispatchOutbox for InMemoryOutbox {
 
     async fn retry_failed(
         &self,
-        object_id: &str,
-        prev: &str,
+        object_id: &ObjectId,
+        prev: &FencingToken,
         next: DispatchIntent,
         initial_status: &str,
     ) -> Result<bool> {
@@ -270,7 +289,7 @@ impl DispatchOutbox for InMemoryOutbox {
         Ok(self
             .with(object_id, |o| {
                 let failed = o.status.as_deref() == Some(self.failed_status.as_str())
-                    && o.dispatch.as_ref().is_some_and(|d| d.fencing_token == prev);
+                    && o.dispatch.as_ref().is_some_and(|d| d.fencing_token == *prev);
                 if !failed {
                     return false;
                 }
@@ -284,8 +303,8 @@ impl DispatchOutbox for InMemoryOutbox {
 
     async fn fenced_update(
         &self,
-        object_id: &str,
-        f: &str,
+        object_id: &ObjectId,
+        f: &FencingToken,
         fields: Value,
         business_status: Option<&str>,
     ) -> Result<bool> {
@@ -303,7 +322,7 @@ impl DispatchOutbox for InMemoryOutbox {
         }
         Ok(self
             .with(object_id, |o| {
-                if o.dispatch.as_ref().is_none_or(|d| d.fencing_token != f) {
+                if o.dispatch.as_ref().is_none_or(|d| d.fencing_token != *f) {
                     return false;
                 }
                 for (k, v) in fields {
@@ -362,18 +381,18 @@ impl InMemoryCandidates {
 
 #[async_trait::async_trait]
 impl DispatchCandidates for InMemoryCandidates {
-    async fn add(&self, object_id: &str, due: Millis) -> Result<()> {
+    async fn add(&self, object_id: &ObjectId, due: Millis) -> Result<()> {
         validate::identifier("object_id", object_id)?;
         self.up()?;
         let mut st = self.state.lock().expect("candidates lock");
-        if let Some(old) = st.0.insert(object_id.into(), due) {
+        if let Some(old) = st.0.insert(object_id.to_string(), due) {
             st.1.remove(&(old, object_id.to_string()));
         }
-        st.1.insert((due, object_id.into()));
+        st.1.insert((due, object_id.to_string()));
         Ok(())
     }
 
-    async fn pop_due(&self, now: Millis, max: usize) -> Result<Vec<String>> {
+    async fn pop_due(&self, now: Millis, max: usize) -> Result<Vec<ObjectId>> {
         self.up()?;
         let mut st = self.state.lock().expect("candidates lock");
         let due: Vec<(Millis, String)> = st.1.iter().take_while(|(d, _)| *d <= now).take(max).cloned().collect();
@@ -381,6 +400,6 @@ impl DispatchCandidates for InMemoryCandidates {
             st.1.remove(&(*d, id.clone()));
             st.0.remove(id);
         }
-        Ok(due.into_iter().map(|(_, id)| id).collect())
+        Ok(due.into_iter().map(|(_, id)| ObjectId::from(id)).collect())
     }
 }

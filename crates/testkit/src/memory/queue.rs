@@ -1,5 +1,6 @@
 use kernel_core::model::{Millis, Priority};
 use kernel_core::ports::*;
+use kernel_core::WorkflowId;
 use kernel_core::{validate, Error, Result};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -121,13 +122,13 @@ impl InMemoryQueue {
 
 #[async_trait::async_trait]
 impl ReadyQueue for InMemoryQueue {
-    async fn enqueue(&self, workflow_id: &str, priority: Priority, claimable_at: Millis) -> Result<()> {
+    async fn enqueue(&self, workflow_id: &WorkflowId, priority: Priority, claimable_at: Millis) -> Result<()> {
         validate::identifier("workflow_id", workflow_id)?;
         self.check_up()?;
         let mut st = self.state.lock().expect("queue lock");
         let target = priority.index();
         // Promote-only: a member already in a more urgent lane stays where it is.
-        if (0..target).any(|i| st.lanes[i].by_member.contains_key(workflow_id)) {
+        if (0..target).any(|i| st.lanes[i].by_member.contains_key(workflow_id.as_str())) {
             return Ok(());
         }
         for i in target + 1..4 {
@@ -137,13 +138,13 @@ impl ReadyQueue for InMemoryQueue {
         Ok(())
     }
 
-    async fn pop_due(&self, now: Millis) -> Result<Option<String>> {
+    async fn pop_due(&self, now: Millis) -> Result<Option<WorkflowId>> {
         self.check_up()?;
         let mut st = self.state.lock().expect("queue lock");
         if st.burst_left > 0 {
             if let Some(m) = st.lanes[0].pop_due(now) {
                 st.burst_left -= 1;
-                return Ok(Some(m));
+                return Ok(Some(m.into()));
             }
             // The window ends early the first time P0 has nothing due.
             st.burst_left = 0;
@@ -157,7 +158,7 @@ impl ReadyQueue for InMemoryQueue {
                         st.current = (cur + 1) % 4;
                         st.served = 0;
                     }
-                    return Ok(Some(m));
+                    return Ok(Some(m.into()));
                 }
             }
             // Nothing due (or block used up): skip at once, forfeiting the rest of the block.

@@ -1,14 +1,15 @@
 use kernel_core::model::*;
 use kernel_core::ports::*;
 use kernel_core::transition::{Guard, Transition};
+use kernel_core::WorkflowId;
 use kernel_core::{validate, Error, Result};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 #[derive(Debug, Default, Clone)]
 struct State {
-    by_id: BTreeMap<String, WorkflowInstance>,
-    by_biz_key: BTreeMap<String, String>,
+    by_id: BTreeMap<WorkflowId, WorkflowInstance>,
+    by_biz_key: BTreeMap<String, WorkflowId>,
 }
 
 /// In-memory [`WorkflowStore`]: one lock per call, reference semantics from
@@ -62,7 +63,7 @@ impl WorkflowStore for InMemoryStore {
         Ok(CreateOutcome::Created(instance))
     }
 
-    async fn get(&self, workflow_id: &str) -> Result<Option<WorkflowInstance>> {
+    async fn get(&self, workflow_id: &WorkflowId) -> Result<Option<WorkflowInstance>> {
         validate::identifier("workflow_id", workflow_id)?;
         Ok(self.state.lock().expect("store lock").by_id.get(workflow_id).cloned())
     }
@@ -73,7 +74,7 @@ impl WorkflowStore for InMemoryStore {
         Ok(st.by_biz_key.get(biz_key).and_then(|id| st.by_id.get(id)).cloned())
     }
 
-    async fn claim(&self, workflow_id: &str, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
+    async fn claim(&self, workflow_id: &WorkflowId, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
         validate::identifier("workflow_id", workflow_id)?;
         spec.validate()?;
         let guard = spec.guard();
@@ -95,7 +96,7 @@ impl WorkflowStore for InMemoryStore {
         Ok(Some(inst.clone()))
     }
 
-    async fn apply(&self, workflow_id: &str, guard: &Guard, transition: &Transition) -> Result<WriteOutcome> {
+    async fn apply(&self, workflow_id: &WorkflowId, guard: &Guard, transition: &Transition) -> Result<WriteOutcome> {
         validate::identifier("workflow_id", workflow_id)?;
         guard.validate()?;
         transition.validate(validate::STORE_PAYLOAD_BYTES_MAX)?;
@@ -121,8 +122,8 @@ impl WorkflowStore for InMemoryStore {
                 let w = i.wait.as_ref()?;
                 Some(DueWait {
                     workflow_id: i.workflow_id.clone(),
-                    step_index: w.step_index,
-                    resume: if w.kind == WaitKind::Timer { ResumeKind::Timer } else { ResumeKind::Poll },
+                    step_index: w.step_index(),
+                    resume: w.due_resume(),
                     priority: i.business_priority,
                 })
             })
@@ -130,14 +131,16 @@ impl WorkflowStore for InMemoryStore {
             .collect())
     }
 
-    async fn scan_claimable(&self, after: Option<&str>, limit: usize) -> Result<Vec<Candidate>> {
+    async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<Vec<Candidate>> {
         if let Some(a) = after {
             validate::identifier("after", a)?;
         }
         let st = self.state.lock().expect("store lock");
         let iter: Box<dyn Iterator<Item = &WorkflowInstance>> = match after {
             Some(a) => Box::new(
-                st.by_id.range::<str, _>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded)).map(|(_, v)| v),
+                st.by_id
+                    .range::<str, _>((std::ops::Bound::Excluded(a.as_str()), std::ops::Bound::Unbounded))
+                    .map(|(_, v)| v),
             ),
             None => Box::new(st.by_id.values()),
         };

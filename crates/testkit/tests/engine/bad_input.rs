@@ -80,7 +80,7 @@ async fn bad_signal_identifiers() {
     invalid(engine.deliver_signal(sig("s", "wf", "g\0o", "k")).await, "signal_type");
     invalid(engine.deliver_signal(sig("s", "wf", "go", "k\0")).await, "wait_key");
     invalid(engine.deliver_signal(sig("s", "wf", "go", &"k".repeat(300))).await, "wait_key");
-    invalid(engine.cancel("").await, "workflow_id");
+    invalid(engine.cancel(&"".into()).await, "workflow_id");
     assert_nothing_written(&world);
 }
 

@@ -351,9 +351,9 @@ async fn half_done_signal_match_is_finished_by_the_claimer() {
         .unwrap();
     let id = WaitIdentity { signal_type: "go".into(), wait_key: "key-1".into(), generation: 0, step_index: 0 };
     let t = Transition::signal_activation(0, "s-1", world.now());
-    assert!(world.store.apply("wf-b", &Guard::SignalWait(id), &t).await.unwrap().applied());
+    assert!(world.store.apply(&"wf-b".into(), &Guard::SignalWait(id), &t).await.unwrap().applied());
     let _ = fact;
-    world.queue.enqueue("wf-b", Priority::P2, world.now()).await.unwrap();
+    world.queue.enqueue(&"wf-b".into(), Priority::P2, world.now()).await.unwrap();
     let _ = tick_end(&engine).await;
     assert_eq!(world.inbox.all()[0].status, SignalStatus::Matched, "marked before any step ran");
 }
@@ -365,9 +365,9 @@ async fn cancel_is_idempotent_and_a_late_signal_does_not_revive() {
     let engine = world.engine("w", vec![signal_waiter(Arc::new(Mutex::new(false)), 0, None)]);
     start(&engine, "sig", "b", json!({})).await;
     tick_end(&engine).await;
-    assert!(engine.cancel("wf-b").await.unwrap());
-    assert!(!engine.cancel("wf-b").await.unwrap());
-    assert!(!engine.cancel("wf-missing").await.unwrap());
+    assert!(engine.cancel(&"wf-b".into()).await.unwrap());
+    assert!(!engine.cancel(&"wf-b".into()).await.unwrap());
+    assert!(!engine.cancel(&"wf-missing".into()).await.unwrap());
     assert_eq!(engine.deliver_signal(sig("late", 0)).await.unwrap(), DeliverOutcome::Pending);
     let i = world.store.peek("wf-b").unwrap();
     assert_eq!((i.status, i.wait.clone(), i.claim_token.clone()), (WorkflowStatus::Canceled, None, None));
@@ -572,7 +572,7 @@ async fn heartbeat_extends_the_lease_and_a_missed_heartbeat_cancels_the_activity
     }
     let lease2 = world.store.peek("wf-b").unwrap().claimable_time.unwrap();
     assert_eq!(lease2, lease1 + 10_000, "heartbeat at lease/3 moved the lease");
-    assert!(engine.cancel("wf-b").await.unwrap(), "supersede while running");
+    assert!(engine.cancel(&"wf-b".into()).await.unwrap(), "supersede while running");
     world.clock.advance(10_000);
     let out = h.await.unwrap().unwrap();
     assert!(matches!(out, RoundOutcome::Ran { end: ClaimEnd::ClaimLost, .. }), "{out:?}");

@@ -5,6 +5,7 @@
 use kernel_core::engine::ClaimEnd;
 use kernel_core::ports::*;
 use kernel_core::transition::{Guard, Transition, TransitionKind};
+use kernel_core::WorkflowId;
 use kernel_core::*;
 use serde_json::json;
 use std::collections::HashMap;
@@ -240,26 +241,26 @@ impl WorkflowStore for CountingGets {
     async fn create(&self, instance: WorkflowInstance) -> Result<CreateOutcome> {
         self.inner.create(instance).await
     }
-    async fn get(&self, workflow_id: &str) -> Result<Option<WorkflowInstance>> {
+    async fn get(&self, workflow_id: &WorkflowId) -> Result<Option<WorkflowInstance>> {
         self.gets.fetch_add(1, Ordering::SeqCst);
         self.inner.get(workflow_id).await
     }
     async fn get_by_biz_key(&self, biz_key: &str) -> Result<Option<WorkflowInstance>> {
         self.inner.get_by_biz_key(biz_key).await
     }
-    async fn claim(&self, workflow_id: &str, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
+    async fn claim(&self, workflow_id: &WorkflowId, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
         self.inner.claim(workflow_id, spec).await
     }
     async fn claim_any(&self, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
         self.inner.claim_any(spec).await
     }
-    async fn apply(&self, workflow_id: &str, guard: &Guard, transition: &Transition) -> Result<WriteOutcome> {
+    async fn apply(&self, workflow_id: &WorkflowId, guard: &Guard, transition: &Transition) -> Result<WriteOutcome> {
         self.inner.apply(workflow_id, guard, transition).await
     }
     async fn scan_due_waits(&self, now: Millis, limit: usize) -> Result<Vec<DueWait>> {
         self.inner.scan_due_waits(now, limit).await
     }
-    async fn scan_claimable(&self, after: Option<&str>, limit: usize) -> Result<Vec<Candidate>> {
+    async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<Vec<Candidate>> {
         self.inner.scan_claimable(after, limit).await
     }
 }

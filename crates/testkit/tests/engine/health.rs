@@ -3,6 +3,7 @@
 
 use kernel_core::engine::{EngineHealth, MaintenancePass, MaintenanceReport, WakeupState};
 use kernel_core::ports::*;
+use kernel_core::WorkflowId;
 use kernel_core::*;
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,7 +38,7 @@ impl SignalInbox for FlakyInbox {
     async fn get(&self, signal_id: &str) -> Result<Option<SignalRecord>> {
         self.inner.get(signal_id).await
     }
-    async fn find_pending(&self, w: &str, t: &str, k: &str, g: u64) -> Result<Option<SignalRecord>> {
+    async fn find_pending(&self, w: &WorkflowId, t: &str, k: &str, g: u64) -> Result<Option<SignalRecord>> {
         self.inner.find_pending(w, t, k, g).await
     }
     async fn mark_matched(&self, signal_id: &str, now: Millis) -> Result<bool> {

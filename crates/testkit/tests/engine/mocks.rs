@@ -4,6 +4,7 @@
 use kernel_core::engine::{ClaimEnd, RoundOutcome};
 use kernel_core::ports::*;
 use kernel_core::transition::{Guard, Transition, TransitionKind};
+use kernel_core::WorkflowId;
 use kernel_core::*;
 use serde_json::json;
 use std::sync::Arc;
@@ -31,25 +32,25 @@ impl WorkflowStore for Forward {
     async fn create(&self, instance: WorkflowInstance) -> Result<CreateOutcome> {
         self.0.create(instance).await
     }
-    async fn get(&self, workflow_id: &str) -> Result<Option<WorkflowInstance>> {
+    async fn get(&self, workflow_id: &WorkflowId) -> Result<Option<WorkflowInstance>> {
         self.0.get(workflow_id).await
     }
     async fn get_by_biz_key(&self, biz_key: &str) -> Result<Option<WorkflowInstance>> {
         self.0.get_by_biz_key(biz_key).await
     }
-    async fn claim(&self, workflow_id: &str, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
+    async fn claim(&self, workflow_id: &WorkflowId, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
         self.0.claim(workflow_id, spec).await
     }
     async fn claim_any(&self, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
         self.0.claim_any(spec).await
     }
-    async fn apply(&self, workflow_id: &str, guard: &Guard, transition: &Transition) -> Result<WriteOutcome> {
+    async fn apply(&self, workflow_id: &WorkflowId, guard: &Guard, transition: &Transition) -> Result<WriteOutcome> {
         self.0.apply(workflow_id, guard, transition).await
     }
     async fn scan_due_waits(&self, _now: Millis, _limit: usize) -> Result<Vec<DueWait>> {
         Ok(vec![])
     }
-    async fn scan_claimable(&self, _after: Option<&str>, _limit: usize) -> Result<Vec<Candidate>> {
+    async fn scan_claimable(&self, _after: Option<&WorkflowId>, _limit: usize) -> Result<Vec<Candidate>> {
         Ok(vec![])
     }
 }

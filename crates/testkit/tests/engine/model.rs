@@ -6,6 +6,7 @@
 //! Cases: 64 by default (CI); set `KERNEL_MODEL_CASES` to run more locally.
 
 use kernel_core::ports::*;
+use kernel_core::WorkflowId;
 use kernel_core::*;
 use proptest::prelude::*;
 use serde_json::json;
@@ -90,8 +91,8 @@ fn check_instance(prev: Option<&WorkflowInstance>, i: &WorkflowInstance) -> Resu
             if i.claim_token.is_some() {
                 return Err("waiting instance holds a claim".into());
             }
-            if waiting_steps != vec![w.step_index as usize] {
-                return Err(format!("waiting steps {waiting_steps:?} vs wait.step_index {}", w.step_index));
+            if waiting_steps != vec![w.step_index() as usize] {
+                return Err(format!("waiting steps {waiting_steps:?} vs wait.step_index {}", w.step_index()));
             }
         }
         s => {
@@ -143,10 +144,10 @@ struct Model {
     workers: Vec<Engine>,
     zombies: Vec<(Arc<CrashSwitch>, BoxFuture<'static, ()>)>,
     switches: Vec<Arc<CrashSwitch>>,
-    ids: BTreeMap<String, String>,
+    ids: BTreeMap<String, WorkflowId>,
     last_signal: BTreeMap<u8, String>,
     signals: u32,
-    snapshot: BTreeMap<String, WorkflowInstance>,
+    snapshot: BTreeMap<WorkflowId, WorkflowInstance>,
 }
 
 impl Model {

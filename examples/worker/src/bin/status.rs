@@ -6,6 +6,7 @@
 //! Run: `cargo run -p worker --bin status -- --store mongodb://127.0.0.1:27017/wfk --queue redis://127.0.0.1:6379 --workflow <id> [--destroy]`
 
 use compose::{Deployment, QueueOptions, Urls};
+use kernel_core::WorkflowId;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -23,7 +24,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err(format!("unknown argument {unknown} (flags: --store, --queue, --workflow, --destroy)").into());
     }
     let deployment = Deployment::from_urls(&urls, &QueueOptions::default()).await?;
-    let instance = deployment.store.store.get(&workflow_id).await?;
+    let instance = deployment.store.store.get(&WorkflowId::from(&workflow_id)).await?;
     let record = match &instance {
         Some(i) => format!("workflow={} status={} revision={}", i.workflow_id, i.status.as_str(), i.revision),
         None => format!("workflow={workflow_id} status=absent revision=0"),
