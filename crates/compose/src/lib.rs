@@ -10,7 +10,17 @@
 //! | `redis://host[:port][/db][?prefix=<p>]`, `rediss://…` | queue | `redis` | `RedisReadyQueue`, `RedisWakeup`, `RedisPermits` |
 //! | `memory:` | store or queue | `memory` | testkit's in-process adapters (**demos only**: nothing survives the process, and nothing is shared between processes) |
 //!
-//! The database defaults to [`DEFAULT_DATABASE`] and the key prefix to [`DEFAULT_PREFIX`].
+//! The database defaults to [`DEFAULT_DATABASE`] and the key prefix to [`DEFAULT_PREFIX`];
+//! [`StoreSide::connect_scratch`] and [`QueueSide::connect_scratch`] use a fresh one instead,
+//! for a throw-away run that `destroy` deletes.
+//!
+//! What the five ports do not cover comes from the same sides, so a demo or a binary never
+//! wires an adapter crate itself: [`StoreSide::dispatch_outbox`] (K-11),
+//! [`QueueSide::dispatch_candidates`] (K-12), `QueueSide::stream_sink` (K-16, `redis`), and
+//! the concrete handles `StoreSide::mongo_database`/`mongo_store` (`mongo`) and
+//! `QueueSide::redis_connection` (`redis`). Asked of a scheme that has none, they return
+//! [`ComposeError::NotOffered`]. A process that needs one side reads its URL with
+//! [`url_from_args`].
 //! Every failure is a typed [`ComposeError`]: an unknown scheme, a malformed URL, a scheme
 //! whose driver this build does not have, a scheme used in the wrong role, a server that
 //! cannot be reached. URLs in messages have their password replaced by `***`.
@@ -51,7 +61,11 @@ pub use url::{redact, Role, Scheme, SchemeInfo, Target, DEFAULT_DATABASE, DEFAUL
 
 use kernel_core::engine::{MissingPort, PortsBuilder};
 use kernel_core::model::DurationMs;
-use kernel_core::ports::{DynInbox, DynPermits, DynQueue, DynStore, DynWakeup, LaneWeights, PermitLimits};
+#[cfg(feature = "redis")]
+use kernel_core::ports::DynClock;
+use kernel_core::ports::{
+    DynCandidates, DynInbox, DynOutbox, DynPermits, DynQueue, DynStore, DynWakeup, LaneWeights, PermitLimits,
+};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -61,6 +75,10 @@ pub const STORE_ENV: &str = "WFK_STORE";
 pub const QUEUE_ENV: &str = "WFK_QUEUE";
 /// Permit lease of the queue side's permits (renewed by the engine while an activity runs).
 pub const PERMIT_LEASE_MS_DEFAULT: DurationMs = DurationMs::from_millis(30_000);
+
+/// Longest tag of a scratch namespace (the namespace adds `_` and up to 32 hex digits, and
+/// MongoDB database names stay under 64 bytes).
+pub const SCRATCH_TAG_BYTES_MAX: usize = 24;
 
 /// A driver cause, kept for the log.
 pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -136,6 +154,17 @@ pub enum ComposeError {
         #[source]
         source: Cause,
     },
+    /// The deployment's scheme does not offer what was asked for (a MongoDB database handle
+    /// from a `memory:` store, a Redis connection from a `memory:` queue).
+    #[error("a `{scheme}` {role} offers no {what}")]
+    NotOffered {
+        /// The side that was asked.
+        role: Role,
+        /// Its scheme's kind (`mongo`, `redis`, `memory`).
+        scheme: &'static str,
+        /// What was asked for.
+        what: &'static str,
+    },
     /// A required port was not given (see [`PortsBuilder::build`]).
     #[error(transparent)]
     MissingPort(#[from] MissingPort),
@@ -166,35 +195,86 @@ impl Urls {
         args: impl IntoIterator<Item = String>,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<(Urls, Vec<String>), ComposeError> {
-        let (mut store, mut queue, mut rest) = (None, None, Vec::new());
-        let mut it = args.into_iter();
-        while let Some(arg) = it.next() {
-            let (flag, inline) = match arg.split_once('=') {
-                Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
-                _ => (arg.clone(), None),
-            };
-            let slot = match flag.as_str() {
-                "--store" => &mut store,
-                "--queue" => &mut queue,
-                _ => {
-                    rest.push(arg);
-                    continue;
-                }
-            };
-            let role = if flag == "--store" { Role::Store } else { Role::Queue };
-            let value = match inline.or_else(|| it.next()) {
-                Some(v) => v,
-                None => return Err(ComposeError::MissingUrl { role, env: role.env() }),
-            };
-            *slot = Some(value);
-        }
-        let pick = |given: Option<String>, role: Role| {
-            given
-                .or_else(|| env(role.env()).filter(|v| !v.is_empty()))
-                .ok_or(ComposeError::MissingUrl { role, env: role.env() })
-        };
-        Ok((Urls { store: pick(store, Role::Store)?, queue: pick(queue, Role::Queue)? }, rest))
+        Self::from_args_or(args, env, &[], &[])
     }
+
+    /// [`from_args`](Self::from_args), and when neither the flag nor [`STORE_ENV`]/[`QUEUE_ENV`]
+    /// names a URL, the first of `store_fallbacks`/`queue_fallbacks` (environment variable
+    /// names such as `MONGODB_URI`, `REDIS_URL`) that is set and not empty.
+    pub fn from_args_or(
+        args: impl IntoIterator<Item = String>,
+        env: impl Fn(&str) -> Option<String>,
+        store_fallbacks: &[&str],
+        queue_fallbacks: &[&str],
+    ) -> Result<(Urls, Vec<String>), ComposeError> {
+        let (store, rest) = url_from_args(Role::Store, args, &env, store_fallbacks)?;
+        let (queue, rest) = url_from_args(Role::Queue, rest, &env, queue_fallbacks)?;
+        let missing = |role: Role| ComposeError::MissingUrl { role, env: role.env() };
+        Ok((Urls { store: store.ok_or(missing(Role::Store))?, queue: queue.ok_or(missing(Role::Queue))? }, rest))
+    }
+}
+
+/// One role's URL for a process that needs only one side (or decides later whether it needs
+/// it): take `--store <url>` (or `--queue`, by `role`; also `--store=<url>`) out of `args`,
+/// else read [`Role::env`], else the first of `fallbacks` that is set and not empty. `None`
+/// when nothing names one; an error only for a flag without its value. The other arguments
+/// are returned in order.
+pub fn url_from_args(
+    role: Role,
+    args: impl IntoIterator<Item = String>,
+    env: impl Fn(&str) -> Option<String>,
+    fallbacks: &[&str],
+) -> Result<(Option<String>, Vec<String>), ComposeError> {
+    let wanted = format!("--{role}");
+    let (mut given, mut rest) = (None, Vec::new());
+    let mut it = args.into_iter();
+    while let Some(arg) = it.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
+            _ => (arg.clone(), None),
+        };
+        if flag != wanted {
+            rest.push(arg);
+            continue;
+        }
+        match inline.or_else(|| it.next()) {
+            Some(v) => given = Some(v),
+            None => return Err(ComposeError::MissingUrl { role, env: role.env() }),
+        }
+    }
+    let read = |k: &str| env(k).filter(|v| !v.is_empty());
+    let url = given.or_else(|| read(role.env())).or_else(|| fallbacks.iter().find_map(|k| read(k)));
+    Ok((url, rest))
+}
+
+/// A fresh namespace `<tag>_<hex>` (database name or key prefix) for a throw-away run; the
+/// suffix is the wall clock in nanoseconds mixed with the process id, so two runs started
+/// at once do not share it.
+fn scratch_namespace(tag: &str) -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    format!("{tag}_{:x}", nanos ^ (u128::from(std::process::id()) << 96))
+}
+
+fn scratch_target(role: Role, url: &str, tag: &str) -> Result<Target, ComposeError> {
+    let mut target = Target::parse(role, url)?;
+    let valid = !tag.is_empty()
+        && tag.len() <= SCRATCH_TAG_BYTES_MAX
+        && tag.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if !valid {
+        return Err(ComposeError::Malformed {
+            role,
+            url: redact(url),
+            reason: format!("bad scratch tag `{tag}`: 1..={SCRATCH_TAG_BYTES_MAX} ASCII letters, digits, `_`, `-`"),
+        });
+    }
+    if target.scheme != Scheme::Memory {
+        target.namespace = scratch_namespace(tag);
+    }
+    Ok(target)
+}
+
+fn not_offered(role: Role, scheme: Scheme, what: &'static str) -> ComposeError {
+    ComposeError::NotOffered { role, scheme: scheme.kind(), what }
 }
 
 /// Settings of the queue side: lane weights and permit limits.
@@ -237,7 +317,7 @@ pub struct StoreSide {
 #[derive(Clone)]
 enum StoreHandle {
     #[cfg(feature = "mongo")]
-    Mongo(::mongodb::Database),
+    Mongo(::mongodb::Database, store_mongo::MongoWorkflowStore),
     #[cfg(feature = "memory")]
     Memory,
 }
@@ -251,7 +331,18 @@ impl std::fmt::Debug for StoreSide {
 impl StoreSide {
     /// Connect to the store at `url`.
     pub async fn connect(url: &str) -> Result<StoreSide, ComposeError> {
-        let target = Target::parse(Role::Store, url)?;
+        Self::connect_target(Target::parse(Role::Store, url)?).await
+    }
+
+    /// Connect to the server `url` names, but in a fresh database `<tag>_<hex>` instead of
+    /// the URL's: a throw-away run (a demo, a benchmark) that [`destroy`](Self::destroy)
+    /// deletes at its end without touching anything else on the server. `memory:` is fresh
+    /// anyway. `tag` is 1..=[`SCRATCH_TAG_BYTES_MAX`] ASCII letters, digits, `_`, `-`.
+    pub async fn connect_scratch(url: &str, tag: &str) -> Result<StoreSide, ComposeError> {
+        Self::connect_target(scratch_target(Role::Store, url, tag)?).await
+    }
+
+    async fn connect_target(target: Target) -> Result<StoreSide, ComposeError> {
         match target.scheme {
             #[cfg(feature = "mongo")]
             Scheme::Mongo => mongo::store(&target).await,
@@ -268,7 +359,7 @@ impl StoreSide {
     pub async fn observation_repository(&self) -> Result<Arc<observer::DynRepository>, ComposeError> {
         match self.handle.clone() {
             #[cfg(feature = "mongo")]
-            StoreHandle::Mongo(db) => mongo::observation_repository(&db).await,
+            StoreHandle::Mongo(db, _) => mongo::observation_repository(&db).await,
             #[cfg(feature = "memory")]
             StoreHandle::Memory => Ok(Arc::new(observer::InMemoryObservationRepository::new())),
         }
@@ -279,9 +370,48 @@ impl StoreSide {
     pub async fn destroy(self) -> Result<(), ComposeError> {
         match self.handle {
             #[cfg(feature = "mongo")]
-            StoreHandle::Mongo(db) => mongo::destroy(db).await,
+            StoreHandle::Mongo(db, _) => mongo::destroy(db).await,
             #[cfg(feature = "memory")]
             StoreHandle::Memory => Ok(()),
+        }
+    }
+
+    /// The business collection with its dispatch intents (K-11), next to the instances so
+    /// that accept is one write there: `MongoOutbox` (default schema) in the same database
+    /// on MongoDB, a fresh in-process one for `memory:`.
+    pub async fn dispatch_outbox(&self) -> Result<Arc<DynOutbox>, ComposeError> {
+        match &self.handle {
+            #[cfg(feature = "mongo")]
+            StoreHandle::Mongo(db, _) => mongo::outbox(db).await,
+            #[cfg(feature = "memory")]
+            StoreHandle::Memory => Ok(Arc::new(testkit::memory::InMemoryOutbox::new())),
+            // Only in a build without store drivers, where no `StoreSide` exists.
+            #[allow(unreachable_patterns)]
+            _ => Err(not_offered(Role::Store, self.scheme, "dispatch outbox")),
+        }
+    }
+
+    /// The MongoDB database the instances live in, to open further collections of the same
+    /// deployment (a business outbox with its own schema, a report) or read its name.
+    /// [`ComposeError::NotOffered`] for any other scheme.
+    #[cfg(feature = "mongo")]
+    pub fn mongo_database(&self) -> Result<&::mongodb::Database, ComposeError> {
+        match &self.handle {
+            StoreHandle::Mongo(db, _) => Ok(db),
+            #[allow(unreachable_patterns)]
+            _ => Err(not_offered(Role::Store, self.scheme, "MongoDB database")),
+        }
+    }
+
+    /// The concrete MongoDB store behind [`store`](Self::store), for what the port does not
+    /// offer (listing instances for a report, `MongoWorkflowStore::list`).
+    /// [`ComposeError::NotOffered`] for any other scheme.
+    #[cfg(feature = "mongo")]
+    pub fn mongo_store(&self) -> Result<&store_mongo::MongoWorkflowStore, ComposeError> {
+        match &self.handle {
+            StoreHandle::Mongo(_, store) => Ok(store),
+            #[allow(unreachable_patterns)]
+            _ => Err(not_offered(Role::Store, self.scheme, "MongoDB store")),
         }
     }
 }
@@ -317,7 +447,18 @@ impl std::fmt::Debug for QueueSide {
 impl QueueSide {
     /// Connect to the queue at `url` with `options`.
     pub async fn connect(url: &str, options: &QueueOptions) -> Result<QueueSide, ComposeError> {
-        let target = Target::parse(Role::Queue, url)?;
+        Self::connect_target(Target::parse(Role::Queue, url)?, options).await
+    }
+
+    /// Connect to the server `url` names, but under a fresh key prefix `<tag>_<hex>` instead
+    /// of the URL's: a throw-away run that [`destroy`](Self::destroy) cleans up without
+    /// touching any other key. `memory:` is fresh anyway. `tag` as for
+    /// [`StoreSide::connect_scratch`].
+    pub async fn connect_scratch(url: &str, options: &QueueOptions, tag: &str) -> Result<QueueSide, ComposeError> {
+        Self::connect_target(scratch_target(Role::Queue, url, tag)?, options).await
+    }
+
+    async fn connect_target(target: Target, options: &QueueOptions) -> Result<QueueSide, ComposeError> {
         let _ = options;
         match target.scheme {
             #[cfg(feature = "redis")]
@@ -337,6 +478,59 @@ impl QueueSide {
             QueueHandle::Redis(conn, prefix) => redis::destroy(conn, prefix).await,
             #[cfg(feature = "memory")]
             QueueHandle::Memory => Ok(()),
+        }
+    }
+
+    /// The dispatch candidate index (K-12) next to the lanes: under the same Redis
+    /// connection and key prefix, a fresh in-process one for `memory:`. Losing it (a
+    /// [`destroy`](Self::destroy)) costs latency only: recovery scans rebuild it.
+    pub fn dispatch_candidates(&self) -> Result<Arc<DynCandidates>, ComposeError> {
+        match &self.handle {
+            #[cfg(feature = "redis")]
+            QueueHandle::Redis(conn, prefix) => redis::candidates(conn, prefix),
+            #[cfg(feature = "memory")]
+            QueueHandle::Memory => Ok(Arc::new(testkit::memory::InMemoryCandidates::new())),
+            // Only in a build without queue drivers, where no `QueueSide` exists.
+            #[allow(unreachable_patterns)]
+            _ => Err(not_offered(Role::Queue, self.scheme, "dispatch candidates")),
+        }
+    }
+
+    /// The key prefix every key of this side lives under (`?prefix=`, the default, or the
+    /// scratch prefix); `None` for `memory:`, which has no keys.
+    pub fn key_prefix(&self) -> Option<&str> {
+        match &self.handle {
+            #[cfg(feature = "redis")]
+            QueueHandle::Redis(_, prefix) => Some(prefix),
+            #[cfg(feature = "memory")]
+            QueueHandle::Memory => None,
+            // Only in a build without queue drivers, where no `QueueSide` exists.
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+
+    /// The shared Redis connection of the lanes, wakeup and permits, for adapters of the
+    /// same deployment that are not ports (a stream [`Forwarder`](sse_stream::Forwarder),
+    /// a benchmark's raw commands). [`ComposeError::NotOffered`] for any other scheme.
+    #[cfg(feature = "redis")]
+    pub fn redis_connection(&self) -> Result<&queue_redis::RedisConnection, ComposeError> {
+        match &self.handle {
+            QueueHandle::Redis(conn, _) => Ok(conn),
+            #[allow(unreachable_patterns)]
+            _ => Err(not_offered(Role::Queue, self.scheme, "Redis connection")),
+        }
+    }
+
+    /// The progress stream sink (K-16) on the same Redis connection, its keys under the
+    /// same prefix, stamping frames with `clock`; set it with
+    /// [`PortsBuilder::stream`]. [`ComposeError::NotOffered`] for any other scheme.
+    #[cfg(feature = "redis")]
+    pub fn stream_sink(&self, clock: Arc<DynClock>) -> Result<sse_stream::RedisStreamSink, ComposeError> {
+        match &self.handle {
+            QueueHandle::Redis(conn, prefix) => redis::stream_sink(conn, prefix, clock),
+            #[allow(unreachable_patterns)]
+            _ => Err(not_offered(Role::Queue, self.scheme, "stream sink")),
         }
     }
 }

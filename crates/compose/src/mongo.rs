@@ -3,7 +3,7 @@
 
 use crate::{ComposeError, Role, StoreHandle, StoreSide, Target};
 use std::sync::Arc;
-use store_mongo::{MongoConfig, MongoSignalInbox, MongoWorkflowStore};
+use store_mongo::{MongoConfig, MongoOutbox, MongoSignalInbox, MongoWorkflowStore, OutboxSchema};
 
 fn connect_error(
     target: &Target,
@@ -22,11 +22,12 @@ pub(crate) async fn store(target: &Target) -> Result<StoreSide, ComposeError> {
     let inbox = MongoSignalInbox::open(&db, MongoConfig::default())
         .await
         .map_err(|e| connect_error(target, "open the inbox", e))?;
+    let store_for_handle = store.clone();
     Ok(StoreSide {
         store: Arc::new(store),
         inbox: Arc::new(inbox),
         scheme: target.scheme,
-        handle: StoreHandle::Mongo(db),
+        handle: StoreHandle::Mongo(db, store_for_handle),
     })
 }
 
@@ -50,4 +51,16 @@ pub(crate) async fn destroy(db: mongodb::Database) -> Result<(), ComposeError> {
         what: "drop the database",
         source: Box::new(e),
     })
+}
+
+pub(crate) async fn outbox(db: &mongodb::Database) -> Result<Arc<kernel_core::ports::DynOutbox>, ComposeError> {
+    let outbox = MongoOutbox::open(db, OutboxSchema::default(), MongoConfig::default()).await.map_err(|e| {
+        ComposeError::Connect {
+            role: Role::Store,
+            url: format!("database {}", db.name()),
+            what: "open the dispatch outbox",
+            source: Box::new(e),
+        }
+    })?;
+    Ok(Arc::new(outbox))
 }

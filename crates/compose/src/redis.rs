@@ -37,3 +37,24 @@ pub(crate) async fn destroy(conn: RedisConnection, prefix: String) -> Result<(),
         source: Box::new(e),
     })
 }
+
+fn prefix_error(prefix: &str, what: &'static str, e: kernel_core::Error) -> ComposeError {
+    ComposeError::Connect { role: Role::Queue, url: format!("prefix {prefix}"), what, source: Box::new(e) }
+}
+
+pub(crate) fn candidates(
+    conn: &RedisConnection,
+    prefix: &str,
+) -> Result<Arc<kernel_core::ports::DynCandidates>, ComposeError> {
+    let candidates = conn.dispatch_candidates(prefix).map_err(|e| prefix_error(prefix, "dispatch candidates", e))?;
+    Ok(Arc::new(candidates))
+}
+
+pub(crate) fn stream_sink(
+    conn: &RedisConnection,
+    prefix: &str,
+    clock: Arc<kernel_core::ports::DynClock>,
+) -> Result<sse_stream::RedisStreamSink, ComposeError> {
+    sse_stream::RedisStreamSink::new(conn.connection().clone(), clock, sse_stream::StreamConfig::with_prefix(prefix))
+        .map_err(|e| prefix_error(prefix, "stream sink", e))
+}

@@ -6,16 +6,17 @@
 //! cargo run --release -p permit-redis --example redis_bench
 //! ```
 //!
-//! Environment: `REDIS_URL` (default `redis://127.0.0.1:6379`), `BENCH_CONNECTIONS` (8),
-//! `BENCH_CONCURRENCY` (32), `BENCH_OPS` (50000 pops or permit cycles per measured run).
-//! Keys live under a fresh prefix and are deleted at the end. Each side is measured twice,
+//! Server: `--queue <url>`, else `WFK_QUEUE`, else `REDIS_URL`, else `redis://127.0.0.1:6379`,
+//! connected through `compose`. Environment: `BENCH_CONNECTIONS` (8), `BENCH_CONCURRENCY`
+//! (32), `BENCH_OPS` (50000 pops or permit cycles per measured run). Keys live under a
+//! fresh prefix (a `compose` scratch namespace) and are deleted at the end. Each side is measured twice,
 //! alternating, and the better run counts.
 
+use compose::{url_from_args, QueueOptions, QueueSide, Role};
 use kernel_core::model::Priority;
 use kernel_core::ports::{PermitOwner, Permits, ReadyQueue};
 use permit_redis::{PermitLimits, RedisPermits, RedisPermitsConfig};
-use queue_redis::test_support::{redis_url, TestKeys};
-use queue_redis::{connect, LaneWeights, RedisReadyQueue};
+use queue_redis::{connect_client, LaneWeights, RedisReadyQueue};
 use redis::aio::ConnectionManager;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -106,19 +107,22 @@ async fn prefill(conn: &ConnectionManager, queue: &RedisReadyQueue, members: usi
 /// Measure both benchmarks on `url`; returns (lane-pop, permit-cycle).
 pub async fn run_bench(url: &str, opts: BenchOptions) -> (Throughput, Throughput) {
     assert!(opts.connections > 0 && opts.concurrency > 0 && opts.ops > 0);
-    let keys = TestKeys::new(url, "bench");
+    // One scratch namespace; the adapters under test get their own connections to it.
+    let side = QueueSide::connect_scratch(url, &QueueOptions::default(), "bench").await.expect("connect");
+    let prefix = side.key_prefix().expect("a redis:// url").to_string();
+    let client = side.redis_connection().expect("a redis:// url").client().clone();
     let mut conns = Vec::new();
     for _ in 0..opts.connections {
-        conns.push(connect(url).await.expect("connect"));
+        conns.push(connect_client(client.clone()).await.expect("connect"));
     }
     let queues: Vec<RedisReadyQueue> = conns
         .iter()
-        .map(|c| RedisReadyQueue::new(c.clone(), &keys.prefix, LaneWeights::default()).expect("queue"))
+        .map(|c| RedisReadyQueue::new(c.clone(), &prefix, LaneWeights::default()).expect("queue"))
         .collect();
     let permits: Vec<RedisPermits> = conns
         .iter()
         .map(|c| {
-            RedisPermits::new(c.clone(), RedisPermitsConfig::new(keys.prefix.clone(), PermitLimits::default()))
+            RedisPermits::new(c.clone(), RedisPermitsConfig::new(prefix.clone(), PermitLimits::default()))
                 .expect("permits")
         })
         .collect();
@@ -209,6 +213,7 @@ pub async fn run_bench(url: &str, opts: BenchOptions) -> (Throughput, Throughput
     }
     let cycle = Throughput { adapter_ops_s: a, raw_evalsha_ops_s: r };
     assert!(permits[0].holders(RESOURCE).await.expect("holders").is_empty(), "every permit released");
+    side.destroy().await.expect("delete the bench keys");
     (pop, cycle)
 }
 
@@ -224,7 +229,9 @@ async fn main() {
         concurrency: env_usize("BENCH_CONCURRENCY", 32),
         ops: env_usize("BENCH_OPS", 50_000),
     };
-    let url = redis_url();
+    let (url, _) = url_from_args(Role::Queue, std::env::args().skip(1), |k| std::env::var(k).ok(), &["REDIS_URL"])
+        .expect("--queue <url>");
+    let url = url.unwrap_or_else(|| "redis://127.0.0.1:6379".into());
     println!(
         "redis_bench: {} connections, {} tasks, {} ops per run, best of 2 alternating runs per side",
         opts.connections, opts.concurrency, opts.ops

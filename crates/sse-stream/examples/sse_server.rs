@@ -1,6 +1,10 @@
 //! A browser-facing progress stream: an axum server whose `/events` endpoint is a
 //! `text/event-stream` an `EventSource` consumes, fed by the streaming `compose` step of a
-//! small live-summary workflow running on the engine (in-memory store, Redis frames).
+//! small live-summary workflow running on the engine. The adapters come from `compose`:
+//! the store from `--store <url>`, else `WFK_STORE`, else `memory:`; lanes, wakeup, permits
+//! and frames from the Redis named by `--queue <url>`, else `WFK_QUEUE`, else `REDIS_URL`,
+//! else `redis://127.0.0.1:6379`, under a fresh key prefix deleted at the end (a `mongodb://`
+//! store gets a fresh database, dropped at the end).
 //!
 //! Run: `cargo run -p sse-stream --example sse_server -- --port 8080` and open the page.
 //! `--check` makes it a test driver: it exits after the page reports (or after 90 s),
@@ -16,23 +20,22 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use compose::{url_from_args, Deployment, QueueOptions, QueueSide, Role, StoreSide};
 use futures::Stream;
-use kernel_core::engine::{Engine, EngineConfig, Ports};
+use kernel_core::engine::{Engine, EngineConfig};
 use kernel_core::model::DurationMs;
-use kernel_core::ports::{DynClock, NoopObservationSink, StreamKey, SystemClock};
+use kernel_core::ports::{DynClock, DynStore, StreamKey, SystemClock};
 use kernel_core::WorkflowId;
 use kernel_core::{ActivityContext, ActivityError, Definition, StartRequest, StepDef, StepOutcome};
-use queue_redis::test_support::{redis_url, TestKeys};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use sse_stream::codec::Record;
 use sse_stream::event::{SseEvent, DEFAULTS};
-use sse_stream::{connect, ForwardConfig, ForwardEvent, Forwarder, RedisStreamSink, StreamConfig};
+use sse_stream::{ForwardConfig, ForwardEvent, Forwarder};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use testkit::memory::{InMemoryInbox, InMemoryPermits, InMemoryQueue, InMemoryStore, InMemoryWakeup, SeqIds};
 use tokio::sync::mpsc;
 
 const TYPE: &str = "live_summary_stream";
@@ -67,7 +70,7 @@ fn definition() -> Definition {
 #[derive(Clone)]
 struct App {
     engine: Engine,
-    store: InMemoryStore,
+    store: Arc<DynStore>,
     conn: redis::aio::ConnectionManager,
     prefix: String,
     started: Arc<AtomicU64>,
@@ -154,7 +157,7 @@ async fn events(
 
 /// The stored truth the page's final result is compared with (K-1.3).
 async fn stored(app: &App, workflow_id: &str) -> Option<Value> {
-    let inst = kernel_core::ports::WorkflowStore::get(&app.store, &WorkflowId::from(workflow_id)).await.ok()??;
+    let inst = app.store.get(&WorkflowId::from(workflow_id)).await.ok()??;
     Some(json!({
         "status": inst.status.as_str(),
         "revision": inst.revision,
@@ -198,23 +201,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         args.iter().position(|a| a == "--port").and_then(|i| args.get(i + 1)).map_or(Ok(0), |p| p.parse())?;
     let check = args.iter().any(|a| a == "--check");
 
-    let url = redis_url();
-    let keys = TestKeys::new(&url, "sse-demo");
-    let conn = connect(&url).await.map_err(|e| format!("Redis at {url}: {e}"))?;
-    let clock: Arc<DynClock> = Arc::new(SystemClock);
-    let sink = RedisStreamSink::new(conn.clone(), clock.clone(), StreamConfig::with_prefix(&keys.prefix))?;
-    let store = InMemoryStore::new();
-    let ports = Ports {
-        store: Arc::new(store.clone()),
-        inbox: Arc::new(InMemoryInbox::new()),
-        queue: Arc::new(InMemoryQueue::default()),
-        wakeup: Arc::new(InMemoryWakeup::new()),
-        permits: Arc::new(InMemoryPermits::new(clock.clone(), HashMap::new(), 30_000)),
-        clock,
-        ids: Arc::new(SeqIds::new(&format!("demo{}", std::process::id()), 1)),
-        observer: Arc::new(NoopObservationSink),
-        stream: Arc::new(sink.clone()),
+    let env = |k: &str| std::env::var(k).ok();
+    let (store_url, rest) = url_from_args(Role::Store, args.iter().skip(1).cloned(), env, &[])?;
+    let (queue_url, _) = url_from_args(Role::Queue, rest, env, &["REDIS_URL"])?;
+    let store_url = store_url.unwrap_or_else(|| "memory:".into());
+    let queue_url = queue_url.unwrap_or_else(|| "redis://127.0.0.1:6379".into());
+    let deployment = Deployment {
+        store: StoreSide::connect_scratch(&store_url, "sse_demo").await?,
+        queue: QueueSide::connect_scratch(&queue_url, &QueueOptions::default(), "sse-demo").await?,
     };
+    let clock: Arc<DynClock> = Arc::new(SystemClock);
+    let sink = deployment.queue.stream_sink(clock.clone())?;
+    let conn = deployment.queue.redis_connection()?.connection().clone();
+    let prefix = deployment.queue.key_prefix().unwrap_or_default().to_string();
+    let ports = deployment.ports().clock(clock).stream(Arc::new(sink.clone())).build()?;
     let config = EngineConfig {
         worker_id: "demo".into(),
         poll_interval_ms: DurationMs::from_millis(100),
@@ -224,8 +224,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let running = engine.spawn();
 
     let (tx, mut rx) = mpsc::channel(4);
-    let app =
-        App { engine, store, conn, prefix: keys.prefix.clone(), started: Arc::new(AtomicU64::new(0)), reports: tx };
+    let store = deployment.store.store.clone();
+    let app = App { engine, store, conn, prefix, started: Arc::new(AtomicU64::new(0)), reports: tx };
     let router = Router::new()
         .route("/", get(page))
         .route("/start", post(start))
@@ -259,6 +259,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     server.abort();
     running.shutdown().await;
     sink.flush_all().await.ok();
-    drop(keys);
+    deployment.destroy().await?;
     std::process::exit(code);
 }

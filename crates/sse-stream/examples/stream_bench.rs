@@ -2,14 +2,15 @@
 //! record vs. the full SSE JSON event, encode + decode in memory and appended to Redis.
 //!
 //! Run: `cargo run --release -p sse-stream --example stream_bench` (needs Redis at
-//! `REDIS_URL`, default `redis://127.0.0.1:6379`; its keys are deleted afterwards).
+//! `--queue <url>`, else `WFK_QUEUE`, else `REDIS_URL`, else `redis://127.0.0.1:6379`,
+//! connected through `compose`; its keys live under a fresh prefix deleted afterwards).
 
+use compose::{url_from_args, QueueOptions, QueueSide, Role};
 use kernel_core::ports::{DynClock, Frame, StreamKey, StreamSink, SystemClock};
-use queue_redis::test_support::{redis_url, TestKeys};
 use serde_json::json;
 use sse_stream::codec::{decode, encode, Record};
 use sse_stream::event::SseEvent;
-use sse_stream::{connect, RedisStreamSink, StreamConfig};
+use sse_stream::{RedisStreamSink, StreamConfig};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -52,13 +53,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     report("full JSON encode+decode", FRAMES, bytes, t.elapsed().as_secs_f64());
 
-    // The server comes from the environment (`REDIS_URL`, started by the scripts), never from here.
-    let url = redis_url();
-    let keys = TestKeys::new(&url, "bench");
-    let conn = connect(&url).await?;
+    // The server comes from the flags or the environment (started by the scripts), never from here.
+    let (url, _) = url_from_args(Role::Queue, std::env::args().skip(1), |k| std::env::var(k).ok(), &["REDIS_URL"])?;
+    let url = url.unwrap_or_else(|| "redis://127.0.0.1:6379".into());
+    let side = QueueSide::connect_scratch(&url, &QueueOptions::default(), "stream-bench").await?;
+    let prefix = side.key_prefix().unwrap_or_default().to_string();
+    let conn = side.redis_connection()?.connection().clone();
     let key = StreamKey { object_id: "o".into(), workflow_id: "w".into(), fencing_token: "f".into() };
     // Unbatched compact appends through the writer (one Lua call each).
-    let config = StreamConfig { text_batch_bytes: 1, ..StreamConfig::with_prefix(&keys.prefix) };
+    let config = StreamConfig { text_batch_bytes: 1, ..StreamConfig::with_prefix(&prefix) };
     let sink = RedisStreamSink::new(conn.clone(), Arc::new(SystemClock) as Arc<DynClock>, config)?;
     sink.reset(&key).await?;
     let t = Instant::now();
@@ -75,7 +78,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     report("redis append compact", REDIS_FRAMES, bytes, t.elapsed().as_secs_f64());
     // The same frames stored as full JSON (plain RPUSH, one call each) for comparison.
-    let list = format!("{}:full-json", keys.prefix);
+    let list = format!("{prefix}:full-json");
     let mut c = conn.clone();
     let t = Instant::now();
     let mut bytes = 0;
@@ -92,6 +95,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         used as f64 / REDIS_FRAMES as f64,
         used_full as f64 / REDIS_FRAMES as f64
     );
-    drop(keys);
+    side.destroy().await?;
     Ok(())
 }

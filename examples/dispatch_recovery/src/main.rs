@@ -10,26 +10,27 @@
 //! `dispatch: seed=<s> accepted=<n> registered=<n> duplicate_instances=0 stuck_pending=0 input_mismatch=0 late_writes_rejected=<n>`
 //!
 //! Backends: `memory` (default: every port in memory; the candidate index is flushed) or
-//! `mongo` (`MONGODB_URI`: instances, inbox and the business collection on MongoDB in a
-//! fresh database; candidates on the Redis at `REDIS_URL`, default
+//! `mongo`: instances, inbox and the business collection on MongoDB in a fresh database of
+//! the server named by `--store <url>`, else `WFK_STORE`, else `MONGODB_URI`; candidates on
+//! the Redis named by `--queue <url>`, else `WFK_QUEUE`, else `REDIS_URL`, else
 //! `redis://127.0.0.1:6379`, under a fresh key prefix whose keys are deleted once — the
-//! candidate index is lost — and at the end; nothing else on that Redis is touched).
+//! candidate index is lost — and at the end; nothing else on that Redis is touched. Both
+//! come from `compose`, like every binary's adapters.
 //!
-//! Run: `cargo run -p dispatch-recovery -- [--seed S] [--requests N] [--backend memory|mongo]`
+//! Run: `cargo run -p dispatch-recovery -- [--seed S] [--requests N] [--backend memory|mongo] [--store URL] [--queue URL]`
 
+use compose::{url_from_args, QueueOptions, QueueSide, Role, StoreSide};
 use kernel_core::dispatch::{AcceptRequest, Dispatch, DispatchConfig};
 use kernel_core::ports::{DispatchStatus, DynCandidates, DynOutbox};
 use kernel_core::ObjectId;
 use kernel_core::{Engine, Priority, StartRequest};
 use kernel_examples::workflows::{order, ORDER};
-use queue_redis::RedisConnection;
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use serde_json::json;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use store_mongo::{MongoConfig, MongoOutbox, MongoSignalInbox, MongoWorkflowStore, OutboxSchema};
 use testkit::harness::{Lister, World};
 use testkit::memory::{InMemoryCandidates, InMemoryOutbox};
 
@@ -37,18 +38,25 @@ struct Args {
     seed: u64,
     requests: usize,
     backend: String,
+    /// `--store`, `WFK_STORE` or `MONGODB_URI` (the `mongo` backend's server).
+    store_url: Option<String>,
+    /// `--queue`, `WFK_QUEUE` or `REDIS_URL` (the `mongo` backend's candidate index).
+    queue_url: Option<String>,
 }
 
-fn args() -> Result<Args, String> {
-    let mut a = Args { seed: 7, requests: 1_000, backend: "memory".into() };
-    let mut it = std::env::args().skip(1);
+fn args() -> Result<Args, Box<dyn std::error::Error>> {
+    let env = |k: &str| std::env::var(k).ok();
+    let (store_url, rest) = url_from_args(Role::Store, std::env::args().skip(1), env, &["MONGODB_URI"])?;
+    let (queue_url, rest) = url_from_args(Role::Queue, rest, env, &["REDIS_URL"])?;
+    let mut a = Args { seed: 7, requests: 1_000, backend: "memory".into(), store_url, queue_url };
+    let mut it = rest.into_iter();
     while let Some(flag) = it.next() {
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
         match flag.as_str() {
             "--seed" => a.seed = value.parse().map_err(|e| format!("--seed: {e}"))?,
             "--requests" => a.requests = value.parse().map_err(|e| format!("--requests: {e}"))?,
             "--backend" if value == "memory" || value == "mongo" => a.backend = value,
-            other => return Err(format!("unknown flag {other}")),
+            other => return Err(format!("unknown flag {other}").into()),
         }
     }
     if a.requests == 0 || a.requests > 100_000 {
@@ -63,7 +71,7 @@ struct Backend {
     outbox: Arc<DynOutbox>,
     candidates: Arc<DynCandidates>,
     flush: Box<dyn Fn() -> Pin<Box<dyn Future<Output = ()>>>>,
-    cleanup: Option<(mongodb::Database, RedisConnection, String)>,
+    cleanup: Option<(StoreSide, QueueSide)>,
 }
 
 async fn backend(args: &Args) -> Result<Backend, Box<dyn std::error::Error>> {
@@ -81,36 +89,32 @@ async fn backend(args: &Args) -> Result<Backend, Box<dyn std::error::Error>> {
             cleanup: None,
         });
     }
-    let uri = std::env::var("MONGODB_URI").map_err(|_| "--backend mongo needs MONGODB_URI")?;
-    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos();
-    let db = store_mongo::connect(&uri, &format!("dispatch_recovery_{stamp:x}")).await?;
-    let store = MongoWorkflowStore::open(&db, MongoConfig::default()).await?;
-    let inbox = MongoSignalInbox::open(&db, MongoConfig::default()).await?;
-    let outbox = MongoOutbox::open(&db, OutboxSchema::default(), MongoConfig::default()).await?;
-    // The server comes from the environment (started by the scripts), never from here.
-    let redis_url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let redis = RedisConnection::open(&redis_url).await?;
-    let prefix = format!("dispatch-demo-{stamp:x}");
-    let candidates = redis.dispatch_candidates(&prefix)?;
-    let listed = store.clone();
+    let url = args.store_url.as_deref().ok_or("--backend mongo needs --store <url>, WFK_STORE or MONGODB_URI")?;
+    let store = StoreSide::connect_scratch(url, "dispatch_recovery").await?;
+    let outbox = store.dispatch_outbox().await?;
+    // The server comes from the flags or the environment (started by the scripts), never from here.
+    let redis_url = args.queue_url.as_deref().unwrap_or("redis://127.0.0.1:6379");
+    let queue = QueueSide::connect_scratch(redis_url, &QueueOptions::default(), "dispatch-demo").await?;
+    let candidates = queue.dispatch_candidates()?;
+    let listed = store.mongo_store()?.clone();
     let lister: Lister = Arc::new(move || {
         let s = listed.clone();
         Box::pin(async move { s.list(100_000).await })
     });
-    let (lost, lost_prefix) = (redis.clone(), prefix.clone());
+    let lost = queue.clone();
     let flush: Box<dyn Fn() -> Pin<Box<dyn Future<Output = ()>>>> = Box::new(move || {
         // Our own prefix only.
-        let (lost, lost_prefix) = (lost.clone(), lost_prefix.clone());
+        let lost = lost.clone();
         Box::pin(async move {
-            let _ = lost.purge_prefix(&lost_prefix).await;
+            let _ = lost.destroy().await;
         })
     });
     Ok(Backend {
-        world: World::with_durable(args.seed, HashMap::new(), Arc::new(store), Arc::new(inbox), lister),
-        outbox: Arc::new(outbox),
-        candidates: Arc::new(candidates),
+        world: World::with_durable(args.seed, HashMap::new(), store.store.clone(), store.inbox.clone(), lister),
+        outbox,
+        candidates,
         flush,
-        cleanup: Some((db, redis, prefix)),
+        cleanup: Some((store, queue)),
     })
 }
 
@@ -236,9 +240,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let v = env.verdict(&objects).await?;
     let (accepted, registered, duplicates, stuck, mismatch) =
         (v.accepted, v.registered, v.duplicate_instances, v.stuck_pending, v.input_mismatch);
-    if let Some((db, redis, prefix)) = b.cleanup {
-        db.drop().await?;
-        redis.purge_prefix(&prefix).await?;
+    if let Some((store, queue)) = b.cleanup {
+        store.destroy().await?;
+        queue.destroy().await?;
     }
     println!(
         "dispatch: seed={} accepted={accepted} registered={registered} duplicate_instances={duplicates} stuck_pending={stuck} input_mismatch={mismatch} late_writes_rejected={late_writes_rejected} backend={}",

@@ -57,3 +57,62 @@ async fn mongo_and_redis_from_urls_publish_and_clean_up() {
     assert_eq!(again.queue.queue.pop_due(kernel_core::Instant::MAX).await.unwrap(), None);
     again.destroy().await.unwrap();
 }
+
+#[tokio::test]
+async fn scratch_namespaces_hold_the_outbox_candidates_and_stream_and_are_destroyed() {
+    let Some((mongo, redis)) = servers("scratch_namespaces_hold_the_outbox_candidates_and_stream_and_are_destroyed")
+    else {
+        return;
+    };
+    let store = compose::StoreSide::connect_scratch(&mongo, "wfk_scratch").await.unwrap();
+    let queue = compose::QueueSide::connect_scratch(&redis, &QueueOptions::default(), "wfk_scratch").await.unwrap();
+    let db = store.mongo_database().unwrap().clone();
+    assert!(db.name().starts_with("wfk_scratch_") && db.name() != compose::DEFAULT_DATABASE, "{}", db.name());
+    let prefix = queue.key_prefix().unwrap().to_string();
+    assert!(prefix.starts_with("wfk_scratch_"), "{prefix}");
+    // A second scratch connection gets another namespace.
+    let other = compose::StoreSide::connect_scratch(&mongo, "wfk_scratch").await.unwrap();
+    assert_ne!(other.mongo_database().unwrap().name(), db.name());
+    other.destroy().await.unwrap();
+
+    // The concrete store lists what the port wrote.
+    let def = Definition::builder("t")
+        .step(StepDef::new("a", |_| async { Ok(StepOutcome::complete(json!(1))) }))
+        .build()
+        .unwrap();
+    let mut plans = PlanRegistry::default();
+    plans.register(def.plan().clone());
+    let d = Deployment { store: store.clone(), queue: queue.clone() };
+    let publisher = Publisher::new(d.ports().build().unwrap(), plans, EngineConfig::default().payload_bytes_max);
+    let out = publisher.start_or_resume(StartRequest::new("t", "t:1", json!({}))).await.unwrap();
+    let listed = store.mongo_store().unwrap().list(10).await.unwrap();
+    assert_eq!(listed.iter().map(|i| i.workflow_id.as_str()).collect::<Vec<_>>(), [out.instance.workflow_id.as_str()]);
+    // The outbox opens its collection in the same database.
+    let outbox = store.dispatch_outbox().await.unwrap();
+    assert!(outbox.get(&kernel_core::ObjectId::from("none")).await.unwrap().is_none());
+    let names = db.list_collection_names().await.unwrap();
+    assert!(names.iter().any(|n| n == "business_objects"), "{names:?}");
+    // Candidates and stream frames live under the scratch prefix.
+    let candidates = queue.dispatch_candidates().unwrap();
+    candidates.add(&kernel_core::ObjectId::from("obj-1"), kernel_core::Instant::ZERO).await.unwrap();
+    let sink = queue.stream_sink(std::sync::Arc::new(kernel_core::ports::SystemClock)).unwrap();
+    let key = kernel_core::ports::StreamKey {
+        object_id: "obj-1".into(),
+        workflow_id: "wf-1".into(),
+        fencing_token: "f1".into(),
+    };
+    assert!(sink.keys(&key).frames.starts_with(&prefix), "{}", sink.keys(&key).frames);
+    let conn = queue.redis_connection().unwrap().clone();
+    let mut raw = conn.connection().clone();
+    let keys: Vec<String> = redis_keys(&mut raw, &prefix).await;
+    assert!(!keys.is_empty(), "candidate index under {prefix}");
+
+    d.destroy().await.unwrap();
+    assert!(redis_keys(&mut raw, &prefix).await.is_empty());
+    let client = mongodb::Client::with_uri_str(&mongo).await.unwrap();
+    assert!(!client.list_database_names().await.unwrap().contains(&db.name().to_string()));
+}
+
+async fn redis_keys(conn: &mut redis::aio::ConnectionManager, prefix: &str) -> Vec<String> {
+    redis::cmd("KEYS").arg(format!("{prefix}*")).query_async(conn).await.unwrap()
+}

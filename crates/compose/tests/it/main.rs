@@ -2,6 +2,7 @@
 //! the URL flags, connection errors, and (with `MONGODB_URI` and `REDIS_URL`) a real
 //! deployment built from URLs.
 
+mod accessors;
 mod live;
 mod memory;
 mod ports;
