@@ -5,7 +5,7 @@
 //! Run: `cargo run -p worker --bin publish -- --store mongodb://127.0.0.1:27017/wfk --queue redis://127.0.0.1:6379 [--biz-key parcel:42]`
 
 use compose::{Deployment, QueueOptions, Urls};
-use kernel_core::engine::{EngineConfig, Publisher};
+use kernel_core::engine::Publisher;
 use kernel_core::ports::{IdGenerator, RandomIds};
 use kernel_core::StartRequest;
 use serde_json::json;
@@ -20,8 +20,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err(format!("unknown argument {unknown} (flags: --store, --queue, --biz-key)").into());
     }
     let deployment = Deployment::from_urls(&urls, &QueueOptions::default()).await?;
-    let publisher =
-        Publisher::new(deployment.ports().build()?, worker::plans(), EngineConfig::default().payload_bytes_max);
+    // A publisher needs only the store, the queue and the wakeup; it runs no activity.
+    let side = deployment.publisher_side();
+    let publisher = Publisher::builder(side.store, side.queue, side.wakeup).plans(worker::plans()).build()?;
     let input = json!({ "parcel": biz_key });
     let out = publisher.start_or_resume(StartRequest::new(worker::WORKFLOW_TYPE, &biz_key, input)).await?;
     tracing::info!(workflow = %out.instance.workflow_id, biz_key, created = out.created, "published");
