@@ -56,11 +56,22 @@ impl DispatchEnv {
     /// A dispatcher named `id` on the shared ports.
     pub fn dispatcher(&self, id: &str) -> Dispatch {
         let engine = self.world.engine(id, (self.defs)(self.outbox.clone()));
+        self.build(id, self.outbox.clone(), self.candidates.clone(), engine.publisher())
+    }
+
+    /// The one way this harness builds a dispatcher: shared clock and ids, default config.
+    fn build(
+        &self,
+        id: &str,
+        outbox: Arc<DynOutbox>,
+        candidates: Arc<DynCandidates>,
+        publisher: kernel_core::Publisher,
+    ) -> Dispatch {
         let config = DispatchConfig { dispatcher_id: id.into(), ..DispatchConfig::default() };
         Dispatch::builder()
-            .outbox(self.outbox.clone())
-            .candidates(self.candidates.clone())
-            .publisher(engine.publisher())
+            .outbox(outbox)
+            .candidates(candidates)
+            .publisher(publisher)
             .clock(self.world.clock.clone())
             .ids(self.world.ids.clone())
             .config(config)
@@ -84,16 +95,7 @@ impl DispatchEnv {
             .with_dispatch(self.outbox.clone(), self.candidates.clone()),
         );
         let engine = self.world.engine_on(gated.wire(p), test_config(id), (self.defs)(self.outbox.clone()));
-        let config = DispatchConfig { dispatcher_id: id.into(), ..DispatchConfig::default() };
-        Dispatch::builder()
-            .outbox(gated.clone())
-            .candidates(gated)
-            .publisher(engine.publisher())
-            .clock(self.world.clock.clone())
-            .ids(self.world.ids.clone())
-            .config(config)
-            .build()
-            .expect("valid dispatch config")
+        self.build(id, gated.clone(), gated, engine.publisher())
     }
 
     /// Two recovery dispatchers and a worker until every intent among `objects` is
