@@ -67,8 +67,88 @@ pub fn key_name(field: &str, value: &str) -> Result<()> {
     Ok(())
 }
 
-/// Serialized size check for payloads (input, output, checkpoint).
+/// Deepest nesting of objects and arrays inside a payload: 90 levels (a scalar is 0, `{}`
+/// and `[]` are 1).
+///
+/// MongoDB documents its limit as 100 levels for a whole document; the store keeps a
+/// payload at most four levels below the document root (`steps.<i>.checkpoint`,
+/// `output.<name>`), so a payload within this limit fits with a margin, and serializers
+/// that recurse per level stay far from their stack limits.
+pub const PAYLOAD_DEPTH_MAX: usize = 90;
+
+/// Largest stored workflow document, as serialized bytes: 16 MiB, MongoDB's limit for one
+/// document (`BSONObjectTooLarge`).
+///
+/// The step count of a workflow is unbounded and each output is at most a payload, so a
+/// document can outgrow this even when every single value is within
+/// [`STORE_PAYLOAD_BYTES_MAX`]. A store refuses the write that would make it larger with
+/// [`Error::InvalidInput`]: the in-memory store measures the document's serialized JSON
+/// ([`document`]) against this value (or a smaller configured one), MongoDB its BSON
+/// encoding, and the engine fails the step whose outcome the refused write carried.
+pub const DOCUMENT_BYTES_MAX: usize = 16 * 1024 * 1024;
+
+/// Whether every store can represent `value` (K-2.0): integers within the 64-bit signed
+/// range (a JSON number above `i64::MAX` has no BSON type), object keys without NUL (BSON
+/// keys are C strings) at any depth, and at most [`PAYLOAD_DEPTH_MAX`] levels of nesting.
+/// Checked without recursion, so a pathologically deep value cannot overflow the stack.
+pub fn storable(field: &str, value: &serde_json::Value) -> Result<()> {
+    use serde_json::Value;
+    let mut stack = vec![(value, 0usize)];
+    while let Some((v, depth)) = stack.pop() {
+        match v {
+            Value::Number(n) if n.is_u64() && n.as_i64().is_none() => {
+                return Err(Error::invalid(
+                    field,
+                    format_args!("integer {n} exceeds the 64-bit signed range a store can hold"),
+                ));
+            }
+            Value::Array(items) => {
+                let depth = nested(field, depth)?;
+                stack.extend(items.iter().map(|x| (x, depth)));
+            }
+            Value::Object(map) => {
+                let depth = nested(field, depth)?;
+                for (k, x) in map {
+                    if k.contains('\0') {
+                        return Err(Error::invalid(field, format_args!("object key {k:?} contains NUL")));
+                    }
+                    stack.push((x, depth));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn nested(field: &str, depth: usize) -> Result<usize> {
+    if depth >= PAYLOAD_DEPTH_MAX {
+        return Err(Error::invalid(
+            field,
+            format_args!("nests deeper than the limit of {PAYLOAD_DEPTH_MAX} levels"),
+        ));
+    }
+    Ok(depth + 1)
+}
+
+/// The size of a whole stored document (a workflow instance after a write), as serialized
+/// JSON bytes, against `bytes_max` ([`DOCUMENT_BYTES_MAX`] unless a store is configured
+/// smaller).
+pub fn document(field: &str, doc: &impl serde::Serialize, bytes_max: usize) -> Result<()> {
+    let bytes = serde_json::to_vec(doc).map_err(|e| Error::invalid(field, e))?.len();
+    if bytes > bytes_max {
+        return Err(Error::invalid(
+            field,
+            format_args!("the document would be {bytes} bytes, over the store's size limit of {bytes_max}"),
+        ));
+    }
+    Ok(())
+}
+
+/// The check of a payload (input, output, checkpoint, business fields): [`storable`], then
+/// the serialized size.
 pub fn payload(field: &str, value: &serde_json::Value, bytes_max: usize) -> Result<()> {
+    storable(field, value)?;
     let bytes = serde_json::to_vec(value).map_err(|e| Error::invalid(field, e))?.len();
     if bytes > bytes_max {
         return Err(Error::invalid(field, format_args!("{bytes} bytes exceeds the payload limit of {bytes_max}")));
@@ -377,6 +457,29 @@ mod tests {
                 assert_eq!(field_of(r.validate()), field, "{r:?}");
             }
         }
+    }
+
+    #[test]
+    fn storable_values() {
+        use serde_json::json;
+        assert!(storable("output", &json!({"a": [i64::MAX, i64::MIN, 1.5, "x\u{0}y"]})).is_ok());
+        assert!(storable("output", &json!(u64::MAX)).is_err());
+        assert!(storable("output", &json!({"a": [{"b": (i64::MAX as u64) + 1}]})).is_err());
+        assert!(storable("output", &json!({"a": {"b\u{0}": 1}})).is_err());
+        let deep = |n: usize| (0..n).fold(json!(1), |v, _| json!([v]));
+        assert!(storable("output", &deep(PAYLOAD_DEPTH_MAX)).is_ok());
+        let e = storable("output", &deep(PAYLOAD_DEPTH_MAX + 1)).unwrap_err();
+        assert!(e.to_string().contains("nests deeper"), "{e}");
+        // Refused before the size check serializes it.
+        assert!(payload("output", &deep(500), usize::MAX).is_err());
+    }
+
+    #[test]
+    fn document_limit() {
+        let v = serde_json::json!({"a": "x".repeat(100)});
+        assert!(document("document", &v, 1000).is_ok());
+        let e = document("document", &v, 50).unwrap_err();
+        assert!(e.to_string().contains("size limit"), "{e}");
     }
 
     #[test]

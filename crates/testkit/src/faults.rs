@@ -44,8 +44,9 @@ pub enum CrashPlan {
     /// every one) without killing the process: on [`CrashSide::Before`] the call never
     /// reaches the port and fails with [`Error::Unavailable`]; on [`CrashSide::After`] the
     /// call takes effect and its result is lost as [`Error::Uncertain`]. The engine's own
-    /// error handling is what recovers (a write that fails ends the claim and leaves the
-    /// lease to expire, as a crash would), so one engine lives through many crash points.
+    /// error handling is what recovers (an uncertain write ends the claim and leaves the
+    /// lease to expire, as a crash would; an unavailable one hands the claim back with a
+    /// delay), so one engine lives through many crash points.
     /// `n = 0` never fires. Every firing is listed by [`CrashSwitch::fired`].
     ///
     /// The schedule is deterministic: when a recovery cycle (lease expiry, re-claim, retry)

@@ -40,6 +40,17 @@ enum Member {
     Lost(ClaimEnd),
 }
 
+/// A guarded write that did not commit (K-6.4).
+enum Unwritten {
+    /// The claim has ended: the write missed (`ClaimLost`), its outcome is uncertain, or
+    /// the store was unavailable (nothing written) and the claim was handed back.
+    End(ClaimEnd),
+    /// The store refused what the write would store (`InvalidInput`): nothing was written
+    /// and the claim still holds. The same write would be refused again, so the caller
+    /// fails the step whose outcome it carried instead of ending the claim.
+    Refused(crate::error::Error),
+}
+
 enum Next {
     /// Go on; with the step whose mark-running was fused into the last write, and its permit.
     Continue(Option<(usize, Option<HeldPermit>)>),
@@ -198,8 +209,6 @@ impl Claim {
         effects::enqueue_and_wake(&*ports.queue, &*ports.wakeup, &self.workflow_id, priority, at).await;
     }
 
-    /// One guarded write. A miss is claim loss, an error is an uncertain outcome: both end
-    /// the claim and cancel its activities (K-6.4); neither is retried.
     /// A transition refused before any write (a time past the representable range): end
     /// the claim without writing; the lease runs out and the instance is claimed again.
     fn refused(&self, e: crate::error::Error) -> ClaimEnd {
@@ -208,30 +217,105 @@ impl Claim {
         ClaimEnd::Uncertain
     }
 
-    async fn commit(&self, g: G, t: Transition) -> Result<(), ClaimEnd> {
+    /// One guarded write, by what the store answered (K-6.4): a miss is claim loss and an
+    /// uncertain outcome ends the claim, both cancelling its activities and neither retried;
+    /// `Unavailable` certainly had no effect, so the claim is handed back with a delay;
+    /// `InvalidInput` is a refusal of the content ([`Unwritten::Refused`]), which the caller
+    /// turns into a failure of the step the write carried.
+    async fn commit(&self, g: G, t: Transition) -> Result<(), Unwritten> {
         match self.inner.ports.store.apply(&self.workflow_id, &self.guard(g), &t).await {
             Ok(WriteOutcome::Applied { revision }) => {
-                let after = {
-                    let mut d = self.doc.lock().expect("doc lock");
-                    t.apply_to(&mut d);
-                    d.revision = revision;
-                    d.clone()
-                };
-                let writer = Writer { worker_id: Some(&self.inner.config.worker_id), claim_token: Some(&self.token) };
-                effects::observe(&*self.inner.ports.observer, &after, &t, revision, writer);
+                self.applied(&t, revision);
                 Ok(())
             }
             Ok(WriteOutcome::Missed) => {
                 tracing::warn!(kinds = ?t.kinds().collect::<Vec<_>>(), "write missed: claim lost");
                 self.cancel.cancel();
-                Err(ClaimEnd::ClaimLost)
+                Err(Unwritten::End(ClaimEnd::ClaimLost))
+            }
+            Err(e @ crate::error::Error::InvalidInput { .. }) => {
+                tracing::error!(kinds = ?t.kinds().collect::<Vec<_>>(), error = %e, "write refused by the store");
+                Err(Unwritten::Refused(e))
+            }
+            Err(e @ crate::error::Error::Unavailable { .. }) => {
+                tracing::warn!(kinds = ?t.kinds().collect::<Vec<_>>(), error = %e, "store unavailable: nothing written; handing the claim back");
+                Err(Unwritten::End(self.hand_back(g).await))
             }
             Err(e) => {
                 tracing::warn!(kinds = ?t.kinds().collect::<Vec<_>>(), error = %e, "write outcome uncertain: ending the claim");
                 self.cancel.cancel();
-                Err(ClaimEnd::Uncertain)
+                Err(Unwritten::End(ClaimEnd::Uncertain))
             }
         }
+    }
+
+    /// Keep the local copy and the observation in step with a committed write.
+    fn applied(&self, t: &Transition, revision: u64) {
+        let after = {
+            let mut d = self.doc.lock().expect("doc lock");
+            t.apply_to(&mut d);
+            d.revision = revision;
+            d.clone()
+        };
+        let writer = Writer { worker_id: Some(&self.inner.config.worker_id), claim_token: Some(&self.token) };
+        effects::observe(&*self.inner.ports.observer, &after, t, revision, writer);
+    }
+
+    /// After a write the store could not take (nothing written): stop this claim's
+    /// activities and release the instance until `now + permit_retry_ms`, one attempt; if
+    /// the release cannot be written either, the lease is left to expire.
+    async fn hand_back(&self, g: G) -> ClaimEnd {
+        self.cancel.cancel();
+        let now = self.now();
+        let delay = self.inner.config.permit_retry_ms;
+        let Ok(t) = Transition::finalizer_release(now, delay) else { return ClaimEnd::Uncertain };
+        match self.inner.ports.store.apply(&self.workflow_id, &self.guard(g), &t).await {
+            Ok(WriteOutcome::Applied { revision }) => {
+                self.applied(&t, revision);
+                let prio = self.snapshot().business_priority;
+                self.enqueue(prio, now.saturating_add(delay)).await;
+                ClaimEnd::Released
+            }
+            Ok(WriteOutcome::Missed) => ClaimEnd::ClaimLost,
+            Err(e) => {
+                tracing::warn!(error = %e, "hand-back not written; the lease is left to expire");
+                ClaimEnd::Uncertain
+            }
+        }
+    }
+
+    /// [`commit`](Self::commit) of a write that carries no step outcome (mark running,
+    /// release, failing, completed, failed, push-back). The kernel puts no caller value in
+    /// them, so a refusal is a store that cannot take the document as it is: the claim is
+    /// handed back with a delay, without re-running anything.
+    async fn commit_plain(&self, g: G, t: Transition) -> Result<(), ClaimEnd> {
+        match self.commit(g, t).await {
+            Ok(()) => Ok(()),
+            Err(Unwritten::End(end)) => Err(end),
+            Err(Unwritten::Refused(_)) => Err(self.hand_back(g).await),
+        }
+    }
+
+    /// The error stored on a step whose outcome the store refused: permanent, with the
+    /// store's reason.
+    fn refusal_error(&self, e: &crate::error::Error) -> StepError {
+        let mut message = format!("the store refused the step's outcome: {e}");
+        let max = self.inner.config.error_message_bytes_max;
+        if message.len() > max {
+            let mut cut = max;
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            message.truncate(cut);
+        }
+        StepError { class: ErrorClass::Permanent, message }
+    }
+
+    /// A completion of step `idx` the store refused: the step failed for good, resolved with
+    /// its wave like any failure (K-4.5, K-7.4 row 4), so the workflow goes `failing` and
+    /// through its failure finalizer to `failed`.
+    fn refused_completion(&self, e: &crate::error::Error, elapsed_ms: DurationMs) -> Member {
+        Member::Halted(Halt::Failed { error: self.refusal_error(e), elapsed_ms })
     }
 
     async fn drive(&self, refusal: Option<Refusal>) -> ClaimEnd {
@@ -251,7 +335,7 @@ impl Claim {
                     Ok(t) => t,
                     Err(e) => return self.refused(e),
                 };
-                return match self.commit(G::Token, t).await {
+                return match self.commit_plain(G::Token, t).await {
                     Ok(()) => ClaimEnd::PushedBack,
                     Err(e) => e,
                 };
@@ -277,7 +361,7 @@ impl Claim {
         loop {
             if started.is_none() && (self.inner.stopping.is_cancelled() || self.cancel.is_cancelled()) {
                 // Shutdown between waves: hand the instance back at once.
-                return match self.commit(G::Running, Transition::release(self.now())).await {
+                return match self.commit_plain(G::Running, Transition::release(self.now())).await {
                     Ok(()) => ClaimEnd::Released,
                     Err(e) => e,
                 };
@@ -292,7 +376,7 @@ impl Claim {
                         return self.success_path().await;
                     }
                     if doc.steps.iter().any(|s| s.status == StepStatus::Failed) {
-                        if let Err(e) = self.commit(G::Running, Transition::failing(self.now())).await {
+                        if let Err(e) = self.commit_plain(G::Running, Transition::failing(self.now())).await {
                             return e;
                         }
                         return self.fail_path().await;
@@ -319,7 +403,7 @@ impl Claim {
             Ok(t) => t,
             Err(e) => return self.refused(e),
         };
-        match self.commit(g, t).await {
+        match self.commit_plain(g, t).await {
             Ok(()) => {
                 let prio = self.snapshot().business_priority;
                 self.enqueue(prio, now.saturating_add(delay)).await;
@@ -389,7 +473,7 @@ impl Claim {
                     Err(delay_ms) => return Err(Member::Halted(Halt::Deferred { delay_ms })),
                 };
                 self.maybe_reset_stream(idx).await;
-                if let Err(e) = self.commit(G::Running, Transition::mark_running(idx, self.now())).await {
+                if let Err(e) = self.commit_plain(G::Running, Transition::mark_running(idx, self.now())).await {
                     self.release_permit(permit).await;
                     return Err(Member::Lost(e));
                 }
@@ -485,7 +569,8 @@ impl Claim {
     async fn commit_skip(&self, idx: usize, error: StepError, elapsed_ms: DurationMs) -> Member {
         match self.commit(G::Running, Transition::skip_step(idx, error, elapsed_ms, self.now())).await {
             Ok(()) => Member::Settled,
-            Err(e) => Member::Lost(e),
+            Err(Unwritten::End(e)) => Member::Lost(e),
+            Err(Unwritten::Refused(e)) => self.refused_completion(&e, elapsed_ms),
         }
     }
 
@@ -499,8 +584,8 @@ impl Claim {
             // The claim was lost during the activity; any write would miss.
             return Next::End(ClaimEnd::ClaimLost);
         }
-        let t = match self.classify(idx, inv) {
-            StepResult::Complete { output, elapsed_ms } => self.completion(idx, output, elapsed_ms),
+        let (t, elapsed_ms) = match self.classify(idx, inv) {
+            StepResult::Complete { output, elapsed_ms } => (self.completion(idx, output, elapsed_ms), elapsed_ms),
             StepResult::Skipped { error, elapsed_ms } => {
                 let m = self.commit_skip(idx, error, elapsed_ms).await;
                 return self.settle(vec![(idx, m)]).await;
@@ -518,7 +603,7 @@ impl Claim {
                     self.on_terminal().await;
                     Next::End(ClaimEnd::Terminal(WorkflowStatus::Completed))
                 }
-                Err(e) => Next::End(e),
+                Err(u) => self.completion_unwritten(idx, u, elapsed_ms).await,
             };
         }
         let next = plan.ready(&after.steps);
@@ -531,9 +616,9 @@ impl Claim {
                     self.maybe_reset_stream(j).await;
                     return match self.commit(G::Running, t.fuse(Transition::mark_running(j, now))).await {
                         Ok(()) => Next::Continue(Some((j, permit))),
-                        Err(e) => {
+                        Err(u) => {
                             self.release_permit(permit).await;
-                            Next::End(e)
+                            self.completion_unwritten(idx, u, elapsed_ms).await
                         }
                     };
                 }
@@ -544,14 +629,23 @@ impl Claim {
                             self.enqueue(after.business_priority, now.saturating_add(delay)).await;
                             Next::End(ClaimEnd::Released)
                         }
-                        Err(e) => Next::End(e),
+                        Err(u) => self.completion_unwritten(idx, u, elapsed_ms).await,
                     };
                 }
             }
         }
         match self.commit(G::Running, t).await {
             Ok(()) => Next::Continue(None),
-            Err(e) => Next::End(e),
+            Err(u) => self.completion_unwritten(idx, u, elapsed_ms).await,
+        }
+    }
+
+    /// A lone step's completion write (fused or not) that did not commit: a refusal fails
+    /// the completing step; any other end stands.
+    async fn completion_unwritten(&self, idx: usize, u: Unwritten, elapsed_ms: DurationMs) -> Next {
+        match u {
+            Unwritten::End(e) => Next::End(e),
+            Unwritten::Refused(e) => self.settle(vec![(idx, self.refused_completion(&e, elapsed_ms))]).await,
         }
     }
 
@@ -567,7 +661,8 @@ impl Claim {
                 StepResult::Complete { output, elapsed_ms } => {
                     match self.commit(G::Running, self.completion(idx, output, elapsed_ms)).await {
                         Ok(()) => Member::Settled,
-                        Err(e) => Member::Lost(e),
+                        Err(Unwritten::End(e)) => Member::Lost(e),
+                        Err(Unwritten::Refused(e)) => self.refused_completion(&e, elapsed_ms),
                     }
                 }
                 StepResult::Skipped { error, elapsed_ms } => self.commit_skip(idx, error, elapsed_ms).await,
@@ -583,7 +678,15 @@ impl Claim {
     /// the one write (if any step halted) and what follows it.
     async fn settle(&self, members: Vec<(usize, Member)>) -> Next {
         let mut wave = Vec::with_capacity(members.len());
+        // The step to fail if the store refuses the wave's write: the first whose outcome
+        // carries a value of its own (an error, a checkpoint); a deferral carries none.
+        let mut blame = None;
         for (idx, m) in members {
+            if let Member::Halted(h) = &m {
+                if !matches!(h, Halt::Deferred { .. }) {
+                    blame.get_or_insert(idx);
+                }
+            }
             match m {
                 Member::Settled => wave.push((idx, None)),
                 Member::Halted(h) => wave.push((idx, Some(h))),
@@ -593,8 +696,20 @@ impl Claim {
         let Some(resolution) = outcome::resolve_wave(wave, self.now()) else {
             return Next::Continue(None);
         };
-        if let Err(e) = self.commit(G::Running, resolution.transition).await {
-            return Next::End(e);
+        let failing = matches!(resolution.then, AfterWave::Failing | AfterWave::Canceled);
+        match self.commit(G::Running, resolution.transition).await {
+            Ok(()) => {}
+            Err(Unwritten::End(e)) => return Next::End(e),
+            Err(Unwritten::Refused(e)) => {
+                let Some(idx) = blame.filter(|_| !failing) else {
+                    return Next::End(self.hand_back(G::Running).await);
+                };
+                let t = Transition::step_failed(idx, self.refusal_error(&e), DurationMs::ZERO, self.now());
+                return Next::End(match self.commit_plain(G::Running, t).await {
+                    Ok(()) => self.fail_path().await,
+                    Err(end) => end,
+                });
+            }
         }
         let prio = self.snapshot().business_priority;
         Next::End(match resolution.then {
@@ -656,7 +771,7 @@ impl Claim {
                 return self.release_after(G::Running, self.inner.config.finalizer_retry_ms).await;
             }
         }
-        match self.commit(G::Running, Transition::completed(self.now())).await {
+        match self.commit_plain(G::Running, Transition::completed(self.now())).await {
             Ok(()) => {
                 self.on_terminal().await;
                 ClaimEnd::Terminal(WorkflowStatus::Completed)
@@ -674,7 +789,7 @@ impl Claim {
                 return self.release_after(G::Failing, self.inner.config.finalizer_retry_ms).await;
             }
         }
-        match self.commit(G::Failing, Transition::failed(self.now())).await {
+        match self.commit_plain(G::Failing, Transition::failed(self.now())).await {
             Ok(()) => {
                 self.on_terminal().await;
                 ClaimEnd::Terminal(WorkflowStatus::Failed)

@@ -15,14 +15,23 @@ struct State {
 /// In-memory [`WorkflowStore`]: one lock per call, reference semantics from
 /// [`Guard::matches`] and [`Transition::apply_to`]. It refuses exactly what every store
 /// refuses, with the shared checks of kernel-core ([`WorkflowInstance::validate`],
-/// [`Guard::validate`], [`Transition::validate`], [`ClaimSpec::validate`]) and the payload
-/// limit [`validate::STORE_PAYLOAD_BYTES_MAX`].
+/// [`Guard::validate`], [`Transition::validate`], [`ClaimSpec::validate`]), the payload
+/// limit [`validate::STORE_PAYLOAD_BYTES_MAX`] and the document limit
+/// [`validate::DOCUMENT_BYTES_MAX`] (a create or write that would make the stored instance
+/// larger is refused, as MongoDB refuses a document over 16 MiB).
 ///
 /// Clones share state; [`fork`](Self::fork) copies it (a crash = fork the durable state,
 /// drop the engine, restart on the fork).
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Clone)]
 pub struct InMemoryStore {
     state: Arc<Mutex<State>>,
+    document_bytes_max: usize,
+}
+
+impl Default for InMemoryStore {
+    fn default() -> Self {
+        InMemoryStore { state: Arc::default(), document_bytes_max: validate::DOCUMENT_BYTES_MAX }
+    }
 }
 
 impl InMemoryStore {
@@ -30,9 +39,18 @@ impl InMemoryStore {
     pub fn new() -> Self {
         Self::default()
     }
+    /// The same store refusing documents over `bytes_max` serialized bytes instead of
+    /// [`validate::DOCUMENT_BYTES_MAX`] (so a test can reach the limit with a few steps).
+    pub fn with_document_bytes_max(mut self, bytes_max: usize) -> Self {
+        self.document_bytes_max = bytes_max;
+        self
+    }
     /// An independent copy of the current state.
     pub fn fork(&self) -> Self {
-        InMemoryStore { state: Arc::new(Mutex::new(self.state.lock().expect("store lock").clone())) }
+        InMemoryStore {
+            state: Arc::new(Mutex::new(self.state.lock().expect("store lock").clone())),
+            document_bytes_max: self.document_bytes_max,
+        }
     }
     /// Every instance, ordered by workflow id.
     pub fn all(&self) -> Vec<WorkflowInstance> {
@@ -48,6 +66,7 @@ impl InMemoryStore {
 impl WorkflowStore for InMemoryStore {
     async fn create(&self, instance: WorkflowInstance) -> Result<CreateOutcome> {
         instance.validate(validate::STORE_PAYLOAD_BYTES_MAX)?;
+        validate::document("document", &instance, self.document_bytes_max)?;
         let mut st = self.state.lock().expect("store lock");
         if let Some(id) = st.by_biz_key.get(&instance.biz_key) {
             return Ok(CreateOutcome::Exists(st.by_id[id].clone()));
@@ -108,7 +127,10 @@ impl WorkflowStore for InMemoryStore {
         if transition.steps.iter().any(|p| p.index as usize >= inst.steps.len()) {
             return Err(Error::invalid("transition.steps", "step index out of range"));
         }
-        transition.apply_to(inst);
+        let mut after = inst.clone();
+        transition.apply_to(&mut after);
+        validate::document("document", &after, self.document_bytes_max)?;
+        *inst = after;
         Ok(WriteOutcome::Applied { revision: inst.revision })
     }
 

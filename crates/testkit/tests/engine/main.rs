@@ -5,6 +5,7 @@ mod behaviour;
 mod harness;
 mod health;
 mod mocks;
+mod refused;
 mod model;
 mod renewal;
 mod standalone_publisher;
