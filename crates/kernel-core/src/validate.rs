@@ -123,10 +123,7 @@ pub fn storable(field: &str, value: &serde_json::Value) -> Result<()> {
 
 fn nested(field: &str, depth: usize) -> Result<usize> {
     if depth >= PAYLOAD_DEPTH_MAX {
-        return Err(Error::invalid(
-            field,
-            format_args!("nests deeper than the limit of {PAYLOAD_DEPTH_MAX} levels"),
-        ));
+        return Err(Error::invalid(field, format_args!("nests deeper than the limit of {PAYLOAD_DEPTH_MAX} levels")));
     }
     Ok(depth + 1)
 }

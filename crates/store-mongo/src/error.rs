@@ -37,8 +37,11 @@ pub(crate) fn is_duplicate_key(e: &DriverError) -> bool {
     code(e) == Some(DUPLICATE_KEY)
 }
 
-// Codes the server gives when a single document would exceed 16 MiB.
-const TOO_LARGE: [i32; 3] = [10334, 17419, 17420];
+// Codes of a server that refuses a document's content, so the write was not applied and
+// the same write would be refused again: the document would exceed 16 MiB
+// (BSONObjectTooLarge 10334, "Resulting document after update is larger than …" 17419,
+// 17420) or nest deeper than the server allows (Overflow 15).
+const TOO_LARGE: [i32; 4] = [10334, 17419, 17420, 15];
 
 /// Map a driver error of a call of kind `op`; `what` names the call in the message. The
 /// driver's error is kept as the cause (`source()`). This is the one mapping of MongoDB

@@ -877,6 +877,27 @@ pub async fn k2_0_bad_output_key_is_refused(store: &DynStore) {
     .await;
 }
 
+/// K-2.0: values no store can represent ([`validate::storable`](kernel_core::validate::storable):
+/// an integer above `i64::MAX`, NUL in a nested object key, nesting deeper than
+/// [`PAYLOAD_DEPTH_MAX`](kernel_core::validate::PAYLOAD_DEPTH_MAX)) are refused by `apply`
+/// and `create` before the write, whatever the backend; nothing is written.
+pub async fn k2_0_unrepresentable_values_are_refused(store: &DynStore) {
+    refused_writes_nothing(store, |store| {
+        Box::pin(async move {
+            let deep = (0..=kernel_core::validate::PAYLOAD_DEPTH_MAX).fold(json!(1), |v, _| json!({ "n": v }));
+            let values = [json!({ "amount": u64::MAX }), json!({ "a": [{ "b\u{0}c": 1 }] }), deep];
+            for v in values {
+                let t = Transition::complete_step(1, "compose", v.clone(), DurationMs::from_millis(0), T0, false);
+                assert_invalid_field(store.apply(&"wf-1".into(), &running("a"), &t).await, "output.compose");
+                let t = Transition::yield_step(1, Some(v.clone()), DurationMs::from_millis(0), T0);
+                assert_invalid_field(store.apply(&"wf-1".into(), &running("a"), &t).await, "steps.1.checkpoint");
+                assert_invalid_field(store.create(bad_instance(|i| i.input = v.clone())).await, "input");
+            }
+        })
+    })
+    .await;
+}
+
 // --- scans -------------------------------------------------------------------------------
 
 /// `scan_due_waits`: only waiting instances due at `now`, bounded by `limit`, with the
@@ -979,6 +1000,7 @@ macro_rules! store_conformance {
             k2_0_oversize_payload_is_refused,
             k2_0_bad_token_is_refused,
             k2_0_bad_output_key_is_refused,
+            k2_0_unrepresentable_values_are_refused,
             scan_due_waits_bounded,
             scan_claimable_pages,
         );

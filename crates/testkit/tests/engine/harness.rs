@@ -113,7 +113,10 @@ async fn every_nth(n: u64, side: CrashSide) {
         // delay (K-6.4); it never leaves the lease to expire.
         CrashSide::Before => {
             assert_eq!(report.count(&ClaimEnd::Uncertain), 0, "{report:?}");
-            assert!(report.count(&ClaimEnd::Released) > 0, "a write that never happened released its claim: {report:?}");
+            assert!(
+                report.count(&ClaimEnd::Released) > 0,
+                "a write that never happened released its claim: {report:?}"
+            );
         }
     }
     for i in 0..3 {
