@@ -6,7 +6,8 @@
 #   scripts/mongo-wire.sh stop             stop the server this script started
 #   scripts/mongo-wire.sh status           print MONGODB_URI=... if running, exit 1 if not
 #   scripts/mongo-wire.sh stats            print the server's op counters
-#   scripts/mongo-wire.sh selftest         run the fidelity checks against a running server
+#   scripts/mongo-wire.sh selftest [URI]   run the fidelity checks against URI, or against the
+#                                          server this script started
 #
 # Idempotent: `start` reuses a healthy server it started earlier. The Python virtualenv lives
 # outside the repository (MONGO_WIRE_HOME, default ${XDG_CACHE_HOME:-$HOME/.cache}/durable-kernel)
@@ -118,7 +119,12 @@ case "${1:-start}" in
     port="$(running_port)" || { log "not running"; exit 1; }
     "$VENV/bin/python" -c "import sys,pymongo; print(pymongo.MongoClient(f'mongodb://127.0.0.1:{sys.argv[1]}', directConnection=True).admin.command('serverStatus')['opcounters'])" "$port" ;;
   selftest)
-    port="$(running_port)" || { log "not running"; exit 1; }
-    "$VENV/bin/python" "$TOOL/selftest.py" "mongodb://$HOST:$port" ;;
+    ensure_venv
+    uri="${2:-}"
+    if [[ -z "$uri" ]]; then
+      port="$(running_port)" || { log "not running"; exit 1; }
+      uri="mongodb://$HOST:$port"
+    fi
+    "$VENV/bin/python" "$TOOL/selftest.py" "$uri" ;;
   *) echo "usage: $0 [start [PORT]|stop|status|stats|selftest]" >&2; exit 2 ;;
 esac

@@ -79,9 +79,20 @@ cleanup() {
 trap cleanup EXIT
 
 # Reports whose one-line summaries belong in the output run separately, uncaptured.
-REPORTS=(crash_at_every_boundary crash_sweep_on_mongo)
+REPORTS=(crash_at_every_boundary crash_sweep_on_mongo refused_writes_report)
 skip_args=()
 for r in "${REPORTS[@]}"; do skip_args+=(--skip "$r"); done
+
+if [ -n "${MONGODB_URI:-}" ] && [ -f scripts/mongo-wire.sh ]; then
+  section "mongo-wire fidelity selftest"
+  # One line when every check passes; every check's line when one fails.
+  if selftest_out=$(bash scripts/mongo-wire.sh selftest "$MONGODB_URI"); then
+    printf 'mongo-wire selftest: %s\n' "$(printf '%s\n' "$selftest_out" | tail -n 1)"
+  else
+    printf '%s\n' "$selftest_out"
+    exit 1
+  fi
+fi
 
 section "cargo test --workspace"
 cargo test --workspace -- "${skip_args[@]}"
@@ -93,6 +104,7 @@ echo "rustdoc: ok"
 section "reports"
 cargo test -p kernel-examples --test it crash_at_every_boundary -- --nocapture
 cargo test -p store-mongo --test it crash_sweep_on_mongo -- --nocapture
+cargo test -p store-mongo --test it refused_writes_report -- --nocapture
 
 section "dispatch under fire (in-memory adapters)"
 cargo run -q -p dispatch-recovery -- --seed 7 --requests 1000

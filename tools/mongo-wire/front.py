@@ -10,15 +10,32 @@ so each command is atomic, like a single `mongod` applying one write at a time. 
 clients interleave between commands, never inside one -- which is the guarantee MongoDB
 gives for single-document writes.
 
+Limits, as MongoDB enforces them: a stored document of more than --max-document-bytes
+(16 MiB by default, env MONGO_WIRE_MAX_DOCUMENT_BYTES) is refused -- an insert with
+BSONObjectTooLarge (10334, "object to insert too large"), an update with 17419 ("Resulting
+document after update is larger than ...") -- and so is a document nesting deeper than 100
+levels (15 Overflow); a refused write leaves the document as it was.
+
+Test control, the `mongoWireTest` command (not a MongoDB command; scoped to one database,
+so tests sharing the server do not see each other's settings):
+  {mongoWireTest: 1, $db: D, maxDocumentBytes: N}   documents in D are limited to N bytes
+                                                     (0 restores the server's limit)
+  {mongoWireTest: 1, $db: D, dropConnectionAfterWrite: PATH}
+      the next write in D (insert, update, delete, findAndModify) that names a field path
+      starting with PATH ("" = any write) is applied, then its connection is closed
+      without a reply: the client cannot know whether it happened (an uncertain outcome).
+Each answers {ok: 1} with the previous setting.
+
 Not supported (answered with the error a standalone server gives, or CommandNotSupported):
 auth, TLS, compression, transactions, change streams, pipeline-style updates.
 
-usage: python front.py [--port N] [--host H] [--port-file PATH]
+usage: python front.py [--port N] [--host H] [--port-file PATH] [--max-document-bytes N]
        (port 0 picks a free port; the chosen port is written to --port-file)
 """
 import argparse
 import asyncio
 import collections
+import copy
 import datetime
 import itertools
 import os
@@ -87,6 +104,20 @@ OPCOUNTER_OF = {"insert": "insert", "find": "query", "update": "update", "delete
                 "getmore": "getmore", "findandmodify": "command"}
 
 
+# What MongoDB stores at most: 16 MiB per document, 100 levels of nesting.
+DOCUMENT_BYTES_MAX = 16 * 1024 * 1024
+DEPTH_MAX = 100
+LIMITS = {"document_bytes_max": DOCUMENT_BYTES_MAX}
+# Per database, set by `mongoWireTest`: a smaller document limit, an armed connection drop.
+DB_DOCUMENT_BYTES_MAX = {}
+DROP_AFTER_WRITE = {}
+WRITE_COMMANDS = ("insert", "update", "delete", "findandmodify")
+
+
+class DropConnection(Exception):
+    """Raised after a write was applied: close the connection without a reply."""
+
+
 class CmdError(Exception):
     def __init__(self, code, msg, name=None):
         super().__init__(msg)
@@ -112,6 +143,106 @@ def classify(e):
     if isinstance(e, (ValueError, TypeError, bson.errors.InvalidDocument)):
         return 2, f"{type(e).__name__}: {e}", "BadValue"
     return 8, f"{type(e).__name__}: {e}", "UnknownError"
+
+
+def depth_of(v):
+    """Nesting levels of a document: `{}` is 1, each nested document or array adds one."""
+    deepest, stack = 0, [(v, 1)]
+    while stack:
+        x, d = stack.pop()
+        if isinstance(x, dict):
+            deepest = max(deepest, d)
+            stack.extend((y, d + 1) for y in x.values())
+        elif isinstance(x, list):
+            deepest = max(deepest, d)
+            stack.extend((y, d + 1) for y in x)
+    return deepest
+
+
+def document_bytes_max(dbname):
+    return DB_DOCUMENT_BYTES_MAX.get(dbname) or LIMITS["document_bytes_max"]
+
+
+def check_storable(doc, dbname, inserting):
+    """Refuse a document MongoDB would not store, with MongoDB's code and message."""
+    if depth_of(doc) > DEPTH_MAX:
+        verb = "insert" if inserting else "update"
+        raise CmdError(15, f"cannot {verb} document because it exceeds {DEPTH_MAX} levels of nesting", "Overflow")
+    size, limit = len(bson.encode(doc, codec_options=OPTS)), document_bytes_max(dbname)
+    if size > limit:
+        if inserting:
+            raise CmdError(10334, f"object to insert too large. size in bytes: {size}, max size: {limit}",
+                           "BSONObjectTooLarge")
+        raise CmdError(17419, f"Resulting document after update is larger than {limit}", None)
+
+
+def _by_id(coll, _id):
+    """The stored document with this _id (a dict lookup, not a scan), or None."""
+    try:
+        return coll._store[_id]
+    except KeyError:
+        return None
+
+
+def checked_update(coll, dbname, ids, do):
+    """Run `do()` (an update of the documents `ids`, maybe an upsert); if a resulting
+    document is too large or too deep, put every touched document back as it was and
+    raise MongoDB's error."""
+    before = {i: copy.deepcopy(_by_id(coll, i)) for i in ids}
+    before_ids = set(coll._store._documents.keys()) if not ids else None
+    res = do()
+    touched = list(ids)
+    if before_ids is not None:  # an upsert may have inserted one
+        touched = [i for i in coll._store._documents.keys() if i not in before_ids]
+    try:
+        for i in touched:
+            d = _by_id(coll, i)
+            if d is not None:
+                check_storable(d, dbname, inserting=i not in before)
+    except CmdError:
+        for i in touched:
+            if before.get(i) is not None:
+                coll._store[i] = before[i]
+            elif _by_id(coll, i) is not None:
+                del coll._store[i]
+        raise
+    return res
+
+
+def write_paths(cmd, lname):
+    """Field paths a write command names (for `dropConnectionAfterWrite`)."""
+    docs = []
+    if lname == "insert":
+        docs = cmd.get("documents", [])
+    elif lname == "update":
+        docs = [u.get("u") for u in cmd.get("updates", [])]
+    elif lname == "findandmodify":
+        docs = [cmd.get("update")]
+    paths = []
+    for d in docs:
+        if not isinstance(d, dict):
+            continue
+        for k, v in d.items():
+            if k.startswith("$") and isinstance(v, dict):
+                paths.extend(v.keys())
+            else:
+                paths.append(k)
+    return paths
+
+
+def test_control(cmd, dbname):
+    out = {"ok": 1.0}
+    if "maxDocumentBytes" in cmd:
+        out["was"] = DB_DOCUMENT_BYTES_MAX.get(dbname, 0)
+        n = int(cmd["maxDocumentBytes"])
+        if n > 0:
+            DB_DOCUMENT_BYTES_MAX[dbname] = n
+        else:
+            DB_DOCUMENT_BYTES_MAX.pop(dbname, None)
+    if "dropConnectionAfterWrite" in cmd:
+        out["was"] = DROP_AFTER_WRITE.get(dbname)
+        DROP_AFTER_WRITE[dbname] = str(cmd["dropConnectionAfterWrite"])
+    return out
 
 
 def hello(conn_id):
@@ -254,6 +385,13 @@ def run_command(cmd, conn_id):
         return {"host": "mongo-wire", "version": "7.0.0-mongomock-ng", "opcounters": counters, "ok": 1.0}
     if lname in ("getparameter", "getcmdlineopts", "hostinfo"):
         return {"ok": 1.0}
+    if lname == "mongowiretest":
+        return test_control(cmd, dbname)
+    if lname == "dropdatabase":
+        DB_DOCUMENT_BYTES_MAX.pop(dbname, None)
+        DROP_AFTER_WRITE.pop(dbname, None)
+        CLIENT.drop_database(dbname)
+        return {"ok": 1.0}
     if lname == "getmore":
         cid = int(cmd["getMore"])
         ns, rest = CURSORS.pop(cid, (f"{dbname}.{cmd.get('collection')}", None))
@@ -269,9 +407,6 @@ def run_command(cmd, conn_id):
         for c in ids:
             CURSORS.pop(c, None)
         return {"cursorsKilled": [Int64(i) for i in ids], "cursorsNotFound": [], "cursorsAlive": [], "cursorsUnknown": [], "ok": 1.0}
-    if lname == "dropdatabase":
-        CLIENT.drop_database(dbname)
-        return {"ok": 1.0}
     if lname == "listdatabases":
         return {"databases": [{"name": n, "sizeOnDisk": 0, "empty": False} for n in CLIENT.list_database_names()], "ok": 1.0}
     if lname == "listcollections":
@@ -296,6 +431,7 @@ def run_command(cmd, conn_id):
         n, errs = 0, []
         for i, d in enumerate(cmd.get("documents", [])):
             try:
+                check_storable(d, dbname, inserting=True)
                 coll.insert_one(d)
                 n += 1
             except Exception as e:  # noqa: BLE001
@@ -326,15 +462,19 @@ def run_command(cmd, conn_id):
                         if not resolved:  # no element matched: the document still matched
                             n += 1
                             continue
-                        r1 = coll.update_one({"_id": d["_id"]}, resolved)
+                        r1 = checked_update(coll, dbname, [d["_id"]],
+                                            lambda d=d, resolved=resolved: coll.update_one({"_id": d["_id"]}, resolved))
                         n += r1.matched_count
                         nmod += r1.modified_count
                     continue
+                targets = [d["_id"] for d in (coll.find(q, {"_id": 1}) if multi else [coll.find_one(q, {"_id": 1})]) if d]
+                if not is_operator_update(upd):
+                    check_storable(upd, dbname, inserting=not targets)
                 if is_operator_update(upd):
                     f = coll.update_many if multi else coll.update_one
-                    res = f(q, upd, upsert=upsert)
+                    res = checked_update(coll, dbname, targets, lambda: f(q, upd, upsert=upsert))
                 else:
-                    res = coll.replace_one(q, upd, upsert=upsert)
+                    res = checked_update(coll, dbname, targets, lambda: coll.replace_one(q, upd, upsert=upsert))
                 n += res.matched_count
                 nmod += res.modified_count
                 if res.upserted_id is not None:
@@ -369,7 +509,7 @@ def run_command(cmd, conn_id):
             r["writeErrors"] = errs
         return r
     if lname == "findandmodify":
-        return find_and_modify(coll, cmd)
+        return find_and_modify(coll, cmd, dbname)
     if lname == "find":
         limit = cmd.get("limit", 0) or 0
         single = cmd.get("singleBatch", False) or limit < 0
@@ -410,7 +550,7 @@ def run_command(cmd, conn_id):
     raise CmdError(59, f"no such command: '{name}'", "CommandNotFound")
 
 
-def find_and_modify(coll, cmd):
+def find_and_modify(coll, cmd, dbname):
     q = cmd.get("query", {}) or {}
     sort = list(cmd["sort"].items()) if cmd.get("sort") else None
     fields = cmd.get("fields")
@@ -433,7 +573,8 @@ def find_and_modify(coll, cmd):
             if existing is None:
                 raise NotImplementedError("upsert with arrayFilters")
             upd = resolve_array_filters(existing, upd, cmd["arrayFilters"])
-        res = coll.update_one(target, upd, upsert=upsert) if upd else None
+        ids = [existing["_id"]] if existing else []
+        res = checked_update(coll, dbname, ids, lambda: coll.update_one(target, upd, upsert=upsert)) if upd else None
         key = {"_id": existing["_id"] if existing else res.upserted_id}
         if rd is ReturnDocument.AFTER:
             v = coll.find_one(key, fields)
@@ -442,6 +583,7 @@ def find_and_modify(coll, cmd):
         else:
             v = _project(coll, existing, fields)
     else:
+        check_storable(upd, dbname, inserting=existing is None)
         v = coll.find_one_and_replace(q, upd, projection=fields, sort=sort, upsert=upsert, return_document=rd)
     leo = {"n": 1, "updatedExisting": existing is not None}
     if existing is None and upsert:
@@ -456,11 +598,21 @@ def _project(coll, doc, fields):
 
 
 def handle_cmd(cmd, conn_id):
+    """The reply to one command; raises DropConnection when a test armed a drop after
+    this write (the write is applied first)."""
     try:
-        return run_command(cmd, conn_id)
+        reply = run_command(cmd, conn_id)
     except Exception as e:  # noqa: BLE001
         code, msg, name = classify(e)
         return err_doc(code, msg, name)
+    name = next(iter(cmd)).lower()
+    dbname = cmd.get("$db", "test")
+    prefix = DROP_AFTER_WRITE.get(dbname)
+    if prefix is not None and name in WRITE_COMMANDS and reply.get("ok") == 1.0:
+        if prefix == "" or any(p.startswith(prefix) for p in write_paths(cmd, name)):
+            del DROP_AFTER_WRITE[dbname]
+            raise DropConnection()
+    return reply
 
 
 def parse_op_msg(body):
@@ -543,6 +695,8 @@ async def serve_conn(reader, writer):
             else:
                 writer.write(op_msg_reply(req_id, err_doc(352, f"unsupported opcode {op}", "UnsupportedOpQueryCommand")))
             await writer.drain()
+    except DropConnection:
+        print(f"mongo-wire: conn {conn_id}: dropped after a write, as a test asked", file=sys.stderr, flush=True)
     except (asyncio.IncompleteReadError, ConnectionError):
         pass
     except Exception as e:  # noqa: BLE001  (never take the server down for one connection)
@@ -556,7 +710,11 @@ async def main():
     ap.add_argument("--port", type=int, default=27017)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port-file", help="write the bound port here once listening")
+    ap.add_argument("--max-document-bytes", type=int,
+                    default=int(os.environ.get("MONGO_WIRE_MAX_DOCUMENT_BYTES", DOCUMENT_BYTES_MAX)),
+                    help="largest stored document (default 16 MiB, env MONGO_WIRE_MAX_DOCUMENT_BYTES)")
     args = ap.parse_args()
+    LIMITS["document_bytes_max"] = args.max_document_bytes
     server = await asyncio.start_server(serve_conn, args.host, args.port, limit=MESSAGE_BYTES_MAX)
     port = server.sockets[0].getsockname()[1]
     if args.port_file:

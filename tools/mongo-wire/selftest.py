@@ -207,6 +207,79 @@ def inbox_insert_and_conditional_mark(db):
     assert c.find_one({"signal_id": "s1"})["match_time"] == ms(5)
 
 
+def expect_refused(fn, codes):
+    try:
+        fn()
+    except (OperationFailure, WriteError) as e:
+        assert e.code in codes, f"code {e.code}: {e}"
+        return e
+    raise AssertionError("accepted")
+
+
+@check
+def document_over_16_mib_is_refused(db):
+    """create / apply: a document over 16 MiB is refused (insert: BSONObjectTooLarge 10334;
+    update: 17419 or 10334) and the stored one is unchanged -- the store maps both to
+    InvalidInput, the engine fails the step whose write carried it."""
+    c = db.wi
+    c.insert_one(instance("w1", "b1"))
+    chunk = "x" * (4 * 1024 * 1024)
+    # Just over 16 MiB: a driver refuses to send a document over the limit plus 16 KiB.
+    e = expect_refused(lambda: c.insert_one(instance("w2", "b2", input={"a": "x" * (16 * 1024 * 1024)})), (10334,))
+    assert "too large" in str(e), e
+    c.update_one({"workflow_id": "w1"}, {"$set": {"output.a": chunk, "output.b": chunk, "output.c": chunk}})
+    expect_refused(lambda: c.find_one_and_update({"workflow_id": "w1"}, {"$set": {"output.d": chunk, "output.e": chunk}}),
+                   (17419, 10334))
+    d = c.find_one({"workflow_id": "w1"})
+    assert sorted(d["output"]) == ["a", "b", "c"], sorted(d["output"])
+    assert c.count_documents({}) == 1
+
+
+def nested(levels):
+    v = 1
+    for _ in range(levels):
+        v = {"n": v}
+    return v
+
+
+@check
+def nesting_deeper_than_100_levels_is_refused(db):
+    """create / apply: a document nesting deeper than MongoDB stores is refused (15
+    Overflow) and nothing changes; within the kernel's payload limit (90 levels, four
+    below the root) it is stored."""
+    c = db.wi
+    c.insert_one(instance("w1", "b1", input=nested(94)))
+    expect_refused(lambda: c.insert_one(instance("w2", "b2", input=nested(150))), (15,))
+    expect_refused(lambda: c.find_one_and_update({"workflow_id": "w1"}, {"$set": {"output.a": nested(150)}}), (15,))
+    assert c.find_one({"workflow_id": "w1"})["output"] == {}
+    assert c.count_documents({}) == 1
+
+
+@check
+def test_control_limits_and_drops(db):
+    """mongoWireTest (this server only; skipped on a real mongod): a per-database size
+    limit, and a connection dropped after the next matching write is applied."""
+    try:
+        db.command({"mongoWireTest": 1, "maxDocumentBytes": 64 * 1024})
+    except OperationFailure as e:
+        if e.code == 59:  # CommandNotFound: a real server
+            return
+        raise
+    c = db.wi
+    c.insert_one(instance("w1", "b1"))
+    expect_refused(lambda: c.update_one({"workflow_id": "w1"}, {"$set": {"output.a": "x" * 70_000}}), (17419,))
+    db.command({"mongoWireTest": 1, "maxDocumentBytes": 0})
+    c.update_one({"workflow_id": "w1"}, {"$set": {"output.a": "x" * 70_000}})
+    db.command({"mongoWireTest": 1, "dropConnectionAfterWrite": "output.pay"})
+    c.update_one({"workflow_id": "w1"}, {"$set": {"output.other": 1}})  # does not match: answered
+    try:
+        c.find_one_and_update({"workflow_id": "w1"}, {"$set": {"output.pay": 7}})
+        raise AssertionError("the connection was not dropped")
+    except pymongo.errors.AutoReconnect:
+        pass
+    assert c.find_one({"workflow_id": "w1"})["output"]["pay"] == 7, "applied before the drop"
+
+
 def main():
     uri = sys.argv[1] if len(sys.argv) > 1 else "mongodb://127.0.0.1:27017"
     client = pymongo.MongoClient(uri, serverSelectionTimeoutMS=3000)

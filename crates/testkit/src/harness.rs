@@ -250,7 +250,12 @@ impl World {
 
     /// A world with configured permit limits.
     pub fn with_limits(seed: u64, limits: HashMap<String, PermitLimits>) -> Self {
-        let store = InMemoryStore::new();
+        Self::with_memory_store(seed, limits, InMemoryStore::new())
+    }
+
+    /// An in-memory world on `store` (e.g. one with a smaller document limit,
+    /// [`InMemoryStore::with_document_bytes_max`]).
+    pub fn with_memory_store(seed: u64, limits: HashMap<String, PermitLimits>, store: InMemoryStore) -> Self {
         let inbox = InMemoryInbox::new();
         let listed = store.clone();
         let lister: Lister = Arc::new(move || {

@@ -11,5 +11,6 @@ mod errors;
 mod outbox;
 mod protocol;
 mod races;
+mod refused;
 mod support;
 mod sweep;
