@@ -537,6 +537,8 @@ pub struct SweepReport {
     /// Boundary calls that changed nothing (a purge that deleted no record), left out of
     /// `boundaries` and of the crash points.
     pub idle_skipped: u64,
+    /// Per scenario, its crash points `[before, after]`.
+    pub by_scenario: BTreeMap<String, [u64; 2]>,
 }
 
 impl SweepReport {
@@ -601,8 +603,10 @@ pub enum SweepSample {
     /// alternating (before, after, before, …) so both sides are visited.
     AtMost(usize),
     /// About `points` points over all scenarios, chosen by `seed`: each scenario gets an
-    /// equal share (at least two: one before, one after a boundary), its points go to as
-    /// many distinct boundary names as the share allows, and the sides alternate.
+    /// equal share (at least two: one before, one after a boundary), its first point goes
+    /// to the boundary name the fewest scenarios cross (what only this scenario reaches,
+    /// e.g. `store.claim_any` when the queue is down), the others to as many further
+    /// distinct names as the share allows, and the sides alternate.
     Seeded {
         /// Points over all scenarios.
         points: usize,
@@ -613,13 +617,15 @@ pub enum SweepSample {
 
 impl SweepSample {
     /// The crash points of scenario number `nth` of `scenarios` whose clean run crossed
-    /// `log`, leaving out the `idle` indices.
+    /// `log`, leaving out the `idle` indices; `spread` says how many scenarios cross each
+    /// boundary name.
     fn points(
         self,
         log: &[BoundaryName],
         idle: &std::collections::BTreeSet<u64>,
         nth: usize,
         scenarios: usize,
+        spread: &BTreeMap<BoundaryName, usize>,
     ) -> Vec<CrashPlan> {
         let live: Vec<u64> = (0..log.len() as u64).filter(|i| !idle.contains(i)).collect();
         let side = |k: usize, i: u64| if k % 2 == 0 { CrashPlan::Before(i) } else { CrashPlan::After(i) };
@@ -627,7 +633,7 @@ impl SweepSample {
             SweepSample::All => live.iter().flat_map(|&i| [CrashPlan::Before(i), CrashPlan::After(i)]).collect(),
             SweepSample::AtMost(n) => {
                 if n == 0 || live.len() * 2 <= n {
-                    return SweepSample::All.points(log, idle, nth, scenarios);
+                    return SweepSample::All.points(log, idle, nth, scenarios, spread);
                 }
                 let step = live.len() as f64 / n as f64;
                 (0..n).map(|k| side(k, live[((k as f64 * step) as usize).min(live.len() - 1)])).collect()
@@ -638,7 +644,7 @@ impl SweepSample {
                 let scenarios = scenarios.max(1);
                 let share = (points / scenarios + usize::from(nth < points % scenarios)).max(2);
                 if live.len() * 2 <= share {
-                    return SweepSample::All.points(log, idle, nth, scenarios);
+                    return SweepSample::All.points(log, idle, nth, scenarios, spread);
                 }
                 let mut rng =
                     rand::rngs::SmallRng::seed_from_u64(seed ^ (nth as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
@@ -648,17 +654,22 @@ impl SweepSample {
                 for &i in &live {
                     by_name.entry(log[i as usize]).or_default().push(i);
                 }
-                let mut groups: Vec<Vec<u64>> = by_name.into_values().collect();
+                let mut groups: Vec<(BoundaryName, Vec<u64>)> = by_name.into_iter().collect();
                 groups.shuffle(&mut rng);
-                for g in &mut groups {
+                for (_, g) in &mut groups {
                     g.shuffle(&mut rng);
+                }
+                let rarest = (0..groups.len()).min_by_key(|&k| spread.get(groups[k].0).copied().unwrap_or(0));
+                if let Some(k) = rarest {
+                    let g = groups.remove(k);
+                    groups.insert(0, g);
                 }
                 let first_side = usize::from(rand::Rng::gen_bool(&mut rng, 0.5));
                 let mut picked = Vec::new();
                 let mut round = 0;
                 while picked.len() < share {
                     let mut any = false;
-                    for g in &groups {
+                    for (_, g) in &groups {
                         if let Some(&i) = g.get(round) {
                             any = true;
                             if picked.len() < share {
@@ -696,18 +707,32 @@ pub async fn sweep_on(
     factory: WorldFactory<'_>,
 ) -> SweepReport {
     let mut report = SweepReport::default();
-    for (nth, sc) in scenarios.iter().enumerate() {
-        let (log, idle) = discover(*sc, factory(seed).await).await;
+    let mut found = Vec::with_capacity(scenarios.len());
+    for sc in scenarios {
+        found.push(discover(*sc, factory(seed).await).await);
+    }
+    let mut spread: BTreeMap<BoundaryName, usize> = BTreeMap::new();
+    for (log, idle) in &found {
+        let names: std::collections::BTreeSet<BoundaryName> =
+            log.iter().enumerate().filter(|(i, _)| !idle.contains(&(*i as u64))).map(|(_, n)| *n).collect();
+        for n in names {
+            *spread.entry(n).or_insert(0) += 1;
+        }
+    }
+    for (nth, (sc, (log, idle))) in scenarios.iter().zip(&found).enumerate() {
         report.boundaries += (log.len() - idle.len()) as u64;
         report.idle_skipped += idle.len() as u64;
-        for plan in sample.points(&log, &idle, nth, scenarios.len()) {
+        for plan in sample.points(log, idle, nth, scenarios.len(), &spread) {
+            let sides = report.by_scenario.entry(sc.name()).or_default();
             let idx = match plan {
                 CrashPlan::Before(i) => {
                     report.points_before += 1;
+                    sides[0] += 1;
                     i as usize
                 }
                 CrashPlan::After(i) => {
                     report.points_after += 1;
+                    sides[1] += 1;
                     i as usize
                 }
                 _ => 0,

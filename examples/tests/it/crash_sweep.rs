@@ -20,6 +20,24 @@ fn scenarios() -> Vec<Box<dyn Scenario>> {
     ]
 }
 
+/// The seeded sample the MongoDB sweep uses, in memory: about 20 points, every scenario
+/// crashed both before and after a boundary, the same points for the same seed.
+#[tokio::test]
+async fn seeded_sample_covers_every_scenario_on_both_sides() {
+    let all = scenarios();
+    let refs: Vec<&dyn Scenario> = all.iter().map(|s| &**s).collect();
+    let sample = SweepSample::Seeded { points: 20, seed: 7 };
+    let report = sweep(&refs, 7, sample).await;
+    assert_eq!(report.runs, 20, "{report:?}");
+    assert_eq!(report.by_scenario.len(), refs.len(), "{report:?}");
+    for (name, [before, after]) in &report.by_scenario {
+        assert!(*before > 0 && *after > 0, "{name}: {before} before, {after} after");
+    }
+    assert!(report.points_at("store.claim_any") > 0 && report.points_at("store.apply:heartbeat") > 0, "{report}");
+    assert_eq!(sweep(&refs, 7, sample).await.by_boundary, report.by_boundary, "same seed, same points");
+    report.assert_clean();
+}
+
 #[tokio::test]
 async fn clean_runs_finish() {
     for sc in scenarios() {
