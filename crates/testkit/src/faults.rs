@@ -16,7 +16,7 @@
 use kernel_core::model::*;
 use kernel_core::ports::*;
 use kernel_core::transition::TransitionKind;
-use kernel_core::transition::{Guard, Transition};
+use kernel_core::transition::{Guard, KindAt, Patch, Transition};
 use kernel_core::{ClaimToken, FencingToken, LeaseToken, ObjectId, WorkflowId};
 use kernel_core::{Error, Result};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -743,6 +743,15 @@ pub struct AuditedWrite {
     /// Transition kinds in the write, in fusion order (`[Create]` for a create, `[Claim]`
     /// for a claim).
     pub kinds: Vec<TransitionKind>,
+    /// The kinds with the step each concerns (empty for a create or a claim).
+    pub kinds_at: Vec<KindAt>,
+    /// The claim token: the one a claim minted, or the one an apply's guard carries.
+    pub token: Option<ClaimToken>,
+    /// The writer's clock: the claim's `now`, the transition's `now`.
+    pub at: Option<Instant>,
+    /// The lease end the write sets, if it sets one: an accepted claim's `claimable_time`,
+    /// a heartbeat's new lease end.
+    pub lease_until: Option<Instant>,
     /// What the store answered.
     pub outcome: AuditOutcome,
     /// Steps the write completed, if accepted.
@@ -877,12 +886,17 @@ impl AuditStore {
             Ok(None) => AuditOutcome::Missed,
             Err(e) => AuditOutcome::Failed(e.to_string()),
         };
-        let workflow_id = r.as_ref().ok().and_then(|i| i.as_ref()).map(|i| i.workflow_id.clone());
+        let claimed = r.as_ref().ok().and_then(|i| i.as_ref());
+        let workflow_id = claimed.map(|i| i.workflow_id.clone());
         st.record(AuditedWrite {
             op,
             workflow_id,
             guard: Some(spec.guard()),
             kinds: vec![TransitionKind::Claim],
+            kinds_at: Vec::new(),
+            token: Some(spec.token.clone()),
+            at: Some(spec.now),
+            lease_until: claimed.and_then(|i| i.claimable_time),
             outcome,
             completed_steps: Vec::new(),
             run: None,
@@ -929,6 +943,10 @@ impl WorkflowStore for AuditStore {
             workflow_id: Some(workflow_id),
             guard: None,
             kinds: vec![TransitionKind::Create],
+            kinds_at: Vec::new(),
+            token: None,
+            at: None,
+            lease_until: None,
             outcome,
             completed_steps: Vec::new(),
             run: None,
@@ -963,6 +981,16 @@ impl WorkflowStore for AuditStore {
             workflow_id: Some(workflow_id.clone()),
             guard: Some(guard.clone()),
             kinds: kinds_of(transition),
+            kinds_at: transition.kinds_at().to_vec(),
+            token: match guard {
+                Guard::Running { token } | Guard::Failing { token } | Guard::Token { token } => Some(token.clone()),
+                _ => None,
+            },
+            at: Some(transition.now),
+            lease_until: match (transition.kind(), &transition.claimable_time) {
+                (TransitionKind::Heartbeat, Some(Patch::Set(t))) => Some(*t),
+                _ => None,
+            },
             outcome: AuditOutcome::Missed,
             completed_steps: Vec::new(),
             run: None,
