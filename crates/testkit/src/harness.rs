@@ -628,7 +628,7 @@ impl SweepSample {
         spread: &BTreeMap<BoundaryName, usize>,
     ) -> Vec<CrashPlan> {
         let live: Vec<u64> = (0..log.len() as u64).filter(|i| !idle.contains(i)).collect();
-        let side = |k: usize, i: u64| if k % 2 == 0 { CrashPlan::Before(i) } else { CrashPlan::After(i) };
+        let side = |k: usize, i: u64| if k.is_multiple_of(2) { CrashPlan::Before(i) } else { CrashPlan::After(i) };
         match self {
             SweepSample::All => live.iter().flat_map(|&i| [CrashPlan::Before(i), CrashPlan::After(i)]).collect(),
             SweepSample::AtMost(n) => {
