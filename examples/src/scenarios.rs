@@ -2,10 +2,13 @@
 
 use crate::business::{Business, FakeAsr};
 use crate::workflows;
+use kernel_core::ports::{Clock, DynStore};
+use kernel_core::{ActivityContext, StepDef, StepOutcome, WorkflowId};
 use kernel_core::{Definition, Engine, Priority, StartRequest, WorkflowInstance, WorkflowStatus};
 use serde_json::json;
 use std::sync::Arc;
 use testkit::harness::{BoxFuture, Scenario, ScenarioRun, ScenarioVerdict, World};
+use testkit::memory::ManualClock;
 
 fn peek<'a>(instances: &'a [WorkflowInstance], id: &str) -> Option<&'a WorkflowInstance> {
     instances.iter().find(|i| i.workflow_id == id)
@@ -269,5 +272,175 @@ impl ScenarioRun for DagRun {
             v.unfinished.push("diamond:doc-1 (not completed)".into());
         }
         v
+    }
+}
+
+/// Waiters that are already suspended on their signal wait when the fan-out reaches them:
+/// the fan-out settles first (a durable sleep), so every delivery activates a stored wait
+/// and marks the inbox record matched (K-9.3, K-9.4).
+#[derive(Debug, Clone, Copy)]
+pub struct EarlyWaitScenario {
+    /// Waiting workflows.
+    pub waiters: usize,
+    /// Signals per page.
+    pub page_size: usize,
+}
+
+/// How long the late fan-out settles before it announces, in ms.
+const SETTLE_MS: i64 = 2_000;
+
+impl Scenario for EarlyWaitScenario {
+    fn name(&self) -> String {
+        "early_wait".into()
+    }
+    fn instantiate(&self, _world: &World) -> Box<dyn ScenarioRun> {
+        let biz = Arc::new(Business::default());
+        let mut starts = vec![];
+        for i in 1..=self.waiters {
+            let (obj, wf) = (format!("e-{i}"), format!("early-{i}"));
+            biz.accept(&obj, "f1");
+            biz.subscribe("live-5", &wf);
+            starts.push(("waiter".to_string(), wf, obj, json!({ "live_id": "live-5" })));
+        }
+        biz.accept("live-5", "f1");
+        starts.push((
+            workflows::LATE_FANOUT.to_string(),
+            "late-live-5".into(),
+            "live-5".into(),
+            json!({ "live_id": "live-5" }),
+        ));
+        Box::new(EarlyWaitRun(FanoutRun { objects: Objects { biz, starts }, page_size: self.page_size }))
+    }
+}
+
+struct EarlyWaitRun(FanoutRun);
+
+impl ScenarioRun for EarlyWaitRun {
+    fn definitions(&self) -> Vec<Definition> {
+        let biz = self.0.objects.biz.clone();
+        vec![workflows::waiter(biz.clone()), workflows::late_fanout(biz, self.0.page_size, SETTLE_MS)]
+    }
+    fn start<'a>(&'a self, engine: &'a Engine) -> BoxFuture<'a, kernel_core::Result<()>> {
+        self.0.start(engine)
+    }
+    fn verdict(&self, instances: &[WorkflowInstance]) -> ScenarioVerdict {
+        let mut v = ScenarioVerdict::default();
+        for (t, wf, obj, _) in &self.0.objects.starts {
+            v.expected.push(format!("{t}:{obj}"));
+            let completed = peek(instances, wf).is_some_and(|i| i.status == WorkflowStatus::Completed);
+            let biz_ok = t == workflows::LATE_FANOUT || self.0.objects.biz.get(obj).is_some_and(|o| o.status == "done");
+            if !completed || !biz_ok {
+                v.unfinished.push(format!("{t}:{obj}"));
+            }
+        }
+        v
+    }
+}
+
+/// Type of the long-running job of [`HeartbeatScenario`].
+pub const LONG_JOB: &str = "long_job";
+
+/// A step that runs longer than the heartbeat interval: while it is in flight the manual
+/// clock moves past the interval, so the claim's heartbeat writes (K-6.3) happen inside
+/// the crash window.
+#[derive(Debug, Clone, Copy)]
+pub struct HeartbeatScenario {
+    /// Heartbeat intervals the step stays in flight (each one a heartbeat write).
+    pub beats: u32,
+}
+
+struct HeartbeatRun {
+    objects: Objects,
+    clock: Arc<ManualClock>,
+    durable: Arc<DynStore>,
+    beats: u32,
+}
+
+impl Scenario for HeartbeatScenario {
+    fn name(&self) -> String {
+        "heartbeat".into()
+    }
+    fn instantiate(&self, world: &World) -> Box<dyn ScenarioRun> {
+        let biz = Arc::new(Business::default());
+        biz.accept("batch-1", "f1");
+        Box::new(HeartbeatRun {
+            objects: Objects { biz, starts: vec![(LONG_JOB.into(), "long-1".into(), "batch-1".into(), json!({}))] },
+            clock: world.clock.clone(),
+            durable: world.durable.clone(),
+            beats: self.beats,
+        })
+    }
+}
+
+impl ScenarioRun for HeartbeatRun {
+    fn definitions(&self) -> Vec<Definition> {
+        let (clock, durable, beats) = (self.clock.clone(), self.durable.clone(), self.beats);
+        let cfg = kernel_core::engine::EngineConfig::default();
+        let (heartbeat_ms, lease_ms) = (cfg.heartbeat_ms.as_millis(), cfg.lease_ms.as_millis());
+        let crunch = move |ctx: ActivityContext| {
+            let (clock, durable) = (clock.clone(), durable.clone());
+            async move {
+                let id = WorkflowId::from(ctx.workflow_id());
+                // Let the claim's heartbeat task start its wait before time moves.
+                for _ in 0..8 {
+                    tokio::task::yield_now().await;
+                }
+                for _ in 0..beats {
+                    clock.advance(heartbeat_ms + 1);
+                    // Wait (boundedly: a crashed process never writes it) until the lease
+                    // was extended from the new now.
+                    for _ in 0..200 {
+                        tokio::task::yield_now().await;
+                        let lease_end = durable.get(&id).await.ok().flatten().and_then(|i| i.claimable_time);
+                        if lease_end.is_some_and(|t| t.as_millis() >= clock.now().as_millis() + lease_ms) {
+                            break;
+                        }
+                    }
+                }
+                Ok(StepOutcome::complete(json!({ "crunched": beats })))
+            }
+        };
+        let biz = self.objects.biz.clone();
+        let publish = move |ctx: ActivityContext| {
+            let biz = biz.clone();
+            async move {
+                let object_id = ctx.round().object_id.clone().unwrap_or_default();
+                biz.fenced(&object_id, ctx.fencing_token().unwrap_or_default(), |o| {
+                    o.result = Some("crunched".into());
+                    o.status = "done".into();
+                });
+                Ok(StepOutcome::complete(json!({ "published": true })))
+            }
+        };
+        vec![Definition::builder(LONG_JOB)
+            .step(StepDef::new("crunch", crunch).timeout_ms(600_000))
+            .step(StepDef::new("publish", publish))
+            .build()
+            .expect("valid definition")]
+    }
+    fn start<'a>(&'a self, engine: &'a Engine) -> BoxFuture<'a, kernel_core::Result<()>> {
+        self.objects.start(engine)
+    }
+    fn verdict(&self, instances: &[WorkflowInstance]) -> ScenarioVerdict {
+        let mut v = self.objects.verdict(instances, "done");
+        if peek(instances, "long-1").is_some_and(|i| i.status != WorkflowStatus::Completed) {
+            v.unfinished.push("long_job:batch-1 (not completed)".into());
+        }
+        v
+    }
+}
+
+/// The diamond DAG while the ready queue is down (a Redis outage): every pop fails, so the
+/// engine claims through the store fallback (`claim_any`), and enqueues fail as well.
+#[derive(Debug, Clone, Copy)]
+pub struct QueueDownScenario;
+
+impl Scenario for QueueDownScenario {
+    fn name(&self) -> String {
+        "queue_down".into()
+    }
+    fn instantiate(&self, world: &World) -> Box<dyn ScenarioRun> {
+        world.queue.set_down(true);
+        DagScenario.instantiate(world)
     }
 }

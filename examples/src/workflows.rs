@@ -170,6 +170,32 @@ pub fn live_summary(biz: Arc<Business>, asr: Arc<FakeAsr>, crash_in_compose: Opt
 /// The fan-out of K-10: set the business fact, then page through the subscribers, one
 /// signal each with a stable id, yielding with the cursor.
 pub fn live_fanout(biz: Arc<Business>, page_size: usize) -> Definition {
+    Definition::builder(LIVE_FANOUT).step(announce(biz, page_size)).build().expect("valid definition")
+}
+
+/// Type of the fan-out that settles first ([`late_fanout`]).
+pub const LATE_FANOUT: &str = "late_fanout";
+
+/// [`live_fanout`] after a durable sleep of `delay_ms`, so its subscribers are already
+/// waiting when their signals arrive (the signal activates a stored wait and the inbox
+/// record is marked matched, K-9.3).
+pub fn late_fanout(biz: Arc<Business>, page_size: usize, delay_ms: i64) -> Definition {
+    let settle = move |ctx: ActivityContext| async move {
+        if ctx.checkpoint().is_none() {
+            return Ok(StepOutcome::sleep(delay_ms, json!({ "settled": true })));
+        }
+        Ok(StepOutcome::complete(json!({ "settled": true })))
+    };
+    Definition::builder(LATE_FANOUT)
+        .step(StepDef::new("settle", settle))
+        .step(announce(biz, page_size))
+        .build()
+        .expect("valid definition")
+}
+
+/// The fan-out step: set the fact `live-ready:<live_id>`, then deliver one page of
+/// `live_ready` signals, yielding with the cursor until every subscriber has one.
+fn announce(biz: Arc<Business>, page_size: usize) -> StepDef {
     let announce = move |ctx: ActivityContext| {
         let biz = biz.clone();
         async move {
@@ -194,10 +220,7 @@ pub fn live_fanout(biz: Arc<Business>, page_size: usize) -> Definition {
             }
         }
     };
-    Definition::builder(LIVE_FANOUT)
-        .step(StepDef::new("announce", announce).max_retry(5).retry(RetryPolicy::Immediate))
-        .build()
-        .expect("valid definition")
+    StepDef::new("announce", announce).max_retry(5).retry(RetryPolicy::Immediate)
 }
 
 /// A workflow whose second step fails for good; its failure finalizer writes the business

@@ -16,10 +16,10 @@
 use kernel_core::model::*;
 use kernel_core::ports::*;
 use kernel_core::transition::TransitionKind;
-use kernel_core::transition::{Guard, Transition};
+use kernel_core::transition::{Guard, KindAt, Patch, Transition};
 use kernel_core::{ClaimToken, FencingToken, LeaseToken, ObjectId, WorkflowId};
 use kernel_core::{Error, Result};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
@@ -125,6 +125,7 @@ struct SwitchState {
     per_name: BTreeMap<BoundaryName, u64>,
     crashed_at: Option<(u64, BoundaryName)>,
     fired: Vec<Fired>,
+    idle: BTreeSet<u64>,
 }
 
 /// Counters of what a released zombie tried.
@@ -173,6 +174,12 @@ impl CrashSwitch {
     pub fn fired(&self) -> Vec<Fired> {
         self.state.lock().expect("switch lock").fired.clone()
     }
+    /// Indices (in [`log`](Self::log)) of boundary calls that changed nothing: a purge
+    /// that deleted no record. A crash on either side of such a call is the same state as
+    /// a crash next to it, so a sweep does not count them as crash points.
+    pub fn idle(&self) -> BTreeSet<u64> {
+        self.state.lock().expect("switch lock").idle.clone()
+    }
     /// Whether the process has died.
     pub fn is_crashed(&self) -> bool {
         *self.crashed.borrow()
@@ -220,12 +227,18 @@ impl CrashSwitch {
 
     /// Gate one call: whether it passes, fails on one side, or the process dies after it.
     async fn enter(&self, name: BoundaryName, boundary: bool) -> Gate {
+        self.enter_at(name, boundary).await.0
+    }
+
+    /// [`enter`](Self::enter), also returning the boundary's index in the log (`None` for
+    /// a call that is not a boundary or comes after the crash).
+    async fn enter_at(&self, name: BoundaryName, boundary: bool) -> (Gate, Option<u64>) {
         if self.is_crashed() {
             self.wait_released().await;
-            return Gate::Pass;
+            return (Gate::Pass, None);
         }
         if !boundary {
-            return Gate::Pass;
+            return (Gate::Pass, None);
         }
         let (index, nth) = {
             let mut st = self.state.lock().expect("switch lock");
@@ -244,13 +257,14 @@ impl CrashSwitch {
             CrashPlan::AfterNamed(b, n) => (false, b == name && n == nth),
             CrashPlan::Every { n, side } => {
                 if n == 0 || (index + 1) % n != 0 {
-                    return Gate::Pass;
+                    return (Gate::Pass, Some(index));
                 }
                 self.state.lock().expect("switch lock").fired.push(Fired { index, name, side });
-                return match side {
+                let gate = match side {
                     CrashSide::Before => Gate::FailBefore(name),
                     CrashSide::After => Gate::FailAfter(name),
                 };
+                return (gate, Some(index));
             }
         };
         if before {
@@ -259,9 +273,16 @@ impl CrashSwitch {
         }
         if after {
             self.state.lock().expect("switch lock").crashed_at = Some((index, name));
-            return Gate::DieAfter;
+            return (Gate::DieAfter, Some(index));
         }
-        Gate::Pass
+        (Gate::Pass, Some(index))
+    }
+
+    /// Note that the boundary call at `index` changed nothing.
+    fn mark_idle(&self, index: Option<u64>) {
+        if let Some(i) = index {
+            self.state.lock().expect("switch lock").idle.insert(i);
+        }
     }
 
     fn die(&self, index: u64, name: BoundaryName) {
@@ -299,6 +320,7 @@ pub struct CrashPorts {
     wakeup: Arc<DynWakeup>,
     outbox: Option<Arc<DynOutbox>>,
     candidates: Option<Arc<DynCandidates>>,
+    stream: Option<Arc<DynStreamSink>>,
 }
 
 impl std::fmt::Debug for CrashPorts {
@@ -317,7 +339,13 @@ impl CrashPorts {
         permits: Arc<DynPermits>,
         wakeup: Arc<DynWakeup>,
     ) -> Self {
-        CrashPorts { switch, store, inbox, queue, permits, wakeup, outbox: None, candidates: None }
+        CrashPorts { switch, store, inbox, queue, permits, wakeup, outbox: None, candidates: None, stream: None }
+    }
+    /// Also gate the client stream sink (boundaries `stream.reset`, `stream.append`,
+    /// `stream.terminal`); [`wire`](Self::wire) then replaces the engine's stream port too.
+    pub fn with_stream(mut self, stream: Arc<DynStreamSink>) -> Self {
+        self.stream = Some(stream);
+        self
     }
     /// Also gate a dispatch outbox and its candidate index.
     pub fn with_dispatch(mut self, outbox: Arc<DynOutbox>, candidates: Arc<DynCandidates>) -> Self {
@@ -338,7 +366,38 @@ impl CrashPorts {
         ports.queue = self.clone();
         ports.permits = self.clone();
         ports.wakeup = self.clone();
+        if self.stream.is_some() {
+            ports.stream = self.clone();
+        }
         ports
+    }
+    fn stream(&self) -> &DynStreamSink {
+        self.stream.as_deref().expect("CrashPorts built without with_stream")
+    }
+}
+
+/// The boundary name of a store write: `store.apply:` and the snake-case names of the
+/// transition kinds it carries, in fusion order, joined by `+` (e.g. `store.apply:heartbeat`,
+/// `store.apply:complete_step+mark_running`), so a sweep's boundary map shows which
+/// transitions it reached. Names are interned: the set of kind sequences is small.
+pub fn apply_boundary(transition: &Transition) -> BoundaryName {
+    static NAMES: std::sync::OnceLock<Mutex<BTreeSet<&'static str>>> = std::sync::OnceLock::new();
+    let kinds: Vec<String> = transition.kinds().map(kind_name).collect();
+    let name = format!("store.apply:{}", if kinds.is_empty() { "release".to_string() } else { kinds.join("+") });
+    let mut names = NAMES.get_or_init(Mutex::default).lock().expect("names lock");
+    if let Some(n) = names.get(name.as_str()) {
+        return n;
+    }
+    let leaked: &'static str = Box::leak(name.into_boxed_str());
+    names.insert(leaked);
+    leaked
+}
+
+/// Snake-case name of a transition kind, as boundary names carry it (its serialized name).
+pub fn kind_name(kind: TransitionKind) -> String {
+    match serde_json::to_value(kind) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => format!("{kind:?}"),
     }
 }
 
@@ -368,11 +427,7 @@ impl WorkflowStore for CrashPorts {
         gated!(self, "store.claim_any", true, self.store.claim_any(spec).await)
     }
     async fn apply(&self, workflow_id: &WorkflowId, guard: &Guard, transition: &Transition) -> Result<WriteOutcome> {
-        let name: BoundaryName = match transition.kind() {
-            kernel_core::transition::TransitionKind::Heartbeat => "store.apply.heartbeat",
-            _ => "store.apply",
-        };
-        let gate = self.switch.enter(name, true).await;
+        let gate = self.switch.enter(apply_boundary(transition), true).await;
         if let Gate::FailBefore(_) = gate {
             return gate.run(&self.switch, async { Ok(WriteOutcome::Missed) }).await;
         }
@@ -431,8 +486,17 @@ impl SignalInbox for CrashPorts {
     async fn scan_pending(&self, after: Option<&str>, limit: usize) -> Result<Vec<SignalRecord>> {
         gated!(self, "inbox.scan_pending", false, self.inbox.scan_pending(after, limit).await)
     }
+    /// A purge that deletes nothing is marked idle ([`CrashSwitch::idle`]).
     async fn purge_older_than(&self, before: Instant, limit: usize) -> Result<u64> {
-        gated!(self, "inbox.purge", true, self.inbox.purge_older_than(before, limit).await)
+        let (gate, index) = self.switch.enter_at("inbox.purge", true).await;
+        if let Gate::FailBefore(_) = gate {
+            return gate.run(&self.switch, async { Ok(0) }).await;
+        }
+        let r = self.inbox.purge_older_than(before, limit).await;
+        if matches!(r, Ok(0)) {
+            self.switch.mark_idle(index);
+        }
+        gate.run(&self.switch, async { r }).await
     }
 }
 
@@ -463,6 +527,20 @@ impl Permits for CrashPorts {
     }
     async fn release(&self, resource: &str, owner: &PermitOwner) -> Result<()> {
         gated!(self, "permits.release", true, self.permits.release(resource, owner).await)
+    }
+}
+
+#[async_trait::async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl StreamSink for CrashPorts {
+    async fn reset(&self, key: &StreamKey) -> Result<u64> {
+        gated!(self, "stream.reset", true, self.stream().reset(key).await)
+    }
+    async fn append(&self, key: &StreamKey, frame: Frame) -> Result<u64> {
+        gated!(self, "stream.append", true, self.stream().append(key, frame).await)
+    }
+    async fn terminal(&self, key: &StreamKey, summary: serde_json::Value) -> Result<()> {
+        gated!(self, "stream.terminal", true, self.stream().terminal(key, summary).await)
     }
 }
 
@@ -666,6 +744,15 @@ pub struct AuditedWrite {
     /// Transition kinds in the write, in fusion order (`[Create]` for a create, `[Claim]`
     /// for a claim).
     pub kinds: Vec<TransitionKind>,
+    /// The kinds with the step each concerns (empty for a create or a claim).
+    pub kinds_at: Vec<KindAt>,
+    /// The claim token: the one a claim minted, or the one an apply's guard carries.
+    pub token: Option<ClaimToken>,
+    /// The writer's clock: the claim's `now`, the transition's `now`.
+    pub at: Option<Instant>,
+    /// The lease end the write sets, if it sets one: an accepted claim's `claimable_time`,
+    /// a heartbeat's new lease end.
+    pub lease_until: Option<Instant>,
     /// What the store answered.
     pub outcome: AuditOutcome,
     /// Steps the write completed, if accepted.
@@ -800,12 +887,17 @@ impl AuditStore {
             Ok(None) => AuditOutcome::Missed,
             Err(e) => AuditOutcome::Failed(e.to_string()),
         };
-        let workflow_id = r.as_ref().ok().and_then(|i| i.as_ref()).map(|i| i.workflow_id.clone());
+        let claimed = r.as_ref().ok().and_then(|i| i.as_ref());
+        let workflow_id = claimed.map(|i| i.workflow_id.clone());
         st.record(AuditedWrite {
             op,
             workflow_id,
             guard: Some(spec.guard()),
             kinds: vec![TransitionKind::Claim],
+            kinds_at: Vec::new(),
+            token: Some(spec.token.clone()),
+            at: Some(spec.now),
+            lease_until: claimed.and_then(|i| i.claimable_time),
             outcome,
             completed_steps: Vec::new(),
             run: None,
@@ -852,6 +944,10 @@ impl WorkflowStore for AuditStore {
             workflow_id: Some(workflow_id),
             guard: None,
             kinds: vec![TransitionKind::Create],
+            kinds_at: Vec::new(),
+            token: None,
+            at: None,
+            lease_until: None,
             outcome,
             completed_steps: Vec::new(),
             run: None,
@@ -886,6 +982,16 @@ impl WorkflowStore for AuditStore {
             workflow_id: Some(workflow_id.clone()),
             guard: Some(guard.clone()),
             kinds: kinds_of(transition),
+            kinds_at: transition.kinds_at().to_vec(),
+            token: match guard {
+                Guard::Running { token } | Guard::Failing { token } | Guard::Token { token } => Some(token.clone()),
+                _ => None,
+            },
+            at: Some(transition.now),
+            lease_until: match (transition.kind(), &transition.claimable_time) {
+                (TransitionKind::Heartbeat, Some(Patch::Set(t))) => Some(*t),
+                _ => None,
+            },
             outcome: AuditOutcome::Missed,
             completed_steps: Vec::new(),
             run: None,

@@ -31,7 +31,7 @@
 //! # }
 //! ```
 
-use crate::faults::{AuditStore, CrashPlan, CrashPorts, CrashSwitch};
+use crate::faults::{AuditStore, BoundaryName, CrashPlan, CrashPorts, CrashSwitch};
 use crate::memory::*;
 use kernel_core::engine::{ClaimEnd, Engine, EngineConfig, Ports, RoundOutcome};
 use kernel_core::model::*;
@@ -348,8 +348,8 @@ impl World {
         b.build().expect("valid test engine")
     }
 
-    /// An engine whose store, inbox, queue, permits and wakeup calls go through a crash
-    /// switch following `plan`.
+    /// An engine whose store, inbox, queue, permits, wakeup and stream calls go through a
+    /// crash switch following `plan`.
     pub fn crashing_engine(
         &self,
         worker_id: &str,
@@ -358,14 +358,17 @@ impl World {
     ) -> (Engine, Arc<CrashSwitch>) {
         let switch = CrashSwitch::new(plan);
         let p = self.ports();
-        let gated = Arc::new(CrashPorts::new(
-            switch.clone(),
-            p.store.clone(),
-            p.inbox.clone(),
-            p.queue.clone(),
-            p.permits.clone(),
-            p.wakeup.clone(),
-        ));
+        let gated = Arc::new(
+            CrashPorts::new(
+                switch.clone(),
+                p.store.clone(),
+                p.inbox.clone(),
+                p.queue.clone(),
+                p.permits.clone(),
+                p.wakeup.clone(),
+            )
+            .with_stream(p.stream.clone()),
+        );
         let ports = gated.wire(p);
         (self.engine_on(ports, test_config(worker_id), defs), switch)
     }
@@ -528,13 +531,30 @@ pub struct SweepReport {
     pub hung_zombies: u64,
     /// Boundary names with how many crash points each produced.
     pub by_boundary: BTreeMap<String, u64>,
+    /// Crash runs whose planned crash happened (must equal `runs`).
+    pub crashes_fired: u64,
+    /// The crash points whose planned crash never happened: `scenario plan boundary`.
+    pub unfired: Vec<String>,
+    /// Crash points before a boundary call.
+    pub points_before: u64,
+    /// Crash points after a boundary call.
+    pub points_after: u64,
+    /// Boundary calls that changed nothing (a purge that deleted no record), left out of
+    /// `boundaries` and of the crash points.
+    pub idle_skipped: u64,
+    /// Per scenario, its crash points `[before, after]`.
+    pub by_scenario: BTreeMap<String, [u64; 2]>,
 }
 
 impl SweepReport {
     /// Panic unless the sweep kept every K-3 promise: nothing lost, no step completed
     /// twice, zombies tried stale writes and none was accepted, everything finished, one
     /// effective external job per run, no late submission, no hung zombie.
+    ///
+    /// Also panics when a planned crash never happened: such a run tested nothing.
     pub fn assert_clean(&self) {
+        assert!(self.unfired.is_empty(), "planned crashes that never happened: {:?}", self.unfired);
+        assert_eq!(self.crashes_fired, self.runs, "{self:?}");
         assert_eq!(self.lost, 0, "{self:?}");
         assert_eq!(self.duplicate_step_completions, 0, "{self:?}");
         assert_eq!(self.stale_writes_accepted, 0, "{self:?}");
@@ -546,11 +566,22 @@ impl SweepReport {
     }
 }
 
+impl SweepReport {
+    /// `by_boundary` on one line: `name:points,name:points,…` (names contain no comma).
+    pub fn boundary_map(&self) -> String {
+        self.by_boundary.iter().map(|(k, v)| format!("{k}:{v}")).collect::<Vec<_>>().join(",")
+    }
+    /// Crash points on boundaries whose name starts with `prefix`.
+    pub fn points_at(&self, prefix: &str) -> u64 {
+        self.by_boundary.iter().filter(|(k, _)| k.starts_with(prefix)).map(|(_, v)| v).sum()
+    }
+}
+
 impl std::fmt::Display for SweepReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "crash-sweep: boundaries={} runs={} lost={} duplicate_step_completions={} stale_writes_attempted={} stale_writes_accepted={} unfinished={} effective_asr_jobs_max={}",
+            "crash-sweep: boundaries={} runs={} lost={} duplicate_step_completions={} stale_writes_attempted={} stale_writes_accepted={} unfinished={} effective_asr_jobs_max={} crashes_fired={} points_before={} points_after={} idle_skipped={} boundary_map={}",
             self.boundaries,
             self.runs,
             self.lost,
@@ -558,7 +589,12 @@ impl std::fmt::Display for SweepReport {
             self.stale_writes_attempted,
             self.stale_writes_accepted,
             self.unfinished,
-            self.effective_asr_jobs_max
+            self.effective_asr_jobs_max,
+            self.crashes_fired,
+            self.points_before,
+            self.points_after,
+            self.idle_skipped,
+            self.boundary_map()
         )
     }
 }
@@ -568,8 +604,93 @@ impl std::fmt::Display for SweepReport {
 pub enum SweepSample {
     /// Every boundary, before and after.
     All,
-    /// At most this many evenly spread points per scenario.
+    /// At most this many points per scenario, spread evenly over its boundaries, the side
+    /// alternating (before, after, before, …) so both sides are visited.
     AtMost(usize),
+    /// About `points` points over all scenarios, chosen by `seed`: each scenario gets an
+    /// equal share (at least two: one before, one after a boundary), its first point goes
+    /// to the boundary name the fewest scenarios cross (what only this scenario reaches,
+    /// e.g. `store.claim_any` when the queue is down), the others to as many further
+    /// distinct names as the share allows, and the sides alternate.
+    Seeded {
+        /// Points over all scenarios.
+        points: usize,
+        /// Seed of the choice.
+        seed: u64,
+    },
+}
+
+impl SweepSample {
+    /// The crash points of scenario number `nth` of `scenarios` whose clean run crossed
+    /// `log`, leaving out the `idle` indices; `spread` says how many scenarios cross each
+    /// boundary name.
+    fn points(
+        self,
+        log: &[BoundaryName],
+        idle: &std::collections::BTreeSet<u64>,
+        nth: usize,
+        scenarios: usize,
+        spread: &BTreeMap<BoundaryName, usize>,
+    ) -> Vec<CrashPlan> {
+        let live: Vec<u64> = (0..log.len() as u64).filter(|i| !idle.contains(i)).collect();
+        let side = |k: usize, i: u64| if k.is_multiple_of(2) { CrashPlan::Before(i) } else { CrashPlan::After(i) };
+        match self {
+            SweepSample::All => live.iter().flat_map(|&i| [CrashPlan::Before(i), CrashPlan::After(i)]).collect(),
+            SweepSample::AtMost(n) => {
+                if n == 0 || live.len() * 2 <= n {
+                    return SweepSample::All.points(log, idle, nth, scenarios, spread);
+                }
+                let step = live.len() as f64 / n as f64;
+                (0..n).map(|k| side(k, live[((k as f64 * step) as usize).min(live.len() - 1)])).collect()
+            }
+            SweepSample::Seeded { points, seed } => {
+                use rand::seq::SliceRandom;
+                use rand::SeedableRng;
+                let scenarios = scenarios.max(1);
+                let share = (points / scenarios + usize::from(nth < points % scenarios)).max(2);
+                if live.len() * 2 <= share {
+                    return SweepSample::All.points(log, idle, nth, scenarios, spread);
+                }
+                let mut rng =
+                    rand::rngs::SmallRng::seed_from_u64(seed ^ (nth as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                // Indices grouped by boundary name, names and indices in random order;
+                // take one index per name in turn, so the share reaches as many names as it can.
+                let mut by_name: BTreeMap<BoundaryName, Vec<u64>> = BTreeMap::new();
+                for &i in &live {
+                    by_name.entry(log[i as usize]).or_default().push(i);
+                }
+                let mut groups: Vec<(BoundaryName, Vec<u64>)> = by_name.into_iter().collect();
+                groups.shuffle(&mut rng);
+                for (_, g) in &mut groups {
+                    g.shuffle(&mut rng);
+                }
+                let rarest = (0..groups.len()).min_by_key(|&k| spread.get(groups[k].0).copied().unwrap_or(0));
+                if let Some(k) = rarest {
+                    let g = groups.remove(k);
+                    groups.insert(0, g);
+                }
+                let first_side = usize::from(rand::Rng::gen_bool(&mut rng, 0.5));
+                let mut picked = Vec::new();
+                let mut round = 0;
+                while picked.len() < share {
+                    let mut any = false;
+                    for (_, g) in &groups {
+                        if let Some(&i) = g.get(round) {
+                            any = true;
+                            if picked.len() < share {
+                                picked.push(side(picked.len() + first_side, i));
+                            }
+                        }
+                    }
+                    if !any {
+                        break;
+                    }
+                    round += 1;
+                }
+                picked
+            }
+        }
+    }
 }
 
 /// The crash-window sweep: discover every persistence boundary a scenario's engine crosses
@@ -591,25 +712,43 @@ pub async fn sweep_on(
     factory: WorldFactory<'_>,
 ) -> SweepReport {
     let mut report = SweepReport::default();
+    let mut found = Vec::with_capacity(scenarios.len());
     for sc in scenarios {
-        let boundaries = discover(*sc, factory(seed).await).await;
-        report.boundaries += boundaries.len() as u64;
-        let mut points: Vec<CrashPlan> =
-            (0..boundaries.len() as u64).flat_map(|i| [CrashPlan::Before(i), CrashPlan::After(i)]).collect();
-        if let SweepSample::AtMost(n) = sample {
-            if points.len() > n && n > 0 {
-                let step = points.len() as f64 / n as f64;
-                points = (0..n).map(|k| points[(k as f64 * step) as usize]).collect();
-            }
+        found.push(discover(*sc, factory(seed).await).await);
+    }
+    let mut spread: BTreeMap<BoundaryName, usize> = BTreeMap::new();
+    for (log, idle) in &found {
+        let names: std::collections::BTreeSet<BoundaryName> =
+            log.iter().enumerate().filter(|(i, _)| !idle.contains(&(*i as u64))).map(|(_, n)| *n).collect();
+        for n in names {
+            *spread.entry(n).or_insert(0) += 1;
         }
-        for plan in points {
+    }
+    for (nth, (sc, (log, idle))) in scenarios.iter().zip(&found).enumerate() {
+        report.boundaries += (log.len() - idle.len()) as u64;
+        report.idle_skipped += idle.len() as u64;
+        for plan in sample.points(log, idle, nth, scenarios.len(), &spread) {
+            let sides = report.by_scenario.entry(sc.name()).or_default();
             let idx = match plan {
-                CrashPlan::Before(i) | CrashPlan::After(i) => i as usize,
+                CrashPlan::Before(i) => {
+                    report.points_before += 1;
+                    sides[0] += 1;
+                    i as usize
+                }
+                CrashPlan::After(i) => {
+                    report.points_after += 1;
+                    sides[1] += 1;
+                    i as usize
+                }
                 _ => 0,
             };
-            *report.by_boundary.entry(boundaries[idx].to_string()).or_insert(0) += 1;
+            *report.by_boundary.entry(log[idx].to_string()).or_insert(0) += 1;
             let r = crash_run_on(*sc, factory(seed).await, plan).await;
             report.runs += 1;
+            report.crashes_fired += r.crashes_fired;
+            if r.crashes_fired == 0 {
+                report.unfired.push(format!("{} {plan:?} {}", sc.name(), log[idx]));
+            }
             report.lost += r.lost;
             report.duplicate_step_completions += r.duplicate_step_completions;
             report.stale_writes_attempted += r.stale_writes_attempted;
@@ -623,14 +762,14 @@ pub async fn sweep_on(
     report
 }
 
-async fn discover(sc: &dyn Scenario, world: World) -> Vec<&'static str> {
+/// The boundaries a scenario's clean run crosses, and the idle ones among them.
+async fn discover(sc: &dyn Scenario, world: World) -> (Vec<BoundaryName>, std::collections::BTreeSet<u64>) {
     let run = sc.instantiate(&world);
     let (engine, switch) = world.crashing_engine("A", run.definitions(), CrashPlan::Never);
     run.start(&engine).await.expect("clean start");
     world.drive(&engine).await.expect("clean drive");
-    switch.log()
+    (switch.log(), switch.idle())
 }
-
 /// One crash run; public so a failing point can be replayed alone.
 pub async fn crash_run(sc: &dyn Scenario, seed: u64, plan: CrashPlan) -> SweepReport {
     crash_run_on(sc, World::new(seed), plan).await
@@ -652,7 +791,7 @@ pub async fn crash_run_on(sc: &dyn Scenario, world: World, plan: CrashPlan) -> S
         _ = &mut first => false,
         _ = switch.wait_crashed() => true,
     };
-    let mut out = SweepReport::default();
+    let mut out = SweepReport { crashes_fired: u64::from(crashed), runs: 1, ..SweepReport::default() };
     if crashed {
         // A fresh process on the surviving durable state; the client retries its request.
         // It pauses right after its first takeover of a leased instance, so the zombie's

@@ -1,5 +1,6 @@
-//! The crash-window sweep of the kernel, on MongoDB (issue acceptance: a sample of at most
-//! ~30 crash points, same zero counts as in memory). Every run gets a fresh database.
+//! The crash-window sweep of the kernel, on MongoDB (issue acceptance: a seeded sample of
+//! about 20 crash points covering every scenario on both sides of its boundaries, same zero
+//! counts as in memory). Every run gets a fresh database.
 
 use kernel_examples::scenarios::*;
 use mongodb::{Client, Database};
@@ -34,8 +35,14 @@ async fn crash_sweep_on_mongo() {
     };
     let live = LiveSummaryScenario { subscribers: 1, page_size: 1 };
     let fan = FanoutScenario { waiters: 2, page_size: 1 };
-    let scenarios: [&dyn Scenario; 4] = [&live, &FailingScenario, &fan, &DagScenario];
-    let report = sweep_on(&scenarios, 7, SweepSample::AtMost(5), &factory).await;
+    let early = EarlyWaitScenario { waiters: 2, page_size: 1 };
+    let beat = HeartbeatScenario { beats: 1 };
+    let scenarios: [&dyn Scenario; 7] =
+        [&live, &FailingScenario, &fan, &DagScenario, &early, &beat, &QueueDownScenario];
+    // About 20 points (the Mongo-wire budget), chosen by seed: every scenario gets both a
+    // crash before and a crash after one of its boundaries, on as many boundary names as
+    // its share allows.
+    let report = sweep_on(&scenarios, 7, SweepSample::Seeded { points: 20, seed: 7 }, &factory).await;
     let made: Vec<Database> = dbs.lock().unwrap().drain(..).collect();
     for db in made {
         let _ = db.drop().await;
@@ -43,5 +50,16 @@ async fn crash_sweep_on_mongo() {
     println!("{report} store=mongo");
     assert!(report.runs <= 30, "{report:?}");
     assert!(report.boundaries >= 20, "{report:?}");
+    assert_eq!(report.by_scenario.len(), scenarios.len(), "{report:?}");
+    for (name, [before, after]) in &report.by_scenario {
+        assert!(*before > 0 && *after > 0, "{name}: {before} points before, {after} after: {report:?}");
+    }
+    // Each scenario's first point is on what only it reaches: the store-fallback claim, the
+    // heartbeat, the activation of a stored signal wait.
+    for reached in
+        [&["store.claim_any"][..], &["store.apply:heartbeat"], &["store.apply:signal_activation", "inbox.mark_matched"]]
+    {
+        assert!(reached.iter().any(|r| report.points_at(r) > 0), "{reached:?} not sampled: {}", report.boundary_map());
+    }
     report.assert_clean();
 }
