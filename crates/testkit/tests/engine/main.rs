@@ -3,6 +3,7 @@
 mod bad_input;
 mod behaviour;
 mod harness;
+mod hardening;
 mod health;
 mod mocks;
 mod model;
