@@ -46,6 +46,14 @@ pub struct EngineConfig {
     pub scan_pages_max: usize,
     /// How long graceful shutdown waits for running claims (K-6.6).
     pub shutdown_timeout_ms: DurationMs,
+    /// Deadline of every store call the engine makes, on the engine's clock. A write
+    /// without an answer by then is uncertain (the claim ends, the lease is left to
+    /// expire); a read is unavailable.
+    pub store_call_deadline_ms: DurationMs,
+    /// Deadline of one heartbeat write; `heartbeat_ms + heartbeat_deadline_ms` must be
+    /// `< lease_ms`, so a process that cannot renew ends its claim (cancelling the running
+    /// activity, starting no new one) before the lease can be taken over (K-6.4).
+    pub heartbeat_deadline_ms: DurationMs,
 }
 
 impl Default for EngineConfig {
@@ -70,6 +78,8 @@ impl Default for EngineConfig {
             scan_page_size: 100,
             scan_pages_max: 10,
             shutdown_timeout_ms: DurationMs::from_millis(60_000),
+            store_call_deadline_ms: DurationMs::from_millis(10_000),
+            heartbeat_deadline_ms: DurationMs::from_millis(5_000),
         }
     }
 }
@@ -95,6 +105,8 @@ impl EngineConfig {
             ("finalizer_retry_ms", self.finalizer_retry_ms),
             ("finalizer_timeout_ms", self.finalizer_timeout_ms),
             ("shutdown_timeout_ms", self.shutdown_timeout_ms),
+            ("store_call_deadline_ms", self.store_call_deadline_ms),
+            ("heartbeat_deadline_ms", self.heartbeat_deadline_ms),
         ] {
             validate::config_ms(f, v)?;
         }
@@ -102,6 +114,15 @@ impl EngineConfig {
             return Err(Error::invalid(
                 "heartbeat_ms",
                 format_args!("{} must be < lease_ms {}", self.heartbeat_ms, self.lease_ms),
+            ));
+        }
+        if self.heartbeat_ms + self.heartbeat_deadline_ms >= self.lease_ms {
+            return Err(Error::invalid(
+                "heartbeat_deadline_ms",
+                format_args!(
+                    "heartbeat_ms {} + heartbeat_deadline_ms {} must be < lease_ms {}",
+                    self.heartbeat_ms, self.heartbeat_deadline_ms, self.lease_ms
+                ),
             ));
         }
         for (f, v) in [
@@ -144,5 +165,13 @@ mod tests {
         assert_eq!(field_of(huge.validate()), "shutdown_timeout_ms");
         let huge = EngineConfig { signal_retention_ms: DurationMs::MAX, ..EngineConfig::default() };
         assert_eq!(field_of(huge.validate()), "signal_retention_ms");
+    }
+
+    #[test]
+    fn a_heartbeat_must_be_able_to_give_up_before_the_lease_ends() {
+        let late = EngineConfig { heartbeat_deadline_ms: DurationMs::from_millis(20_000), ..EngineConfig::default() };
+        assert_eq!(field_of(late.validate()), "heartbeat_deadline_ms");
+        let zero = EngineConfig { store_call_deadline_ms: DurationMs::ZERO, ..EngineConfig::default() };
+        assert_eq!(field_of(zero.validate()), "store_call_deadline_ms");
     }
 }

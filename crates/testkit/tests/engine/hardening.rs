@@ -4,6 +4,7 @@
 
 use kernel_core::engine::{ClaimEnd, RoundOutcome};
 use kernel_core::ports::*;
+use kernel_core::transition::{Guard, Transition, TransitionKind};
 use kernel_core::*;
 use serde_json::json;
 use std::collections::HashMap;
@@ -18,10 +19,7 @@ async fn settle() {
 }
 
 fn limits(pairs: &[(&str, u32)]) -> HashMap<String, PermitLimits> {
-    pairs
-        .iter()
-        .map(|(r, n)| (r.to_string(), PermitLimits { max_concurrency: *n, max_starts_per_second: 0 }))
-        .collect()
+    pairs.iter().map(|(r, n)| (r.to_string(), PermitLimits { max_concurrency: *n, max_starts_per_second: 0 })).collect()
 }
 
 fn other_owner(step: &str) -> PermitOwner {
@@ -72,4 +70,226 @@ async fn hardening_05_a_timed_out_activity_keeps_its_permit_until_it_returns() {
     let out = claim.await.unwrap().unwrap();
     assert!(matches!(out, RoundOutcome::Ran { .. }), "{out:?}");
     assert_eq!(world.permits.holders("r"), 0, "released once the call returned");
+}
+
+/// How a [`TroubledStore`] answers.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Trouble {
+    None,
+    /// A heartbeat write's outcome is unknown (a timeout, a lost connection).
+    HeartbeatUncertain,
+    /// Every call hangs forever: a primary that stopped answering.
+    Hung,
+}
+
+/// A store decorator whose calls fail or hang on demand, counting the calls made since the
+/// trouble started.
+struct TroubledStore {
+    inner: Arc<DynStore>,
+    trouble: std::sync::Mutex<Trouble>,
+    calls_in_trouble: AtomicU32,
+    writes_after_uncertain: AtomicU32,
+}
+
+impl TroubledStore {
+    fn new(inner: Arc<DynStore>) -> Arc<Self> {
+        Arc::new(TroubledStore {
+            inner,
+            trouble: std::sync::Mutex::new(Trouble::None),
+            calls_in_trouble: AtomicU32::new(0),
+            writes_after_uncertain: AtomicU32::new(0),
+        })
+    }
+    fn set(&self, t: Trouble) {
+        *self.trouble.lock().unwrap() = t;
+    }
+    /// Hang if the store is hung; count the call otherwise in trouble.
+    async fn gate(&self) {
+        let t = *self.trouble.lock().unwrap();
+        if t != Trouble::None {
+            self.calls_in_trouble.fetch_add(1, Ordering::SeqCst);
+        }
+        if t == Trouble::Hung {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl WorkflowStore for TroubledStore {
+    async fn create(&self, instance: WorkflowInstance) -> Result<CreateOutcome> {
+        self.gate().await;
+        self.inner.create(instance).await
+    }
+    async fn get(&self, workflow_id: &WorkflowId) -> Result<Option<WorkflowInstance>> {
+        self.gate().await;
+        self.inner.get(workflow_id).await
+    }
+    async fn get_by_biz_key(&self, biz_key: &str) -> Result<Option<WorkflowInstance>> {
+        self.gate().await;
+        self.inner.get_by_biz_key(biz_key).await
+    }
+    async fn claim(&self, workflow_id: &WorkflowId, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
+        self.gate().await;
+        self.inner.claim(workflow_id, spec).await
+    }
+    async fn claim_any(&self, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
+        self.gate().await;
+        self.inner.claim_any(spec).await
+    }
+    async fn apply(&self, workflow_id: &WorkflowId, guard: &Guard, transition: &Transition) -> Result<WriteOutcome> {
+        self.gate().await;
+        if *self.trouble.lock().unwrap() == Trouble::HeartbeatUncertain {
+            if transition.kinds().any(|k| k == TransitionKind::Heartbeat) {
+                return Err(Error::uncertain("heartbeat: connection lost after send"));
+            }
+            self.writes_after_uncertain.fetch_add(1, Ordering::SeqCst);
+        }
+        self.inner.apply(workflow_id, guard, transition).await
+    }
+    async fn scan_due_waits(&self, now: Instant, limit: usize) -> Result<Vec<DueWait>> {
+        self.gate().await;
+        self.inner.scan_due_waits(now, limit).await
+    }
+    async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<Vec<Candidate>> {
+        self.gate().await;
+        self.inner.scan_claimable(after, limit).await
+    }
+}
+
+/// A one-step workflow whose activity runs until it is cancelled, counting cancellations;
+/// a second step counts its entries.
+fn until_cancelled(cancelled: Arc<AtomicU32>, second: Arc<AtomicU32>) -> Definition {
+    let first = move |c: ActivityContext| {
+        let cancelled = cancelled.clone();
+        async move {
+            c.cancellation().cancelled().await;
+            cancelled.fetch_add(1, Ordering::SeqCst);
+            Err(ActivityError::transient("cancelled"))
+        }
+    };
+    let next = move |_c: ActivityContext| {
+        let second = second.clone();
+        async move {
+            second.fetch_add(1, Ordering::SeqCst);
+            Ok(StepOutcome::complete(json!(2)))
+        }
+    };
+    Definition::builder("t")
+        .step(StepDef::new("long", first).timeout_ms(3_600_000).max_retry(3))
+        .step(StepDef::new("after", next))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn hardening_03_a_shutdown_timeout_leaves_the_lease_to_expire() {
+    // K-6.6: a shutdown that times out behaves like a crash. The claim's activity never
+    // returns; after the timeout nothing may extend the lease any more.
+    let world = World::new(3);
+    let never = |_c: ActivityContext| async move {
+        std::future::pending::<()>().await;
+        Ok(StepOutcome::complete(json!(null)))
+    };
+    let def = Definition::builder("t").step(StepDef::new("stuck", never).timeout_ms(3_600_000)).build().unwrap();
+    let config = EngineConfig { shutdown_timeout_ms: DurationMs::from_secs(20), ..test_config("w") };
+    let engine = world.engine_on(world.ports(), config, vec![def]);
+    let hb = engine.config().heartbeat_ms;
+    engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf-3")).await.unwrap();
+    let running = engine.spawn();
+    settle().await;
+    assert_eq!(world.store.peek("wf-3").unwrap().steps[0].status, StepStatus::Running);
+    let shutdown = tokio::spawn(running.shutdown());
+    settle().await;
+    for _ in 0..2 {
+        world.clock.advance(hb);
+        settle().await;
+    }
+    assert!(!shutdown.await.unwrap(), "the shutdown timed out");
+    let lease_end = world.store.peek("wf-3").unwrap().claimable_time.unwrap();
+    for _ in 0..6 {
+        world.clock.advance(hb);
+        settle().await;
+    }
+    let after = world.store.peek("wf-3").unwrap().claimable_time.unwrap();
+    assert_eq!(after, lease_end, "the lease was extended after the shutdown timed out");
+    assert!(world.now() > after, "the lease has run out");
+}
+
+#[tokio::test]
+async fn hardening_03_an_uncertain_heartbeat_ends_the_claim_and_cancels_the_activity() {
+    // K-6.4: an uncertain outcome ends the claim: the running activity is cancelled, no
+    // new activity starts and nothing more is written.
+    let world = World::new(3);
+    let (cancelled, second) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
+    let store = TroubledStore::new(world.ports().store);
+    let mut ports = world.ports();
+    ports.store = store.clone();
+    let engine = world.engine_on(ports, test_config("w"), vec![until_cancelled(cancelled.clone(), second.clone())]);
+    engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf-3")).await.unwrap();
+    let e = engine.clone();
+    let claim = tokio::spawn(async move { e.tick().await });
+    settle().await;
+    store.set(Trouble::HeartbeatUncertain);
+    world.clock.advance(engine.config().heartbeat_ms);
+    settle().await;
+    assert_eq!(cancelled.load(Ordering::SeqCst), 1, "the running activity was not cancelled");
+    let out = claim.await.unwrap().unwrap();
+    assert!(matches!(out, RoundOutcome::Ran { end: ClaimEnd::Uncertain, .. }), "{out:?}");
+    assert_eq!(second.load(Ordering::SeqCst), 0, "no new activity started");
+    assert_eq!(store.writes_after_uncertain.load(Ordering::SeqCst), 0, "nothing written after it");
+}
+
+#[tokio::test]
+async fn hardening_10_a_hung_store_ends_the_claim_before_its_lease_can_be_taken_over() {
+    // The heartbeat's deadline is shorter than the lease: a process that cannot renew
+    // cancels its activity before another worker could claim the instance.
+    let world = World::new(10);
+    let (cancelled, second) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
+    let store = TroubledStore::new(world.ports().store);
+    let mut ports = world.ports();
+    ports.store = store.clone();
+    let engine = world.engine_on(ports, test_config("w"), vec![until_cancelled(cancelled.clone(), second.clone())]);
+    engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf-10")).await.unwrap();
+    let e = engine.clone();
+    let claim = tokio::spawn(async move { e.tick().await });
+    settle().await;
+    let lease_end = world.store.peek("wf-10").unwrap().claimable_time.unwrap();
+    store.set(Trouble::Hung);
+    while cancelled.load(Ordering::SeqCst) == 0 && world.now() < lease_end {
+        world.clock.advance(1_000);
+        settle().await;
+    }
+    assert_eq!(cancelled.load(Ordering::SeqCst), 1, "the activity was not cancelled before the lease ran out");
+    assert!(world.now() < lease_end, "cancelled at {} with the lease ending at {lease_end}", world.now());
+    let out = claim.await.unwrap().unwrap();
+    assert!(matches!(out, RoundOutcome::Ran { end: ClaimEnd::Uncertain, .. }), "{out:?}");
+    assert_eq!(store.calls_in_trouble.load(Ordering::SeqCst), 1, "only the heartbeat reached the hung store");
+    assert_eq!(second.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn hardening_10_a_hung_store_call_returns_at_its_deadline() {
+    // A claim against a hung store gives up at the store deadline of the engine's clock.
+    let world = World::new(10);
+    let store = TroubledStore::new(world.ports().store);
+    let mut ports = world.ports();
+    ports.store = store.clone();
+    let engine = world.engine_on(ports, test_config("w"), vec![crate::linear("t", 1, false)]);
+    engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf-10")).await.unwrap();
+    store.set(Trouble::Hung);
+    let e = engine.clone();
+    let round = tokio::spawn(async move { e.tick().await });
+    for _ in 0..120 {
+        if round.is_finished() {
+            break;
+        }
+        world.clock.advance(1_000);
+        settle().await;
+    }
+    assert!(round.is_finished(), "the scheduling round still waits on the hung store");
+    let out = round.await.unwrap();
+    assert!(matches!(out, Ok(RoundOutcome::Idle { .. }) | Err(_)), "{out:?}");
+    assert_eq!(store.calls_in_trouble.load(Ordering::SeqCst), 1, "one claim call, not retried");
+    assert_eq!(world.store.peek("wf-10").unwrap().steps[0].status, StepStatus::Pending);
 }

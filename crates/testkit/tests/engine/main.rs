@@ -2,8 +2,8 @@
 
 mod bad_input;
 mod behaviour;
-mod harness;
 mod hardening;
+mod harness;
 mod health;
 mod mocks;
 mod model;
