@@ -47,6 +47,14 @@ enum Next {
     End(ClaimEnd),
 }
 
+/// Why a step got no permit.
+enum NoPermit {
+    /// Denied, or the permit backend failed (fail closed): retry after this delay.
+    Deferred(DurationMs),
+    /// The derived resource name is invalid: the step can never take a permit.
+    Refused(String),
+}
+
 /// Why a claim stops before any step runs, decided from the claimed document alone.
 enum Refusal {
     /// K-4.3: the persisted fingerprint is not this worker's.
@@ -389,11 +397,17 @@ impl Claim {
         }
     }
 
-    /// Acquire the step's permit, failing closed on errors (K-14). `Err` is the delay of
-    /// the deferral.
-    async fn acquire_permit(&self, idx: usize) -> Result<Option<HeldPermit>, DurationMs> {
+    /// Acquire the step's permit, failing closed on errors (K-14). The resource is the
+    /// step's fixed name or the one derived from this workflow's input and prepared context.
+    async fn acquire_permit(&self, idx: usize) -> Result<Option<HeldPermit>, NoPermit> {
         let sd = &self.def.steps()[idx];
-        let Some(resource) = sd.resource_name() else { return Ok(None) };
+        let input = self.doc.lock().expect("doc lock").input.clone();
+        let Some(resource) = sd.resource_for(&input, &self.prepared) else { return Ok(None) };
+        if let Err(e) = validate::key_name("resource", &resource) {
+            tracing::error!(step = sd.name(), error = %e, "derived resource name refused");
+            return Err(NoPermit::Refused(format!("the step's derived resource is not a valid name: {e}")));
+        }
+        let resource = resource.as_str();
         let owner = PermitOwner {
             workflow_id: self.workflow_id.clone(),
             step: sd.name().to_string(),
@@ -404,11 +418,13 @@ impl Claim {
             Ok(PermitDecision::Denied { retry_after_ms }) => {
                 tracing::info!(step = sd.name(), resource, "permit denied; deferring");
                 // An adapter's hint is clamped like a configured span, so `now + delay` cannot overflow.
-                Err(retry_after_ms.max(self.inner.config.permit_retry_ms).min(validate::CONFIG_MS_MAX))
+                Err(NoPermit::Deferred(
+                    retry_after_ms.max(self.inner.config.permit_retry_ms).min(validate::CONFIG_MS_MAX),
+                ))
             }
             Err(e) => {
                 tracing::warn!(step = sd.name(), resource, error = %e, "permit check failed; failing closed");
-                Err(self.inner.config.permit_retry_ms)
+                Err(NoPermit::Deferred(self.inner.config.permit_retry_ms))
             }
         }
     }
@@ -453,7 +469,14 @@ impl Claim {
             None => {
                 let permit = match self.acquire_permit(idx).await {
                     Ok(p) => p,
-                    Err(delay_ms) => return Err(Member::Halted(Halt::Deferred { delay_ms })),
+                    Err(NoPermit::Deferred(delay_ms)) => return Err(Member::Halted(Halt::Deferred { delay_ms })),
+                    // Never entered: a permanent failure of the step, through the normal path.
+                    Err(NoPermit::Refused(msg)) => {
+                        return Ok(Invocation {
+                            result: Err(ActivityError::permanent(msg)),
+                            elapsed_ms: DurationMs::ZERO,
+                        })
+                    }
                 };
                 self.maybe_reset_stream(idx).await;
                 if let Err(e) = self.commit(G::Running, Transition::mark_running(idx, self.now())).await {
@@ -609,7 +632,9 @@ impl Claim {
                         }
                     };
                 }
-                Err(delay) => {
+                // The next step fails on its own entry; complete this one alone.
+                Err(NoPermit::Refused(_)) => {}
+                Err(NoPermit::Deferred(delay)) => {
                     let t = t.fuse(Transition::permit_deferral(j, delay, now).release_until(now.saturating_add(delay)));
                     return match self.commit(G::Running, t).await {
                         Ok(()) => {

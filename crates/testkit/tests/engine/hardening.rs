@@ -293,3 +293,102 @@ async fn hardening_10_a_hung_store_call_returns_at_its_deadline() {
     assert_eq!(store.calls_in_trouble.load(Ordering::SeqCst), 1, "one claim call, not retried");
     assert_eq!(world.store.peek("wf-10").unwrap().steps[0].status, StepStatus::Pending);
 }
+
+#[tokio::test]
+async fn hardening_13_two_tenants_are_each_held_to_their_own_ceiling_through_the_engine() {
+    // K-14: `tenant:<t>:asr` falls back to the limit configured for `asr` (1 at a time).
+    // The step's resource is derived from the workflow's input, so each tenant has its own
+    // ceiling: one call per tenant runs, the second of each tenant waits.
+    let world = World::with_limits(13, limits(&[("asr", 1)]));
+    let (open, gate) = tokio::sync::watch::channel(false);
+    let running: Arc<std::sync::Mutex<HashMap<String, u32>>> = Arc::default();
+    let peak: Arc<std::sync::Mutex<HashMap<String, u32>>> = Arc::default();
+    let (g, r, p) = (gate, running.clone(), peak.clone());
+    let activity = move |c: ActivityContext| {
+        let (g, r, p) = (g.clone(), r.clone(), p.clone());
+        async move {
+            let tenant = c.input()["tenant"].as_str().unwrap().to_string();
+            {
+                let mut r = r.lock().unwrap();
+                let n = r.entry(tenant.clone()).or_default();
+                *n += 1;
+                let mut p = p.lock().unwrap();
+                let m = p.entry(tenant.clone()).or_default();
+                *m = (*m).max(*n);
+            }
+            let mut g = g;
+            let _ = g.wait_for(|open| *open).await;
+            *r.lock().unwrap().get_mut(&tenant).unwrap() -= 1;
+            Ok(StepOutcome::complete(json!(tenant)))
+        }
+    };
+    let def = Definition::builder("t")
+        .step(StepDef::new("asr", activity).timeout_ms(3_600_000).resource_from(
+            |input: &serde_json::Value, _prepared: &serde_json::Value| {
+                format!("tenant:{}:asr", input["tenant"].as_str().unwrap_or("none"))
+            },
+        ))
+        .build()
+        .unwrap();
+    let config = EngineConfig { worker_slots: 4, ..test_config("w") };
+    let engine = world.engine_on(world.ports(), config, vec![def]);
+    for (i, tenant) in ["a", "a", "b", "b"].iter().enumerate() {
+        let req = StartRequest::new("t", format!("b{i}"), json!({ "tenant": tenant })).workflow_id(format!("wf-{i}"));
+        engine.publisher().start_or_resume(req).await.unwrap();
+    }
+    let rounds: Vec<_> = (0..4)
+        .map(|_| {
+            let e = engine.clone();
+            tokio::spawn(async move { e.tick().await })
+        })
+        .collect();
+    settle().await;
+    assert_eq!(world.permits.holders("tenant:a:asr"), 1);
+    assert_eq!(world.permits.holders("tenant:b:asr"), 1);
+    let at_once: u32 = running.lock().unwrap().values().sum();
+    assert_eq!(at_once, 2, "one call per tenant at once, both tenants progressing");
+    let deferred = world.instances().await.unwrap().iter().filter(|i| i.steps[0].traffic_waits == 1).count();
+    assert_eq!(deferred, 2, "the second workflow of each tenant waits for its tenant's permit");
+    open.send(true).unwrap();
+    for r in rounds {
+        r.await.unwrap().unwrap();
+    }
+    world.drive(&engine).await.unwrap();
+    for i in world.instances().await.unwrap() {
+        assert_eq!(i.status, WorkflowStatus::Completed, "{}", i.workflow_id);
+    }
+    assert!(
+        peak.lock().unwrap().values().all(|&m| m == 1),
+        "a tenant exceeded its ceiling: {:?}",
+        peak.lock().unwrap()
+    );
+}
+
+#[tokio::test]
+async fn hardening_13_an_invalid_derived_resource_fails_the_step_without_entering_it() {
+    let world = World::new(13);
+    let entries = Arc::new(AtomicU32::new(0));
+    let n = entries.clone();
+    let activity = move |_c: ActivityContext| {
+        let n = n.clone();
+        async move {
+            n.fetch_add(1, Ordering::SeqCst);
+            Ok(StepOutcome::complete(json!(1)))
+        }
+    };
+    let def = Definition::builder("t")
+        .step(StepDef::new("asr", activity).resource_from(|input: &serde_json::Value, _: &serde_json::Value| {
+            format!("tenant:{}:asr", input["tenant"].as_str().unwrap_or_default())
+        }))
+        .build()
+        .unwrap();
+    let engine = world.engine("w", vec![def]);
+    let req = StartRequest::new("t", "b", json!({ "tenant": "a.b" })).workflow_id("wf-13");
+    engine.publisher().start_or_resume(req).await.unwrap();
+    world.drive(&engine).await.unwrap();
+    let i = world.store.peek("wf-13").unwrap();
+    assert_eq!((i.status, i.steps[0].status), (WorkflowStatus::Failed, StepStatus::Failed));
+    let msg = &i.steps[0].error.as_ref().unwrap().message;
+    assert!(msg.contains("resource"), "{msg}");
+    assert_eq!(entries.load(Ordering::SeqCst), 0, "the activity was never entered");
+}
