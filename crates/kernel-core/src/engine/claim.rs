@@ -316,10 +316,7 @@ impl Claim {
                     Err(e) => e,
                 };
             }
-            Some(Refusal::PrepareFailed(msg)) => {
-                tracing::error!(error = %msg, "PrepareContext failed; releasing with a delay");
-                return self.release_after(status_guard, self.inner.config.finalizer_retry_ms).await;
-            }
+            Some(Refusal::PrepareFailed(msg)) => return self.prepare_failed(&inst, status_guard, msg).await,
             None => {}
         }
         // K-9.4: finish a half-done signal match before any step runs, so the record can
@@ -379,6 +376,41 @@ impl Claim {
                 Next::End(e) => return e,
             }
         }
+    }
+
+    /// A failed PrepareContext (K-2.3): counted on the instance; below
+    /// `prepare_attempts_max` the claim is released with a growing delay, at the limit the
+    /// workflow fails through `failing` and its failure finalizer (K-8). Steps never run
+    /// without a context.
+    async fn prepare_failed(&self, inst: &WorkflowInstance, g: G, msg: String) -> ClaimEnd {
+        let config = &self.inner.config;
+        let failures = inst.prepare_failures.saturating_add(1);
+        let now = self.now();
+        if failures < config.prepare_attempts_max {
+            let delay = config.prepare_retry_delay(failures);
+            tracing::error!(error = %msg, failures, delay_ms = delay.as_millis(), "PrepareContext failed; releasing with a delay");
+            let t = match Transition::prepare_release(failures, now, delay) {
+                Ok(t) => t,
+                Err(e) => return self.refused(e),
+            };
+            return match self.commit(g, t).await {
+                Ok(()) => {
+                    let prio = self.snapshot().business_priority;
+                    self.enqueue(prio, now.saturating_add(delay)).await;
+                    ClaimEnd::Released
+                }
+                Err(e) => e,
+            };
+        }
+        tracing::error!(error = %msg, failures, "PrepareContext failed too often; failing the workflow");
+        if inst.status != WorkflowStatus::Failing {
+            let mut t = Transition::failing(now);
+            t.prepare_failures = Some(failures);
+            if let Err(e) = self.commit(G::Running, t).await {
+                return e;
+            }
+        }
+        self.fail_path().await
     }
 
     async fn release_after(&self, g: G, delay: DurationMs) -> ClaimEnd {

@@ -54,6 +54,16 @@ pub struct EngineConfig {
     /// `< lease_ms`, so a process that cannot renew ends its claim (cancelling the running
     /// activity, starting no new one) before the lease can be taken over (K-6.4).
     pub heartbeat_deadline_ms: DurationMs,
+    /// PrepareContext failures (K-2.3) tolerated before the workflow fails through
+    /// `failing` and its failure finalizer (K-8). Counted across claims
+    /// (`WorkflowInstance::prepare_failures`); reset by replay. The failure finalizer then
+    /// runs with a null prepared context.
+    pub prepare_attempts_max: u32,
+    /// Delay before the next claim after the first PrepareContext failure; doubled after
+    /// each further failure, up to `prepare_retry_max_ms`.
+    pub prepare_retry_base_ms: DurationMs,
+    /// Longest delay between two PrepareContext attempts.
+    pub prepare_retry_max_ms: DurationMs,
 }
 
 impl Default for EngineConfig {
@@ -80,11 +90,22 @@ impl Default for EngineConfig {
             shutdown_timeout_ms: DurationMs::from_millis(60_000),
             store_call_deadline_ms: DurationMs::from_millis(10_000),
             heartbeat_deadline_ms: DurationMs::from_millis(5_000),
+            prepare_attempts_max: 5,
+            prepare_retry_base_ms: DurationMs::from_millis(5_000),
+            prepare_retry_max_ms: DurationMs::from_millis(300_000),
         }
     }
 }
 
 impl EngineConfig {
+    /// Delay after the `failures`-th PrepareContext failure: `prepare_retry_base_ms`
+    /// doubled per earlier failure, at most `prepare_retry_max_ms`.
+    pub fn prepare_retry_delay(&self, failures: u32) -> DurationMs {
+        let doublings = failures.saturating_sub(1).min(40);
+        let ms = self.prepare_retry_base_ms.as_millis().saturating_mul(1_i64 << doublings);
+        DurationMs::from_millis(ms).min(self.prepare_retry_max_ms)
+    }
+
     /// Check every field; the first violation is returned as a typed error.
     ///
     /// Every duration is strictly positive and at most [`validate::CONFIG_MS_MAX`], so that
@@ -107,6 +128,8 @@ impl EngineConfig {
             ("shutdown_timeout_ms", self.shutdown_timeout_ms),
             ("store_call_deadline_ms", self.store_call_deadline_ms),
             ("heartbeat_deadline_ms", self.heartbeat_deadline_ms),
+            ("prepare_retry_base_ms", self.prepare_retry_base_ms),
+            ("prepare_retry_max_ms", self.prepare_retry_max_ms),
         ] {
             validate::config_ms(f, v)?;
         }
@@ -124,6 +147,9 @@ impl EngineConfig {
                     self.heartbeat_ms, self.heartbeat_deadline_ms, self.lease_ms
                 ),
             ));
+        }
+        if self.prepare_attempts_max == 0 {
+            return Err(Error::invalid("prepare_attempts_max", "must be > 0"));
         }
         for (f, v) in [
             ("worker_slots", self.worker_slots),

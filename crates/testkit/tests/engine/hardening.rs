@@ -392,3 +392,54 @@ async fn hardening_13_an_invalid_derived_resource_fails_the_step_without_enterin
     assert!(msg.contains("resource"), "{msg}");
     assert_eq!(entries.load(Ordering::SeqCst), 0, "the activity was never entered");
 }
+
+#[tokio::test]
+async fn hardening_07_a_failing_prepare_context_converges_to_failed_through_the_failure_finalizer() {
+    // K-2.3 + K-8: a PrepareContext that keeps failing is tried a bounded number of times,
+    // across claims (the count is persisted), with growing delays; then the workflow fails
+    // through `failing` and its failure finalizer. No step ever runs.
+    let world = World::new(7);
+    let (steps, finalizer) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
+    let (s, f) = (steps.clone(), finalizer.clone());
+    let def = Definition::builder("t")
+        .step(StepDef::new("only", move |_c: ActivityContext| {
+            let s = s.clone();
+            async move {
+                s.fetch_add(1, Ordering::SeqCst);
+                Ok(StepOutcome::complete(json!(1)))
+            }
+        }))
+        .failure_finalizer(move |_c: ActivityContext| {
+            let f = f.clone();
+            async move {
+                f.fetch_add(1, Ordering::SeqCst);
+                Ok(StepOutcome::complete(json!(null)))
+            }
+        })
+        .build()
+        .unwrap();
+    let calls: Arc<std::sync::Mutex<Vec<Instant>>> = Arc::default();
+    let (c, clock) = (calls.clone(), world.clock.clone());
+    let config = test_config("w");
+    let attempts_max = config.prepare_attempts_max;
+    let engine = kernel_core::Engine::builder(world.ports())
+        .config(config)
+        .register(def)
+        .prepare_context(Arc::new(move |_i: &WorkflowInstance| {
+            c.lock().unwrap().push(kernel_core::ports::Clock::now(&*clock));
+            Err("tenant directory refused the input".to_string())
+        }))
+        .build()
+        .unwrap();
+    engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf-7")).await.unwrap();
+    let report = world.drive_until(&engine, 200, &|| false).await.unwrap();
+    let i = world.store.peek("wf-7").unwrap();
+    assert_eq!(i.status, WorkflowStatus::Failed, "after {} claims", report.claims());
+    let calls = calls.lock().unwrap().clone();
+    assert_eq!(calls.len() as u32, attempts_max, "PrepareContext attempts");
+    let gaps: Vec<_> = calls.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(gaps.windows(2).all(|g| g[1] > g[0]), "the delays grow: {gaps:?}");
+    assert_eq!(finalizer.load(Ordering::SeqCst), 1, "the failure finalizer ran once");
+    assert_eq!(steps.load(Ordering::SeqCst), 0, "no step ran");
+    assert_eq!(i.steps[0].status, StepStatus::Pending);
+}
