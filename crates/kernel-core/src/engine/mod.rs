@@ -232,7 +232,8 @@ impl Engine {
         &self.inner.config
     }
 
-    /// The ports.
+    /// The ports, as the engine uses them: the store is wrapped in a [`DeadlineStore`]
+    /// (`EngineConfig::store_call_deadline_ms`).
     pub fn ports(&self) -> &Ports {
         &self.inner.ports
     }
