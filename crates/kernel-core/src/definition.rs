@@ -8,6 +8,7 @@ use crate::activity::Activity;
 use crate::error::{Error, Result};
 use crate::model::{DurationMs, Step, StepStatus};
 use crate::validate;
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -61,6 +62,28 @@ impl RetryPolicy {
     }
 }
 
+/// Derives a step's traffic resource from the workflow's input and its prepared context
+/// (K-2.3), e.g. `tenant:<t>:<resource>` (K-14).
+pub type ResourceFn = Arc<dyn Fn(&Value, &Value) -> String + Send + Sync>;
+
+/// The traffic resource of a step (K-14).
+#[derive(Clone)]
+pub(crate) enum StepResource {
+    /// The same resource for every workflow.
+    Fixed(String),
+    /// A resource per workflow, derived before each permit acquire.
+    Derived(ResourceFn),
+}
+
+impl std::fmt::Debug for StepResource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StepResource::Fixed(name) => name.fmt(f),
+            StepResource::Derived(_) => f.write_str("<derived>"),
+        }
+    }
+}
+
 /// One step of a [`Definition`].
 #[derive(Clone)]
 pub struct StepDef {
@@ -69,7 +92,7 @@ pub struct StepDef {
     pub(crate) timeout_ms: DurationMs,
     pub(crate) max_retry: u32,
     pub(crate) retry: RetryPolicy,
-    pub(crate) resource: Option<String>,
+    pub(crate) resource: Option<StepResource>,
     pub(crate) on_failed: OnFailed,
     pub(crate) depends_on: Option<Vec<String>>,
     pub(crate) streaming: bool,
@@ -119,7 +142,16 @@ impl StepDef {
     }
     /// A traffic resource whose permit is acquired before every entry (K-14).
     pub fn resource(mut self, name: impl Into<String>) -> Self {
-        self.resource = Some(name.into());
+        self.resource = Some(StepResource::Fixed(name.into()));
+        self
+    }
+    /// A traffic resource derived per workflow from its input and its prepared context
+    /// (`Value::Null` without a PrepareContext hook), computed before every entry (K-14):
+    /// e.g. `tenant:<t>:asr`, so that each tenant is held to its own limit. The function
+    /// must be deterministic. A derived name that is not a valid resource name
+    /// ([`validate::key_name`]) fails the step permanently without entering its activity.
+    pub fn resource_from(mut self, derive: impl Fn(&Value, &Value) -> String + Send + Sync + 'static) -> Self {
+        self.resource = Some(StepResource::Derived(Arc::new(derive)));
         self
     }
     /// Failure policy.
@@ -141,9 +173,25 @@ impl StepDef {
     pub fn name(&self) -> &str {
         &self.name
     }
-    /// Traffic resource.
+    /// Traffic resource, when it is a fixed name (see [`resource_for`](Self::resource_for)).
     pub fn resource_name(&self) -> Option<&str> {
-        self.resource.as_deref()
+        match &self.resource {
+            Some(StepResource::Fixed(name)) => Some(name),
+            _ => None,
+        }
+    }
+    /// Whether the step takes a permit before each entry.
+    pub fn has_resource(&self) -> bool {
+        self.resource.is_some()
+    }
+    /// Traffic resource of this step for a workflow with `input` and `prepared` context:
+    /// the fixed name, or the derived one (not validated here).
+    pub fn resource_for(&self, input: &Value, prepared: &Value) -> Option<String> {
+        match &self.resource {
+            None => None,
+            Some(StepResource::Fixed(name)) => Some(name.clone()),
+            Some(StepResource::Derived(derive)) => Some(derive(input, prepared)),
+        }
     }
     /// Timeout.
     pub fn get_timeout_ms(&self) -> DurationMs {
@@ -390,7 +438,7 @@ impl DefinitionBuilder {
         let plan = Plan::new(&self.workflow_type, &pairs)?;
         for (i, s) in self.steps.iter().enumerate() {
             validate::config_ms(&format!("steps[{i}].timeout_ms"), s.timeout_ms)?;
-            if let Some(r) = &s.resource {
+            if let Some(StepResource::Fixed(r)) = &s.resource {
                 validate::key_name(&format!("steps[{i}].resource"), r)?;
             }
             if let RetryPolicy::Exponential { base_ms, cap_ms } = s.retry {

@@ -23,7 +23,7 @@ pub mod transition;
 pub mod validate;
 
 pub use activity::{idempotency_key, Activity, ActivityContext, ActivityError, SignalWaitSpec, StepOutcome};
-pub use definition::{Definition, OnFailed, Plan, PlanRegistry, RetryPolicy, StepDef};
+pub use definition::{Definition, OnFailed, Plan, PlanRegistry, ResourceFn, RetryPolicy, StepDef};
 pub use engine::{Engine, EngineConfig, EngineHealth, Ports, Publisher, PublisherBuilder, StartOutcome, StartRequest};
 pub use error::{Cause, Error, Result};
 pub use id::{BusinessRound, ClaimToken, FencingToken, LeaseToken, ObjectId, WorkflowId};

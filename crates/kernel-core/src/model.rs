@@ -496,6 +496,10 @@ pub struct WorkflowInstance {
     /// Replays of the instance; `workflow_run = retry_count` (K-2.1).
     #[serde(default)]
     pub retry_count: u32,
+    /// PrepareContext failures since the instance was created or last replayed (K-2.3);
+    /// at `EngineConfig::prepare_attempts_max` the workflow fails (K-8).
+    #[serde(default)]
+    pub prepare_failures: u32,
     /// +1 on every accepted write except claim and heartbeat (K-2.2).
     #[serde(default)]
     pub revision: u64,
@@ -535,6 +539,7 @@ impl WorkflowInstance {
             fingerprint_mismatch: _,
             business_priority: _,
             retry_count: _,
+            prepare_failures: _,
             revision: _,
             created_at: _,
             updated_at: _,

@@ -179,6 +179,8 @@ pub enum TransitionKind {
     PriorityRaise,
     /// A finalizer failed; claim released with a delay (K-8).
     FinalizerRelease,
+    /// PrepareContext failed; the failure counted, claim released with a delay (K-2.3).
+    PrepareRelease,
     /// Claim released without progress (shutdown drain of a pending wave).
     Release,
 }
@@ -351,6 +353,9 @@ pub struct Transition {
     pub reset_failed_steps: bool,
     /// `retry_count += 1` (replay, K-2.1).
     pub retry_count_inc: bool,
+    /// `prepare_failures` set: counted by a failed PrepareContext (K-2.3), reset to 0 by
+    /// replay; `None` leaves it.
+    pub prepare_failures: Option<u32>,
     /// Terminal time, set (terminal write) or cleared (replay).
     pub finished_at: Option<Patch<Instant>>,
     /// `revision += 1` (every accepted write but claim and heartbeat, K-2.2).
@@ -416,6 +421,7 @@ impl Transition {
             priority,
             reset_failed_steps,
             retry_count_inc,
+            prepare_failures,
             finished_at,
             bump_revision,
         } = next;
@@ -434,7 +440,17 @@ impl Transition {
         macro_rules! take {
             ($($f:ident),*) => {$( if $f.is_some() { self.$f = $f; } )*};
         }
-        take!(input, claimable_time, claim_token, wait, resume, fingerprint_mismatch, priority, finished_at);
+        take!(
+            input,
+            claimable_time,
+            claim_token,
+            wait,
+            resume,
+            fingerprint_mismatch,
+            priority,
+            prepare_failures,
+            finished_at
+        );
         self.reset_failed_steps |= reset_failed_steps;
         self.retry_count_inc |= retry_count_inc;
         self.bump_revision |= bump_revision;
@@ -458,6 +474,7 @@ impl Transition {
             priority,
             reset_failed_steps,
             retry_count_inc,
+            prepare_failures,
             finished_at,
             bump_revision,
         } = self;
@@ -501,6 +518,9 @@ impl Transition {
         }
         if *retry_count_inc {
             inst.retry_count += 1;
+        }
+        if let Some(n) = prepare_failures {
+            inst.prepare_failures = *n;
         }
         if let Some(p) = finished_at {
             p.apply(&mut inst.finished_at);
@@ -548,6 +568,7 @@ impl Transition {
             priority: _,
             reset_failed_steps,
             retry_count_inc: _,
+            prepare_failures: _,
             finished_at: _,
             bump_revision: _,
         } = self;
@@ -799,6 +820,17 @@ impl Transition {
         Ok(Transition::new(TransitionKind::FinalizerRelease, now).release_until(now.try_add(delay_ms, "delay_ms")?))
     }
 
+    /// A failed PrepareContext (K-2.3), under the status guard of the claim: the failure
+    /// count set to `failures`, the claim released until `now + delay_ms`.
+    ///
+    /// An overflowing release time is refused as [`Error::InvalidInput`] on `delay_ms`.
+    pub fn prepare_release(failures: u32, now: Instant, delay_ms: DurationMs) -> Result<Self> {
+        let mut t =
+            Transition::new(TransitionKind::PrepareRelease, now).release_until(now.try_add(delay_ms, "delay_ms")?);
+        t.prepare_failures = Some(failures);
+        Ok(t)
+    }
+
     /// Give the claim back without progress (shutdown between waves).
     pub fn release(now: Instant) -> Self {
         Transition::new(TransitionKind::Release, now).release_until(now)
@@ -848,6 +880,7 @@ impl Transition {
         t.status = Some(WorkflowStatus::Running);
         t.input = Some(input);
         t.retry_count_inc = true;
+        t.prepare_failures = Some(0);
         t.claimable_time = Some(Patch::Set(now));
         t.claim_token = Some(Patch::Unset);
         t.finished_at = Some(Patch::Unset);

@@ -232,6 +232,7 @@ mod tests {
                 fingerprint_mismatch: None,
                 business_priority: Priority::P2,
                 retry_count: 0,
+                prepare_failures: 0,
                 revision: 0,
                 created_at: Instant::ZERO,
                 updated_at: Instant::ZERO,

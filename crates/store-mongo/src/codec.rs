@@ -350,6 +350,7 @@ pub(crate) fn instance_doc(w: &WorkflowInstance) -> Result<Document> {
         fingerprint_mismatch,
         business_priority,
         retry_count,
+        prepare_failures,
         revision,
         created_at,
         updated_at,
@@ -394,6 +395,10 @@ pub(crate) fn instance_doc(w: &WorkflowInstance) -> Result<Document> {
     if let Some(t) = finished_at {
         d.insert("finished_at", dt(*t));
     }
+    // Absent means 0 (documents written before the field existed read the same).
+    if *prepare_failures > 0 {
+        d.insert("prepare_failures", i32_of("prepare_failures", *prepare_failures)?);
+    }
     Ok(d)
 }
 
@@ -436,6 +441,7 @@ pub(crate) fn instance_of(d: &Document) -> Result<WorkflowInstance> {
         fingerprint_mismatch,
         business_priority: priority,
         retry_count: u32_of(d, "retry_count")?,
+        prepare_failures: u32_of(d, "prepare_failures")?,
         revision: u64::try_from(int_or_zero(d, "revision")?).map_err(|_| corrupt("revision", "negative"))?,
         created_at: time_of("created_at", req(d, "created_at")?)?,
         updated_at: time_of("updated_at", req(d, "updated_at")?)?,

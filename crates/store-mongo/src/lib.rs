@@ -30,7 +30,8 @@
 //!
 //! ```text
 //! { _id: ObjectId, workflow_id, type, biz_key, status, definition_fingerprint,
-//!   business_priority: Int32 0..3, retry_count: Int32, revision: Int64,
+//!   business_priority: Int32 0..3, retry_count: Int32, prepare_failures?: Int32 (absent = 0),
+//!   revision: Int64,
 //!   steps: [ { name, status, attempt: Int32, elapsed_ms: Int64, traffic_wait_ms: Int64,
 //!              traffic_waits: Int32, error?: { class, message }, checkpoint?,
 //!              started_at?: Date, finished_at?: Date } ],

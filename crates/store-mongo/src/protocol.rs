@@ -238,6 +238,7 @@ pub fn transition_update(t: &Transition, limits: &Limits) -> Result<Update> {
         priority,
         reset_failed_steps,
         retry_count_inc,
+        prepare_failures,
         finished_at,
         bump_revision,
     } = t;
@@ -286,6 +287,9 @@ pub fn transition_update(t: &Transition, limits: &Limits) -> Result<Update> {
     }
     if let Some(p) = finished_at {
         ops.patch("finished_at".into(), p, |x| Ok(dt(*x)))?;
+    }
+    if let Some(n) = prepare_failures {
+        ops.set.insert("prepare_failures", codec::i32_of("prepare_failures", *n)?);
     }
     ops.set.insert("updated_at", dt(*now));
     if *retry_count_inc {

@@ -5,6 +5,7 @@
 //! ([`outcome`](super::outcome), pure) → one guarded write. Finalizers and the terminal
 //! side channels follow.
 
+use super::deadline;
 use super::effects::{self, Writer};
 use super::invoke::{self, HeldPermit, Invocation, Renewal};
 use super::outcome::{self, AfterWave, Entry, Halt, StepPolicy, StepResult};
@@ -57,6 +58,14 @@ enum Next {
     End(ClaimEnd),
 }
 
+/// Why a step got no permit.
+enum NoPermit {
+    /// Denied, or the permit backend failed (fail closed): retry after this delay.
+    Deferred(DurationMs),
+    /// The derived resource name is invalid: the step can never take a permit.
+    Refused(String),
+}
+
 /// Why a claim stops before any step runs, decided from the claimed document alone.
 enum Refusal {
     /// K-4.3: the persisted fingerprint is not this worker's.
@@ -91,6 +100,20 @@ struct Claim {
     prepared: Arc<Value>,
     /// End of the lease as last written by this claim (claim or heartbeat).
     lease_until: AtomicI64,
+    /// Why the claim ended outside a write of the driver (a heartbeat that missed or whose
+    /// outcome is unknown, K-6.4); set once, together with `cancel`.
+    ended: Mutex<Option<ClaimEnd>>,
+}
+
+/// The heartbeat task, aborted when dropped: it never outlives its claim, also when the
+/// claim's task is aborted by a shutdown that timed out (K-6.6: the lease is left to
+/// expire).
+struct HeartbeatTask(tokio::task::JoinHandle<()>);
+
+impl Drop for HeartbeatTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 fn suffix(token: &ClaimToken) -> &str {
@@ -136,12 +159,13 @@ pub(crate) async fn run(inner: Arc<Inner>, inst: WorkflowInstance, token: ClaimT
             lease_until: AtomicI64::new(inst.claimable_time.map_or(i64::MIN, Instant::as_millis)),
             doc: Mutex::new(inst),
             prepared,
+            ended: Mutex::new(None),
         });
         let hb_stop = CancellationToken::new();
-        let hb = tokio::spawn(heartbeat(claim.clone(), hb_stop.clone()));
+        let mut hb = HeartbeatTask(tokio::spawn(heartbeat(claim.clone(), hb_stop.clone())));
         let end = claim.drive(refusal).await;
         hb_stop.cancel();
-        let _ = hb.await;
+        let _ = (&mut hb.0).await;
         tracing::info!(end = ?end, "claim ended");
         end
     }
@@ -149,11 +173,19 @@ pub(crate) async fn run(inner: Arc<Inner>, inst: WorkflowInstance, token: ClaimT
     .await
 }
 
-/// Heartbeat on a task detached from activity cancellation (K-6.3).
+/// Heartbeat on a task detached from activity cancellation (K-6.3), owned by its claim.
+///
+/// Each write has `heartbeat_deadline_ms` of the clock. Applied: the lease is extended. A
+/// miss (claim lost) or an uncertain outcome (including a passed deadline) ends the claim
+/// (K-6.4): the running activity is cancelled, no new one starts, nothing more is written
+/// and the lease is left to expire. An error that certainly had no effect is retried at
+/// the next interval while that retry can still finish before the lease ends; otherwise it
+/// ends the claim the same way.
 async fn heartbeat(c: Arc<Claim>, stop: CancellationToken) {
     let clock = c.inner.ports.clock.clone();
+    let config = &c.inner.config;
     loop {
-        let next = clock.now().saturating_add(c.inner.config.heartbeat_ms);
+        let next = clock.now().saturating_add(config.heartbeat_ms);
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = clock.sleep_until(next) => {}
@@ -162,31 +194,59 @@ async fn heartbeat(c: Arc<Claim>, stop: CancellationToken) {
             return;
         }
         let now = clock.now();
-        let t = match Transition::heartbeat(now, c.inner.config.lease_ms) {
+        let t = match Transition::heartbeat(now, config.lease_ms) {
             Ok(t) => t,
             Err(e) => {
                 // A lease end past the range of time: stop extending, let the lease run out.
                 tracing::error!(error = %e, "heartbeat refused; ending the claim");
-                c.cancel.cancel();
+                c.end_with(ClaimEnd::Uncertain);
                 return;
             }
         };
         let guard = Guard::Token { token: c.token.clone() };
-        match c.inner.ports.store.apply(&c.workflow_id, &guard, &t).await {
+        let write = c.inner.ports.store.apply(&c.workflow_id, &guard, &t);
+        match deadline::within(&*clock, config.heartbeat_deadline_ms, deadline::Call::Write, "heartbeat", write).await {
             Ok(WriteOutcome::Applied { .. }) => {
-                c.lease_until.store(now.saturating_add(c.inner.config.lease_ms).as_millis(), Ordering::SeqCst)
+                c.lease_until.store(now.saturating_add(config.lease_ms).as_millis(), Ordering::SeqCst)
             }
             Ok(WriteOutcome::Missed) => {
                 tracing::warn!("heartbeat missed: claim lost");
-                c.cancel.cancel();
+                c.end_with(ClaimEnd::ClaimLost);
                 return;
             }
-            Err(e) => tracing::warn!(error = %e, "heartbeat failed; retrying at the next interval"),
+            Err(e @ crate::error::Error::Uncertain { .. }) => {
+                tracing::warn!(error = %e, "heartbeat outcome uncertain; ending the claim");
+                c.end_with(ClaimEnd::Uncertain);
+                return;
+            }
+            Err(e) => {
+                let lease_until = Instant::from_millis(c.lease_until.load(Ordering::SeqCst));
+                let retry_done = clock.now().saturating_add(config.heartbeat_ms + config.heartbeat_deadline_ms);
+                if retry_done >= lease_until {
+                    tracing::warn!(error = %e, "heartbeat failed and the lease ends before a retry could; ending the claim");
+                    c.end_with(ClaimEnd::Uncertain);
+                    return;
+                }
+                tracing::warn!(error = %e, "heartbeat failed; retrying at the next interval");
+            }
         }
     }
 }
 
 impl Claim {
+    /// End the claim from outside the driver's writes: record why (first reason wins) and
+    /// cancel every activity of the claim.
+    fn end_with(&self, end: ClaimEnd) {
+        self.ended.lock().expect("end lock").get_or_insert(end);
+        self.cancel.cancel();
+    }
+
+    /// How a cancelled claim ended: the recorded reason, else uncertain (a hard shutdown:
+    /// the lease is left to expire, K-6.6).
+    fn ended_as(&self) -> ClaimEnd {
+        self.ended.lock().expect("end lock").clone().unwrap_or(ClaimEnd::Uncertain)
+    }
+
     fn now(&self) -> Instant {
         self.inner.ports.clock.now()
     }
@@ -340,10 +400,7 @@ impl Claim {
                     Err(e) => e,
                 };
             }
-            Some(Refusal::PrepareFailed(msg)) => {
-                tracing::error!(error = %msg, "PrepareContext failed; releasing with a delay");
-                return self.release_after(status_guard, self.inner.config.finalizer_retry_ms).await;
-            }
+            Some(Refusal::PrepareFailed(msg)) => return self.prepare_failed(&inst, status_guard, msg).await,
             None => {}
         }
         // K-9.4: finish a half-done signal match before any step runs, so the record can
@@ -359,7 +416,15 @@ impl Claim {
         }
         let mut started: Option<(usize, Option<HeldPermit>)> = None;
         loop {
-            if started.is_none() && (self.inner.stopping.is_cancelled() || self.cancel.is_cancelled()) {
+            if self.cancel.is_cancelled() {
+                // The claim has ended (K-6.4) or the engine was killed (K-6.6): write
+                // nothing more, leave the lease to expire.
+                if let Some((_, permit)) = started.take() {
+                    self.release_permit(permit).await;
+                }
+                return self.ended_as();
+            }
+            if started.is_none() && self.inner.stopping.is_cancelled() {
                 // Shutdown between waves: hand the instance back at once.
                 return match self.commit_plain(G::Running, Transition::release(self.now())).await {
                     Ok(()) => ClaimEnd::Released,
@@ -397,6 +462,41 @@ impl Claim {
         }
     }
 
+    /// A failed PrepareContext (K-2.3): counted on the instance; below
+    /// `prepare_attempts_max` the claim is released with a growing delay, at the limit the
+    /// workflow fails through `failing` and its failure finalizer (K-8). Steps never run
+    /// without a context.
+    async fn prepare_failed(&self, inst: &WorkflowInstance, g: G, msg: String) -> ClaimEnd {
+        let config = &self.inner.config;
+        let failures = inst.prepare_failures.saturating_add(1);
+        let now = self.now();
+        if failures < config.prepare_attempts_max {
+            let delay = config.prepare_retry_delay(failures);
+            tracing::error!(error = %msg, failures, delay_ms = delay.as_millis(), "PrepareContext failed; releasing with a delay");
+            let t = match Transition::prepare_release(failures, now, delay) {
+                Ok(t) => t,
+                Err(e) => return self.refused(e),
+            };
+            return match self.commit(g, t).await {
+                Ok(()) => {
+                    let prio = self.snapshot().business_priority;
+                    self.enqueue(prio, now.saturating_add(delay)).await;
+                    ClaimEnd::Released
+                }
+                Err(e) => e,
+            };
+        }
+        tracing::error!(error = %msg, failures, "PrepareContext failed too often; failing the workflow");
+        if inst.status != WorkflowStatus::Failing {
+            let mut t = Transition::failing(now);
+            t.prepare_failures = Some(failures);
+            if let Err(e) = self.commit(G::Running, t).await {
+                return e;
+            }
+        }
+        self.fail_path().await
+    }
+
     async fn release_after(&self, g: G, delay: DurationMs) -> ClaimEnd {
         let now = self.now();
         let t = match Transition::finalizer_release(now, delay) {
@@ -413,11 +513,17 @@ impl Claim {
         }
     }
 
-    /// Acquire the step's permit, failing closed on errors (K-14). `Err` is the delay of
-    /// the deferral.
-    async fn acquire_permit(&self, idx: usize) -> Result<Option<HeldPermit>, DurationMs> {
+    /// Acquire the step's permit, failing closed on errors (K-14). The resource is the
+    /// step's fixed name or the one derived from this workflow's input and prepared context.
+    async fn acquire_permit(&self, idx: usize) -> Result<Option<HeldPermit>, NoPermit> {
         let sd = &self.def.steps()[idx];
-        let Some(resource) = sd.resource_name() else { return Ok(None) };
+        let input = self.doc.lock().expect("doc lock").input.clone();
+        let Some(resource) = sd.resource_for(&input, &self.prepared) else { return Ok(None) };
+        if let Err(e) = validate::key_name("resource", &resource) {
+            tracing::error!(step = sd.name(), error = %e, "derived resource name refused");
+            return Err(NoPermit::Refused(format!("the step's derived resource is not a valid name: {e}")));
+        }
+        let resource = resource.as_str();
         let owner = PermitOwner {
             workflow_id: self.workflow_id.clone(),
             step: sd.name().to_string(),
@@ -428,11 +534,13 @@ impl Claim {
             Ok(PermitDecision::Denied { retry_after_ms }) => {
                 tracing::info!(step = sd.name(), resource, "permit denied; deferring");
                 // An adapter's hint is clamped like a configured span, so `now + delay` cannot overflow.
-                Err(retry_after_ms.max(self.inner.config.permit_retry_ms).min(validate::CONFIG_MS_MAX))
+                Err(NoPermit::Deferred(
+                    retry_after_ms.max(self.inner.config.permit_retry_ms).min(validate::CONFIG_MS_MAX),
+                ))
             }
             Err(e) => {
                 tracing::warn!(step = sd.name(), resource, error = %e, "permit check failed; failing closed");
-                Err(self.inner.config.permit_retry_ms)
+                Err(NoPermit::Deferred(self.inner.config.permit_retry_ms))
             }
         }
     }
@@ -465,12 +573,26 @@ impl Claim {
     /// Permit, mark running, invoke (K-7 steps 1–3). A step that did not reach its
     /// activity is a deferral, or the end of the claim.
     async fn enter_and_invoke(&self, idx: usize, premarked: Option<Option<HeldPermit>>) -> Result<Invocation, Member> {
+        if self.cancel.is_cancelled() {
+            // The claim has ended: no new activity starts (K-6.4).
+            if let Some(permit) = premarked {
+                self.release_permit(permit).await;
+            }
+            return Err(Member::Lost(self.ended_as()));
+        }
         let permit = match premarked {
             Some(p) => p,
             None => {
                 let permit = match self.acquire_permit(idx).await {
                     Ok(p) => p,
-                    Err(delay_ms) => return Err(Member::Halted(Halt::Deferred { delay_ms })),
+                    Err(NoPermit::Deferred(delay_ms)) => return Err(Member::Halted(Halt::Deferred { delay_ms })),
+                    // Never entered: a permanent failure of the step, through the normal path.
+                    Err(NoPermit::Refused(msg)) => {
+                        return Ok(Invocation {
+                            result: Err(ActivityError::permanent(msg)),
+                            elapsed_ms: DurationMs::ZERO,
+                        })
+                    }
                 };
                 self.maybe_reset_stream(idx).await;
                 if let Err(e) = self.commit_plain(G::Running, Transition::mark_running(idx, self.now())).await {
@@ -480,6 +602,11 @@ impl Claim {
                 permit
             }
         };
+        if self.cancel.is_cancelled() {
+            // The claim ended while the step was being marked running.
+            self.release_permit(permit).await;
+            return Err(Member::Lost(self.ended_as()));
+        }
         // A process that slept past its lease must not start new side effects: another
         // worker may own the instance already (the write would be fenced, the call not).
         if self.now() >= Instant::from_millis(self.lease_until.load(Ordering::SeqCst)) {
@@ -581,8 +708,8 @@ impl Claim {
             Err(m) => return self.settle(vec![(idx, m)]).await,
         };
         if self.cancel.is_cancelled() && !matches!(inv.result, Ok(StepOutcome::Complete(_))) {
-            // The claim was lost during the activity; any write would miss.
-            return Next::End(ClaimEnd::ClaimLost);
+            // The claim ended during the activity; write nothing more.
+            return Next::End(self.ended_as());
         }
         let (t, elapsed_ms) = match self.classify(idx, inv) {
             StepResult::Complete { output, elapsed_ms } => (self.completion(idx, output, elapsed_ms), elapsed_ms),
@@ -607,7 +734,7 @@ impl Claim {
             };
         }
         let next = plan.ready(&after.steps);
-        if next.len() == 1 && !self.inner.stopping.is_cancelled() {
+        if next.len() == 1 && !self.inner.stopping.is_cancelled() && !self.cancel.is_cancelled() {
             let j = next[0];
             // Permit before attempt++ (K-7.1): fuse completion with the next start only
             // when the permit is already granted under this token.
@@ -622,7 +749,9 @@ impl Claim {
                         }
                     };
                 }
-                Err(delay) => {
+                // The next step fails on its own entry; complete this one alone.
+                Err(NoPermit::Refused(_)) => {}
+                Err(NoPermit::Deferred(delay)) => {
                     let t = t.fuse(Transition::permit_deferral(j, delay, now).release_until(now.saturating_add(delay)));
                     return match self.commit(G::Running, t).await {
                         Ok(()) => {

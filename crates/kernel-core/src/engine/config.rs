@@ -46,6 +46,24 @@ pub struct EngineConfig {
     pub scan_pages_max: usize,
     /// How long graceful shutdown waits for running claims (K-6.6).
     pub shutdown_timeout_ms: DurationMs,
+    /// Deadline of every store call the engine makes, on the engine's clock. A write
+    /// without an answer by then is uncertain (the claim ends, the lease is left to
+    /// expire); a read is unavailable.
+    pub store_call_deadline_ms: DurationMs,
+    /// Deadline of one heartbeat write; `heartbeat_ms + heartbeat_deadline_ms` must be
+    /// `< lease_ms`, so a process that cannot renew ends its claim (cancelling the running
+    /// activity, starting no new one) before the lease can be taken over (K-6.4).
+    pub heartbeat_deadline_ms: DurationMs,
+    /// PrepareContext failures (K-2.3) tolerated before the workflow fails through
+    /// `failing` and its failure finalizer (K-8). Counted across claims
+    /// (`WorkflowInstance::prepare_failures`); reset by replay. The failure finalizer then
+    /// runs with a null prepared context.
+    pub prepare_attempts_max: u32,
+    /// Delay before the next claim after the first PrepareContext failure; doubled after
+    /// each further failure, up to `prepare_retry_max_ms`.
+    pub prepare_retry_base_ms: DurationMs,
+    /// Longest delay between two PrepareContext attempts.
+    pub prepare_retry_max_ms: DurationMs,
 }
 
 impl Default for EngineConfig {
@@ -70,11 +88,24 @@ impl Default for EngineConfig {
             scan_page_size: 100,
             scan_pages_max: 10,
             shutdown_timeout_ms: DurationMs::from_millis(60_000),
+            store_call_deadline_ms: DurationMs::from_millis(10_000),
+            heartbeat_deadline_ms: DurationMs::from_millis(5_000),
+            prepare_attempts_max: 5,
+            prepare_retry_base_ms: DurationMs::from_millis(5_000),
+            prepare_retry_max_ms: DurationMs::from_millis(300_000),
         }
     }
 }
 
 impl EngineConfig {
+    /// Delay after the `failures`-th PrepareContext failure: `prepare_retry_base_ms`
+    /// doubled per earlier failure, at most `prepare_retry_max_ms`.
+    pub fn prepare_retry_delay(&self, failures: u32) -> DurationMs {
+        let doublings = failures.saturating_sub(1).min(40);
+        let ms = self.prepare_retry_base_ms.as_millis().saturating_mul(1_i64 << doublings);
+        DurationMs::from_millis(ms).min(self.prepare_retry_max_ms)
+    }
+
     /// Check every field; the first violation is returned as a typed error.
     ///
     /// Every duration is strictly positive and at most [`validate::CONFIG_MS_MAX`], so that
@@ -95,6 +126,10 @@ impl EngineConfig {
             ("finalizer_retry_ms", self.finalizer_retry_ms),
             ("finalizer_timeout_ms", self.finalizer_timeout_ms),
             ("shutdown_timeout_ms", self.shutdown_timeout_ms),
+            ("store_call_deadline_ms", self.store_call_deadline_ms),
+            ("heartbeat_deadline_ms", self.heartbeat_deadline_ms),
+            ("prepare_retry_base_ms", self.prepare_retry_base_ms),
+            ("prepare_retry_max_ms", self.prepare_retry_max_ms),
         ] {
             validate::config_ms(f, v)?;
         }
@@ -103,6 +138,18 @@ impl EngineConfig {
                 "heartbeat_ms",
                 format_args!("{} must be < lease_ms {}", self.heartbeat_ms, self.lease_ms),
             ));
+        }
+        if self.heartbeat_ms + self.heartbeat_deadline_ms >= self.lease_ms {
+            return Err(Error::invalid(
+                "heartbeat_deadline_ms",
+                format_args!(
+                    "heartbeat_ms {} + heartbeat_deadline_ms {} must be < lease_ms {}",
+                    self.heartbeat_ms, self.heartbeat_deadline_ms, self.lease_ms
+                ),
+            ));
+        }
+        if self.prepare_attempts_max == 0 {
+            return Err(Error::invalid("prepare_attempts_max", "must be > 0"));
         }
         for (f, v) in [
             ("worker_slots", self.worker_slots),
@@ -144,5 +191,13 @@ mod tests {
         assert_eq!(field_of(huge.validate()), "shutdown_timeout_ms");
         let huge = EngineConfig { signal_retention_ms: DurationMs::MAX, ..EngineConfig::default() };
         assert_eq!(field_of(huge.validate()), "signal_retention_ms");
+    }
+
+    #[test]
+    fn a_heartbeat_must_be_able_to_give_up_before_the_lease_ends() {
+        let late = EngineConfig { heartbeat_deadline_ms: DurationMs::from_millis(20_000), ..EngineConfig::default() };
+        assert_eq!(field_of(late.validate()), "heartbeat_deadline_ms");
+        let zero = EngineConfig { store_call_deadline_ms: DurationMs::ZERO, ..EngineConfig::default() };
+        assert_eq!(field_of(zero.validate()), "store_call_deadline_ms");
     }
 }

@@ -40,8 +40,9 @@ pub(crate) struct Invocation {
 }
 
 /// Invoke `activity` once. After `timeout_ms` its cancellation is triggered and the call
-/// is awaited to its end (no overlapping attempts, K-7.3), then reported as a transient
-/// timeout. A panic is a transient error carrying the panic message.
+/// is awaited to its end (no overlapping attempts, K-7.3), its permit still renewed
+/// meanwhile (the call still counts against its resource, K-14), then reported as a
+/// transient timeout. A panic is a transient error carrying the panic message.
 pub(crate) async fn invoke(
     clock: &Arc<DynClock>,
     activity: Arc<dyn Activity>,
@@ -68,7 +69,14 @@ pub(crate) async fn invoke(
             _ = clock.sleep_until(deadline) => {
                 tracing::warn!(timeout_ms = timeout_ms.as_millis(), "activity timed out; waiting for it to return");
                 cancel.cancel();
-                let _ = (&mut fut).await;
+                // The call is still in flight and still counts against the resource: keep
+                // renewing its permit until it has actually returned (K-14).
+                loop {
+                    tokio::select! {
+                        _ = &mut fut => break,
+                        _ = &mut renew => {}
+                    }
+                }
                 break Ok(Err(ActivityError::transient(format!("timed out after {timeout_ms} ms"))));
             }
             _ = &mut renew => {}

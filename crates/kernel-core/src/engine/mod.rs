@@ -14,6 +14,7 @@
 
 mod claim;
 mod config;
+mod deadline;
 mod effects;
 mod health;
 mod invoke;
@@ -23,6 +24,7 @@ mod publisher;
 mod signals;
 
 pub use config::EngineConfig;
+pub use deadline::DeadlineStore;
 pub use health::{EngineHealth, MaintenancePass, WakeupState};
 pub use ports::{MissingPort, Ports, PortsBuilder};
 pub use publisher::{Publisher, PublisherBuilder, StartOutcome, StartRequest};
@@ -187,10 +189,14 @@ impl EngineBuilder {
         }
         self.config.validate()?;
         let types = self.defs.types();
+        // Every store call the engine makes has a deadline on its clock.
+        let mut ports = self.ports;
+        ports.store =
+            Arc::new(DeadlineStore::new(ports.store.clone(), ports.clock.clone(), self.config.store_call_deadline_ms));
         Ok(Engine {
             inner: Arc::new(Inner {
                 slots: Arc::new(Semaphore::new(self.config.worker_slots)),
-                ports: self.ports,
+                ports,
                 defs: self.defs,
                 types,
                 config: self.config,
@@ -226,7 +232,8 @@ impl Engine {
         &self.inner.config
     }
 
-    /// The ports.
+    /// The ports, as the engine uses them: the store is wrapped in a [`DeadlineStore`]
+    /// (`EngineConfig::store_call_deadline_ms`).
     pub fn ports(&self) -> &Ports {
         &self.inner.ports
     }

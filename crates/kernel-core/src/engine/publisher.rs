@@ -237,6 +237,7 @@ impl Publisher {
                     fingerprint_mismatch: None,
                     business_priority: req.priority,
                     retry_count: 0,
+                    prepare_failures: 0,
                     revision: 0,
                     created_at: now,
                     updated_at: now,

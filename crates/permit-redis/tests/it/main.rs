@@ -6,6 +6,7 @@ mod bench_smoke;
 mod conformance;
 mod limits;
 mod loss;
+mod tenants;
 mod url;
 
 use kernel_core::model::DurationMs;

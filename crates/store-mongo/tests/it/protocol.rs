@@ -305,6 +305,15 @@ fn workflow_transitions() {
         Some(1),
     );
     check(
+        Transition::prepare_release(2, NOW, DurationMs::from_millis(5_000)).unwrap(),
+        doc! {
+            "$set": { "claimable_time": d(NOW.plus(5_000)), "prepare_failures": 2i32, "updated_at": d(NOW) },
+            "$unset": { "claim_token": "" },
+            "$inc": { "revision": 1i64 },
+        },
+        None,
+    );
+    check(
         Transition::priority_raise(Priority::P1, NOW),
         doc! { "$set": { "business_priority": 1i32, "updated_at": d(NOW) }, "$inc": { "revision": 1i64 } },
         None,
@@ -321,7 +330,8 @@ fn replay_resets_failed_steps_through_array_filters() {
                 "status": "running",
                 "steps.$[f].status": "pending", "steps.$[f].attempt": 0i32, "steps.$[f].elapsed_ms": 0i64,
                 "steps.$[f].traffic_wait_ms": 0i64, "steps.$[f].traffic_waits": 0i32,
-                "input": { "fencing_token": "f2" }, "claimable_time": d(NOW), "updated_at": d(NOW),
+                "input": { "fencing_token": "f2" }, "claimable_time": d(NOW), "prepare_failures": 0i32,
+                "updated_at": d(NOW),
             },
             "$unset": {
                 "steps.$[f].error": "", "steps.$[f].checkpoint": "", "steps.$[f].started_at": "", "steps.$[f].finished_at": "",

@@ -88,6 +88,7 @@ pub fn instance(workflow_id: &str) -> WorkflowInstance {
         fingerprint_mismatch: None,
         business_priority: Priority::P2,
         retry_count: 0,
+        prepare_failures: 0,
         revision: 5,
         created_at: T0.minus(1_000),
         updated_at: T0.minus(1_000),
@@ -591,6 +592,33 @@ pub async fn finalizer_release_guard(store: &DynStore) {
     check_write(store, "wf-1", &failing("a"), &t, true).await;
 }
 
+/// A failed PrepareContext (K-2.3) under `Running`: the failure count is stored, read back
+/// after every further write, carried by a `failing` write, and reset by replay.
+pub async fn prepare_failures_round_trip(store: &DynStore) {
+    seed(store, claimed("wf-1", "a")).await;
+    let t = Transition::prepare_release(2, T0.plus(13), DurationMs::from_millis(5_000)).unwrap();
+    check_write(store, "wf-1", &running("b"), &t, false).await;
+    let after = check_write(store, "wf-1", &running("a"), &t, true).await;
+    assert_eq!(after.prepare_failures, 2);
+    let claim = ClaimSpec {
+        now: T0.plus(5_013),
+        lease_ms: LEASE_MS,
+        token: "c".to_string().into(),
+        types: vec![TYPE.to_string()],
+    };
+    let claimed_again = store.claim(&"wf-1".into(), &claim).await.unwrap().expect("claimable after the delay");
+    assert_eq!(claimed_again.prepare_failures, 2, "the count survives claims");
+    let mut t = Transition::failing(T0.plus(5_014));
+    t.prepare_failures = Some(3);
+    let after = check_write(store, "wf-1", &running("c"), &t, true).await;
+    assert_eq!((after.status, after.prepare_failures), (WorkflowStatus::Failing, 3));
+    let t = Transition::failed(T0.plus(5_015));
+    check_write(store, "wf-1", &failing("c"), &t, true).await;
+    let t = Transition::replay(json!({"fencing_token": "f2"}), T0.plus(5_016));
+    let after = check_write(store, "wf-1", &Guard::Failed, &t, true).await;
+    assert_eq!(after.prepare_failures, 0, "replay resets the count");
+}
+
 /// Release without progress (shutdown between waves).
 pub async fn release_guard(store: &DynStore) {
     seed(store, claimed("wf-1", "a")).await;
@@ -984,6 +1012,7 @@ macro_rules! store_conformance {
             completed_guard,
             activity_canceled_guard,
             finalizer_release_guard,
+            prepare_failures_round_trip,
             release_guard,
             fingerprint_push_back_guard,
             fused_write_bumps_revision_once,

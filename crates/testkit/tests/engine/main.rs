@@ -2,6 +2,7 @@
 
 mod bad_input;
 mod behaviour;
+mod hardening;
 mod harness;
 mod health;
 mod mocks;

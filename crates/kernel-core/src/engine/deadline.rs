@@ -1,0 +1,104 @@
+//! Deadlines on store calls, measured on the [`Clock`] port.
+//!
+//! A primary that stops answering must not hold a claim, a heartbeat or a scheduling round
+//! forever. [`DeadlineStore`] gives every call of the wrapped store a deadline of the
+//! engine's clock: a write that passes it is [`Error::Uncertain`] (it may still be applied
+//! later), a read is [`Error::Unavailable`]. The engine wraps its store in one on
+//! [`build`](super::EngineBuilder::build); the heartbeat adds its own, shorter deadline
+//! (`EngineConfig::heartbeat_deadline_ms`) so that a process that cannot renew its lease
+//! ends the claim before the lease can be taken over.
+
+use crate::error::{Error, Result};
+use crate::id::WorkflowId;
+use crate::model::{DurationMs, Instant, WorkflowInstance};
+use crate::ports::*;
+use crate::transition::{Guard, Transition};
+use std::future::Future;
+use std::sync::Arc;
+
+/// Whether a call that passed its deadline may have had an effect.
+#[derive(Clone, Copy)]
+pub(crate) enum Call {
+    /// A read: certainly no effect.
+    Read,
+    /// A write: it may still be applied.
+    Write,
+}
+
+/// Run `fut` until `deadline_ms` of `clock` have passed; then give up with a typed error.
+pub(crate) async fn within<T>(
+    clock: &DynClock,
+    deadline_ms: DurationMs,
+    call: Call,
+    what: &str,
+    fut: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    let until = clock.now().saturating_add(deadline_ms);
+    tokio::select! {
+        r = fut => r,
+        _ = clock.sleep_until(until) => {
+            let message = format!("store {what}: no answer within {deadline_ms} ms");
+            tracing::warn!(call = what, deadline_ms = deadline_ms.as_millis(), "store call passed its deadline");
+            Err(match call {
+                Call::Read => Error::unavailable(message),
+                Call::Write => Error::uncertain(message),
+            })
+        }
+    }
+}
+
+/// A [`WorkflowStore`] whose every call has a deadline on the given clock.
+///
+/// A write that passes its deadline is [`Error::Uncertain`]: its effect is unknown, so the
+/// caller ends the claim and never retries it blindly (K-6.4). A read that passes it is
+/// [`Error::Unavailable`]. Answers within the deadline are passed through unchanged.
+pub struct DeadlineStore {
+    inner: Arc<DynStore>,
+    clock: Arc<DynClock>,
+    deadline_ms: DurationMs,
+}
+
+impl std::fmt::Debug for DeadlineStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeadlineStore").field("deadline_ms", &self.deadline_ms).finish_non_exhaustive()
+    }
+}
+
+impl DeadlineStore {
+    /// Wrap `inner`: every call gives up after `deadline_ms` of `clock`.
+    pub fn new(inner: Arc<DynStore>, clock: Arc<DynClock>, deadline_ms: DurationMs) -> Self {
+        DeadlineStore { inner, clock, deadline_ms }
+    }
+
+    async fn call<T>(&self, call: Call, what: &str, fut: impl Future<Output = Result<T>>) -> Result<T> {
+        within(&*self.clock, self.deadline_ms, call, what, fut).await
+    }
+}
+
+#[async_trait::async_trait]
+impl WorkflowStore for DeadlineStore {
+    async fn create(&self, instance: WorkflowInstance) -> Result<CreateOutcome> {
+        self.call(Call::Write, "create", self.inner.create(instance)).await
+    }
+    async fn get(&self, workflow_id: &WorkflowId) -> Result<Option<WorkflowInstance>> {
+        self.call(Call::Read, "get", self.inner.get(workflow_id)).await
+    }
+    async fn get_by_biz_key(&self, biz_key: &str) -> Result<Option<WorkflowInstance>> {
+        self.call(Call::Read, "get_by_biz_key", self.inner.get_by_biz_key(biz_key)).await
+    }
+    async fn claim(&self, workflow_id: &WorkflowId, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
+        self.call(Call::Write, "claim", self.inner.claim(workflow_id, spec)).await
+    }
+    async fn claim_any(&self, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
+        self.call(Call::Write, "claim_any", self.inner.claim_any(spec)).await
+    }
+    async fn apply(&self, workflow_id: &WorkflowId, guard: &Guard, transition: &Transition) -> Result<WriteOutcome> {
+        self.call(Call::Write, "apply", self.inner.apply(workflow_id, guard, transition)).await
+    }
+    async fn scan_due_waits(&self, now: Instant, limit: usize) -> Result<Vec<DueWait>> {
+        self.call(Call::Read, "scan_due_waits", self.inner.scan_due_waits(now, limit)).await
+    }
+    async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<Vec<Candidate>> {
+        self.call(Call::Read, "scan_claimable", self.inner.scan_claimable(after, limit)).await
+    }
+}
