@@ -477,7 +477,7 @@ impl Claim {
                 Ok(t) => t,
                 Err(e) => return self.refused(e),
             };
-            return match self.commit(g, t).await {
+            return match self.commit_plain(g, t).await {
                 Ok(()) => {
                     let prio = self.snapshot().business_priority;
                     self.enqueue(prio, now.saturating_add(delay)).await;
@@ -490,7 +490,7 @@ impl Claim {
         if inst.status != WorkflowStatus::Failing {
             let mut t = Transition::failing(now);
             t.prepare_failures = Some(failures);
-            if let Err(e) = self.commit(G::Running, t).await {
+            if let Err(e) = self.commit_plain(G::Running, t).await {
                 return e;
             }
         }
