@@ -57,7 +57,22 @@ pub(crate) async fn try_match(inner: &Inner, rec: &SignalRecord) -> Result<bool>
     let Some(inst) = inner.ports.store.get(&rec.workflow_id).await? else { return Ok(false) };
     // Half-done match: the activation committed but the inbox was not marked (K-9.4).
     if inst.resume.as_ref().and_then(|r| r.signal_id.as_deref()) == Some(rec.signal_id.as_str()) {
-        inner.ports.inbox.mark_matched(&rec.signal_id, inner.ports.clock.now()).await?;
+        let now = inner.ports.clock.now();
+        // The delivery that activated it may have died before its enqueue: enqueue again
+        // (promote-only, so a queued entry is not disturbed), or the instance waits for the
+        // rebuild scan.
+        if inst.status == WorkflowStatus::Running {
+            let at = inst.claimable_time.unwrap_or(now);
+            effects::enqueue_and_wake(
+                &*inner.ports.queue,
+                &*inner.ports.wakeup,
+                &rec.workflow_id,
+                inst.business_priority,
+                at,
+            )
+            .await;
+        }
+        inner.ports.inbox.mark_matched(&rec.signal_id, now).await?;
         return Ok(true);
     }
     if inst.status != WorkflowStatus::Waiting {
@@ -79,9 +94,12 @@ pub(crate) async fn try_match(inner: &Inner, rec: &SignalRecord) -> Result<bool>
             t.apply_to(&mut after);
             let writer = Writer { worker_id: Some(&inner.config.worker_id), claim_token: None };
             effects::observe(&*inner.ports.observer, &after, &t, revision, writer);
-            inner.ports.inbox.mark_matched(&rec.signal_id, now).await?;
+            // Enqueue before marking: the activation is committed, so the instance is
+            // claimable whatever happens to the inbox write (a failed mark is finished by the
+            // producer's retry or the repair scan, K-9.4).
             let (queue, wakeup) = (&*inner.ports.queue, &*inner.ports.wakeup);
             effects::enqueue_and_wake(queue, wakeup, &rec.workflow_id, inst.business_priority, now).await;
+            inner.ports.inbox.mark_matched(&rec.signal_id, now).await?;
             Ok(true)
         }
         // The poll fallback, a timer scan or a duplicate won the CAS (K-9.5).

@@ -4,6 +4,7 @@ mod bad_input;
 mod behaviour;
 mod harness;
 mod health;
+mod maintenance_hardening;
 mod mocks;
 mod model;
 mod renewal;

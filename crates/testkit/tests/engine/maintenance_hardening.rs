@@ -1,0 +1,122 @@
+//! Hardening of the paths outside a claim: observations of every committed transition
+//! (K-15), re-enqueue wherever an instance becomes claimable (K-13), maintenance that
+//! survives undecodable documents and a Redis outage (K-9.2, K-13), and inbox retention
+//! that never deletes a signal a wait may still need (K-9.3, K-9.4).
+
+use kernel_core::ports::*;
+use kernel_core::transition::TransitionKind;
+use kernel_core::WorkflowId;
+use kernel_core::*;
+use serde_json::json;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use testkit::harness::World;
+use testkit::memory::InMemoryInbox;
+
+fn failing(name: &str) -> Definition {
+    Definition::builder(name)
+        .step(StepDef::new("only", |_c: ActivityContext| async {
+            Err::<StepOutcome, _>(ActivityError::permanent("schema mismatch"))
+        }))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn hardening_08_replay_and_priority_raise_are_observed() {
+    // K-15: every committed transition is observed, the replay and the raise included.
+    let world = World::new(1);
+    let engine = world.engine("w", vec![failing("t")]);
+    let publisher = engine.publisher();
+    publisher.start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf-b")).await.unwrap();
+    world.drive(&engine).await.unwrap();
+    assert_eq!(world.store.peek("wf-b").unwrap().status, WorkflowStatus::Failed);
+    let out = publisher.start_or_resume(StartRequest::new("t", "b", json!({})).priority(Priority::P0)).await.unwrap();
+    assert!(out.execution_activated);
+    let events = world.observations.events();
+    let kinds: Vec<(TransitionKind, WorkflowStatus)> =
+        events.iter().rev().take(2).rev().map(|o| (o.kind, o.status)).collect();
+    assert_eq!(
+        kinds,
+        [(TransitionKind::Replay, WorkflowStatus::Running), (TransitionKind::PriorityRaise, WorkflowStatus::Running)],
+        "the replay and the raise are the last observations"
+    );
+    let stored = world.store.peek("wf-b").unwrap();
+    let last = events.last().unwrap();
+    assert_eq!((last.revision, last.workflow_run), (stored.revision, stored.retry_count));
+}
+
+/// An inbox whose `mark_matched` fails while `down` is set.
+struct MarkFails {
+    inner: InMemoryInbox,
+    down: AtomicBool,
+    marks: AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl SignalInbox for MarkFails {
+    async fn insert(&self, record: SignalRecord) -> Result<InsertOutcome> {
+        self.inner.insert(record).await
+    }
+    async fn get(&self, signal_id: &str) -> Result<Option<SignalRecord>> {
+        self.inner.get(signal_id).await
+    }
+    async fn find_pending(&self, w: &WorkflowId, t: &str, k: &str, g: u64) -> Result<Option<SignalRecord>> {
+        self.inner.find_pending(w, t, k, g).await
+    }
+    async fn mark_matched(&self, signal_id: &str, now: Instant) -> Result<bool> {
+        self.marks.fetch_add(1, Ordering::SeqCst);
+        if self.down.load(Ordering::SeqCst) {
+            return Err(Error::unavailable("inbox down"));
+        }
+        self.inner.mark_matched(signal_id, now).await
+    }
+    async fn scan_pending(&self, after: Option<&str>, limit: usize) -> Result<Vec<SignalRecord>> {
+        self.inner.scan_pending(after, limit).await
+    }
+    async fn purge_older_than(&self, before: Instant, limit: usize) -> Result<u64> {
+        self.inner.purge_older_than(before, limit).await
+    }
+}
+
+fn waits_for_approval(name: &str) -> Definition {
+    Definition::builder(name)
+        .step(StepDef::new("ask", |c: ActivityContext| async move {
+            if c.resume().is_some() {
+                return Ok(StepOutcome::complete(json!("approved")));
+            }
+            Ok(StepOutcome::wait_for_signal("approved", "doc:1").into())
+        }))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn hardening_09_an_activated_wait_is_enqueued_even_when_the_inbox_mark_fails() {
+    // K-9.3, K-13: the activation committed, so the instance is claimable; it must be in the
+    // lanes and the doorbell rung although marking the record matched failed.
+    let world = World::new(1);
+    let inbox = Arc::new(MarkFails { inner: InMemoryInbox::new(), down: AtomicBool::new(true), marks: 0.into() });
+    let mut ports = world.ports();
+    ports.inbox = inbox.clone();
+    let engine = world.engine_on(ports, testkit::harness::test_config("w"), vec![waits_for_approval("t")]);
+    engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf-b")).await.unwrap();
+    world.drive(&engine).await.unwrap();
+    assert_eq!(world.store.peek("wf-b").unwrap().status, WorkflowStatus::Waiting);
+    world.queue.flush();
+    let signal = Signal::builder("wf-b", "approved").wait_key("doc:1").signal_id("sig-1").build().unwrap();
+    let r = engine.deliver_signal(signal.clone()).await;
+    assert!(r.is_err(), "the failed mark is reported to the producer: {r:?}");
+    assert_eq!(world.store.peek("wf-b").unwrap().status, WorkflowStatus::Running, "activation committed");
+    assert!(world.queue.lane_of("wf-b").is_some(), "the activated instance is enqueued");
+
+    // The producer's retry finds the half-done match: it is finished and the instance is
+    // enqueued again (a crash between activation and enqueue leaves it out of the lanes).
+    inbox.down.store(false, Ordering::SeqCst);
+    world.queue.flush();
+    assert_eq!(engine.deliver_signal(signal).await.unwrap(), DeliverOutcome::Activated);
+    assert_eq!(inbox.inner.get("sig-1").await.unwrap().unwrap().status, SignalStatus::Matched);
+    assert!(world.queue.lane_of("wf-b").is_some(), "the half-done delivery enqueues the instance");
+    world.drive(&engine).await.unwrap();
+    assert_eq!(world.store.peek("wf-b").unwrap().status, WorkflowStatus::Completed);
+}
