@@ -33,7 +33,7 @@ use crate::id::{ClaimToken, WorkflowId};
 use crate::model::{Instant, WorkflowInstance};
 use crate::ports::*;
 use crate::transition::{Guard, Transition};
-use effects::Writer;
+use effects::{QueueGate, Writer};
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -97,6 +97,12 @@ pub struct MaintenanceReport {
     pub signals_repaired: usize,
     /// Inbox records past retention deleted.
     pub signals_purged: u64,
+    /// Whether Redis (the ready queue or the doorbell) failed during the pass: after its
+    /// first error the pass made no more Redis calls (K-13; the store-fallback claim and the
+    /// next pass find what was not enqueued).
+    pub queue_unavailable: bool,
+    /// Enqueues skipped (or failed) because Redis was unavailable during the pass.
+    pub enqueue_skipped: usize,
 }
 
 pub(crate) struct Inner {
@@ -289,7 +295,7 @@ impl Engine {
             inner
                 .next_repair_at
                 .store(now.saturating_add(inner.config.signal_repair_interval_ms).as_millis(), Ordering::Relaxed);
-            let failed = signals::repair(inner, 1).await.is_err();
+            let failed = signals::repair(inner, 1, &QueueGate::default()).await.is_err();
             inner.repair_failed.store(failed, Ordering::Relaxed);
         }
         let mut stale = 0;
@@ -379,6 +385,9 @@ impl Engine {
         let inner = &self.inner;
         let mut report = MaintenanceReport::default();
         let now = inner.ports.clock.now();
+        // One gate for the pass: after the first Redis error no more Redis calls (K-13).
+        let gate = QueueGate::default();
+        let (queue, wakeup) = (&*inner.ports.queue, &*inner.ports.wakeup);
         // Timers first: they never need Redis to wake (K-9.2).
         for _ in 0..inner.config.scan_pages_max {
             let due = inner.ports.store.scan_due_waits(now, inner.config.scan_page_size).await?;
@@ -391,34 +400,35 @@ impl Engine {
                     if let Ok(Some(inst)) = inner.ports.store.get(&d.workflow_id).await {
                         effects::observe(&*inner.ports.observer, &inst, &t, revision, inner.writer());
                     }
-                    effects::enqueue_and_wake(
-                        &*inner.ports.queue,
-                        &*inner.ports.wakeup,
-                        &d.workflow_id,
-                        d.priority,
-                        now,
-                    )
-                    .await;
+                    gate.enqueue_and_wake(queue, wakeup, &d.workflow_id, d.priority, now).await;
                 }
             }
             if n < inner.config.scan_page_size {
                 break;
             }
         }
-        report.signals_repaired = signals::repair(inner, inner.config.scan_pages_max).await?;
+        report.signals_repaired = signals::repair(inner, inner.config.scan_pages_max, &gate).await?;
         // Retention keeps the inbox bounded: one page per pass.
         let cutoff = now.saturating_sub(inner.config.signal_retention_ms);
         report.signals_purged = inner.ports.inbox.purge_older_than(cutoff, inner.config.scan_page_size).await?;
-        // Rebuild: re-enqueue claimable instances even while the queue has a backlog.
+        // Rebuild: re-enqueue claimable instances even while the queue has a backlog. With
+        // Redis down there is nothing to rebuild into: the scan waits for the next pass.
         for _ in 0..inner.config.scan_pages_max {
+            if gate.is_down() {
+                break;
+            }
             let after = inner.rebuild_cursor.lock().expect("cursor lock").clone();
             let page = inner.ports.store.scan_claimable(after.as_ref(), inner.config.scan_page_size).await?;
             let last = page.last().map(|c| c.workflow_id.clone());
             let full = page.len() == inner.config.scan_page_size;
             for c in &page {
-                if inner.ports.queue.enqueue(&c.workflow_id, c.priority, c.claimable_time).await.is_ok() {
+                if gate.enqueue(queue, &c.workflow_id, c.priority, c.claimable_time).await {
                     report.enqueued += 1;
                 }
+            }
+            if gate.is_down() {
+                // Keep the cursor: the next pass starts this page over.
+                break;
             }
             *inner.rebuild_cursor.lock().expect("cursor lock") = if full { last } else { None };
             if !full {
@@ -426,8 +436,10 @@ impl Engine {
             }
         }
         if report.enqueued > 0 {
-            let _ = inner.ports.wakeup.notify().await;
+            gate.notify(wakeup).await;
         }
+        report.queue_unavailable = gate.is_down();
+        report.enqueue_skipped = gate.skipped();
         Ok(report)
     }
 

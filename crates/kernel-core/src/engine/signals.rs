@@ -1,6 +1,6 @@
 //! Signal delivery, early-signal matching and the repair scan (K-9.3, K-9.4, K-9.6).
 
-use super::effects::{self, Writer};
+use super::effects::{self, QueueGate, Writer};
 use super::Inner;
 use crate::error::Result;
 use crate::model::*;
@@ -54,6 +54,11 @@ pub(crate) async fn deliver(inner: &Inner, s: Signal) -> Result<DeliverOutcome> 
 /// Try to consume one pending record: activate its wait, or finish a half-done match.
 /// Returns whether the record is now matched.
 pub(crate) async fn try_match(inner: &Inner, rec: &SignalRecord) -> Result<bool> {
+    try_match_gated(inner, rec, &QueueGate::default()).await
+}
+
+/// [`try_match`] with its enqueues going through `gate`, shared by a maintenance pass.
+async fn try_match_gated(inner: &Inner, rec: &SignalRecord, gate: &QueueGate) -> Result<bool> {
     let Some(inst) = inner.ports.store.get(&rec.workflow_id).await? else { return Ok(false) };
     // Half-done match: the activation committed but the inbox was not marked (K-9.4).
     if inst.resume.as_ref().and_then(|r| r.signal_id.as_deref()) == Some(rec.signal_id.as_str()) {
@@ -63,7 +68,7 @@ pub(crate) async fn try_match(inner: &Inner, rec: &SignalRecord) -> Result<bool>
         // rebuild scan.
         if inst.status == WorkflowStatus::Running {
             let at = inst.claimable_time.unwrap_or(now);
-            effects::enqueue_and_wake(
+            gate.enqueue_and_wake(
                 &*inner.ports.queue,
                 &*inner.ports.wakeup,
                 &rec.workflow_id,
@@ -98,7 +103,7 @@ pub(crate) async fn try_match(inner: &Inner, rec: &SignalRecord) -> Result<bool>
             // claimable whatever happens to the inbox write (a failed mark is finished by the
             // producer's retry or the repair scan, K-9.4).
             let (queue, wakeup) = (&*inner.ports.queue, &*inner.ports.wakeup);
-            effects::enqueue_and_wake(queue, wakeup, &rec.workflow_id, inst.business_priority, now).await;
+            gate.enqueue_and_wake(queue, wakeup, &rec.workflow_id, inst.business_priority, now).await;
             inner.ports.inbox.mark_matched(&rec.signal_id, now).await?;
             Ok(true)
         }
@@ -109,14 +114,14 @@ pub(crate) async fn try_match(inner: &Inner, rec: &SignalRecord) -> Result<bool>
 
 /// Scan up to `pages` pages of pending records from the shared cursor and match what can
 /// be matched. Returns how many were consumed.
-pub(crate) async fn repair(inner: &Inner, pages: usize) -> Result<usize> {
+pub(crate) async fn repair(inner: &Inner, pages: usize, gate: &QueueGate) -> Result<usize> {
     let mut consumed = 0;
     for _ in 0..pages {
         let after = inner.repair_cursor.lock().expect("cursor lock").clone();
         let page = inner.ports.inbox.scan_pending(after.as_deref(), inner.config.scan_page_size).await?;
         let full = page.len() == inner.config.scan_page_size;
         for rec in &page {
-            if try_match(inner, rec).await? {
+            if try_match_gated(inner, rec, gate).await? {
                 consumed += 1;
             }
         }

@@ -3,6 +3,7 @@
 //! survives undecodable documents and a Redis outage (K-9.2, K-13), and inbox retention
 //! that never deletes a signal a wait may still need (K-9.3, K-9.4).
 
+use kernel_core::engine::RoundOutcome;
 use kernel_core::ports::*;
 use kernel_core::transition::TransitionKind;
 use kernel_core::WorkflowId;
@@ -119,4 +120,96 @@ async fn hardening_09_an_activated_wait_is_enqueued_even_when_the_inbox_mark_fai
     assert!(world.queue.lane_of("wf-b").is_some(), "the half-done delivery enqueues the instance");
     world.drive(&engine).await.unwrap();
     assert_eq!(world.store.peek("wf-b").unwrap().status, WorkflowStatus::Completed);
+}
+
+/// Redis during an outage with a reconnecting client: every call takes `delay_ms` of the
+/// engine's clock, then fails. Counts the calls of both the lanes and the doorbell.
+struct SlowDownRedis {
+    clock: Arc<testkit::memory::ManualClock>,
+    delay_ms: DurationMs,
+    calls: AtomicUsize,
+}
+
+impl SlowDownRedis {
+    fn fail(&self) -> Result<()> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.clock.advance(self.delay_ms);
+        Err(Error::unavailable("redis reconnecting"))
+    }
+}
+
+#[async_trait::async_trait]
+impl ReadyQueue for SlowDownRedis {
+    async fn enqueue(&self, _w: &WorkflowId, _p: Priority, _at: Instant) -> Result<()> {
+        self.fail()
+    }
+    async fn pop_due(&self, _now: Instant) -> Result<Option<WorkflowId>> {
+        self.fail().map(|()| None)
+    }
+    async fn stats(&self, _now: Instant) -> Result<[LaneStats; 4]> {
+        self.fail().map(|()| Default::default())
+    }
+}
+
+#[async_trait::async_trait]
+impl Wakeup for SlowDownRedis {
+    async fn notify(&self) -> Result<()> {
+        self.fail()
+    }
+    async fn subscribe(&self) -> Result<WakeupReceiver> {
+        self.fail().map(|()| unreachable!())
+    }
+}
+
+fn sleeper(name: &str) -> Definition {
+    Definition::builder(name)
+        .step(StepDef::new("nap", |c: ActivityContext| async move {
+            if c.resume().is_some() {
+                return Ok(StepOutcome::complete(json!("rested")));
+            }
+            Ok(StepOutcome::sleep(60_000, json!({})))
+        }))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn hardening_15_maintenance_stops_calling_redis_after_its_first_error_in_a_pass() {
+    // K-9.2, K-13: timers are facts in the store; with Redis down a pass activates them all
+    // there and makes one Redis call, not one per instance; the next pass probes again.
+    const N: usize = 20;
+    let world = World::new(1);
+    let engine = world.engine("w", vec![sleeper("t")]);
+    for k in 0..N {
+        let req = StartRequest::new("t", format!("b{k}"), json!({})).workflow_id(format!("wf-{k:02}"));
+        engine.publisher().start_or_resume(req).await.unwrap();
+    }
+    let store = world.store.clone();
+    let all_waiting = move || store.all().iter().all(|i| i.status == WorkflowStatus::Waiting);
+    world.drive_until(&engine, 1_000, &all_waiting).await.unwrap();
+    assert!(world.store.all().iter().all(|i| i.status == WorkflowStatus::Waiting));
+    world.clock.advance(60_000);
+
+    let redis =
+        Arc::new(SlowDownRedis { clock: world.clock.clone(), delay_ms: DurationMs::from_millis(500), calls: 0.into() });
+    let mut ports = world.ports();
+    ports.queue = redis.clone();
+    ports.wakeup = redis.clone();
+    let down = world.engine_on(ports, testkit::harness::test_config("w2"), vec![sleeper("t")]);
+    let started = world.now();
+    let report = down.maintain().await.unwrap();
+    assert_eq!(report.activated, N, "every due timer is activated in the store");
+    assert!(world.store.all().iter().all(|i| i.status == WorkflowStatus::Running));
+    assert_eq!(redis.calls.load(Ordering::SeqCst), 1, "one Redis call per pass during an outage");
+    assert!(report.queue_unavailable, "the report says the lanes were skipped");
+    assert_eq!(world.now(), started.saturating_add(DurationMs::from_millis(500)), "one slow call of clock time");
+
+    // The next pass probes Redis again (once), and the store fallback claims the work.
+    let report = down.maintain().await.unwrap();
+    assert!(report.queue_unavailable);
+    assert_eq!(redis.calls.load(Ordering::SeqCst), 2, "probed again on the next pass");
+    for _ in 0..N {
+        assert!(matches!(down.tick_from_store().await.unwrap(), RoundOutcome::Ran { .. }));
+    }
+    assert!(world.store.all().iter().all(|i| i.status == WorkflowStatus::Completed));
 }
