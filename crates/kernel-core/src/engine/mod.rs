@@ -103,7 +103,14 @@ pub struct MaintenanceReport {
     pub queue_unavailable: bool,
     /// Enqueues skipped (or failed) because Redis was unavailable during the pass.
     pub enqueue_skipped: usize,
+    /// Instances the pass met but could not decode, skipped (quarantined) so the rest of
+    /// the pass went on; each is logged once per engine and listed in
+    /// [`EngineHealth::quarantined`].
+    pub quarantined: Vec<WorkflowId>,
 }
+
+/// Most quarantined instance ids an engine remembers (to log each once and report them).
+pub const QUARANTINE_IDS_MAX: usize = 1_024;
 
 pub(crate) struct Inner {
     pub(crate) ports: Ports,
@@ -120,11 +127,25 @@ pub(crate) struct Inner {
     pub(crate) repair_cursor: Mutex<Option<String>>,
     pub(crate) rebuild_cursor: Mutex<Option<WorkflowId>>,
     pub(crate) repair_failed: AtomicBool,
+    /// Instances found undecodable, with the reason (bounded by [`QUARANTINE_IDS_MAX`]).
+    pub(crate) quarantine: Mutex<std::collections::BTreeMap<WorkflowId, String>>,
     pub(crate) shutdown_hooks: Vec<ShutdownHook>,
     pub(crate) health: health::HealthState,
 }
 
 impl Inner {
+    /// Remember an undecodable instance, logging it the first time this engine meets it.
+    pub(crate) fn quarantine(&self, workflow_id: &WorkflowId, reason: &str) {
+        let mut q = self.quarantine.lock().expect("quarantine lock");
+        if q.contains_key(workflow_id) {
+            return;
+        }
+        tracing::error!(worker = %self.config.worker_id, %workflow_id, reason, "instance does not decode; skipped by maintenance (quarantined)");
+        if q.len() < QUARANTINE_IDS_MAX {
+            q.insert(workflow_id.clone(), reason.to_string());
+        }
+    }
+
     /// The writer of observations emitted outside a claim (no token).
     fn writer(&self) -> Writer<'_> {
         Writer { worker_id: Some(&self.config.worker_id), claim_token: None }
@@ -207,6 +228,7 @@ impl EngineBuilder {
                 repair_cursor: Mutex::new(None),
                 rebuild_cursor: Mutex::new(None),
                 repair_failed: AtomicBool::new(false),
+                quarantine: Mutex::new(Default::default()),
                 shutdown_hooks: self.shutdown_hooks,
                 health: health::HealthState::default(),
             }),
@@ -295,7 +317,7 @@ impl Engine {
             inner
                 .next_repair_at
                 .store(now.saturating_add(inner.config.signal_repair_interval_ms).as_millis(), Ordering::Relaxed);
-            let failed = signals::repair(inner, 1, &QueueGate::default()).await.is_err();
+            let failed = signals::repair(inner, 1, &QueueGate::default(), &mut Vec::new()).await.is_err();
             inner.repair_failed.store(failed, Ordering::Relaxed);
         }
         let mut stale = 0;
@@ -390,24 +412,32 @@ impl Engine {
         let (queue, wakeup) = (&*inner.ports.queue, &*inner.ports.wakeup);
         // Timers first: they never need Redis to wake (K-9.2).
         for _ in 0..inner.config.scan_pages_max {
-            let due = inner.ports.store.scan_due_waits(now, inner.config.scan_page_size).await?;
-            let n = due.len();
-            for d in due {
+            let page = inner.ports.store.scan_due_waits(now, inner.config.scan_page_size).await?;
+            let full = page.is_full(inner.config.scan_page_size);
+            self.quarantined(&page.quarantined, &mut report);
+            let mut activated = 0;
+            for d in page.rows {
                 let t = Transition::timer_activation(d.step_index as usize, d.resume, now);
                 let guard = Guard::DueWait { now, step_index: d.step_index };
                 if let WriteOutcome::Applied { revision } = inner.ports.store.apply(&d.workflow_id, &guard, &t).await? {
-                    report.activated += 1;
+                    activated += 1;
                     if let Ok(Some(inst)) = inner.ports.store.get(&d.workflow_id).await {
                         effects::observe(&*inner.ports.observer, &inst, &t, revision, inner.writer());
                     }
                     gate.enqueue_and_wake(queue, wakeup, &d.workflow_id, d.priority, now).await;
                 }
             }
-            if n < inner.config.scan_page_size {
+            report.activated += activated;
+            // Quarantined documents stay due: a full page that activated nothing would be read
+            // again unchanged.
+            if !full || activated == 0 {
                 break;
             }
         }
-        report.signals_repaired = signals::repair(inner, inner.config.scan_pages_max, &gate).await?;
+        let mut repair_quarantined = Vec::new();
+        report.signals_repaired =
+            signals::repair(inner, inner.config.scan_pages_max, &gate, &mut repair_quarantined).await?;
+        self.quarantined(&repair_quarantined, &mut report);
         // Retention keeps the inbox bounded: one page per pass.
         let cutoff = now.saturating_sub(inner.config.signal_retention_ms);
         report.signals_purged = inner.ports.inbox.purge_older_than(cutoff, inner.config.scan_page_size).await?;
@@ -419,9 +449,10 @@ impl Engine {
             }
             let after = inner.rebuild_cursor.lock().expect("cursor lock").clone();
             let page = inner.ports.store.scan_claimable(after.as_ref(), inner.config.scan_page_size).await?;
-            let last = page.last().map(|c| c.workflow_id.clone());
-            let full = page.len() == inner.config.scan_page_size;
-            for c in &page {
+            let full = page.is_full(inner.config.scan_page_size);
+            let last = page.last.clone();
+            self.quarantined(&page.quarantined, &mut report);
+            for c in &page.rows {
                 if gate.enqueue(queue, &c.workflow_id, c.priority, c.claimable_time).await {
                     report.enqueued += 1;
                 }
@@ -441,6 +472,15 @@ impl Engine {
         report.queue_unavailable = gate.is_down();
         report.enqueue_skipped = gate.skipped();
         Ok(report)
+    }
+
+    fn quarantined(&self, found: &[Quarantined], report: &mut MaintenanceReport) {
+        for q in found {
+            self.inner.quarantine(&q.workflow_id, &q.reason);
+            if !report.quarantined.contains(&q.workflow_id) {
+                report.quarantined.push(q.workflow_id.clone());
+            }
+        }
     }
 
     /// Run in the background: wakeups, polling, maintenance and `worker_slots` concurrent
@@ -556,7 +596,8 @@ impl RunningEngine {
     /// fell back to polling, the last maintenance pass and the claims running now.
     pub fn health(&self) -> EngineHealth {
         let inner = &self.engine.inner;
-        inner.health.snapshot(inner.stopping.is_cancelled())
+        let quarantined = inner.quarantine.lock().expect("quarantine lock").keys().cloned().collect();
+        inner.health.snapshot(inner.stopping.is_cancelled(), quarantined)
     }
 
     /// Graceful shutdown (K-6.6): stop polling and wakeups, let running claims finish

@@ -114,15 +114,27 @@ async fn try_match_gated(inner: &Inner, rec: &SignalRecord, gate: &QueueGate) ->
 
 /// Scan up to `pages` pages of pending records from the shared cursor and match what can
 /// be matched. Returns how many were consumed.
-pub(crate) async fn repair(inner: &Inner, pages: usize, gate: &QueueGate) -> Result<usize> {
+/// A record whose instance does not decode is skipped, its instance added to `quarantined`.
+pub(crate) async fn repair(
+    inner: &Inner,
+    pages: usize,
+    gate: &QueueGate,
+    quarantined: &mut Vec<Quarantined>,
+) -> Result<usize> {
     let mut consumed = 0;
     for _ in 0..pages {
         let after = inner.repair_cursor.lock().expect("cursor lock").clone();
         let page = inner.ports.inbox.scan_pending(after.as_deref(), inner.config.scan_page_size).await?;
         let full = page.len() == inner.config.scan_page_size;
         for rec in &page {
-            if try_match_gated(inner, rec, gate).await? {
-                consumed += 1;
+            match try_match_gated(inner, rec, gate).await {
+                Ok(true) => consumed += 1,
+                Ok(false) => {}
+                // One undecodable instance must not stop the repair of every other.
+                Err(crate::Error::Corrupt { message, .. }) => {
+                    quarantined.push(Quarantined { workflow_id: rec.workflow_id.clone(), reason: message })
+                }
+                Err(e) => return Err(e),
             }
         }
         *inner.repair_cursor.lock().expect("cursor lock") =

@@ -85,7 +85,13 @@ async fn health_reports_polling_fallback_maintenance_passes_and_running_claims()
     settle().await;
     assert_eq!(
         running.health(),
-        EngineHealth { wakeup: WakeupState::Polling, last_maintenance: None, claims_running: 0, stopping: false }
+        EngineHealth {
+            wakeup: WakeupState::Polling,
+            last_maintenance: None,
+            claims_running: 0,
+            stopping: false,
+            quarantined: vec![]
+        }
     );
 
     world.clock.advance(config.rebuild_interval_ms);
