@@ -430,8 +430,27 @@ impl SignalInbox for CrashPorts {
     async fn scan_pending(&self, after: Option<&str>, limit: usize) -> Result<Vec<SignalRecord>> {
         gated!(self, "inbox.scan_pending", false, self.inbox.scan_pending(after, limit).await)
     }
-    async fn purge_older_than(&self, before: Instant, limit: usize) -> Result<u64> {
-        gated!(self, "inbox.purge", true, self.inbox.purge_older_than(before, limit).await)
+    async fn scan_created_before(
+        &self,
+        before: Instant,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<SignalRecord>> {
+        gated!(self, "inbox.scan_created_before", false, self.inbox.scan_created_before(before, after, limit).await)
+    }
+    async fn scan_workflow(
+        &self,
+        workflow_id: &WorkflowId,
+        status: SignalStatus,
+        limit: usize,
+    ) -> Result<Vec<SignalRecord>> {
+        gated!(self, "inbox.scan_workflow", false, self.inbox.scan_workflow(workflow_id, status, limit).await)
+    }
+    async fn delete_if(&self, signal_ids: &[String], status: SignalStatus) -> Result<u64> {
+        gated!(self, "inbox.purge", true, self.inbox.delete_if(signal_ids, status).await)
+    }
+    async fn count_pending_orphans(&self, workflow_id: Option<&WorkflowId>, limit: u64) -> Result<u64> {
+        gated!(self, "inbox.count_pending_orphans", false, self.inbox.count_pending_orphans(workflow_id, limit).await)
     }
 }
 

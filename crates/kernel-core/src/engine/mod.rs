@@ -95,7 +95,7 @@ pub struct MaintenanceReport {
     pub enqueued: usize,
     /// Pending signals repaired.
     pub signals_repaired: usize,
-    /// Inbox records past retention deleted.
+    /// Inbox records past retention deleted (only those no wait or redelivery needs).
     pub signals_purged: u64,
     /// Whether Redis (the ready queue or the doorbell) failed during the pass: after its
     /// first error the pass made no more Redis calls (K-13; the store-fallback claim and the
@@ -126,6 +126,7 @@ pub(crate) struct Inner {
     pub(crate) next_repair_at: AtomicI64,
     pub(crate) repair_cursor: Mutex<Option<String>>,
     pub(crate) rebuild_cursor: Mutex<Option<WorkflowId>>,
+    pub(crate) retention_cursor: Mutex<Option<String>>,
     pub(crate) repair_failed: AtomicBool,
     /// Instances found undecodable, with the reason (bounded by [`QUARANTINE_IDS_MAX`]).
     pub(crate) quarantine: Mutex<std::collections::BTreeMap<WorkflowId, String>>,
@@ -227,6 +228,7 @@ impl EngineBuilder {
                 next_repair_at: AtomicI64::new(i64::MIN),
                 repair_cursor: Mutex::new(None),
                 rebuild_cursor: Mutex::new(None),
+                retention_cursor: Mutex::new(None),
                 repair_failed: AtomicBool::new(false),
                 quarantine: Mutex::new(Default::default()),
                 shutdown_hooks: self.shutdown_hooks,
@@ -438,9 +440,12 @@ impl Engine {
         report.signals_repaired =
             signals::repair(inner, inner.config.scan_pages_max, &gate, &mut repair_quarantined).await?;
         self.quarantined(&repair_quarantined, &mut report);
-        // Retention keeps the inbox bounded: one page per pass.
+        // Retention keeps the inbox bounded, one page per pass, and deletes only what no wait
+        // and no redelivery can need (K-9.4).
         let cutoff = now.saturating_sub(inner.config.signal_retention_ms);
-        report.signals_purged = inner.ports.inbox.purge_older_than(cutoff, inner.config.scan_page_size).await?;
+        let mut retention_quarantined = Vec::new();
+        report.signals_purged = signals::retain(inner, cutoff, &mut retention_quarantined).await?;
+        self.quarantined(&retention_quarantined, &mut report);
         // Rebuild: re-enqueue claimable instances even while the queue has a backlog. With
         // Redis down there is nothing to rebuild into: the scan waits for the next pass.
         for _ in 0..inner.config.scan_pages_max {
