@@ -79,7 +79,7 @@ cleanup() {
 trap cleanup EXIT
 
 # Reports whose one-line summaries belong in the output run separately, uncaptured.
-REPORTS=(crash_at_every_boundary crash_sweep_on_mongo)
+REPORTS=(crash_at_every_boundary crash_sweep_on_mongo redis_outage_engines_complete_through_the_store_and_lanes_are_rebuilt)
 skip_args=()
 for r in "${REPORTS[@]}"; do skip_args+=(--skip "$r"); done
 
@@ -93,6 +93,8 @@ echo "rustdoc: ok"
 section "reports"
 cargo test -p kernel-examples --test it crash_at_every_boundary -- --nocapture
 cargo test -p store-mongo --test it crash_sweep_on_mongo -- --nocapture
+# A dedicated redis-server on a free port is killed and restarted (never the shared one).
+cargo test -p queue-redis --test it redis_outage_engines_complete_through_the_store_and_lanes_are_rebuilt -- --nocapture
 
 section "dispatch under fire (in-memory adapters)"
 cargo run -q -p dispatch-recovery -- --seed 7 --requests 1000
