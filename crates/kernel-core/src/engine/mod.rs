@@ -2,7 +2,8 @@
 //!
 //! - [`Publisher::start_or_resume`]: the idempotent entry (K-5).
 //! - [`Engine::tick`]: one scheduling round (K-6.7) that runs the claim it wins to its end.
-//! - [`Engine::maintain`]: timer activation and the rebuild scan (K-9.2, K-13).
+//! - [`Engine::maintain`]: timer activation, signal repair, inbox retention and the rebuild
+//!   scan (K-9.2, K-9.4, K-13).
 //! - [`Engine::spawn`]: the background worker with slots, wakeups, polling and graceful
 //!   shutdown (K-6.6); [`RunningEngine::health`] reports on it.
 //!
@@ -391,8 +392,12 @@ impl Engine {
         Ok(out)
     }
 
-    /// Timer activation (K-9.2), pending-signal repair (K-9.4) and the rebuild scan (K-13),
-    /// each bounded by `scan_page_size × scan_pages_max`. The pass is recorded for
+    /// Timer activation (K-9.2), pending-signal repair (K-9.4), one page of inbox retention
+    /// and the rebuild scan (K-13), each bounded by `scan_page_size × scan_pages_max`. An
+    /// instance that does not decode is skipped and reported
+    /// ([`MaintenanceReport::quarantined`]), never the end of the pass; after the first
+    /// Redis error the pass makes no more Redis calls
+    /// ([`MaintenanceReport::queue_unavailable`]). The pass is recorded for
     /// [`RunningEngine::health`].
     pub async fn maintain(&self) -> Result<MaintenanceReport> {
         let result = self.maintenance_pass().await;
