@@ -216,7 +216,11 @@ pub(crate) async fn retain(inner: &Inner, before: Instant, quarantined: &mut Vec
         }
         if records.iter().any(|r| r.status == SignalStatus::Matched) {
             // Newest first: everything past the cap that is also old enough may go.
-            let newest = inner.ports.inbox.scan_workflow(workflow_id, SignalStatus::Matched, cap + page_size).await?;
+            let newest = inner
+                .ports
+                .inbox
+                .scan_workflow(workflow_id, SignalStatus::Matched, cap.saturating_add(page_size))
+                .await?;
             matched.extend(newest.into_iter().skip(cap).filter(|r| r.created_at < before).map(|r| r.signal_id));
         }
     }
