@@ -79,7 +79,8 @@ cleanup() {
 trap cleanup EXIT
 
 # Reports whose one-line summaries belong in the output run separately, uncaptured.
-REPORTS=(crash_at_every_boundary crash_sweep_on_mongo refused_writes_report)
+REPORTS=(crash_at_every_boundary crash_sweep_on_mongo refused_writes_report
+  redis_outage_engines_complete_through_the_store_and_lanes_are_rebuilt)
 skip_args=()
 for r in "${REPORTS[@]}"; do skip_args+=(--skip "$r"); done
 
@@ -105,6 +106,8 @@ section "reports"
 cargo test -p kernel-examples --test it crash_at_every_boundary -- --nocapture
 cargo test -p store-mongo --test it crash_sweep_on_mongo -- --nocapture
 cargo test -p store-mongo --test it refused_writes_report -- --nocapture
+# A dedicated redis-server on a free port is killed and restarted (never the shared one).
+cargo test -p queue-redis --test it redis_outage_engines_complete_through_the_store_and_lanes_are_rebuilt -- --nocapture
 
 section "dispatch under fire (in-memory adapters)"
 cargo run -q -p dispatch-recovery -- --seed 7 --requests 1000

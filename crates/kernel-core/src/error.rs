@@ -60,6 +60,16 @@ pub enum Error {
     /// The business round moved on (fencing token changed, K-11.2).
     #[error("round changed: {0}")]
     RoundChanged(String),
+    /// A bound the kernel keeps was reached (e.g. pending signals for a workflow id that
+    /// does not exist); nothing was written. Retrying helps only once the count has fallen
+    /// (the records were consumed or purged).
+    #[error("limit exceeded: {what} is at its maximum of {max}")]
+    LimitExceeded {
+        /// What is bounded (e.g. `orphan_signals_per_workflow_max`).
+        what: String,
+        /// The bound.
+        max: u64,
+    },
     /// A stored record cannot be read back (written by an incompatible version, or changed
     /// outside the kernel). Nothing was written by the failing call.
     #[error("corrupt stored data: {message}")]

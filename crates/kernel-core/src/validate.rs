@@ -392,6 +392,7 @@ mod tests {
                 status: SignalStatus::Pending,
                 created_at: Instant::ZERO,
                 match_time: None,
+                orphan: false,
             };
             assert!(r.validate().is_ok());
             assert_eq!(field_of(SignalRecord { signal_id: String::new(), ..r.clone() }.validate()), "signal_id");

@@ -221,6 +221,24 @@ impl DedicatedRedis {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+
+    /// Kill the server process (SIGKILL): a Redis outage. Clients see refused connections
+    /// until [`restart`](Self::restart).
+    pub fn kill(&mut self) {
+        self.stop();
+    }
+
+    /// Start a fresh, empty server (no persistence: every key is gone, as after a crash of
+    /// a cache) on the same port after [`kill`](Self::kill), and wait until it answers.
+    pub fn restart(&mut self) -> Result<(), String> {
+        self.child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("redis-server: {e}"))?;
+        wait_for_ping(&self.url, START_WAIT_MS)
+    }
 }
 
 impl Drop for DedicatedRedis {

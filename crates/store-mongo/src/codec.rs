@@ -454,7 +454,17 @@ pub(crate) fn instance_of(d: &Document) -> Result<WorkflowInstance> {
 /// The stored shape of a [`SignalRecord`](kernel_core::ports::SignalRecord).
 pub(crate) fn signal_doc(r: &kernel_core::ports::SignalRecord) -> Result<Document> {
     use kernel_core::ports::{SignalRecord, SignalStatus};
-    let SignalRecord { signal_id, workflow_id, signal_type, wait_key, generation, status, created_at, match_time } = r;
+    let SignalRecord {
+        signal_id,
+        workflow_id,
+        signal_type,
+        wait_key,
+        generation,
+        status,
+        created_at,
+        match_time,
+        orphan,
+    } = r;
     let mut d = bson::doc! {
         "signal_id": signal_id.as_str(),
         "workflow_id": workflow_id.as_str(),
@@ -464,6 +474,9 @@ pub(crate) fn signal_doc(r: &kernel_core::ports::SignalRecord) -> Result<Documen
         "status": match status { SignalStatus::Pending => "pending", SignalStatus::Matched => "matched" },
         "created_at": dt(*created_at),
     };
+    if *orphan {
+        d.insert("orphan", true);
+    }
     if let Some(t) = match_time {
         d.insert("match_time", dt(*t));
     }
@@ -481,6 +494,11 @@ pub(crate) fn signal_of(d: &Document) -> Result<kernel_core::ports::SignalRecord
         status: parse_enum("status", str_of(d, "status")?)?,
         created_at: time_of("created_at", req(d, "created_at")?)?,
         match_time: opt_time(d, "match_time")?,
+        orphan: match d.get("orphan") {
+            None => false,
+            Some(Bson::Boolean(b)) => *b,
+            Some(_) => return Err(corrupt("orphan", "not a boolean")),
+        },
     })
 }
 

@@ -11,7 +11,7 @@ use mongodb::{Collection, Database, IndexModel};
 /// [`SignalInbox`] on the `signal_inbox` collection (K-9.3, K-9.4).
 ///
 /// Document: `{ signal_id, workflow_id, signal_type, wait_key, generation: Int64,
-/// status: "pending" | "matched", created_at: Date, match_time?: Date }`.
+/// status: "pending" | "matched", created_at: Date, match_time?: Date, orphan?: true }`.
 /// Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct MongoSignalInbox {
@@ -42,7 +42,9 @@ impl MongoSignalInbox {
     /// - `status_signal_id` — the pending-signal repair scan, paged by `signal_id` (K-9.4);
     /// - `workflow_id_status_created_at` — the early-signal lookup after a suspend: a
     ///   handful of records per instance, oldest first;
-    /// - `created_at` — retention (`purge_older_than`).
+    /// - `created_at` — retention candidates (`scan_created_before`);
+    /// - `orphan_workflow_id` — the bounds on signals for unknown workflow ids
+    ///   (`count_pending_orphans`), sparse: only orphans carry `orphan`.
     pub async fn ensure_indexes(&self) -> Result<()> {
         let unique = |name: &str| IndexOptions::builder().unique(true).name(name.to_string()).build();
         let named = |name: &str| IndexOptions::builder().name(name.to_string()).build();
@@ -54,9 +56,27 @@ impl MongoSignalInbox {
                 .options(named("workflow_id_status_created_at"))
                 .build(),
             IndexModel::builder().keys(doc! { "created_at": 1 }).options(named("created_at")).build(),
+            IndexModel::builder()
+                .keys(doc! { "orphan": 1, "workflow_id": 1 })
+                .options(IndexOptions::builder().name("orphan_workflow_id".to_string()).sparse(true).build())
+                .build(),
         ];
         self.coll.create_indexes(models).await.map_err(|e| map(Op::Write, "create indexes", e))?;
         Ok(())
+    }
+
+    async fn find_many(&self, filter: Document, sort: Document, limit: usize, what: &str) -> Result<Vec<SignalRecord>> {
+        let docs: Vec<RawDocumentBuf> = self
+            .coll
+            .find(filter)
+            .sort(sort)
+            .limit(limit.min(self.config.scan_page_max) as i64)
+            .await
+            .map_err(|e| map(Op::Read, what, e))?
+            .try_collect()
+            .await
+            .map_err(|e| map(Op::Read, what, e))?;
+        docs.iter().map(codec::decode_signal).collect()
     }
 
     async fn find_one(&self, filter: Document, sort: Option<Document>) -> Result<Option<SignalRecord>> {
@@ -148,37 +168,68 @@ impl SignalInbox for MongoSignalInbox {
         docs.iter().map(codec::decode_signal).collect()
     }
 
-    async fn purge_older_than(&self, before: Instant, limit: usize) -> Result<u64> {
+    async fn scan_created_before(
+        &self,
+        before: Instant,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<SignalRecord>> {
         if limit == 0 {
-            return Ok(0);
+            return Ok(Vec::new());
         }
-        // Two bounded steps: pick at most `limit` ids (oldest first), then delete exactly
-        // those; a record matched meanwhile is deleted all the same (it is as old).
-        let docs: Vec<RawDocumentBuf> = self
-            .coll
-            .find(doc! { "created_at": { "$lt": codec::dt(before) } })
-            .sort(doc! { "created_at": 1 })
-            .limit(limit.min(self.config.scan_page_max) as i64)
-            .await
-            .map_err(|e| map(Op::Read, "find old signals", e))?
-            .try_collect()
-            .await
-            .map_err(|e| map(Op::Read, "find old signals", e))?;
-        let ids: Vec<String> = docs
-            .iter()
-            .map(codec::decode_signal)
-            .collect::<Result<Vec<_>>>()?
-            .into_iter()
-            .map(|r| r.signal_id)
-            .collect();
-        if ids.is_empty() {
+        let mut filter = doc! { "created_at": { "$lt": codec::dt(before) } };
+        if let Some(a) = after {
+            validate::identifier("after", a)?;
+            filter.insert("signal_id", doc! { "$gt": a });
+        }
+        self.find_many(filter, doc! { "signal_id": 1 }, limit, "scan old signals").await
+    }
+
+    async fn scan_workflow(
+        &self,
+        workflow_id: &WorkflowId,
+        status: SignalStatus,
+        limit: usize,
+    ) -> Result<Vec<SignalRecord>> {
+        validate::identifier("workflow_id", workflow_id.as_str())?;
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let filter = doc! { "workflow_id": workflow_id.as_str(), "status": status_str(status) };
+        // Served by `workflow_id_status_created_at`.
+        self.find_many(filter, doc! { "created_at": -1, "signal_id": -1 }, limit, "scan workflow signals").await
+    }
+
+    async fn delete_if(&self, signal_ids: &[String], status: SignalStatus) -> Result<u64> {
+        validate_delete_ids(signal_ids)?;
+        if signal_ids.is_empty() {
             return Ok(0);
         }
         let r = self
             .coll
-            .delete_many(doc! { "signal_id": { "$in": ids } })
+            .delete_many(doc! { "signal_id": { "$in": signal_ids }, "status": status_str(status) })
             .await
-            .map_err(|e| map(Op::Write, "purge old signals", e))?;
+            .map_err(|e| map(Op::Write, "delete signals", e))?;
         Ok(r.deleted_count)
+    }
+
+    async fn count_pending_orphans(&self, workflow_id: Option<&WorkflowId>, limit: u64) -> Result<u64> {
+        if limit == 0 {
+            return Ok(0);
+        }
+        let mut filter = doc! { "orphan": true, "status": "pending" };
+        if let Some(w) = workflow_id {
+            validate::identifier("workflow_id", w.as_str())?;
+            filter.insert("workflow_id", w.as_str());
+        }
+        // Served by `orphan_workflow_id` (sparse: only orphans carry the field).
+        self.coll.count_documents(filter).limit(limit).await.map_err(|e| map(Op::Read, "count orphan signals", e))
+    }
+}
+
+fn status_str(s: SignalStatus) -> &'static str {
+    match s {
+        SignalStatus::Pending => "pending",
+        SignalStatus::Matched => "matched",
     }
 }

@@ -185,37 +185,34 @@ impl WorkflowStore for MongoWorkflowStore {
         Ok(WriteOutcome::Missed)
     }
 
-    async fn scan_due_waits(&self, now: Instant, limit: usize) -> Result<Vec<DueWait>> {
-        let Some(limit) = self.page(limit) else { return Ok(Vec::new()) };
+    async fn scan_due_waits(&self, now: Instant, limit: usize) -> Result<ScanPage<DueWait>> {
+        let Some(limit) = self.page(limit) else { return Ok(ScanPage::default()) };
         let filter = doc! { "status": WorkflowStatus::Waiting.as_str(), "claimable_time": { "$lte": codec::dt(now) }, "wait": { "$exists": true } };
         let docs: Vec<RawDocumentBuf> = self
             .coll
             .find(filter)
             .sort(doc! { "claimable_time": 1 })
             .limit(limit)
-            .projection(doc! { "_id": 0, "workflow_id": 1, "wait": 1, "business_priority": 1 })
+            .projection(doc! { "_id": 1, "workflow_id": 1, "wait": 1, "business_priority": 1 })
             .await
             .map_err(|e| map(Op::Read, "scan due waits", e))?
             .try_collect()
             .await
             .map_err(|e| map(Op::Read, "scan due waits", e))?;
-        docs.iter()
-            .map(|r| {
-                let d = &codec::unraw(r)?;
-                let w = codec::wait_of(codec::doc_of(d, "wait")?.ok_or_else(|| codec::corrupt("wait", "missing"))?)?;
-                Ok(DueWait {
-                    workflow_id: codec::str_field(d, "workflow_id")?.into(),
-                    step_index: w.step_index(),
-                    resume: w.due_resume(),
-                    priority: codec::priority_of(d)?,
-                })
+        Ok(page_of(&docs, |d| {
+            let w = codec::wait_of(codec::doc_of(d, "wait")?.ok_or_else(|| codec::corrupt("wait", "missing"))?)?;
+            Ok(DueWait {
+                workflow_id: codec::str_field(d, "workflow_id")?.into(),
+                step_index: w.step_index(),
+                resume: w.due_resume(),
+                priority: codec::priority_of(d)?,
             })
-            .collect()
+        }))
     }
 
-    async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<Vec<Candidate>> {
+    async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<ScanPage<Candidate>> {
         let after = after.map(WorkflowId::as_str);
-        let Some(limit) = self.page(limit) else { return Ok(Vec::new()) };
+        let Some(limit) = self.page(limit) else { return Ok(ScanPage::default()) };
         let mut filter = doc! {
             "status": { "$in": [WorkflowStatus::Running.as_str(), WorkflowStatus::Failing.as_str()] },
             "claimable_time": { "$exists": true },
@@ -229,14 +226,39 @@ impl WorkflowStore for MongoWorkflowStore {
             .find(filter)
             .sort(doc! { "workflow_id": 1 })
             .limit(limit)
-            .projection(doc! { "_id": 0, "workflow_id": 1, "business_priority": 1, "claimable_time": 1 })
+            .projection(doc! { "_id": 1, "workflow_id": 1, "business_priority": 1, "claimable_time": 1 })
             .await
             .map_err(|e| map(Op::Read, "scan claimable", e))?
             .try_collect()
             .await
             .map_err(|e| map(Op::Read, "scan claimable", e))?;
-        docs.iter().map(|r| candidate_of(&codec::unraw(r)?)).collect()
+        Ok(page_of(&docs, candidate_of))
     }
+}
+
+/// Decode a scan page row by row: a document that does not decode is quarantined (skipped
+/// and reported), never an error of the page, so one bad document cannot stop maintenance
+/// for every other instance.
+fn page_of<T>(docs: &[RawDocumentBuf], row: impl Fn(&Document) -> Result<T>) -> ScanPage<T> {
+    let mut page = ScanPage { read: docs.len(), ..ScanPage::default() };
+    for r in docs {
+        let d = codec::unraw(r);
+        let id = d.as_ref().ok().and_then(|d| match d.get("workflow_id") {
+            Some(Bson::String(s)) => Some(WorkflowId::from(s.clone())),
+            _ => d.get("_id").map(|i| WorkflowId::from(format!("_id:{i}"))),
+        });
+        match d.and_then(|d| row(&d)) {
+            Ok(v) => page.rows.push(v),
+            Err(e) => page.quarantined.push(Quarantined {
+                workflow_id: id.clone().unwrap_or_else(|| WorkflowId::from("_id:unreadable".to_string())),
+                reason: e.to_string(),
+            }),
+        }
+        if let Some(id) = id {
+            page.last = Some(id);
+        }
+    }
+    page
 }
 
 fn candidate_of(d: &Document) -> Result<Candidate> {

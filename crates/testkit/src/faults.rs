@@ -449,10 +449,10 @@ impl WorkflowStore for CrashPorts {
         }
         gate.run(&self.switch, async { r }).await
     }
-    async fn scan_due_waits(&self, now: Instant, limit: usize) -> Result<Vec<DueWait>> {
+    async fn scan_due_waits(&self, now: Instant, limit: usize) -> Result<ScanPage<DueWait>> {
         gated!(self, "store.scan_due_waits", false, self.store.scan_due_waits(now, limit).await)
     }
-    async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<Vec<Candidate>> {
+    async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<ScanPage<Candidate>> {
         gated!(self, "store.scan_claimable", false, self.store.scan_claimable(after, limit).await)
     }
 }
@@ -486,17 +486,36 @@ impl SignalInbox for CrashPorts {
     async fn scan_pending(&self, after: Option<&str>, limit: usize) -> Result<Vec<SignalRecord>> {
         gated!(self, "inbox.scan_pending", false, self.inbox.scan_pending(after, limit).await)
     }
+    async fn scan_created_before(
+        &self,
+        before: Instant,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<SignalRecord>> {
+        gated!(self, "inbox.scan_created_before", false, self.inbox.scan_created_before(before, after, limit).await)
+    }
+    async fn scan_workflow(
+        &self,
+        workflow_id: &WorkflowId,
+        status: SignalStatus,
+        limit: usize,
+    ) -> Result<Vec<SignalRecord>> {
+        gated!(self, "inbox.scan_workflow", false, self.inbox.scan_workflow(workflow_id, status, limit).await)
+    }
     /// A purge that deletes nothing is marked idle ([`CrashSwitch::idle`]).
-    async fn purge_older_than(&self, before: Instant, limit: usize) -> Result<u64> {
+    async fn delete_if(&self, signal_ids: &[String], status: SignalStatus) -> Result<u64> {
         let (gate, index) = self.switch.enter_at("inbox.purge", true).await;
         if let Gate::FailBefore(_) = gate {
             return gate.run(&self.switch, async { Ok(0) }).await;
         }
-        let r = self.inbox.purge_older_than(before, limit).await;
+        let r = self.inbox.delete_if(signal_ids, status).await;
         if matches!(r, Ok(0)) {
             self.switch.mark_idle(index);
         }
         gate.run(&self.switch, async { r }).await
+    }
+    async fn count_pending_orphans(&self, workflow_id: Option<&WorkflowId>, limit: u64) -> Result<u64> {
+        gated!(self, "inbox.count_pending_orphans", false, self.inbox.count_pending_orphans(workflow_id, limit).await)
     }
 }
 
@@ -1022,11 +1041,11 @@ impl WorkflowStore for AuditStore {
         }
         r
     }
-    async fn scan_due_waits(&self, now: Instant, limit: usize) -> Result<Vec<DueWait>> {
+    async fn scan_due_waits(&self, now: Instant, limit: usize) -> Result<ScanPage<DueWait>> {
         self.read();
         self.inner.scan_due_waits(now, limit).await
     }
-    async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<Vec<Candidate>> {
+    async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<ScanPage<Candidate>> {
         self.read();
         self.inner.scan_claimable(after, limit).await
     }
@@ -1097,10 +1116,10 @@ impl WorkflowStore for TakeoverPause {
     ) -> Result<WriteOutcome> {
         self.inner.apply(workflow_id, guard, transition).await
     }
-    async fn scan_due_waits(&self, now: Instant, limit: usize) -> Result<Vec<DueWait>> {
+    async fn scan_due_waits(&self, now: Instant, limit: usize) -> Result<ScanPage<DueWait>> {
         self.inner.scan_due_waits(now, limit).await
     }
-    async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<Vec<Candidate>> {
+    async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<ScanPage<Candidate>> {
         self.inner.scan_claimable(after, limit).await
     }
 }

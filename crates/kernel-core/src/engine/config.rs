@@ -19,8 +19,20 @@ pub struct EngineConfig {
     pub rebuild_interval_ms: DurationMs,
     /// Pending-signal repair interval (K-9.4).
     pub signal_repair_interval_ms: DurationMs,
-    /// How long inbox records are kept; older ones are purged by maintenance.
+    /// How long inbox records are kept before retention may delete them. Retention deletes
+    /// only records of terminal or absent workflows, pending records of an older generation
+    /// than the workflow's current wait, and matched records beyond
+    /// `matched_signals_per_workflow_max` (K-9.4).
     pub signal_retention_ms: DurationMs,
+    /// Matched records kept per live workflow past retention (the memory that recognises a
+    /// producer's redelivery); older ones beyond it are deleted.
+    pub matched_signals_per_workflow_max: usize,
+    /// Pending signals accepted for one workflow id that does not exist; one more is
+    /// [`Error::LimitExceeded`] and nothing is written.
+    pub orphan_signals_per_workflow_max: u64,
+    /// Pending signals accepted in total for workflow ids that do not exist; one more is
+    /// [`Error::LimitExceeded`] and nothing is written.
+    pub orphan_signals_max: u64,
     /// Stale candidates tried per scheduling round (K-6.1).
     pub candidates_per_round_max: usize,
     /// Push-back delay on a fingerprint mismatch (K-4.3).
@@ -77,6 +89,9 @@ impl Default for EngineConfig {
             rebuild_interval_ms: DurationMs::from_millis(30_000),
             signal_repair_interval_ms: DurationMs::from_millis(30_000),
             signal_retention_ms: DurationMs::from_millis(7 * 24 * 3_600_000),
+            matched_signals_per_workflow_max: 64,
+            orphan_signals_per_workflow_max: 16,
+            orphan_signals_max: 10_000,
             candidates_per_round_max: 8,
             fingerprint_pushback_ms: DurationMs::from_millis(3_600_000),
             permit_retry_ms: DurationMs::from_millis(1_000),
@@ -158,6 +173,8 @@ impl EngineConfig {
             ("error_message_bytes_max", self.error_message_bytes_max),
             ("scan_page_size", self.scan_page_size),
             ("scan_pages_max", self.scan_pages_max),
+            ("orphan_signals_per_workflow_max", self.orphan_signals_per_workflow_max as usize),
+            ("orphan_signals_max", self.orphan_signals_max as usize),
         ] {
             if v == 0 {
                 return Err(Error::invalid(f, "must be > 0"));

@@ -6,6 +6,7 @@ use crate::id::{BusinessRound, ClaimToken, WorkflowId};
 use crate::model::{DurationMs, Instant, Priority, WorkflowInstance};
 use crate::ports::{DynObservationSink, DynQueue, DynWakeup, Observation, StreamKey};
 use crate::transition::{KindAt, Transition, TransitionKind};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Who committed a write, as observations report it.
 #[derive(Debug, Clone, Copy, Default)]
@@ -64,6 +65,82 @@ pub(crate) async fn enqueue_and_wake(
         return;
     }
     let _ = wakeup.notify().await;
+}
+
+/// Enqueue + wakeup for a whole pass over many instances: after the first Redis error of the
+/// pass it stops calling Redis (K-13: the lanes only accelerate; the store-fallback claim and
+/// the next pass's rebuild scan find what was skipped). During an outage a reconnecting
+/// client spends its connect timeout on every call, so without the gate one pass over `n`
+/// instances would pay that `n` times while every timer waits for it.
+#[derive(Debug, Default)]
+pub(crate) struct QueueGate {
+    down: AtomicBool,
+    skipped: AtomicUsize,
+}
+
+impl QueueGate {
+    /// Whether a call of this pass failed: no more Redis calls in it.
+    pub(crate) fn is_down(&self) -> bool {
+        self.down.load(Ordering::Relaxed)
+    }
+
+    /// Enqueues skipped because Redis was down in this pass.
+    pub(crate) fn skipped(&self) -> usize {
+        self.skipped.load(Ordering::Relaxed)
+    }
+
+    fn trip(&self, workflow_id: &WorkflowId, e: &crate::error::Error) {
+        if !self.down.swap(true, Ordering::Relaxed) {
+            tracing::warn!(%workflow_id, error = %e, "ready queue unavailable; no more Redis calls in this pass");
+        }
+    }
+
+    /// Enqueue unless Redis already failed in this pass; returns whether it was enqueued.
+    pub(crate) async fn enqueue(
+        &self,
+        queue: &DynQueue,
+        workflow_id: &WorkflowId,
+        priority: Priority,
+        at: Instant,
+    ) -> bool {
+        if self.is_down() {
+            self.skipped.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        match queue.enqueue(workflow_id, priority, at).await {
+            Ok(()) => true,
+            Err(e) => {
+                self.trip(workflow_id, &e);
+                self.skipped.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+        }
+    }
+
+    /// Ring the doorbell unless Redis already failed in this pass.
+    pub(crate) async fn notify(&self, wakeup: &DynWakeup) {
+        if self.is_down() {
+            return;
+        }
+        if let Err(e) = wakeup.notify().await {
+            tracing::debug!(error = %e, "wakeup failed; no more Redis calls in this pass");
+            self.down.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// [`enqueue`](Self::enqueue), then ring the doorbell when it was enqueued.
+    pub(crate) async fn enqueue_and_wake(
+        &self,
+        queue: &DynQueue,
+        wakeup: &DynWakeup,
+        workflow_id: &WorkflowId,
+        priority: Priority,
+        at: Instant,
+    ) {
+        if self.enqueue(queue, workflow_id, priority, at).await {
+            self.notify(wakeup).await;
+        }
+    }
 }
 
 /// The stream key of an instance: `input.object_id` (or the biz key), workflow id and

@@ -57,6 +57,10 @@ pub struct EngineHealth {
     pub claims_running: usize,
     /// Whether a shutdown has begun: no new claim is taken.
     pub stopping: bool,
+    /// Instances this engine found undecodable and skipped (quarantined), at most
+    /// [`QUARANTINE_IDS_MAX`](super::QUARANTINE_IDS_MAX), ordered by id. They need an
+    /// operator: the kernel neither runs nor deletes them.
+    pub quarantined: Vec<crate::id::WorkflowId>,
 }
 
 /// The live figures behind [`EngineHealth`]; updated by the engine, read without waiting on
@@ -91,12 +95,13 @@ impl HealthState {
         RunningClaim(self)
     }
 
-    pub(crate) fn snapshot(&self, stopping: bool) -> EngineHealth {
+    pub(crate) fn snapshot(&self, stopping: bool, quarantined: Vec<crate::id::WorkflowId>) -> EngineHealth {
         EngineHealth {
             wakeup: WakeupState::from_u8(self.wakeup.load(Ordering::SeqCst)),
             last_maintenance: self.last_maintenance.lock().expect("health lock").clone(),
             claims_running: self.claims_running.load(Ordering::SeqCst),
             stopping,
+            quarantined,
         }
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! - [`Publisher::start_or_resume`]: the idempotent entry (K-5).
 //! - [`Engine::tick`]: one scheduling round (K-6.7) that runs the claim it wins to its end.
-//! - [`Engine::maintain`]: timer activation and the rebuild scan (K-9.2, K-13).
+//! - [`Engine::maintain`]: timer activation, signal repair, inbox retention and the rebuild
+//!   scan (K-9.2, K-9.4, K-13).
 //! - [`Engine::spawn`]: the background worker with slots, wakeups, polling and graceful
 //!   shutdown (K-6.6); [`RunningEngine::health`] reports on it.
 //!
@@ -35,7 +36,7 @@ use crate::id::{ClaimToken, WorkflowId};
 use crate::model::{Instant, WorkflowInstance};
 use crate::ports::*;
 use crate::transition::{Guard, Transition};
-use effects::Writer;
+use effects::{QueueGate, Writer};
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -97,9 +98,22 @@ pub struct MaintenanceReport {
     pub enqueued: usize,
     /// Pending signals repaired.
     pub signals_repaired: usize,
-    /// Inbox records past retention deleted.
+    /// Inbox records past retention deleted (only those no wait or redelivery needs).
     pub signals_purged: u64,
+    /// Whether Redis (the ready queue or the doorbell) failed during the pass: after its
+    /// first error the pass made no more Redis calls (K-13; the store-fallback claim and the
+    /// next pass find what was not enqueued).
+    pub queue_unavailable: bool,
+    /// Enqueues skipped (or failed) because Redis was unavailable during the pass.
+    pub enqueue_skipped: usize,
+    /// Instances the pass met but could not decode, skipped (quarantined) so the rest of
+    /// the pass went on; each is logged once per engine and listed in
+    /// [`EngineHealth::quarantined`].
+    pub quarantined: Vec<WorkflowId>,
 }
+
+/// Most quarantined instance ids an engine remembers (to log each once and report them).
+pub const QUARANTINE_IDS_MAX: usize = 1_024;
 
 pub(crate) struct Inner {
     pub(crate) ports: Ports,
@@ -115,12 +129,27 @@ pub(crate) struct Inner {
     pub(crate) next_repair_at: AtomicI64,
     pub(crate) repair_cursor: Mutex<Option<String>>,
     pub(crate) rebuild_cursor: Mutex<Option<WorkflowId>>,
+    pub(crate) retention_cursor: Mutex<Option<String>>,
     pub(crate) repair_failed: AtomicBool,
+    /// Instances found undecodable, with the reason (bounded by [`QUARANTINE_IDS_MAX`]).
+    pub(crate) quarantine: Mutex<std::collections::BTreeMap<WorkflowId, String>>,
     pub(crate) shutdown_hooks: Vec<ShutdownHook>,
     pub(crate) health: health::HealthState,
 }
 
 impl Inner {
+    /// Remember an undecodable instance, logging it the first time this engine meets it.
+    pub(crate) fn quarantine(&self, workflow_id: &WorkflowId, reason: &str) {
+        let mut q = self.quarantine.lock().expect("quarantine lock");
+        if q.contains_key(workflow_id) {
+            return;
+        }
+        tracing::error!(worker = %self.config.worker_id, %workflow_id, reason, "instance does not decode; skipped by maintenance (quarantined)");
+        if q.len() < QUARANTINE_IDS_MAX {
+            q.insert(workflow_id.clone(), reason.to_string());
+        }
+    }
+
     /// The writer of observations emitted outside a claim (no token).
     fn writer(&self) -> Writer<'_> {
         Writer { worker_id: Some(&self.config.worker_id), claim_token: None }
@@ -206,7 +235,9 @@ impl EngineBuilder {
                 next_repair_at: AtomicI64::new(i64::MIN),
                 repair_cursor: Mutex::new(None),
                 rebuild_cursor: Mutex::new(None),
+                retention_cursor: Mutex::new(None),
                 repair_failed: AtomicBool::new(false),
+                quarantine: Mutex::new(Default::default()),
                 shutdown_hooks: self.shutdown_hooks,
                 health: health::HealthState::default(),
             }),
@@ -296,7 +327,7 @@ impl Engine {
             inner
                 .next_repair_at
                 .store(now.saturating_add(inner.config.signal_repair_interval_ms).as_millis(), Ordering::Relaxed);
-            let failed = signals::repair(inner, 1).await.is_err();
+            let failed = signals::repair(inner, 1, &QueueGate::default(), &mut Vec::new()).await.is_err();
             inner.repair_failed.store(failed, Ordering::Relaxed);
         }
         let mut stale = 0;
@@ -368,8 +399,12 @@ impl Engine {
         Ok(out)
     }
 
-    /// Timer activation (K-9.2), pending-signal repair (K-9.4) and the rebuild scan (K-13),
-    /// each bounded by `scan_page_size × scan_pages_max`. The pass is recorded for
+    /// Timer activation (K-9.2), pending-signal repair (K-9.4), one page of inbox retention
+    /// and the rebuild scan (K-13), each bounded by `scan_page_size × scan_pages_max`. An
+    /// instance that does not decode is skipped and reported
+    /// ([`MaintenanceReport::quarantined`]), never the end of the pass; after the first
+    /// Redis error the pass makes no more Redis calls
+    /// ([`MaintenanceReport::queue_unavailable`]). The pass is recorded for
     /// [`RunningEngine::health`].
     pub async fn maintain(&self) -> Result<MaintenanceReport> {
         let result = self.maintenance_pass().await;
@@ -386,46 +421,62 @@ impl Engine {
         let inner = &self.inner;
         let mut report = MaintenanceReport::default();
         let now = inner.ports.clock.now();
+        // One gate for the pass: after the first Redis error no more Redis calls (K-13).
+        let gate = QueueGate::default();
+        let (queue, wakeup) = (&*inner.ports.queue, &*inner.ports.wakeup);
         // Timers first: they never need Redis to wake (K-9.2).
         for _ in 0..inner.config.scan_pages_max {
-            let due = inner.ports.store.scan_due_waits(now, inner.config.scan_page_size).await?;
-            let n = due.len();
-            for d in due {
+            let page = inner.ports.store.scan_due_waits(now, inner.config.scan_page_size).await?;
+            let full = page.is_full(inner.config.scan_page_size);
+            self.quarantined(&page.quarantined, &mut report);
+            let mut activated = 0;
+            for d in page.rows {
                 let t = Transition::timer_activation(d.step_index as usize, d.resume, now);
                 let guard = Guard::DueWait { now, step_index: d.step_index };
                 if let WriteOutcome::Applied { revision } = inner.ports.store.apply(&d.workflow_id, &guard, &t).await? {
-                    report.activated += 1;
+                    activated += 1;
                     if let Ok(Some(inst)) = inner.ports.store.get(&d.workflow_id).await {
                         effects::observe(&*inner.ports.observer, &inst, &t, revision, inner.writer());
                     }
-                    effects::enqueue_and_wake(
-                        &*inner.ports.queue,
-                        &*inner.ports.wakeup,
-                        &d.workflow_id,
-                        d.priority,
-                        now,
-                    )
-                    .await;
+                    gate.enqueue_and_wake(queue, wakeup, &d.workflow_id, d.priority, now).await;
                 }
             }
-            if n < inner.config.scan_page_size {
+            report.activated += activated;
+            // Quarantined documents stay due: a full page that activated nothing would be read
+            // again unchanged.
+            if !full || activated == 0 {
                 break;
             }
         }
-        report.signals_repaired = signals::repair(inner, inner.config.scan_pages_max).await?;
-        // Retention keeps the inbox bounded: one page per pass.
+        let mut repair_quarantined = Vec::new();
+        report.signals_repaired =
+            signals::repair(inner, inner.config.scan_pages_max, &gate, &mut repair_quarantined).await?;
+        self.quarantined(&repair_quarantined, &mut report);
+        // Retention keeps the inbox bounded, one page per pass, and deletes only what no wait
+        // and no redelivery can need (K-9.4).
         let cutoff = now.saturating_sub(inner.config.signal_retention_ms);
-        report.signals_purged = inner.ports.inbox.purge_older_than(cutoff, inner.config.scan_page_size).await?;
-        // Rebuild: re-enqueue claimable instances even while the queue has a backlog.
+        let mut retention_quarantined = Vec::new();
+        report.signals_purged = signals::retain(inner, cutoff, &mut retention_quarantined).await?;
+        self.quarantined(&retention_quarantined, &mut report);
+        // Rebuild: re-enqueue claimable instances even while the queue has a backlog. With
+        // Redis down there is nothing to rebuild into: the scan waits for the next pass.
         for _ in 0..inner.config.scan_pages_max {
+            if gate.is_down() {
+                break;
+            }
             let after = inner.rebuild_cursor.lock().expect("cursor lock").clone();
             let page = inner.ports.store.scan_claimable(after.as_ref(), inner.config.scan_page_size).await?;
-            let last = page.last().map(|c| c.workflow_id.clone());
-            let full = page.len() == inner.config.scan_page_size;
-            for c in &page {
-                if inner.ports.queue.enqueue(&c.workflow_id, c.priority, c.claimable_time).await.is_ok() {
+            let full = page.is_full(inner.config.scan_page_size);
+            let last = page.last.clone();
+            self.quarantined(&page.quarantined, &mut report);
+            for c in &page.rows {
+                if gate.enqueue(queue, &c.workflow_id, c.priority, c.claimable_time).await {
                     report.enqueued += 1;
                 }
+            }
+            if gate.is_down() {
+                // Keep the cursor: the next pass starts this page over.
+                break;
             }
             *inner.rebuild_cursor.lock().expect("cursor lock") = if full { last } else { None };
             if !full {
@@ -433,9 +484,20 @@ impl Engine {
             }
         }
         if report.enqueued > 0 {
-            let _ = inner.ports.wakeup.notify().await;
+            gate.notify(wakeup).await;
         }
+        report.queue_unavailable = gate.is_down();
+        report.enqueue_skipped = gate.skipped();
         Ok(report)
+    }
+
+    fn quarantined(&self, found: &[Quarantined], report: &mut MaintenanceReport) {
+        for q in found {
+            self.inner.quarantine(&q.workflow_id, &q.reason);
+            if !report.quarantined.contains(&q.workflow_id) {
+                report.quarantined.push(q.workflow_id.clone());
+            }
+        }
     }
 
     /// Run in the background: wakeups, polling, maintenance and `worker_slots` concurrent
@@ -551,7 +613,8 @@ impl RunningEngine {
     /// fell back to polling, the last maintenance pass and the claims running now.
     pub fn health(&self) -> EngineHealth {
         let inner = &self.engine.inner;
-        inner.health.snapshot(inner.stopping.is_cancelled())
+        let quarantined = inner.quarantine.lock().expect("quarantine lock").keys().cloned().collect();
+        inner.health.snapshot(inner.stopping.is_cancelled(), quarantined)
     }
 
     /// Graceful shutdown (K-6.6): stop polling and wakeups, let running claims finish

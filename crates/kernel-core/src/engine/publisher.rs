@@ -263,22 +263,35 @@ impl Publisher {
             match inst.status {
                 WorkflowStatus::Failed => {
                     let t = Transition::replay(req.input.clone(), now);
-                    match store.apply(&inst.workflow_id, &Guard::Failed, &t).await? {
-                        WriteOutcome::Applied { .. } => activated = true,
-                        WriteOutcome::Missed => {}
-                    }
+                    let replayed = match store.apply(&inst.workflow_id, &Guard::Failed, &t).await? {
+                        WriteOutcome::Applied { revision } => Some(revision),
+                        WriteOutcome::Missed => None,
+                    };
                     inst = store
                         .get(&inst.workflow_id)
                         .await?
                         .ok_or_else(|| Error::NotFound(inst.workflow_id.to_string()))?;
+                    if let Some(revision) = replayed {
+                        activated = true;
+                        // K-15: the replay is a committed transition like any other; without
+                        // it the ops projection shows `failed` until the next claim.
+                        let mut after = inst.clone();
+                        after.revision = revision;
+                        effects::observe(&*self.observer, &after, &t, revision, Writer::default());
+                    }
                 }
                 WorkflowStatus::Running | WorkflowStatus::Waiting | WorkflowStatus::Failing => {}
                 WorkflowStatus::Completed | WorkflowStatus::Canceled => {}
             }
             if !inst.status.is_terminal() && req.priority.is_higher_than(inst.business_priority) {
                 let t = Transition::priority_raise(req.priority, now);
-                if store.apply(&inst.workflow_id, &Guard::PriorityBelow(req.priority), &t).await?.applied() {
+                if let WriteOutcome::Applied { revision } =
+                    store.apply(&inst.workflow_id, &Guard::PriorityBelow(req.priority), &t).await?
+                {
                     inst.business_priority = req.priority;
+                    inst.revision = revision;
+                    inst.updated_at = now;
+                    effects::observe(&*self.observer, &inst, &t, revision, Writer::default());
                 }
             }
         }

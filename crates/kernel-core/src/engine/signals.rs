@@ -1,8 +1,9 @@
 //! Signal delivery, early-signal matching and the repair scan (K-9.3, K-9.4, K-9.6).
 
-use super::effects::{self, Writer};
+use super::effects::{self, QueueGate, Writer};
 use super::Inner;
 use crate::error::Result;
+use crate::id::WorkflowId;
 use crate::model::*;
 use crate::ports::*;
 use crate::transition::{Guard, Transition};
@@ -32,6 +33,27 @@ pub(crate) async fn deliver(inner: &Inner, s: Signal) -> Result<DeliverOutcome> 
     validate::identifier("signal_type", &s.signal_type)?;
     validate::identifier("wait_key", &s.wait_key)?;
     let now = inner.ports.clock.now();
+    // A signal for a workflow id that does not exist (yet) is kept, but bounded: per id and
+    // in total (K-9.3 keeps early signals; nothing keeps unbounded ones). A redelivery of a
+    // stored record is not counted again.
+    let orphan = match inner.ports.store.get(&s.workflow_id).await {
+        Ok(found) => found.is_none(),
+        // An instance that does not decode exists.
+        Err(crate::Error::Corrupt { .. }) => false,
+        Err(e) => return Err(e),
+    };
+    if orphan && inner.ports.inbox.get(&s.signal_id).await?.is_none() {
+        let c = &inner.config;
+        let inbox = &inner.ports.inbox;
+        let per = c.orphan_signals_per_workflow_max;
+        if inbox.count_pending_orphans(Some(&s.workflow_id), per).await? >= per {
+            return Err(crate::Error::LimitExceeded { what: "orphan_signals_per_workflow_max".into(), max: per });
+        }
+        let total = c.orphan_signals_max;
+        if inbox.count_pending_orphans(None, total).await? >= total {
+            return Err(crate::Error::LimitExceeded { what: "orphan_signals_max".into(), max: total });
+        }
+    }
     let record = SignalRecord {
         signal_id: s.signal_id.clone(),
         workflow_id: s.workflow_id.clone(),
@@ -41,6 +63,7 @@ pub(crate) async fn deliver(inner: &Inner, s: Signal) -> Result<DeliverOutcome> 
         status: SignalStatus::Pending,
         created_at: now,
         match_time: None,
+        orphan,
     };
     let stored = match inner.ports.inbox.insert(record.clone()).await? {
         InsertOutcome::Inserted => record,
@@ -54,10 +77,30 @@ pub(crate) async fn deliver(inner: &Inner, s: Signal) -> Result<DeliverOutcome> 
 /// Try to consume one pending record: activate its wait, or finish a half-done match.
 /// Returns whether the record is now matched.
 pub(crate) async fn try_match(inner: &Inner, rec: &SignalRecord) -> Result<bool> {
+    try_match_gated(inner, rec, &QueueGate::default()).await
+}
+
+/// [`try_match`] with its enqueues going through `gate`, shared by a maintenance pass.
+async fn try_match_gated(inner: &Inner, rec: &SignalRecord, gate: &QueueGate) -> Result<bool> {
     let Some(inst) = inner.ports.store.get(&rec.workflow_id).await? else { return Ok(false) };
     // Half-done match: the activation committed but the inbox was not marked (K-9.4).
     if inst.resume.as_ref().and_then(|r| r.signal_id.as_deref()) == Some(rec.signal_id.as_str()) {
-        inner.ports.inbox.mark_matched(&rec.signal_id, inner.ports.clock.now()).await?;
+        let now = inner.ports.clock.now();
+        // The delivery that activated it may have died before its enqueue: enqueue again
+        // (promote-only, so a queued entry is not disturbed), or the instance waits for the
+        // rebuild scan.
+        if inst.status == WorkflowStatus::Running {
+            let at = inst.claimable_time.unwrap_or(now);
+            gate.enqueue_and_wake(
+                &*inner.ports.queue,
+                &*inner.ports.wakeup,
+                &rec.workflow_id,
+                inst.business_priority,
+                at,
+            )
+            .await;
+        }
+        inner.ports.inbox.mark_matched(&rec.signal_id, now).await?;
         return Ok(true);
     }
     if inst.status != WorkflowStatus::Waiting {
@@ -79,9 +122,12 @@ pub(crate) async fn try_match(inner: &Inner, rec: &SignalRecord) -> Result<bool>
             t.apply_to(&mut after);
             let writer = Writer { worker_id: Some(&inner.config.worker_id), claim_token: None };
             effects::observe(&*inner.ports.observer, &after, &t, revision, writer);
-            inner.ports.inbox.mark_matched(&rec.signal_id, now).await?;
+            // Enqueue before marking: the activation is committed, so the instance is
+            // claimable whatever happens to the inbox write (a failed mark is finished by the
+            // producer's retry or the repair scan, K-9.4).
             let (queue, wakeup) = (&*inner.ports.queue, &*inner.ports.wakeup);
-            effects::enqueue_and_wake(queue, wakeup, &rec.workflow_id, inst.business_priority, now).await;
+            gate.enqueue_and_wake(queue, wakeup, &rec.workflow_id, inst.business_priority, now).await;
+            inner.ports.inbox.mark_matched(&rec.signal_id, now).await?;
             Ok(true)
         }
         // The poll fallback, a timer scan or a duplicate won the CAS (K-9.5).
@@ -91,15 +137,27 @@ pub(crate) async fn try_match(inner: &Inner, rec: &SignalRecord) -> Result<bool>
 
 /// Scan up to `pages` pages of pending records from the shared cursor and match what can
 /// be matched. Returns how many were consumed.
-pub(crate) async fn repair(inner: &Inner, pages: usize) -> Result<usize> {
+/// A record whose instance does not decode is skipped, its instance added to `quarantined`.
+pub(crate) async fn repair(
+    inner: &Inner,
+    pages: usize,
+    gate: &QueueGate,
+    quarantined: &mut Vec<Quarantined>,
+) -> Result<usize> {
     let mut consumed = 0;
     for _ in 0..pages {
         let after = inner.repair_cursor.lock().expect("cursor lock").clone();
         let page = inner.ports.inbox.scan_pending(after.as_deref(), inner.config.scan_page_size).await?;
         let full = page.len() == inner.config.scan_page_size;
         for rec in &page {
-            if try_match(inner, rec).await? {
-                consumed += 1;
+            match try_match_gated(inner, rec, gate).await {
+                Ok(true) => consumed += 1,
+                Ok(false) => {}
+                // One undecodable instance must not stop the repair of every other.
+                Err(crate::Error::Corrupt { message, .. }) => {
+                    quarantined.push(Quarantined { workflow_id: rec.workflow_id.clone(), reason: message })
+                }
+                Err(e) => return Err(e),
             }
         }
         *inner.repair_cursor.lock().expect("cursor lock") =
@@ -109,4 +167,72 @@ pub(crate) async fn repair(inner: &Inner, pages: usize) -> Result<usize> {
         }
     }
     Ok(consumed)
+}
+
+/// Retention (K-9.4), one page of records older than `before` from the shared cursor. A
+/// record may go only when its workflow is terminal or absent, when it is pending for an
+/// older generation than the workflow's current wait of the same type and key, or when it
+/// is matched beyond the newest `matched_signals_per_workflow_max` of its live workflow.
+/// Returns how many were deleted; records of an undecodable instance are kept and the
+/// instance added to `quarantined`.
+pub(crate) async fn retain(inner: &Inner, before: Instant, quarantined: &mut Vec<Quarantined>) -> Result<u64> {
+    let page_size = inner.config.scan_page_size.min(INBOX_DELETE_IDS_MAX);
+    let after = inner.retention_cursor.lock().expect("cursor lock").clone();
+    let page = inner.ports.inbox.scan_created_before(before, after.as_deref(), page_size).await?;
+    let full = page.len() == page_size;
+    let mut by_workflow: std::collections::BTreeMap<&WorkflowId, Vec<&SignalRecord>> = Default::default();
+    for r in &page {
+        by_workflow.entry(&r.workflow_id).or_default().push(r);
+    }
+    let (mut pending, mut matched) = (Vec::new(), Vec::new());
+    let cap = inner.config.matched_signals_per_workflow_max;
+    for (workflow_id, records) in by_workflow {
+        let inst = match inner.ports.store.get(workflow_id).await {
+            Ok(i) => i,
+            Err(crate::Error::Corrupt { message, .. }) => {
+                quarantined.push(Quarantined { workflow_id: workflow_id.clone(), reason: message });
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let live = inst.as_ref().filter(|i| !i.status.is_terminal());
+        let Some(inst) = live else {
+            for r in records {
+                match r.status {
+                    SignalStatus::Pending => pending.push(r.signal_id.clone()),
+                    SignalStatus::Matched => matched.push(r.signal_id.clone()),
+                }
+            }
+            continue;
+        };
+        let current = inst.wait.as_ref().and_then(Wait::signal_identity);
+        for r in records.iter().filter(|r| r.status == SignalStatus::Pending) {
+            let stale = current.as_ref().is_some_and(|w| {
+                w.signal_type == r.signal_type && w.wait_key == r.wait_key && r.generation < w.generation
+            });
+            if stale {
+                pending.push(r.signal_id.clone());
+            }
+        }
+        if records.iter().any(|r| r.status == SignalStatus::Matched) {
+            // Newest first: everything past the cap that is also old enough may go.
+            let newest = inner
+                .ports
+                .inbox
+                .scan_workflow(workflow_id, SignalStatus::Matched, cap.saturating_add(page_size))
+                .await?;
+            matched.extend(newest.into_iter().skip(cap).filter(|r| r.created_at < before).map(|r| r.signal_id));
+        }
+    }
+    matched.truncate(INBOX_DELETE_IDS_MAX);
+    let mut deleted = 0;
+    if !pending.is_empty() {
+        deleted += inner.ports.inbox.delete_if(&pending, SignalStatus::Pending).await?;
+    }
+    if !matched.is_empty() {
+        deleted += inner.ports.inbox.delete_if(&matched, SignalStatus::Matched).await?;
+    }
+    *inner.retention_cursor.lock().expect("cursor lock") =
+        if full { page.last().map(|r| r.signal_id.clone()) } else { None };
+    Ok(deleted)
 }

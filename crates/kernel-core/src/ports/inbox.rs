@@ -34,6 +34,10 @@ pub struct SignalRecord {
     /// When it was matched (audit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub match_time: Option<Instant>,
+    /// No instance had `workflow_id` when the signal was delivered. Pending orphans are
+    /// bounded per workflow id and in total (see [`SignalInbox::count_pending_orphans`]).
+    #[serde(default)]
+    pub orphan: bool,
 }
 
 impl SignalRecord {
@@ -48,7 +52,7 @@ impl SignalRecord {
     /// let mut r = SignalRecord {
     ///     signal_id: "sig-1".into(), workflow_id: "wf-1".into(), signal_type: "approved".into(),
     ///     wait_key: "doc:42".into(), generation: 1, status: SignalStatus::Pending,
-    ///     created_at: Instant::ZERO, match_time: None,
+    ///     created_at: Instant::ZERO, match_time: None, orphan: false,
     /// };
     /// assert!(r.validate().is_ok());
     /// r.wait_key = "doc\0".into();
@@ -64,6 +68,7 @@ impl SignalRecord {
             status: _,
             created_at: _,
             match_time: _,
+            orphan: _,
         } = self;
         validate::identifier("signal_id", signal_id)?;
         validate::identifier("workflow_id", workflow_id.as_str())?;
@@ -125,14 +130,66 @@ pub trait SignalInbox: Send + Sync + 'static {
     /// Bounded by `limit`; read-only.
     async fn scan_pending(&self, after: Option<&str>, limit: usize) -> Result<Vec<SignalRecord>>;
 
-    /// Retention: delete up to `limit` records (pending or matched) created before
-    /// `before`; returns how many were deleted.
+    /// Records created before `before`, ordered by `signal_id`, strictly after `after`:
+    /// the candidates of retention, which decides per record from the workflow's state.
     ///
     /// # Contract
-    /// Bounded by `limit`. A pending record that never met its wait (a stale generation, a
-    /// wait that ended another way) would otherwise stay forever; after the retention
-    /// period the poll fallback and the business facts are the recovery path.
-    async fn purge_older_than(&self, before: Instant, limit: usize) -> Result<u64>;
+    /// Read-only, bounded by `limit` (`limit = 0` is an empty page); pending and matched
+    /// records alike.
+    async fn scan_created_before(
+        &self,
+        before: Instant,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<SignalRecord>>;
+
+    /// Records of one workflow in one status, newest first (`created_at` descending, then
+    /// `signal_id` descending).
+    ///
+    /// # Contract
+    /// Read-only, bounded by `limit` (`limit = 0` is an empty page).
+    async fn scan_workflow(
+        &self,
+        workflow_id: &WorkflowId,
+        status: SignalStatus,
+        limit: usize,
+    ) -> Result<Vec<SignalRecord>>;
+
+    /// Retention: delete the records of `signal_ids` that are still in `status`; returns
+    /// how many were deleted.
+    ///
+    /// # Contract
+    /// Conditional per record on `status`, so a pending record matched meanwhile is not
+    /// deleted as pending (and vice versa); unknown ids are ignored. At most
+    /// [`INBOX_DELETE_IDS_MAX`] ids per call, more is
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) and deletes nothing. The caller
+    /// decides which records may go (K-9.4): only those of a terminal or absent workflow,
+    /// pending records of an older generation than the workflow's current wait, and
+    /// matched records beyond the per-workflow cap — never a pending record a wait may
+    /// still consume, never the duplicate memory a producer's redelivery needs.
+    async fn delete_if(&self, signal_ids: &[String], status: SignalStatus) -> Result<u64>;
+
+    /// Pending records with `orphan = true`, of `workflow_id` or of every workflow id,
+    /// counted up to `limit`.
+    ///
+    /// # Contract
+    /// Read-only; returns `min(count, limit)`, so the cost is bounded by `limit`.
+    async fn count_pending_orphans(&self, workflow_id: Option<&WorkflowId>, limit: u64) -> Result<u64>;
+}
+
+/// Most ids one [`SignalInbox::delete_if`] call takes.
+pub const INBOX_DELETE_IDS_MAX: usize = 1_000;
+
+/// The shared check of a [`SignalInbox::delete_if`] id list: at most
+/// [`INBOX_DELETE_IDS_MAX`] ids, each an identifier (K-2.0).
+pub fn validate_delete_ids(signal_ids: &[String]) -> Result<()> {
+    if signal_ids.len() > INBOX_DELETE_IDS_MAX {
+        return Err(crate::Error::invalid(
+            "signal_ids",
+            format_args!("{} ids exceed {INBOX_DELETE_IDS_MAX}", signal_ids.len()),
+        ));
+    }
+    signal_ids.iter().try_for_each(|id| validate::identifier("signal_id", id))
 }
 
 /// `dyn SignalInbox`.

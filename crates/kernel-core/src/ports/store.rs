@@ -103,6 +103,53 @@ pub struct Candidate {
     pub claimable_time: Instant,
 }
 
+/// A document a scan read but could not decode (written by an incompatible version, or
+/// changed outside the kernel): skipped by the scan and reported, so one bad document
+/// never stops the scan over the others (quarantine).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Quarantined {
+    /// Its `workflow_id` when that much is readable, else the store's own key of the
+    /// document (e.g. `_id:<hex>`).
+    pub workflow_id: WorkflowId,
+    /// Why it does not decode (the decoder's message).
+    pub reason: String,
+}
+
+/// One page of a store scan ([`WorkflowStore::scan_due_waits`],
+/// [`WorkflowStore::scan_claimable`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScanPage<T> {
+    /// The rows decoded, in scan order.
+    pub rows: Vec<T>,
+    /// The documents of the page that could not be decoded, skipped.
+    pub quarantined: Vec<Quarantined>,
+    /// Documents the page read: `rows` plus `quarantined`. Fewer than the limit means the
+    /// scan is at its end.
+    pub read: usize,
+    /// The `workflow_id` of the last document read, decoded or not: the `after` of the next
+    /// page of a paged scan, so a quarantined document is never read twice in one sweep.
+    pub last: Option<WorkflowId>,
+}
+
+impl<T> Default for ScanPage<T> {
+    fn default() -> Self {
+        ScanPage { rows: Vec::new(), quarantined: Vec::new(), read: 0, last: None }
+    }
+}
+
+impl<T> ScanPage<T> {
+    /// A page of decoded rows only; `last` is the id `key` gives the last row.
+    pub fn of(rows: Vec<T>, key: impl Fn(&T) -> &WorkflowId) -> Self {
+        let last = rows.last().map(|r| key(r).clone());
+        ScanPage { read: rows.len(), rows, quarantined: Vec::new(), last }
+    }
+
+    /// Whether this page read `limit` documents, so another page may follow.
+    pub fn is_full(&self, limit: usize) -> bool {
+        self.read >= limit && limit > 0
+    }
+}
+
 /// The durable workflow store: the only authority on execution rights (K-1.1).
 ///
 /// Every write is **one atomic conditional update** of one instance. Token-guarded misses
@@ -162,19 +209,24 @@ pub trait WorkflowStore: Send + Sync + 'static {
     /// [`Error::InvalidInput`](crate::Error::InvalidInput) and nothing is written.
     async fn apply(&self, workflow_id: &WorkflowId, guard: &Guard, transition: &Transition) -> Result<WriteOutcome>;
 
-    /// Waiting instances whose `claimable_time <= now` (timer activation, K-9.2).
+    /// Waiting instances whose `claimable_time <= now`, longest due first (timer activation,
+    /// K-9.2).
     ///
     /// # Contract
-    /// Read-only, at most `limit` rows (`limit = 0` is an empty page).
-    async fn scan_due_waits(&self, now: Instant, limit: usize) -> Result<Vec<DueWait>>;
+    /// Read-only, at most `limit` documents read (`limit = 0` is an empty page). A document
+    /// that does not decode is never an error of the page: it is skipped and listed in
+    /// [`ScanPage::quarantined`], and the other rows are returned.
+    async fn scan_due_waits(&self, now: Instant, limit: usize) -> Result<ScanPage<DueWait>>;
 
     /// Running or failing instances with a `claimable_time`, ordered by `workflow_id`,
     /// strictly after `after` (rebuild scan, K-13).
     ///
     /// # Contract
-    /// Read-only, at most `limit` rows (`limit = 0` is an empty page); paging with the last
-    /// id as `after` visits every such instance once.
-    async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<Vec<Candidate>>;
+    /// Read-only, at most `limit` documents read (`limit = 0` is an empty page); paging with
+    /// [`ScanPage::last`] as `after` visits every such instance once. A document that does
+    /// not decode is skipped and listed in [`ScanPage::quarantined`], never an error of the
+    /// page.
+    async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<ScanPage<Candidate>>;
 }
 
 /// `dyn WorkflowStore`.

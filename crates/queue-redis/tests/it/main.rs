@@ -4,6 +4,7 @@
 mod conformance;
 mod dispatch;
 mod lanes;
+mod outage;
 mod url;
 mod wakeup;
 

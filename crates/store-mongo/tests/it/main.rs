@@ -10,6 +10,7 @@ mod conformance;
 mod errors;
 mod outbox;
 mod protocol;
+mod quarantine;
 mod races;
 mod refused;
 mod support;

@@ -52,6 +52,7 @@ pub fn record(signal_id: &str, created_at: Instant) -> SignalRecord {
         status: SignalStatus::Pending,
         created_at,
         match_time: None,
+        orphan: false,
     }
 }
 
@@ -195,19 +196,74 @@ pub async fn k2_0_bad_signal_type_or_workflow_id_is_refused(inbox: &DynInbox) {
     assert_eq!(inbox.get("sig-2").await.unwrap(), None, "nothing stored");
 }
 
-/// Retention deletes records older than the cutoff, pending or matched, at most `limit`.
-pub async fn purge_deletes_old_records_bounded(inbox: &DynInbox) {
-    for (id, at) in [("s-1", T0), ("s-2", T0.plus(1)), ("s-3", T0.plus(2)), ("s-4", T0.plus(10))] {
+/// `scan_created_before`: records (pending or matched) created before the cutoff, ordered
+/// by `signal_id`, paged strictly after the cursor, bounded.
+pub async fn scan_created_before_pages(inbox: &DynInbox) {
+    for (id, at) in [("s-3", T0), ("s-1", T0.plus(1)), ("s-2", T0.plus(2)), ("s-4", T0.plus(10))] {
         insert_new(inbox, record(id, at)).await;
     }
     assert!(inbox.mark_matched("s-2", T0.plus(5)).await.unwrap());
-    assert_eq!(inbox.purge_older_than(T0.plus(3), 2).await.unwrap(), 2, "bounded by the limit");
-    assert_eq!(inbox.purge_older_than(T0.plus(3), 10).await.unwrap(), 1);
-    assert_eq!(inbox.purge_older_than(T0.plus(3), 10).await.unwrap(), 0);
-    for id in ["s-1", "s-2", "s-3"] {
-        assert!(inbox.get(id).await.unwrap().is_none(), "{id} purged");
+    let ids = |v: Vec<SignalRecord>| v.into_iter().map(|r| r.signal_id).collect::<Vec<_>>();
+    assert_eq!(ids(inbox.scan_created_before(T0.plus(3), None, 2).await.unwrap()), ["s-1", "s-2"]);
+    assert_eq!(ids(inbox.scan_created_before(T0.plus(3), Some("s-2"), 2).await.unwrap()), ["s-3"]);
+    assert_eq!(ids(inbox.scan_created_before(T0.plus(3), Some("s-3"), 2).await.unwrap()), Vec::<String>::new());
+    assert_eq!(inbox.scan_created_before(T0.plus(3), None, 0).await.unwrap(), vec![], "limit 0 is an empty page");
+    assert_eq!(ids(inbox.scan_created_before(T0, None, 10).await.unwrap()), Vec::<String>::new(), "strictly before");
+}
+
+/// `scan_workflow`: one workflow's records in one status, newest first, bounded.
+pub async fn scan_workflow_newest_first(inbox: &DynInbox) {
+    for (id, at) in [("s-a", T0), ("s-b", T0.plus(2)), ("s-c", T0.plus(1)), ("s-d", T0.plus(2))] {
+        insert_new(inbox, record(id, at)).await;
     }
-    assert!(inbox.get("s-4").await.unwrap().is_some(), "newer records stay");
+    insert_new(inbox, SignalRecord { workflow_id: "wf-2".into(), ..record("s-e", T0.plus(9)) }).await;
+    assert!(inbox.mark_matched("s-c", T0.plus(5)).await.unwrap());
+    let ids = |v: Vec<SignalRecord>| v.into_iter().map(|r| r.signal_id).collect::<Vec<_>>();
+    let wf1: WorkflowId = "wf-1".into();
+    assert_eq!(ids(inbox.scan_workflow(&wf1, SignalStatus::Pending, 10).await.unwrap()), ["s-d", "s-b", "s-a"]);
+    assert_eq!(ids(inbox.scan_workflow(&wf1, SignalStatus::Pending, 2).await.unwrap()), ["s-d", "s-b"], "bounded");
+    assert_eq!(ids(inbox.scan_workflow(&wf1, SignalStatus::Matched, 10).await.unwrap()), ["s-c"]);
+    assert_eq!(inbox.scan_workflow(&wf1, SignalStatus::Pending, 0).await.unwrap(), vec![], "limit 0");
+    assert_eq!(inbox.scan_workflow(&"wf-3".into(), SignalStatus::Pending, 10).await.unwrap(), vec![]);
+}
+
+/// `delete_if`: deletes only the listed records still in the given status; a record
+/// matched meanwhile survives a delete of pending ones; unknown ids are ignored; too many
+/// ids are refused and nothing is deleted.
+pub async fn delete_if_is_conditional_on_status(inbox: &DynInbox) {
+    for id in ["s-1", "s-2", "s-3"] {
+        insert_new(inbox, record(id, T0)).await;
+    }
+    assert!(inbox.mark_matched("s-2", T0.plus(1)).await.unwrap());
+    let ids: Vec<String> = ["s-1", "s-2", "s-unknown"].iter().map(|s| s.to_string()).collect();
+    assert_eq!(inbox.delete_if(&ids, SignalStatus::Pending).await.unwrap(), 1, "only the pending one");
+    assert_eq!(inbox.get("s-1").await.unwrap(), None);
+    assert!(inbox.get("s-2").await.unwrap().is_some(), "matched meanwhile: kept");
+    assert_eq!(inbox.delete_if(&ids, SignalStatus::Matched).await.unwrap(), 1);
+    assert_eq!(inbox.get("s-2").await.unwrap(), None);
+    assert_eq!(inbox.delete_if(&[], SignalStatus::Pending).await.unwrap(), 0);
+    let too_many: Vec<String> = (0..=INBOX_DELETE_IDS_MAX).map(|k| format!("s-{k}")).collect();
+    super::store::assert_invalid_field(inbox.delete_if(&too_many, SignalStatus::Pending).await, "signal_ids");
+    assert!(inbox.get("s-3").await.unwrap().is_some(), "a refused call deletes nothing");
+}
+
+/// `count_pending_orphans`: pending records marked `orphan`, of one workflow id or all,
+/// counted up to the limit; matched orphans and other records do not count. The flag is
+/// stored and read back.
+pub async fn count_pending_orphans_bounded(inbox: &DynInbox) {
+    let orphan = |id: &str, wf: &str| SignalRecord { orphan: true, workflow_id: wf.into(), ..record(id, T0) };
+    for (id, wf) in [("o-1", "wf-x"), ("o-2", "wf-x"), ("o-3", "wf-x"), ("o-4", "wf-y")] {
+        insert_new(inbox, orphan(id, wf)).await;
+    }
+    insert_new(inbox, record("s-1", T0)).await;
+    assert_eq!(inbox.get("o-1").await.unwrap(), Some(orphan("o-1", "wf-x")), "the flag round-trips");
+    assert!(inbox.mark_matched("o-3", T0.plus(1)).await.unwrap());
+    let x: WorkflowId = "wf-x".into();
+    assert_eq!(inbox.count_pending_orphans(Some(&x), 10).await.unwrap(), 2);
+    assert_eq!(inbox.count_pending_orphans(Some(&x), 1).await.unwrap(), 1, "bounded by the limit");
+    assert_eq!(inbox.count_pending_orphans(None, 10).await.unwrap(), 3);
+    assert_eq!(inbox.count_pending_orphans(None, 0).await.unwrap(), 0);
+    assert_eq!(inbox.count_pending_orphans(Some(&"wf-1".into()), 10).await.unwrap(), 0, "not an orphan");
 }
 
 /// Expands to one `#[tokio::test]` per inbox conformance case (see
@@ -227,7 +283,10 @@ macro_rules! inbox_conformance {
             k2_0_oversize_identifier_is_refused,
             k2_0_bad_signal_id_is_refused,
             k2_0_bad_signal_type_or_workflow_id_is_refused,
-            purge_deletes_old_records_bounded,
+            scan_created_before_pages,
+            scan_workflow_newest_first,
+            delete_if_is_conditional_on_status,
+            count_pending_orphans_bounded,
         );
     };
 }

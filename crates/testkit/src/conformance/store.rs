@@ -323,7 +323,7 @@ pub async fn create_rejects_invalid_identifiers(store: &DynStore) {
         }
     }
     assert_eq!(store.get(&"wf-1".into()).await.unwrap(), None, "nothing written");
-    assert_eq!(store.scan_claimable(None, 10).await.unwrap(), vec![]);
+    assert_eq!(store.scan_claimable(None, 10).await.unwrap(), ScanPage::default());
 }
 
 /// Values shaped like operators are data: an id `{"$ne": null}` matches only itself, and
@@ -936,15 +936,16 @@ pub async fn scan_due_waits_bounded(store: &DynStore) {
     seed(store, waiting("wf-c", None, Some(T0.plus(10)))).await;
     seed(store, waiting("wf-d", Some(1), None)).await;
     seed(store, instance("wf-e")).await;
-    let mut got = store.scan_due_waits(T0, 10).await.unwrap();
-    got.sort_by(|a, b| a.workflow_id.cmp(&b.workflow_id));
+    let got = store.scan_due_waits(T0, 10).await.unwrap();
     let expect = vec![
         DueWait { workflow_id: "wf-a".into(), step_index: 1, resume: ResumeKind::Timer, priority: Priority::P2 },
         DueWait { workflow_id: "wf-b".into(), step_index: 1, resume: ResumeKind::Poll, priority: Priority::P2 },
     ];
-    assert_eq!(got, expect);
-    assert_eq!(store.scan_due_waits(T0, 1).await.unwrap().len(), 1, "bounded");
-    assert_eq!(store.scan_due_waits(T0, 0).await.unwrap(), vec![], "limit 0 is an empty page");
+    assert_eq!(got, ScanPage::of(expect, |d: &DueWait| &d.workflow_id), "longest due first, nothing quarantined");
+    assert!(!got.is_full(10));
+    let one = store.scan_due_waits(T0, 1).await.unwrap();
+    assert_eq!((one.rows.len(), one.read, one.is_full(1)), (1, 1, true), "bounded");
+    assert_eq!(store.scan_due_waits(T0, 0).await.unwrap(), ScanPage::default(), "limit 0 is an empty page");
 }
 
 /// `scan_claimable`: running and failing instances with a `claimable_time`, ordered by
@@ -964,19 +965,31 @@ pub async fn scan_claimable_pages(store: &DynStore) {
     no_time.claimable_time = None;
     seed(store, no_time).await;
     let page1 = store.scan_claimable(None, 2).await.unwrap();
+    fn key(c: &Candidate) -> &WorkflowId {
+        &c.workflow_id
+    }
     assert_eq!(
         page1,
-        vec![
-            Candidate { workflow_id: "wf-1".into(), priority: Priority::P2, claimable_time: T0 },
-            Candidate { workflow_id: "wf-3".into(), priority: Priority::P0, claimable_time: T0 },
-        ]
+        ScanPage::of(
+            vec![
+                Candidate { workflow_id: "wf-1".into(), priority: Priority::P2, claimable_time: T0 },
+                Candidate { workflow_id: "wf-3".into(), priority: Priority::P0, claimable_time: T0 },
+            ],
+            key
+        )
     );
-    let page2 = store.scan_claimable(Some(&"wf-3".into()), 2).await.unwrap();
+    assert!(page1.is_full(2));
+    assert_eq!(page1.last, Some("wf-3".into()), "the cursor of the next page");
+    let page2 = store.scan_claimable(page1.last.as_ref(), 2).await.unwrap();
     assert_eq!(
         page2,
-        vec![Candidate { workflow_id: "wf-5".into(), priority: Priority::P2, claimable_time: T0.plus(LEASE_MS) }]
+        ScanPage::of(
+            vec![Candidate { workflow_id: "wf-5".into(), priority: Priority::P2, claimable_time: T0.plus(LEASE_MS) }],
+            key
+        )
     );
-    assert_eq!(store.scan_claimable(Some(&"wf-5".into()), 2).await.unwrap(), vec![]);
+    assert!(!page2.is_full(2));
+    assert_eq!(store.scan_claimable(Some(&"wf-5".into()), 2).await.unwrap(), ScanPage::default());
 }
 
 /// Expands to one `#[tokio::test]` per store conformance case. The argument is a factory

@@ -92,13 +92,63 @@ impl SignalInbox for InMemoryInbox {
             .collect())
     }
 
-    async fn purge_older_than(&self, before: Instant, limit: usize) -> Result<u64> {
-        let mut r = self.records.lock().expect("inbox lock");
-        let old: Vec<String> =
-            r.values().filter(|s| s.created_at < before).take(limit).map(|s| s.signal_id.clone()).collect();
-        for id in &old {
-            r.remove(id);
+    async fn scan_created_before(
+        &self,
+        before: Instant,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<SignalRecord>> {
+        if let Some(a) = after {
+            validate::identifier("after", a)?;
         }
-        Ok(old.len() as u64)
+        let r = self.records.lock().expect("inbox lock");
+        Ok(r.values()
+            .filter(|s| s.created_at < before && after.is_none_or(|a| s.signal_id.as_str() > a))
+            .take(limit)
+            .cloned()
+            .collect())
+    }
+
+    async fn scan_workflow(
+        &self,
+        workflow_id: &WorkflowId,
+        status: SignalStatus,
+        limit: usize,
+    ) -> Result<Vec<SignalRecord>> {
+        validate::identifier("workflow_id", workflow_id)?;
+        let r = self.records.lock().expect("inbox lock");
+        let mut v: Vec<SignalRecord> =
+            r.values().filter(|s| s.workflow_id == *workflow_id && s.status == status).cloned().collect();
+        v.sort_by(|a, b| (b.created_at, &b.signal_id).cmp(&(a.created_at, &a.signal_id)));
+        v.truncate(limit);
+        Ok(v)
+    }
+
+    async fn delete_if(&self, signal_ids: &[String], status: SignalStatus) -> Result<u64> {
+        validate_delete_ids(signal_ids)?;
+        let mut r = self.records.lock().expect("inbox lock");
+        let mut deleted = 0;
+        for id in signal_ids {
+            if r.get(id).is_some_and(|s| s.status == status) {
+                r.remove(id);
+                deleted += 1;
+            }
+        }
+        Ok(deleted)
+    }
+
+    async fn count_pending_orphans(&self, workflow_id: Option<&WorkflowId>, limit: u64) -> Result<u64> {
+        if let Some(w) = workflow_id {
+            validate::identifier("workflow_id", w)?;
+        }
+        let r = self.records.lock().expect("inbox lock");
+        let n = r
+            .values()
+            .filter(|s| {
+                s.orphan && s.status == SignalStatus::Pending && workflow_id.is_none_or(|w| s.workflow_id == *w)
+            })
+            .take(limit as usize)
+            .count();
+        Ok(n as u64)
     }
 }

@@ -134,12 +134,17 @@ impl WorkflowStore for InMemoryStore {
         Ok(WriteOutcome::Applied { revision: inst.revision })
     }
 
-    async fn scan_due_waits(&self, now: Instant, limit: usize) -> Result<Vec<DueWait>> {
+    async fn scan_due_waits(&self, now: Instant, limit: usize) -> Result<ScanPage<DueWait>> {
         let st = self.state.lock().expect("store lock");
-        Ok(st
+        // Longest due first, as every store orders it.
+        let mut due: Vec<&WorkflowInstance> = st
             .by_id
             .values()
             .filter(|i| i.status == WorkflowStatus::Waiting && i.claimable_time.is_some_and(|c| c <= now))
+            .collect();
+        due.sort_by_key(|i| i.claimable_time);
+        let rows = due
+            .into_iter()
             .filter_map(|i| {
                 let w = i.wait.as_ref()?;
                 Some(DueWait {
@@ -150,10 +155,11 @@ impl WorkflowStore for InMemoryStore {
                 })
             })
             .take(limit)
-            .collect())
+            .collect();
+        Ok(ScanPage::of(rows, |d: &DueWait| &d.workflow_id))
     }
 
-    async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<Vec<Candidate>> {
+    async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<ScanPage<Candidate>> {
         if let Some(a) = after {
             validate::identifier("after", a)?;
         }
@@ -166,7 +172,7 @@ impl WorkflowStore for InMemoryStore {
             ),
             None => Box::new(st.by_id.values()),
         };
-        Ok(iter
+        let rows = iter
             .filter(|i| matches!(i.status, WorkflowStatus::Running | WorkflowStatus::Failing))
             .filter_map(|i| {
                 Some(Candidate {
@@ -176,6 +182,7 @@ impl WorkflowStore for InMemoryStore {
                 })
             })
             .take(limit)
-            .collect())
+            .collect();
+        Ok(ScanPage::of(rows, |c: &Candidate| &c.workflow_id))
     }
 }

@@ -352,6 +352,7 @@ async fn half_done_signal_match_is_finished_by_the_claimer() {
             status: SignalStatus::Pending,
             created_at: world.now(),
             match_time: None,
+            orphan: false,
         })
         .await
         .unwrap();

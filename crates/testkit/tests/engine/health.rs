@@ -50,8 +50,22 @@ impl SignalInbox for FlakyInbox {
         }
         self.inner.scan_pending(after, limit).await
     }
-    async fn purge_older_than(&self, before: Instant, limit: usize) -> Result<u64> {
-        self.inner.purge_older_than(before, limit).await
+    async fn scan_created_before(
+        &self,
+        before: Instant,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<SignalRecord>> {
+        self.inner.scan_created_before(before, after, limit).await
+    }
+    async fn scan_workflow(&self, w: &WorkflowId, status: SignalStatus, limit: usize) -> Result<Vec<SignalRecord>> {
+        self.inner.scan_workflow(w, status, limit).await
+    }
+    async fn delete_if(&self, signal_ids: &[String], status: SignalStatus) -> Result<u64> {
+        self.inner.delete_if(signal_ids, status).await
+    }
+    async fn count_pending_orphans(&self, w: Option<&WorkflowId>, limit: u64) -> Result<u64> {
+        self.inner.count_pending_orphans(w, limit).await
     }
 }
 
@@ -85,7 +99,13 @@ async fn health_reports_polling_fallback_maintenance_passes_and_running_claims()
     settle().await;
     assert_eq!(
         running.health(),
-        EngineHealth { wakeup: WakeupState::Polling, last_maintenance: None, claims_running: 0, stopping: false }
+        EngineHealth {
+            wakeup: WakeupState::Polling,
+            last_maintenance: None,
+            claims_running: 0,
+            stopping: false,
+            quarantined: vec![]
+        }
     );
 
     world.clock.advance(config.rebuild_interval_ms);

@@ -5,6 +5,7 @@ mod behaviour;
 mod hardening;
 mod harness;
 mod health;
+mod maintenance_hardening;
 mod mocks;
 mod model;
 mod refused;

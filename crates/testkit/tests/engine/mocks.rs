@@ -48,11 +48,11 @@ impl WorkflowStore for Forward {
     async fn apply(&self, workflow_id: &WorkflowId, guard: &Guard, transition: &Transition) -> Result<WriteOutcome> {
         self.0.apply(workflow_id, guard, transition).await
     }
-    async fn scan_due_waits(&self, _now: Instant, _limit: usize) -> Result<Vec<DueWait>> {
-        Ok(vec![])
+    async fn scan_due_waits(&self, _now: Instant, _limit: usize) -> Result<ScanPage<DueWait>> {
+        Ok(ScanPage::default())
     }
-    async fn scan_claimable(&self, _after: Option<&WorkflowId>, _limit: usize) -> Result<Vec<Candidate>> {
-        Ok(vec![])
+    async fn scan_claimable(&self, _after: Option<&WorkflowId>, _limit: usize) -> Result<ScanPage<Candidate>> {
+        Ok(ScanPage::default())
     }
 }
 
