@@ -425,9 +425,14 @@ impl Claim {
                 return self.ended_as();
             }
             if started.is_none() && self.inner.stopping.is_cancelled() {
-                // Shutdown between waves: hand the instance back at once.
-                return match self.commit_plain(G::Running, Transition::release(self.now())).await {
-                    Ok(()) => ClaimEnd::Released,
+                // Shutdown between waves: hand the instance back at once, and put it in
+                // its lane so another worker claims it without waiting for a rebuild (K-13).
+                let now = self.now();
+                return match self.commit_plain(G::Running, Transition::release(now)).await {
+                    Ok(()) => {
+                        self.enqueue(self.snapshot().business_priority, now).await;
+                        ClaimEnd::Released
+                    }
                     Err(e) => e,
                 };
             }

@@ -147,11 +147,11 @@ impl WorkflowStore for TroubledStore {
         }
         self.inner.apply(workflow_id, guard, transition).await
     }
-    async fn scan_due_waits(&self, now: Instant, limit: usize) -> Result<Vec<DueWait>> {
+    async fn scan_due_waits(&self, now: Instant, limit: usize) -> Result<ScanPage<DueWait>> {
         self.gate().await;
         self.inner.scan_due_waits(now, limit).await
     }
-    async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<Vec<Candidate>> {
+    async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<ScanPage<Candidate>> {
         self.gate().await;
         self.inner.scan_claimable(after, limit).await
     }
@@ -442,4 +442,42 @@ async fn hardening_07_a_failing_prepare_context_converges_to_failed_through_the_
     assert_eq!(finalizer.load(Ordering::SeqCst), 1, "the failure finalizer ran once");
     assert_eq!(steps.load(Ordering::SeqCst), 0, "no step ran");
     assert_eq!(i.steps[0].status, StepStatus::Pending);
+}
+
+#[tokio::test]
+async fn hardening_09_a_shutdown_release_between_waves_enqueues_the_instance() {
+    // K-6.6 + K-13: a graceful shutdown hands a claimed instance back between waves; the
+    // instance is claimable at once, so it is also put in its lane (and the doorbell rung),
+    // not left for the next lane rebuild.
+    let world = World::new(9);
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let g = gate.clone();
+    let first = move |_c: ActivityContext| {
+        let g = g.clone();
+        async move {
+            g.notified().await;
+            Ok(StepOutcome::complete(json!(1)))
+        }
+    };
+    let second = |_c: ActivityContext| async move { Ok(StepOutcome::complete(json!(2))) };
+    let def = Definition::builder("t")
+        .step(StepDef::new("first", first).timeout_ms(3_600_000))
+        .step(StepDef::new("second", second))
+        .build()
+        .unwrap();
+    let engine = world.engine_on(world.ports(), test_config("w"), vec![def]);
+    engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf-9")).await.unwrap();
+    let running = engine.spawn();
+    settle().await;
+    assert_eq!(world.store.peek("wf-9").unwrap().steps[0].status, StepStatus::Running);
+    world.queue.flush();
+    let shutdown = tokio::spawn(running.shutdown());
+    settle().await;
+    gate.notify_one();
+    assert!(shutdown.await.unwrap(), "a clean shutdown");
+    let inst = world.store.peek("wf-9").unwrap();
+    assert_eq!(inst.status, WorkflowStatus::Running);
+    assert_eq!(inst.steps[1].status, StepStatus::Pending, "the second wave did not start");
+    assert!(inst.claim_token.is_none(), "handed back");
+    assert!(world.queue.lane_of("wf-9").is_some(), "the released instance is enqueued");
 }
