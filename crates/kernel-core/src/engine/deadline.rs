@@ -102,3 +102,80 @@ impl WorkflowStore for DeadlineStore {
         self.call(Call::Read, "scan_claimable", self.inner.scan_claimable(after, limit)).await
     }
 }
+
+/// A [`SignalInbox`] whose every call has a deadline on the given clock, with the same
+/// meaning as [`DeadlineStore`]: a write that passes it is [`Error::Uncertain`], a read
+/// [`Error::Unavailable`]. The inbox lives on the same durable store, so a hung primary
+/// must not hold a signal delivery, a repair scan or a retention pass either.
+pub struct DeadlineInbox {
+    inner: Arc<DynInbox>,
+    clock: Arc<DynClock>,
+    deadline_ms: DurationMs,
+}
+
+impl std::fmt::Debug for DeadlineInbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeadlineInbox").field("deadline_ms", &self.deadline_ms).finish_non_exhaustive()
+    }
+}
+
+impl DeadlineInbox {
+    /// Wrap `inner`: every call gives up after `deadline_ms` of `clock`.
+    pub fn new(inner: Arc<DynInbox>, clock: Arc<DynClock>, deadline_ms: DurationMs) -> Self {
+        DeadlineInbox { inner, clock, deadline_ms }
+    }
+
+    async fn call<T>(&self, call: Call, what: &str, fut: impl Future<Output = Result<T>>) -> Result<T> {
+        within(&*self.clock, self.deadline_ms, call, what, fut).await
+    }
+}
+
+#[async_trait::async_trait]
+impl SignalInbox for DeadlineInbox {
+    async fn insert(&self, record: SignalRecord) -> Result<InsertOutcome> {
+        self.call(Call::Write, "inbox insert", self.inner.insert(record)).await
+    }
+    async fn get(&self, signal_id: &str) -> Result<Option<SignalRecord>> {
+        self.call(Call::Read, "inbox get", self.inner.get(signal_id)).await
+    }
+    async fn find_pending(
+        &self,
+        workflow_id: &WorkflowId,
+        signal_type: &str,
+        wait_key: &str,
+        generation: u64,
+    ) -> Result<Option<SignalRecord>> {
+        let fut = self.inner.find_pending(workflow_id, signal_type, wait_key, generation);
+        self.call(Call::Read, "inbox find_pending", fut).await
+    }
+    async fn mark_matched(&self, signal_id: &str, now: Instant) -> Result<bool> {
+        self.call(Call::Write, "inbox mark_matched", self.inner.mark_matched(signal_id, now)).await
+    }
+    async fn scan_pending(&self, after: Option<&str>, limit: usize) -> Result<Vec<SignalRecord>> {
+        self.call(Call::Read, "inbox scan_pending", self.inner.scan_pending(after, limit)).await
+    }
+    async fn scan_created_before(
+        &self,
+        before: Instant,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<SignalRecord>> {
+        let fut = self.inner.scan_created_before(before, after, limit);
+        self.call(Call::Read, "inbox scan_created_before", fut).await
+    }
+    async fn scan_workflow(
+        &self,
+        workflow_id: &WorkflowId,
+        status: SignalStatus,
+        limit: usize,
+    ) -> Result<Vec<SignalRecord>> {
+        self.call(Call::Read, "inbox scan_workflow", self.inner.scan_workflow(workflow_id, status, limit)).await
+    }
+    async fn delete_if(&self, signal_ids: &[String], status: SignalStatus) -> Result<u64> {
+        self.call(Call::Write, "inbox delete_if", self.inner.delete_if(signal_ids, status)).await
+    }
+    async fn count_pending_orphans(&self, workflow_id: Option<&WorkflowId>, limit: u64) -> Result<u64> {
+        let fut = self.inner.count_pending_orphans(workflow_id, limit);
+        self.call(Call::Read, "inbox count_pending_orphans", fut).await
+    }
+}

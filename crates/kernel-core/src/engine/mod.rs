@@ -25,7 +25,7 @@ mod publisher;
 mod signals;
 
 pub use config::EngineConfig;
-pub use deadline::DeadlineStore;
+pub use deadline::{DeadlineInbox, DeadlineStore};
 pub use health::{EngineHealth, MaintenancePass, WakeupState};
 pub use ports::{MissingPort, Ports, PortsBuilder};
 pub use publisher::{Publisher, PublisherBuilder, StartOutcome, StartRequest};
@@ -218,10 +218,11 @@ impl EngineBuilder {
         }
         self.config.validate()?;
         let types = self.defs.types();
-        // Every store call the engine makes has a deadline on its clock.
+        // Every store and inbox call the engine makes has a deadline on its clock.
         let mut ports = self.ports;
-        ports.store =
-            Arc::new(DeadlineStore::new(ports.store.clone(), ports.clock.clone(), self.config.store_call_deadline_ms));
+        let deadline = self.config.store_call_deadline_ms;
+        ports.store = Arc::new(DeadlineStore::new(ports.store.clone(), ports.clock.clone(), deadline));
+        ports.inbox = Arc::new(DeadlineInbox::new(ports.inbox.clone(), ports.clock.clone(), deadline));
         Ok(Engine {
             inner: Arc::new(Inner {
                 slots: Arc::new(Semaphore::new(self.config.worker_slots)),

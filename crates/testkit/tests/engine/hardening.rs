@@ -481,3 +481,73 @@ async fn hardening_09_a_shutdown_release_between_waves_enqueues_the_instance() {
     assert!(inst.claim_token.is_none(), "handed back");
     assert!(world.queue.lane_of("wf-9").is_some(), "the released instance is enqueued");
 }
+
+/// An inbox whose every call hangs (a primary that stopped answering), counting calls.
+#[derive(Default)]
+struct HungInbox {
+    calls: AtomicU32,
+}
+
+impl HungInbox {
+    async fn hang<T>(&self) -> T {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        std::future::pending().await
+    }
+}
+
+#[async_trait::async_trait]
+impl SignalInbox for HungInbox {
+    async fn insert(&self, _record: SignalRecord) -> Result<InsertOutcome> {
+        self.hang().await
+    }
+    async fn get(&self, _signal_id: &str) -> Result<Option<SignalRecord>> {
+        self.hang().await
+    }
+    async fn find_pending(&self, _w: &WorkflowId, _t: &str, _k: &str, _g: u64) -> Result<Option<SignalRecord>> {
+        self.hang().await
+    }
+    async fn mark_matched(&self, _signal_id: &str, _now: Instant) -> Result<bool> {
+        self.hang().await
+    }
+    async fn scan_pending(&self, _after: Option<&str>, _limit: usize) -> Result<Vec<SignalRecord>> {
+        self.hang().await
+    }
+    async fn scan_created_before(&self, _b: Instant, _a: Option<&str>, _l: usize) -> Result<Vec<SignalRecord>> {
+        self.hang().await
+    }
+    async fn scan_workflow(&self, _w: &WorkflowId, _s: SignalStatus, _l: usize) -> Result<Vec<SignalRecord>> {
+        self.hang().await
+    }
+    async fn delete_if(&self, _ids: &[String], _status: SignalStatus) -> Result<u64> {
+        self.hang().await
+    }
+    async fn count_pending_orphans(&self, _w: Option<&WorkflowId>, _limit: u64) -> Result<u64> {
+        self.hang().await
+    }
+}
+
+#[tokio::test]
+async fn hardening_10_a_hung_inbox_call_returns_at_its_deadline() {
+    // The inbox lives on the durable store too: a signal delivery against a hung primary
+    // gives up at the store deadline of the engine's clock, as an uncertain write (the
+    // producer retries; the signal id makes the retry idempotent, K-9).
+    let world = World::new(10);
+    let inbox = Arc::new(HungInbox::default());
+    let mut ports = world.ports();
+    ports.inbox = inbox.clone();
+    let engine = world.engine_on(ports, test_config("w"), vec![crate::linear("t", 1, false)]);
+    let signal = Signal::builder("wf-10", "approve").wait_key("doc:1").generation(1).signal_id("s-1").build().unwrap();
+    let e = engine.clone();
+    let delivery = tokio::spawn(async move { e.deliver_signal(signal).await });
+    for _ in 0..120 {
+        if delivery.is_finished() {
+            break;
+        }
+        world.clock.advance(1_000);
+        settle().await;
+    }
+    assert!(delivery.is_finished(), "the delivery still waits on the hung inbox");
+    let out = delivery.await.unwrap();
+    assert!(matches!(out, Err(Error::Uncertain { .. }) | Err(Error::Unavailable { .. })), "{out:?}");
+    assert_eq!(inbox.calls.load(Ordering::SeqCst), 1, "one inbox call, not retried");
+}
