@@ -608,10 +608,10 @@ pub enum SweepSample {
     /// alternating (before, after, before, …) so both sides are visited.
     AtMost(usize),
     /// About `points` points over all scenarios, chosen by `seed`: each scenario gets an
-    /// equal share (at least two: one before, one after a boundary), its first point goes
-    /// to the boundary name the fewest scenarios cross (what only this scenario reaches,
-    /// e.g. `store.claim_any` when the queue is down), the others to as many further
-    /// distinct names as the share allows, and the sides alternate.
+    /// equal share (at least two: one before, one after a boundary), its points go to
+    /// distinct boundary names, the names the fewest scenarios cross first (what only this
+    /// scenario reaches, e.g. `store.claim_any` when the queue is down), and the sides
+    /// alternate.
     Seeded {
         /// Points over all scenarios.
         points: usize,
@@ -664,11 +664,8 @@ impl SweepSample {
                 for (_, g) in &mut groups {
                     g.shuffle(&mut rng);
                 }
-                let rarest = (0..groups.len()).min_by_key(|&k| spread.get(groups[k].0).copied().unwrap_or(0));
-                if let Some(k) = rarest {
-                    let g = groups.remove(k);
-                    groups.insert(0, g);
-                }
+                // Rarest names first (a stable sort keeps the seeded order among equals).
+                groups.sort_by_key(|(name, _)| spread.get(name).copied().unwrap_or(0));
                 let first_side = usize::from(rand::Rng::gen_bool(&mut rng, 0.5));
                 let mut picked = Vec::new();
                 let mut round = 0;

@@ -54,11 +54,15 @@ async fn crash_sweep_on_mongo() {
     for (name, [before, after]) in &report.by_scenario {
         assert!(*before > 0 && *after > 0, "{name}: {before} points before, {after} after: {report:?}");
     }
-    // Each scenario's first point is on what only it reaches: the store-fallback claim, the
-    // heartbeat, the activation of a stored signal wait.
-    for reached in
-        [&["store.claim_any"][..], &["store.apply:heartbeat"], &["store.apply:signal_activation", "inbox.mark_matched"]]
-    {
+    // Each scenario's points go first to what only it reaches: the store-fallback claim, the
+    // heartbeat, the activation of a stored signal wait and its inbox mark, the stream sink.
+    for reached in [
+        &["store.claim_any"][..],
+        &["store.apply:heartbeat"],
+        &["store.apply:signal_activation"],
+        &["inbox.mark_matched"],
+        &["stream.reset", "stream.append", "stream.terminal"],
+    ] {
         assert!(reached.iter().any(|r| report.points_at(r) > 0), "{reached:?} not sampled: {}", report.boundary_map());
     }
     report.assert_clean();
