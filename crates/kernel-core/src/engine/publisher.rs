@@ -85,10 +85,13 @@ impl std::fmt::Debug for Publisher {
 
 /// Builder of a standalone [`Publisher`]: the store, the queue and the wakeup are required;
 /// the rest defaults to the system clock, random ids and no-op observation and stream
-/// sinks, each of which can be replaced.
+/// sinks, each of which can be replaced. Every store call gets a deadline on the clock
+/// ([`DeadlineStore`](super::DeadlineStore), default
+/// [`EngineConfig::store_call_deadline_ms`]).
 #[derive(Clone)]
 pub struct PublisherBuilder {
     publisher: Publisher,
+    store_call_deadline_ms: DurationMs,
 }
 
 impl std::fmt::Debug for PublisherBuilder {
@@ -138,12 +141,26 @@ impl PublisherBuilder {
         self.publisher.payload_bytes_max = bytes;
         self
     }
+    /// How long a store call may take on the clock before it gives up (a write as
+    /// `Error::Uncertain`, a read as `Error::Unavailable`; default
+    /// [`EngineConfig::store_call_deadline_ms`]). Must be > 0.
+    pub fn store_call_deadline_ms(mut self, deadline: impl Into<DurationMs>) -> Self {
+        self.store_call_deadline_ms = deadline.into();
+        self
+    }
     /// Check the settings and build.
     pub fn build(self) -> Result<Publisher> {
         if self.publisher.payload_bytes_max == 0 {
             return Err(Error::invalid("payload_bytes_max", "must be > 0"));
         }
-        Ok(self.publisher)
+        crate::validate::positive_ms("store_call_deadline_ms", self.store_call_deadline_ms)?;
+        let mut publisher = self.publisher;
+        publisher.store = Arc::new(super::DeadlineStore::new(
+            publisher.store.clone(),
+            publisher.clock.clone(),
+            self.store_call_deadline_ms,
+        ));
+        Ok(publisher)
     }
 }
 
@@ -190,6 +207,7 @@ impl Publisher {
                 plans: PlanRegistry::default(),
                 payload_bytes_max: EngineConfig::default().payload_bytes_max,
             },
+            store_call_deadline_ms: EngineConfig::default().store_call_deadline_ms,
         }
     }
 

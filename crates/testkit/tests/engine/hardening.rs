@@ -551,3 +551,35 @@ async fn hardening_10_a_hung_inbox_call_returns_at_its_deadline() {
     assert!(matches!(out, Err(Error::Uncertain { .. }) | Err(Error::Unavailable { .. })), "{out:?}");
     assert_eq!(inbox.calls.load(Ordering::SeqCst), 1, "one inbox call, not retried");
 }
+
+#[tokio::test]
+async fn hardening_10_a_standalone_publisher_gives_up_on_a_hung_store_at_its_deadline() {
+    // An API process that only starts workflows has store deadlines too: a start against
+    // a hung primary answers (uncertain: the create may still land; the caller retries,
+    // StartOrResume is idempotent on the business key, K-5).
+    let world = World::new(10);
+    let store = TroubledStore::new(world.ports().store);
+    let ports = world.ports();
+    let plan = crate::linear("t", 1, false).plan().clone();
+    let publisher = Publisher::builder(store.clone(), ports.queue.clone(), ports.wakeup.clone())
+        .clock(ports.clock.clone())
+        .plan(plan)
+        .store_call_deadline_ms(5_000)
+        .build()
+        .unwrap();
+    store.set(Trouble::Hung);
+    let start = tokio::spawn(async move {
+        publisher.start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf-10")).await
+    });
+    for _ in 0..120 {
+        if start.is_finished() {
+            break;
+        }
+        world.clock.advance(1_000);
+        settle().await;
+    }
+    assert!(start.is_finished(), "the start still waits on the hung store");
+    let out = start.await.unwrap();
+    assert!(matches!(out, Err(Error::Uncertain { .. }) | Err(Error::Unavailable { .. })), "{out:?}");
+    assert_eq!(store.calls_in_trouble.load(Ordering::SeqCst), 1, "one store call, not retried");
+}
