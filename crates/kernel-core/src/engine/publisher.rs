@@ -198,7 +198,10 @@ impl Publisher {
     /// - not found → create (duplicate-key loser re-reads and reuses);
     /// - running / waiting → existing (priority raised, never lowered);
     /// - completed / canceled → existing, not activated;
-    /// - failed → replay by one CAS on `status = failed` (loser re-reads);
+    /// - failed in the request's own business round (`input.fencing_token`, non-empty) →
+    ///   existing, not activated: a failed round is never replayed under its own round;
+    /// - failed otherwise → replay by one CAS on `status = failed` and that condition (loser
+    ///   re-reads);
     /// - failing → existing, `execution_activated = false`.
     ///
     /// Afterwards best-effort enqueue + wakeup, and a stream reset only when activated.
@@ -259,10 +262,14 @@ impl Publisher {
             )));
         }
         if !created {
+            let replay = Guard::replay(&req.input);
             match inst.status {
+                // K-5: the failed instance of the request's own round is returned, not
+                // replayed; the dispatcher settles that round's intent against it.
+                WorkflowStatus::Failed if !replay.matches(&inst) => {}
                 WorkflowStatus::Failed => {
                     let t = Transition::replay(req.input.clone(), now);
-                    match store.apply(&inst.workflow_id, &Guard::Failed, &t).await? {
+                    match store.apply(&inst.workflow_id, &replay, &t).await? {
                         WriteOutcome::Applied { .. } => activated = true,
                         WriteOutcome::Missed => {}
                     }
