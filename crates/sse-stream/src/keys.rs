@@ -3,7 +3,7 @@
 use kernel_core::ports::StreamKey;
 use sha2::{Digest, Sha256};
 
-/// The three keys of a stream. They share one hash tag, so a Lua script touching all of
+/// The four keys of a stream. They share one hash tag, so a Lua script touching all of
 /// them also works on Redis Cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamKeys {
@@ -13,10 +13,12 @@ pub struct StreamKeys {
     pub generation: String,
     /// The terminal reference.
     pub terminal: String,
+    /// The greatest owner that wrote (K-16 fencing).
+    pub owner: String,
 }
 
 impl StreamKeys {
-    /// Keys of `key` under `prefix`: `<prefix>:sse:{<digest>}:frames|gen|term`, where the
+    /// Keys of `key` under `prefix`: `<prefix>:sse:{<digest>}:frames|gen|term|owner`, where the
     /// digest covers the length-prefixed `object_id`, `workflow_id` and `fencing_token`, so
     /// two different identities never share keys whatever characters they contain.
     pub fn new(prefix: &str, key: &StreamKey) -> StreamKeys {
@@ -31,6 +33,7 @@ impl StreamKeys {
             frames: format!("{base}:frames"),
             generation: format!("{base}:gen"),
             terminal: format!("{base}:term"),
+            owner: format!("{base}:owner"),
         }
     }
 }

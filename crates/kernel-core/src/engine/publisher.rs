@@ -293,7 +293,9 @@ impl Publisher {
             effects::enqueue_and_wake(&*self.queue, &*self.wakeup, &inst.workflow_id, inst.business_priority, at).await;
         }
         if activated {
-            if let Err(e) = self.stream.reset(&effects::stream_key(&inst)).await {
+            // The owner is the `claimable_time` this start wrote: any claim after it has a
+            // greater lease end, so a late reset cannot wipe a worker's frames (K-16).
+            if let Err(e) = self.stream.reset(&effects::stream_key(&inst), StreamOwner { lease_until: now }).await {
                 tracing::debug!(workflow_id = %inst.workflow_id, error = %e, "stream reset failed");
             }
         }

@@ -1,6 +1,6 @@
 //! The stream sink from a URL.
 
-use kernel_core::ports::{DynClock, Frame, StreamKey, StreamSink, SystemClock};
+use kernel_core::ports::{Clock, DynClock, Frame, StreamKey, StreamOwner, StreamSink, SystemClock};
 use kernel_core::Error;
 use queue_redis::test_support::{require_redis, TestKeys};
 use sse_stream::{RedisStreamSink, StreamConfig};
@@ -13,8 +13,9 @@ async fn a_sink_from_a_url_appends_under_its_prefix() {
     let clock: Arc<DynClock> = Arc::new(SystemClock);
     let sink = RedisStreamSink::from_url(&url, clock, StreamConfig::with_prefix(&keys.prefix)).await.unwrap();
     let key = StreamKey { object_id: "o".into(), workflow_id: "w".into(), fencing_token: "f".into() };
-    sink.reset(&key).await.unwrap();
-    sink.append(&key, Frame::Control(serde_json::json!({ "phase": "x" }))).await.unwrap();
+    let owner = StreamOwner { lease_until: SystemClock.now() };
+    sink.reset(&key, owner).await.unwrap();
+    sink.append(&key, owner, Frame::Control(serde_json::json!({ "phase": "x" }))).await.unwrap();
     sink.flush_all().await.unwrap();
     assert!(!keys.keys().is_empty(), "frames live under the URL sink's prefix");
 }

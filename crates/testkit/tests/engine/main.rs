@@ -8,6 +8,7 @@ mod mocks;
 mod model;
 mod renewal;
 mod standalone_publisher;
+mod stream_fencing;
 mod write_budget;
 
 use kernel_core::{ActivityContext, Definition, StepDef, StepOutcome};
