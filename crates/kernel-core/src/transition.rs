@@ -137,8 +137,7 @@ impl Guard {
             Guard::Failing { token } => inst.status == S::Failing && token_is(token),
             Guard::Token { token } => token_is(token),
             Guard::Failed { unless_round } => {
-                inst.status == S::Failed
-                    && unless_round.as_ref().is_none_or(|f| !BusinessRound::of(&inst.input).is(f))
+                inst.status == S::Failed && unless_round.as_ref().is_none_or(|f| !BusinessRound::of(&inst.input).is(f))
             }
             Guard::DueWait { now, step_index } => {
                 inst.status == S::Waiting

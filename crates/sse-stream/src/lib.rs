@@ -71,6 +71,9 @@ pub struct StreamConfig {
     pub reconnect_ttl_ms: u64,
     /// Most streams whose batching state the writer keeps in memory.
     pub streams_max: usize,
+    /// Most frames of one generation; an append beyond it is refused with
+    /// [`Error::InvalidInput`] and appends nothing (the terminal frame always fits).
+    pub frames_max: u64,
 }
 
 impl Default for StreamConfig {
@@ -84,6 +87,7 @@ impl Default for StreamConfig {
             readout_ttl_ms: 60_000,
             reconnect_ttl_ms: 24 * 3_600_000,
             streams_max: 10_000,
+            frames_max: 10_000,
         }
     }
 }
@@ -110,6 +114,7 @@ impl StreamConfig {
         positive("readout_ttl_ms", self.readout_ttl_ms)?;
         positive("reconnect_ttl_ms", self.reconnect_ttl_ms)?;
         positive("streams_max", self.streams_max as u64)?;
+        positive("frames_max", self.frames_max)?;
         if self.text_linger_ms < 0 {
             return Err(Error::invalid("text_linger_ms", "must not be negative"));
         }

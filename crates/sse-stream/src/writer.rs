@@ -50,7 +50,9 @@ struct Inner {
 ///   [`Clock`](kernel_core::ports::Clock) port); control, error and terminal frames flush
 ///   pending text first, in the same Lua call.
 /// - Every append is **one** Lua call: `RPUSH`, the offset, the frames' TTL refreshed;
-///   refused once the terminal reference exists.
+///   refused once the terminal reference exists, and refused with
+///   [`Error::InvalidInput`] (nothing appended) when the generation would exceed
+///   [`StreamConfig::frames_max`] frames — the terminal frame always fits.
 /// - `reset` clears frames and terminal reference and bumps the generation.
 /// - `terminal` appends the terminal frame and writes the terminal reference, then
 ///   shortens only the frames' TTL to the read-out window.
@@ -172,7 +174,10 @@ impl Inner {
         let keys = StreamKeys::new(&self.config.prefix, key);
         let mut inv = APPEND.prepare_invoke();
         inv.key(&keys.frames).key(&keys.terminal).key(&keys.generation).key(&keys.owner);
-        inv.arg(self.config.frames_ttl_ms).arg(self.config.reconnect_ttl_ms).arg(owner_arg(st.owner));
+        inv.arg(self.config.frames_ttl_ms)
+            .arg(self.config.reconnect_ttl_ms)
+            .arg(owner_arg(st.owner))
+            .arg(self.config.frames_max);
         for r in &records {
             inv.arg(r.as_slice());
         }
@@ -180,6 +185,12 @@ impl Inner {
         let (offset, _gen): (i64, u64) = inv.invoke_async(&mut conn).await.map_err(map_redis_error)?;
         if offset == -2 {
             return Err(owner_refused());
+        }
+        if offset == -3 {
+            return Err(Error::invalid(
+                "stream",
+                format_args!("the generation holds its limit of {} frames; frame dropped", self.config.frames_max),
+            ));
         }
         if offset < 0 {
             st.terminal = true;

@@ -245,7 +245,11 @@ async fn hardening_01_same_round_recovery_settles_a_failed_instance_and_the_next
                     Ok(StepOutcome::complete(serde_json::Value::Null))
                 }
             };
-            vec![Definition::builder(TYPE).step(StepDef::new("pay", pay)).failure_finalizer(on_failure).build().unwrap()]
+            vec![Definition::builder(TYPE)
+                .step(StepDef::new("pay", pay))
+                .failure_finalizer(on_failure)
+                .build()
+                .unwrap()]
         }
     };
     let base = Env::new(11);

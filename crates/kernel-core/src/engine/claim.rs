@@ -697,7 +697,8 @@ impl Claim {
         }
         let doc = self.snapshot();
         let summary = serde_json::json!({ "status": doc.status.as_str(), "revision": doc.revision });
-        if let Err(e) = self.inner.ports.stream.terminal(&effects::stream_key(&doc), self.stream_owner(), summary).await {
+        if let Err(e) = self.inner.ports.stream.terminal(&effects::stream_key(&doc), self.stream_owner(), summary).await
+        {
             tracing::debug!(error = %e, "terminal frame failed");
         }
     }

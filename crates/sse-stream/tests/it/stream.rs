@@ -28,7 +28,12 @@ struct Fixture {
 
 impl Fixture {
     fn forwarder(&self) -> Forwarder {
-        Forwarder::new(self.conn.clone(), &self.keys.prefix, &self.key, ForwardConfig { read_batch: 3, poll_ms: 5 })
+        Forwarder::new(
+            self.conn.clone(),
+            &self.keys.prefix,
+            &self.key,
+            ForwardConfig { read_batch: 3, poll_ms: 5, ..ForwardConfig::default() },
+        )
     }
     async fn llen(&self) -> usize {
         let mut c = self.conn.clone();
@@ -312,7 +317,8 @@ async fn hardening_11_an_older_owner_cannot_reset_append_or_end_the_stream() {
     assert!(matches!(fx.sink.append(&fx.key, zombie, Frame::Text("late".into())).await, Err(Error::Conflict(_))));
     assert_eq!(fx.llen().await, 1, "the successor's frame alone");
     // A second writer process of the zombie, with no local state, is refused the same way.
-    let other = RedisStreamSink::new(fx.conn.clone(), fx.clock.clone() as Arc<DynClock>, fx.sink.config().clone()).unwrap();
+    let other =
+        RedisStreamSink::new(fx.conn.clone(), fx.clock.clone() as Arc<DynClock>, fx.sink.config().clone()).unwrap();
     assert!(matches!(other.reset(&fx.key, zombie).await, Err(Error::Conflict(_))));
     assert!(matches!(other.append(&fx.key, zombie, Frame::Text("late".into())).await, Err(Error::Conflict(_))));
     assert!(matches!(other.terminal(&fx.key, zombie, json!({"status": "failed"})).await, Err(Error::Conflict(_))));
@@ -323,4 +329,52 @@ async fn hardening_11_an_older_owner_cannot_reset_append_or_end_the_stream() {
     let mut c = fx.conn.clone();
     let gen: u64 = c.get(fx.sink.keys(&fx.key).generation).await.unwrap();
     assert_eq!(gen, g, "no reset since the successor's");
+}
+
+/// Defect 12: the frames of one generation are capped (`StreamConfig::frames_max`, 10 000 by
+/// default). An append beyond it is refused with a typed error and appends nothing; the
+/// workflow, which ignores stream errors, goes on (K-16).
+#[tokio::test]
+async fn hardening_12_frames_of_a_generation_are_capped() {
+    assert_eq!(StreamConfig::default().frames_max, 10_000);
+    let cap = 100;
+    let Some(fx) = fixture("hardening_12_frames", |c| {
+        unbatched(c);
+        c.frames_max = cap as u64;
+    })
+    .await
+    else {
+        return;
+    };
+    fx.sink.reset(&fx.key, OWNER).await.unwrap();
+    for i in 0..cap {
+        fx.sink.append(&fx.key, OWNER, Frame::Text("x".into())).await.unwrap_or_else(|e| panic!("frame {i}: {e}"));
+    }
+    let over = fx.sink.append(&fx.key, OWNER, Frame::Text("one too many".into())).await;
+    assert!(matches!(over, Err(Error::InvalidInput { .. })), "{over:?}");
+    assert_eq!(fx.llen().await, cap, "nothing appended beyond the cap");
+    // The terminal frame is not a progress frame: it always fits, so readers learn the end.
+    fx.sink.terminal(&fx.key, OWNER, json!({"status": "completed"})).await.unwrap();
+    assert_eq!(fx.llen().await, cap + 1);
+    // A new generation starts empty.
+    fx.sink.reset(&fx.key, OWNER).await.unwrap();
+    assert_eq!(fx.sink.append(&fx.key, OWNER, Frame::Text("again".into())).await.unwrap(), 0);
+}
+
+/// Defect 12: a forwarder on a stream nobody writes (abandoned, or never started) does not
+/// poll forever: after `ForwardConfig::idle_ms_max` without a new frame it ends with a
+/// typed, retryable error (the client may reconnect).
+#[tokio::test]
+async fn hardening_12_a_forwarder_gives_up_on_an_abandoned_stream() {
+    let Some(fx) = fixture("hardening_12_idle", unbatched).await else { return };
+    fx.sink.reset(&fx.key, OWNER).await.unwrap();
+    fx.sink.append(&fx.key, OWNER, Frame::Text("only".into())).await.unwrap();
+    let config = ForwardConfig { read_batch: 3, poll_ms: 5, idle_ms_max: 50 };
+    let mut f = Forwarder::new(fx.conn.clone(), &fx.keys.prefix, &fx.key, config);
+    assert!(matches!(next(&mut f).await, Some(ForwardEvent::Replay { .. })));
+    assert!(text(&next(&mut f).await.unwrap()).is_some());
+    let end =
+        tokio::time::timeout(Duration::from_secs(5), f.next()).await.expect("forwarder polled an abandoned stream");
+    assert!(matches!(&end, Err(e) if e.is_retryable()), "{end:?}");
+    assert_eq!(f.next().await.unwrap(), None, "nothing after giving up");
 }

@@ -747,7 +747,8 @@ pub async fn replay_race_one_winner(store: &DynStore) {
     seed(store, failed_instance("wf-1")).await;
     let t = Transition::replay(json!({"fencing_token": "f2"}), T0.plus(22));
     let id = WorkflowId::from("wf-1");
-    let outcomes = futures::future::join_all((0..6).map(|_| store.apply(&id, &Guard::Failed { unless_round: None }, &t))).await;
+    let outcomes =
+        futures::future::join_all((0..6).map(|_| store.apply(&id, &Guard::Failed { unless_round: None }, &t))).await;
     let applied = outcomes.into_iter().map(|o| o.expect("apply")).filter(WriteOutcome::applied).count();
     assert_eq!(applied, 1);
     assert_eq!(store.get(&"wf-1".into()).await.unwrap().unwrap().retry_count, 2);
