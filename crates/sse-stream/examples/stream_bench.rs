@@ -10,7 +10,7 @@ use kernel_core::ports::{Clock, DynClock, Frame, StreamKey, StreamOwner, StreamS
 use serde_json::json;
 use sse_stream::codec::{decode, encode, Record};
 use sse_stream::event::SseEvent;
-use sse_stream::{RedisStreamSink, StreamConfig};
+use sse_stream::{RedisStreamSink, StreamConfig, StreamSecret};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -61,7 +61,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let conn = side.redis_connection()?.connection().clone();
     let key = StreamKey { object_id: "o".into(), workflow_id: "w".into(), fencing_token: "f".into() };
     // Unbatched compact appends through the writer (one Lua call each).
-    let config = StreamConfig { text_batch_bytes: 1, ..StreamConfig::with_prefix(&prefix) };
+    let config = StreamConfig { text_batch_bytes: 1, ..StreamConfig::new(&prefix, StreamSecret::new([9u8; 32])?) };
     let sink = RedisStreamSink::new(conn.clone(), Arc::new(SystemClock) as Arc<DynClock>, config)?;
     let owner = StreamOwner { lease_until: SystemClock.now() };
     sink.reset(&key, owner).await?;

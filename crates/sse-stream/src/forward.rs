@@ -4,7 +4,6 @@ use crate::codec::{decode, Record};
 use crate::keys::StreamKeys;
 use crate::map_redis_error;
 use futures::future::BoxFuture;
-use kernel_core::ports::StreamKey;
 use kernel_core::{Error, Result};
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
@@ -91,11 +90,13 @@ impl std::fmt::Debug for Forwarder {
 }
 
 impl Forwarder {
-    /// A forwarder for `key` under `prefix`.
-    pub fn new(conn: ConnectionManager, prefix: &str, key: &StreamKey, config: ForwardConfig) -> Self {
+    /// A forwarder for the stream whose keys are `keys` ([`StreamKeys::new`] with the
+    /// writer's prefix and secret). An endpoint authorises the client first
+    /// ([`StreamAuthorizer`](crate::StreamAuthorizer)).
+    pub fn new(conn: ConnectionManager, keys: StreamKeys, config: ForwardConfig) -> Self {
         Forwarder {
             conn,
-            keys: StreamKeys::new(prefix, key),
+            keys,
             config,
             hook: None,
             generation: 0,

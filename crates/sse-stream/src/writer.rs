@@ -91,7 +91,7 @@ impl RedisStreamSink {
 
     /// The keys of a stream.
     pub fn keys(&self, key: &StreamKey) -> StreamKeys {
-        StreamKeys::new(&self.inner.config.prefix, key)
+        StreamKeys::new(&self.inner.config.prefix, &self.inner.config.secret, key)
     }
 
     /// Append pending text of every stream now (e.g. before shutdown).
@@ -171,7 +171,7 @@ impl Inner {
         if records.is_empty() {
             return Ok(None);
         }
-        let keys = StreamKeys::new(&self.config.prefix, key);
+        let keys = StreamKeys::new(&self.config.prefix, &self.config.secret, key);
         let mut inv = APPEND.prepare_invoke();
         inv.key(&keys.frames).key(&keys.terminal).key(&keys.generation).key(&keys.owner);
         inv.arg(self.config.frames_ttl_ms)

@@ -95,7 +95,12 @@ async fn scratch_namespaces_hold_the_outbox_candidates_and_stream_and_are_destro
     // Candidates and stream frames live under the scratch prefix.
     let candidates = queue.dispatch_candidates().unwrap();
     candidates.add(&kernel_core::ObjectId::from("obj-1"), kernel_core::Instant::ZERO).await.unwrap();
-    let sink = queue.stream_sink(std::sync::Arc::new(kernel_core::ports::SystemClock)).unwrap();
+    let sink = queue
+        .stream_sink(
+            std::sync::Arc::new(kernel_core::ports::SystemClock),
+            sse_stream::StreamSecret::new([7u8; 32]).unwrap(),
+        )
+        .unwrap();
     let key = kernel_core::ports::StreamKey {
         object_id: "obj-1".into(),
         workflow_id: "wf-1".into(),

@@ -9,7 +9,7 @@ use queue_redis::test_support::{require_redis, TestKeys};
 use redis::AsyncCommands;
 use serde_json::json;
 use sse_stream::codec::Record;
-use sse_stream::{connect, ForwardConfig, ForwardEvent, Forwarder, RedisStreamSink, StreamConfig};
+use sse_stream::{connect, ForwardConfig, ForwardEvent, Forwarder, RedisStreamSink, StreamConfig, StreamSecret};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +17,10 @@ use testkit::memory::ManualClock;
 
 /// The writer of these tests (one claim).
 const OWNER: StreamOwner = StreamOwner { lease_until: Instant::from_millis(1_000_000) };
+
+fn secret() -> StreamSecret {
+    StreamSecret::new([42u8; 32]).expect("32 bytes")
+}
 
 struct Fixture {
     keys: TestKeys,
@@ -30,8 +34,7 @@ impl Fixture {
     fn forwarder(&self) -> Forwarder {
         Forwarder::new(
             self.conn.clone(),
-            &self.keys.prefix,
-            &self.key,
+            self.sink.keys(&self.key),
             ForwardConfig { read_batch: 3, poll_ms: 5, ..ForwardConfig::default() },
         )
     }
@@ -51,7 +54,7 @@ async fn fixture(test: &str, tweak: impl FnOnce(&mut StreamConfig)) -> Option<Fi
     let keys = TestKeys::new(&url, test);
     let conn = connect(&url).await.expect("connect");
     let clock = Arc::new(ManualClock::new(1_000_000));
-    let mut config = StreamConfig::with_prefix(&keys.prefix);
+    let mut config = StreamConfig::new(&keys.prefix, secret());
     tweak(&mut config);
     let sink = RedisStreamSink::new(conn.clone(), clock.clone() as Arc<DynClock>, config).expect("sink");
     let key = StreamKey { object_id: "obj-1".into(), workflow_id: "wf-1".into(), fencing_token: "f-1".into() };
@@ -209,7 +212,7 @@ async fn no_frame_after_terminal() {
     let other = RedisStreamSink::new(
         fx.conn.clone(),
         fx.clock.clone() as Arc<DynClock>,
-        StreamConfig { text_batch_bytes: 1, ..StreamConfig::with_prefix(&fx.keys.prefix) },
+        StreamConfig { text_batch_bytes: 1, ..StreamConfig::new(&fx.keys.prefix, secret()) },
     )
     .unwrap();
     assert!(matches!(other.append(&fx.key, OWNER, Frame::Text("late".into())).await, Err(Error::Conflict(_))));
@@ -336,7 +339,7 @@ async fn hardening_11_an_older_owner_cannot_reset_append_or_end_the_stream() {
 /// workflow, which ignores stream errors, goes on (K-16).
 #[tokio::test]
 async fn hardening_12_frames_of_a_generation_are_capped() {
-    assert_eq!(StreamConfig::default().frames_max, 10_000);
+    assert_eq!(StreamConfig::new("p", secret()).frames_max, 10_000);
     let cap = 100;
     let Some(fx) = fixture("hardening_12_frames", |c| {
         unbatched(c);
@@ -370,7 +373,7 @@ async fn hardening_12_a_forwarder_gives_up_on_an_abandoned_stream() {
     fx.sink.reset(&fx.key, OWNER).await.unwrap();
     fx.sink.append(&fx.key, OWNER, Frame::Text("only".into())).await.unwrap();
     let config = ForwardConfig { read_batch: 3, poll_ms: 5, idle_ms_max: 50 };
-    let mut f = Forwarder::new(fx.conn.clone(), &fx.keys.prefix, &fx.key, config);
+    let mut f = Forwarder::new(fx.conn.clone(), fx.sink.keys(&fx.key), config);
     assert!(matches!(next(&mut f).await, Some(ForwardEvent::Replay { .. })));
     assert!(text(&next(&mut f).await.unwrap()).is_some());
     let end =
