@@ -289,3 +289,28 @@ async fn hardening_01_same_round_recovery_settles_a_failed_instance_and_the_next
     assert_eq!(rec.fields["result"], json!("done in f2"));
     assert_eq!(rec.dispatch.map(|d| (d.fencing_token, d.status)), Some(("f2".into(), DispatchStatus::Dispatched)));
 }
+
+/// No silent passes: a sweep whose verdict cannot be read (here: the store cannot list its
+/// instances) fails, instead of counting an unreadable run as a clean one.
+#[tokio::test]
+async fn no_silent_pass_an_unreadable_verdict_fails_the_dispatch_sweep() {
+    use futures::FutureExt;
+    let factory = |seed: u64| -> BoxFuture<'static, DispatchEnv> {
+        Box::pin(async move {
+            let store = testkit::memory::InMemoryStore::new();
+            let inbox = testkit::memory::InMemoryInbox::new();
+            let blind: testkit::harness::Lister =
+                Arc::new(|| Box::pin(async { Err(Error::unavailable("the store cannot list instances")) }));
+            let world = World::with_durable(seed, Default::default(), Arc::new(store), Arc::new(inbox), blind);
+            DispatchEnv {
+                world,
+                outbox: Arc::new(InMemoryOutbox::new()),
+                candidates: Arc::new(InMemoryCandidates::new()),
+                defs: Arc::new(|o| vec![order(o)]),
+            }
+        })
+    };
+    let run = crash_windows(&factory, &[0], 1, Arc::new(|i| request(i, false)), 2);
+    let outcome = std::panic::AssertUnwindSafe(run).catch_unwind().await;
+    assert!(outcome.is_err(), "the sweep passed on verdicts it could not read: {:?}", outcome.ok());
+}

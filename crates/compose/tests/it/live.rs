@@ -1,6 +1,6 @@
 //! A deployment built from real URLs: `MONGODB_URI` and `REDIS_URL`, in a random database
 //! and under a random key prefix, both deleted at the end. Skipped (with the reason
-//! printed) when either is unset, except under `CI=true`, where that fails.
+//! printed) when either is unset, except under CI (`testkit::ci`), where that fails.
 
 use compose::{Deployment, QueueOptions, Scheme};
 use kernel_core::engine::{EngineConfig, Publisher};
@@ -12,13 +12,7 @@ fn servers(test: &str) -> Option<(String, String)> {
     let get = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     match (get("MONGODB_URI"), get("REDIS_URL")) {
         (Some(m), Some(r)) => Some((m, r)),
-        _ if std::env::var("CI").is_ok_and(|v| v == "true") => {
-            panic!("{test}: MONGODB_URI and REDIS_URL are required under CI=true")
-        }
-        _ => {
-            eprintln!("SKIPPED {test}: MONGODB_URI or REDIS_URL unset");
-            None
-        }
+        _ => testkit::ci::skip_or_fail(test, "MONGODB_URI or REDIS_URL unset"),
     }
 }
 
