@@ -2,13 +2,21 @@
 # The whole test suite. Starts the servers it needs:
 #   - Redis at $REDIS_URL (default redis://127.0.0.1:6379), started locally if `ping` fails;
 #   - a Mongo-wire test server (scripts/mongo-wire.sh) unless $MONGODB_URI names one.
-# Under CI=true a missing server fails the run; elsewhere server tests skip with a reason.
+# Under CI (CI=true or CI=1, the rule of testkit::ci) a missing server fails the run;
+# elsewhere server tests skip with a reason.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/wfk-target}"
 export REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379}"
 
 log() { printf '== %s\n' "$*"; }
+# The CI rule of testkit::ci: CI=true or CI=1, any case, blanks ignored.
+is_ci() {
+  case "$(printf '%s' "${CI:-}" | tr -d '[:space:]' | tr '[:upper:]' '[:lower:]')" in
+    true|1) return 0 ;;
+    *) return 1 ;;
+  esac
+}
 
 # Sections print their elapsed wall seconds when the next one starts and at exit, so a slow
 # section shows in CI's output.
@@ -64,7 +72,7 @@ if [ -z "${MONGODB_URI:-}" ] && [ -f scripts/mongo-wire.sh ]; then
     eval "$(printf '%s\n' "$out" | grep '^MONGODB_URI=')"
     export MONGODB_URI
     started_mongo=1
-  elif [ "${CI:-}" = "true" ]; then
+  elif is_ci; then
     echo "could not start the Mongo-wire test server" >&2
     exit 1
   fi

@@ -17,8 +17,13 @@ export REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379}"
 WAIT_S="${WORKER_CHECK_TIMEOUT_S:-30}"
 
 if [ -z "${MONGODB_URI:-}" ]; then
-  if [ "${CI:-}" = "true" ]; then
-    echo "worker check: MONGODB_URI is required under CI=true" >&2
+  # The CI rule of testkit::ci: CI=true or CI=1 (any case) makes a missing server a failure.
+  case "$(printf '%s' "${CI:-}" | tr -d '[:space:]' | tr '[:upper:]' '[:lower:]')" in
+    true|1) ci=1 ;;
+    *) ci="" ;;
+  esac
+  if [ -n "$ci" ]; then
+    echo "worker check: MONGODB_URI is required under CI (CI=true or CI=1)" >&2
     exit 1
   fi
   echo "SKIPPED worker check: MONGODB_URI unset"

@@ -523,12 +523,17 @@ impl QueueSide {
     }
 
     /// The progress stream sink (K-16) on the same Redis connection, its keys under the
-    /// same prefix, stamping frames with `clock`; set it with
-    /// [`PortsBuilder::stream`]. [`ComposeError::NotOffered`] for any other scheme.
+    /// same prefix and keyed by `secret` (shared with the processes that serve the
+    /// streams), stamping frames with `clock`; set it with [`PortsBuilder::stream`].
+    /// [`ComposeError::NotOffered`] for any other scheme.
     #[cfg(feature = "redis")]
-    pub fn stream_sink(&self, clock: Arc<DynClock>) -> Result<sse_stream::RedisStreamSink, ComposeError> {
+    pub fn stream_sink(
+        &self,
+        clock: Arc<DynClock>,
+        secret: sse_stream::StreamSecret,
+    ) -> Result<sse_stream::RedisStreamSink, ComposeError> {
         match &self.handle {
-            QueueHandle::Redis(conn, prefix) => redis::stream_sink(conn, prefix, clock),
+            QueueHandle::Redis(conn, prefix) => redis::stream_sink(conn, prefix, clock, secret),
             #[allow(unreachable_patterns)]
             _ => Err(not_offered(Role::Queue, self.scheme, "stream sink")),
         }

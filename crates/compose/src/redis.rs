@@ -54,7 +54,9 @@ pub(crate) fn stream_sink(
     conn: &RedisConnection,
     prefix: &str,
     clock: Arc<kernel_core::ports::DynClock>,
+    secret: sse_stream::StreamSecret,
 ) -> Result<sse_stream::RedisStreamSink, ComposeError> {
-    sse_stream::RedisStreamSink::new(conn.connection().clone(), clock, sse_stream::StreamConfig::with_prefix(prefix))
+    let config = sse_stream::StreamConfig::new(prefix, secret);
+    sse_stream::RedisStreamSink::new(conn.connection().clone(), clock, config)
         .map_err(|e| prefix_error(prefix, "stream sink", e))
 }

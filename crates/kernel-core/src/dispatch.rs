@@ -546,13 +546,12 @@ impl Dispatch {
 }
 
 /// Whether StartOrResume left a registered execution for this round. A `failing` instance
-/// is not (its old finalizer must finish first, K-5); canceled and completed ones are
-/// registered and need nothing more from the dispatcher.
-///
-/// Known edge: when a process dies between StartOrResume and confirm, and the workflow then
-/// fails before recovery takes the intent, recovery's StartOrResume replays the failed
-/// instance in the same round (K-5: failed ⇒ replay). Activities stay correct (writes are
-/// fenced by the same round and idempotent); failed steps run once more.
+/// is not (its old finalizer must finish first, K-5); canceled, completed and failed ones are
+/// registered and need nothing more from the dispatcher. A failed instance of the intent's
+/// own round comes back not activated (K-5: a round is never replayed under its own round),
+/// so recovery after a crash between StartOrResume and confirm settles the intent against
+/// it instead of re-running its failed steps under a new K-17.1 key; only a new round
+/// (K-11.4) replays.
 fn registered(out: &crate::engine::StartOutcome) -> bool {
     out.execution_activated || out.instance.status != WorkflowStatus::Failing
 }

@@ -7,7 +7,7 @@
 //! and the conformance suite checks every other adapter against them.
 
 use crate::error::{Error, Result};
-use crate::id::ClaimToken;
+use crate::id::{BusinessRound, ClaimToken, FencingToken};
 use crate::model::*;
 use crate::validate;
 use serde::{Deserialize, Serialize};
@@ -56,8 +56,14 @@ pub enum Guard {
         /// The current claim.
         token: ClaimToken,
     },
-    /// `status = failed` (replay, K-5).
-    Failed,
+    /// Replay (K-5): `status = failed`, and, when `unless_round` is given, the instance's
+    /// round (`input.fencing_token`) is not that token. A failed round is never replayed
+    /// under its own round (that would re-run its failed steps under a new K-17.1 key);
+    /// build it with [`Guard::replay`].
+    Failed {
+        /// The requesting round; `None` replays whatever round failed.
+        unless_round: Option<FencingToken>,
+    },
     /// Timer activation (K-9.2): `status = waiting AND claimable_time ≤ now AND wait.step_index = i`.
     DueWait {
         /// The caller's clock.
@@ -94,8 +100,22 @@ impl Guard {
                 validate::identifier("signal_type", signal_type)?;
                 validate::identifier("wait_key", wait_key)
             }
-            Guard::Failed | Guard::DueWait { .. } | Guard::Active | Guard::PriorityBelow(_) => Ok(()),
+            Guard::Failed { .. } | Guard::DueWait { .. } | Guard::Active | Guard::PriorityBelow(_) => Ok(()),
         }
+    }
+
+    /// The replay guard of a StartOrResume carrying `input` (K-5): its business round,
+    /// read by [`BusinessRound::of`], when it has a non-empty one.
+    ///
+    /// ```
+    /// use kernel_core::transition::Guard;
+    /// let g = Guard::replay(&serde_json::json!({"fencing_token": "f1"}));
+    /// assert_eq!(g, Guard::Failed { unless_round: Some("f1".into()) });
+    /// assert_eq!(Guard::replay(&serde_json::json!({"x": 1})), Guard::Failed { unless_round: None });
+    /// assert_eq!(Guard::replay(&serde_json::json!({"fencing_token": ""})), Guard::Failed { unless_round: None });
+    /// ```
+    pub fn replay(input: &Value) -> Guard {
+        Guard::Failed { unless_round: BusinessRound::of(input).fencing_token.filter(|f| !f.as_str().is_empty()) }
     }
 
     /// Whether this guard needs the current claim token.
@@ -116,7 +136,9 @@ impl Guard {
             Guard::Running { token } => inst.status == S::Running && token_is(token),
             Guard::Failing { token } => inst.status == S::Failing && token_is(token),
             Guard::Token { token } => token_is(token),
-            Guard::Failed => inst.status == S::Failed,
+            Guard::Failed { unless_round } => {
+                inst.status == S::Failed && unless_round.as_ref().is_none_or(|f| !BusinessRound::of(&inst.input).is(f))
+            }
             Guard::DueWait { now, step_index } => {
                 inst.status == S::Waiting
                     && inst.claimable_time.is_some_and(|c| c <= *now)
@@ -874,7 +896,8 @@ impl Transition {
         t
     }
 
-    /// Replay of a failed instance (K-5), under [`Guard::Failed`].
+    /// Replay of a failed instance (K-5), under [`Guard::Failed`] (built by
+    /// [`Guard::replay`]).
     pub fn replay(input: Value, now: Instant) -> Self {
         let mut t = Transition::new(TransitionKind::Replay, now);
         t.status = Some(WorkflowStatus::Running);

@@ -26,9 +26,16 @@ pub fn redis_url() -> String {
     std::env::var("REDIS_URL").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| DEFAULT_REDIS_URL.to_string())
 }
 
-/// Whether this run is CI, where a missing Redis must fail instead of skip.
+/// Whether this run is CI, where a missing Redis must fail instead of skip: `CI=true` or
+/// `CI=1`, any case, blanks ignored — the rule of `testkit::ci` (which this crate cannot
+/// depend on), checked to agree by a test.
 pub fn is_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+    ci_from(std::env::var("CI").ok().as_deref())
+}
+
+/// Whether `value` (the `CI` variable, if set) means a CI run.
+pub fn ci_from(value: Option<&str>) -> bool {
+    value.is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "true" | "1"))
 }
 
 /// `PING` over a short-lived synchronous connection.

@@ -8,20 +8,25 @@
 //!
 //! Run: `cargo run -p sse-stream --example sse_server -- --port 8080` and open the page.
 //! `--check` makes it a test driver: it exits after the page reports (or after 90 s),
-//! prints `browser-sse: frames_before_reconnect=<n> reconnects=<m> final_matches=<bool>`
-//! and exits non-zero unless n ≥ 2, m ≥ 1 and the final result equals the stored one.
+//! prints `browser-sse: frames_before_reconnect=<n> reconnects=<m> final_matches=<bool>
+//! unauthorized_refused=<bool>` and exits non-zero unless n ≥ 2, m ≥ 1, the final result
+//! equals the stored one and a request without a read grant was refused.
 //!
 //! The page asks for `drop_after=3`: the server ends a first connection (one without
 //! `Last-Event-ID`) after three text frames, so the browser's reconnect is exercised.
+//!
+//! Stream keys are keyed by the server's secret (`WFK_STREAM_SECRET`, hex, else a random one
+//! for this run), and `/events` is authorised: `/start` hands the client a read grant for
+//! its stream, and a request without a valid one gets `403`. `--check` also asks for a
+//! stream without a grant and reports `unauthorized_refused=<bool>`.
 
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::{Html, IntoResponse};
+use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use compose::{url_from_args, Deployment, QueueOptions, QueueSide, Role, StoreSide};
-use futures::Stream;
 use kernel_core::engine::{Engine, EngineConfig};
 use kernel_core::model::DurationMs;
 use kernel_core::ports::{DynClock, DynStore, StreamKey, SystemClock};
@@ -31,7 +36,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use sse_stream::codec::Record;
 use sse_stream::event::{SseEvent, DEFAULTS};
-use sse_stream::{ForwardConfig, ForwardEvent, Forwarder};
+use sse_stream::{ForwardConfig, ForwardEvent, Forwarder, ReadGrants, StreamAuthorizer, StreamKeys, StreamSecret};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -73,6 +78,9 @@ struct App {
     store: Arc<DynStore>,
     conn: redis::aio::ConnectionManager,
     prefix: String,
+    secret: StreamSecret,
+    /// The `/events` authorisation hook: grants signed with the server's secret.
+    grants: ReadGrants,
     started: Arc<AtomicU64>,
     reports: mpsc::Sender<Value>,
 }
@@ -91,7 +99,18 @@ async fn start(State(app): State<App>) -> Result<Json<Value>, (StatusCode, Strin
         .start_or_resume(StartRequest::new(TYPE, object_id.clone(), input))
         .await
         .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-    Ok(Json(json!({ "object_id": object_id, "workflow_id": out.instance.workflow_id, "fencing_token": "f1" })))
+    let key = StreamKey {
+        object_id: object_id.as_str().into(),
+        workflow_id: out.instance.workflow_id.clone(),
+        fencing_token: "f1".into(),
+    };
+    let access = app.grants.grant(&key);
+    Ok(Json(json!({
+        "object_id": object_id,
+        "workflow_id": out.instance.workflow_id,
+        "fencing_token": "f1",
+        "access": access,
+    })))
 }
 
 #[derive(Deserialize)]
@@ -99,6 +118,8 @@ struct EventsQuery {
     object: String,
     workflow: String,
     token: String,
+    /// The read grant `/start` handed out.
+    access: Option<String>,
     drop_after: Option<u64>,
 }
 
@@ -121,13 +142,14 @@ fn sse_of(e: &ForwardEvent) -> Event {
     }
 }
 
-async fn events(
-    State(app): State<App>,
-    headers: HeaderMap,
-    Query(q): Query<EventsQuery>,
-) -> Sse<impl Stream<Item = Result<Event, std::convert::Infallible>>> {
+async fn events(State(app): State<App>, headers: HeaderMap, Query(q): Query<EventsQuery>) -> Response {
     let key = StreamKey { object_id: q.object.into(), workflow_id: q.workflow.into(), fencing_token: q.token.into() };
-    let forwarder = Forwarder::new(app.conn.clone(), &app.prefix, &key, ForwardConfig::default());
+    // The authorisation hook: no stream is touched for a reader without a grant.
+    if let Err(e) = app.grants.authorize(&key, q.access.as_deref()) {
+        return (StatusCode::FORBIDDEN, e.to_string()).into_response();
+    }
+    let keys = StreamKeys::new(&app.prefix, &app.secret, &key);
+    let forwarder = Forwarder::new(app.conn.clone(), keys, ForwardConfig::default());
     // Only a first connection is cut short; a reconnect carries Last-Event-ID.
     let drop_after = if headers.contains_key("last-event-id") { None } else { q.drop_after };
     let retry = Event::default().retry(Duration::from_millis(DEFAULTS.retry_ms)).comment("stream");
@@ -142,7 +164,7 @@ async fn events(
                     texts += 1;
                 }
                 let last = matches!(e, ForwardEvent::Terminal(_) | ForwardEvent::Final(_));
-                Some((Ok(sse_of(&e)), (f, texts, last)))
+                Some((Ok::<_, std::convert::Infallible>(sse_of(&e)), (f, texts, last)))
             }
             Ok(None) => None,
             Err(e) => {
@@ -152,7 +174,23 @@ async fn events(
         }
     });
     let stream = futures::StreamExt::chain(futures::stream::once(async move { Ok(retry) }), stream);
-    Sse::new(stream).keep_alive(KeepAlive::default())
+    Sse::new(stream).keep_alive(KeepAlive::default()).into_response()
+}
+
+/// Ask `/events` on `addr` for a stream without a read grant, over plain HTTP/1.1; true when
+/// the server answers `403`.
+async fn refuses_without_grant(addr: std::net::SocketAddr) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut tcp) = tokio::net::TcpStream::connect(addr).await else { return false };
+    let req = format!(
+        "GET /events?object=talk-1&workflow=wf-guess&token=f1 HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    );
+    if tcp.write_all(req.as_bytes()).await.is_err() {
+        return false;
+    }
+    let mut head = [0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut head)).await.ok().and_then(Result::ok);
+    n.is_some_and(|n| String::from_utf8_lossy(&head[..n]).starts_with("HTTP/1.1 403"))
 }
 
 /// The stored truth the page's final result is compared with (K-1.3).
@@ -211,7 +249,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         queue: QueueSide::connect_scratch(&queue_url, &QueueOptions::default(), "sse-demo").await?,
     };
     let clock: Arc<DynClock> = Arc::new(SystemClock);
-    let sink = deployment.queue.stream_sink(clock.clone())?;
+    let secret = match std::env::var("WFK_STREAM_SECRET") {
+        Ok(hex) => StreamSecret::from_hex(&hex)?,
+        Err(_) => StreamSecret::new(rand::random::<[u8; 32]>())?,
+    };
+    let sink = deployment.queue.stream_sink(clock.clone(), secret.clone())?;
     let conn = deployment.queue.redis_connection()?.connection().clone();
     let prefix = deployment.queue.key_prefix().unwrap_or_default().to_string();
     let ports = deployment.ports().clock(clock).stream(Arc::new(sink.clone())).build()?;
@@ -225,7 +267,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let (tx, mut rx) = mpsc::channel(4);
     let store = deployment.store.store.clone();
-    let app = App { engine, store, conn, prefix, started: Arc::new(AtomicU64::new(0)), reports: tx };
+    let grants = ReadGrants::new(secret.clone());
+    let app = App { engine, store, conn, prefix, secret, grants, started: Arc::new(AtomicU64::new(0)), reports: tx };
     let router = Router::new()
         .route("/", get(page))
         .route("/start", post(start))
@@ -234,7 +277,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .route("/report", post(report))
         .with_state(app.clone());
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
-    println!("listening on http://{}/", listener.local_addr()?);
+    let addr = listener.local_addr()?;
+    println!("listening on http://{addr}/");
     let server = tokio::spawn(async move { axum::serve(listener, router).await });
 
     let code = if check {
@@ -244,8 +288,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     eprintln!("page: {}", line.as_str().unwrap_or_default());
                 }
                 let (n, m, ok) = verdict(&app, &report).await;
-                println!("browser-sse: frames_before_reconnect={n} reconnects={m} final_matches={ok}");
-                i32::from(!(n >= 2 && m >= 1 && ok))
+                let refused = refuses_without_grant(addr).await;
+                println!(
+                    "browser-sse: frames_before_reconnect={n} reconnects={m} final_matches={ok} unauthorized_refused={refused}"
+                );
+                i32::from(!(n >= 2 && m >= 1 && ok && refused))
             }
             _ => {
                 println!("browser-sse: no report from the page within 90 s");

@@ -6,11 +6,11 @@
 //! connected through `compose`; its keys live under a fresh prefix deleted afterwards).
 
 use compose::{url_from_args, QueueOptions, QueueSide, Role};
-use kernel_core::ports::{DynClock, Frame, StreamKey, StreamSink, SystemClock};
+use kernel_core::ports::{Clock, DynClock, Frame, StreamKey, StreamOwner, StreamSink, SystemClock};
 use serde_json::json;
 use sse_stream::codec::{decode, encode, Record};
 use sse_stream::event::SseEvent;
-use sse_stream::{RedisStreamSink, StreamConfig};
+use sse_stream::{RedisStreamSink, StreamConfig, StreamSecret};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -61,9 +61,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let conn = side.redis_connection()?.connection().clone();
     let key = StreamKey { object_id: "o".into(), workflow_id: "w".into(), fencing_token: "f".into() };
     // Unbatched compact appends through the writer (one Lua call each).
-    let config = StreamConfig { text_batch_bytes: 1, ..StreamConfig::with_prefix(&prefix) };
+    let config = StreamConfig { text_batch_bytes: 1, ..StreamConfig::new(&prefix, StreamSecret::new([9u8; 32])?) };
     let sink = RedisStreamSink::new(conn.clone(), Arc::new(SystemClock) as Arc<DynClock>, config)?;
-    sink.reset(&key).await?;
+    let owner = StreamOwner { lease_until: SystemClock.now() };
+    sink.reset(&key, owner).await?;
     let t = Instant::now();
     let mut bytes = 0;
     for r in records.iter().take(REDIS_FRAMES) {
@@ -74,7 +75,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             Record::Error(v) => Frame::Error(v),
             Record::Terminal(v) => Frame::Control(v),
         };
-        sink.append(&key, f).await?;
+        sink.append(&key, owner, f).await?;
     }
     report("redis append compact", REDIS_FRAMES, bytes, t.elapsed().as_secs_f64());
     // The same frames stored as full JSON (plain RPUSH, one call each) for comparison.

@@ -4,8 +4,7 @@ use crate::codec::{decode, Record};
 use crate::keys::StreamKeys;
 use crate::map_redis_error;
 use futures::future::BoxFuture;
-use kernel_core::ports::StreamKey;
-use kernel_core::Result;
+use kernel_core::{Error, Result};
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 use serde_json::Value;
@@ -48,11 +47,16 @@ pub struct ForwardConfig {
     pub read_batch: usize,
     /// Wait between reads when there is nothing new, in ms.
     pub poll_ms: u64,
+    /// Longest wait for a new frame (or a reset, or the terminal): a stream nobody writes —
+    /// abandoned, expired or never started — ends the forwarder with a retryable
+    /// [`Error::Unavailable`] instead of being polled forever; the client may reconnect.
+    /// Counted in polls of `poll_ms`.
+    pub idle_ms_max: u64,
 }
 
 impl Default for ForwardConfig {
     fn default() -> Self {
-        ForwardConfig { read_batch: 256, poll_ms: 50 }
+        ForwardConfig { read_batch: 256, poll_ms: 50, idle_ms_max: 600_000 }
     }
 }
 
@@ -71,6 +75,8 @@ pub struct Forwarder {
     done: bool,
     out: VecDeque<ForwardEvent>,
     skipped: u64,
+    /// Time waited since the last new frame, generation or start, in ms.
+    idle_ms: u64,
 }
 
 impl std::fmt::Debug for Forwarder {
@@ -84,11 +90,13 @@ impl std::fmt::Debug for Forwarder {
 }
 
 impl Forwarder {
-    /// A forwarder for `key` under `prefix`.
-    pub fn new(conn: ConnectionManager, prefix: &str, key: &StreamKey, config: ForwardConfig) -> Self {
+    /// A forwarder for the stream whose keys are `keys` ([`StreamKeys::new`] with the
+    /// writer's prefix and secret). An endpoint authorises the client first
+    /// ([`StreamAuthorizer`](crate::StreamAuthorizer)).
+    pub fn new(conn: ConnectionManager, keys: StreamKeys, config: ForwardConfig) -> Self {
         Forwarder {
             conn,
-            keys: StreamKeys::new(prefix, key),
+            keys,
             config,
             hook: None,
             generation: 0,
@@ -97,6 +105,7 @@ impl Forwarder {
             done: false,
             out: VecDeque::new(),
             skipped: 0,
+            idle_ms: 0,
         }
     }
 
@@ -136,6 +145,7 @@ impl Forwarder {
         self.generation = generation;
         self.cursor = 0;
         self.out.clear();
+        self.idle_ms = 0;
         ForwardEvent::Replay { generation }
     }
 
@@ -179,9 +189,18 @@ impl Forwarder {
                     self.done = true;
                     return Ok(Some(ForwardEvent::Terminal(summary)));
                 }
+                if self.idle_ms >= self.config.idle_ms_max {
+                    self.done = true;
+                    return Err(Error::unavailable(format!(
+                        "no new frame for {} ms: the stream looks abandoned",
+                        self.idle_ms
+                    )));
+                }
                 tokio::time::sleep(Duration::from_millis(self.config.poll_ms)).await;
+                self.idle_ms = self.idle_ms.saturating_add(self.config.poll_ms.max(1));
                 continue;
             }
+            self.idle_ms = 0;
             for bytes in raw {
                 let offset = self.cursor;
                 self.cursor += 1;

@@ -28,7 +28,10 @@
 //! ```
 //!
 //! Keys live under a configurable prefix, are passed to scripts in `KEYS` and share one
-//! hash tag per stream; values travel in `ARGV`.
+//! hash tag per stream, an HMAC under the server's [`StreamSecret`], so a stream's keys
+//! cannot be derived from its public identity; values travel in `ARGV`. An endpoint that
+//! serves streams checks each request with a [`StreamAuthorizer`] ([`ReadGrants`]: grants
+//! signed with the same secret).
 
 pub mod codec;
 pub mod event;
@@ -37,7 +40,7 @@ mod keys;
 mod writer;
 
 pub use forward::{ForwardConfig, ForwardEvent, Forwarder, ReadHook};
-pub use keys::StreamKeys;
+pub use keys::{ReadGrants, StreamAuthorizer, StreamKeys, StreamSecret};
 pub use writer::RedisStreamSink;
 
 use kernel_core::model::DurationMs;
@@ -57,6 +60,8 @@ pub use queue_redis::{connect, CONNECT_TIMEOUT_MS, RESPONSE_TIMEOUT_MS};
 pub struct StreamConfig {
     /// Key prefix (the identifier rule of K-2.0).
     pub prefix: String,
+    /// The server's secret that keys stream names (shared by every writer and reader).
+    pub secret: StreamSecret,
     /// Append pending text once this many bytes are pending (~1 KB).
     pub text_batch_bytes: usize,
     /// Append pending text this long after the first of it arrived (~100 ms).
@@ -71,12 +76,17 @@ pub struct StreamConfig {
     pub reconnect_ttl_ms: u64,
     /// Most streams whose batching state the writer keeps in memory.
     pub streams_max: usize,
+    /// Most frames of one generation; an append beyond it is refused with
+    /// [`Error::InvalidInput`] and appends nothing (the terminal frame always fits).
+    pub frames_max: u64,
 }
 
-impl Default for StreamConfig {
-    fn default() -> Self {
+impl StreamConfig {
+    /// Default settings under `prefix`, keyed by `secret`.
+    pub fn new(prefix: &str, secret: StreamSecret) -> Self {
         StreamConfig {
-            prefix: "wfk".into(),
+            prefix: prefix.to_string(),
+            secret,
             text_batch_bytes: 1_024,
             text_linger_ms: DurationMs::from_millis(100),
             frame_bytes_max: 64 * 1024,
@@ -84,14 +94,8 @@ impl Default for StreamConfig {
             readout_ttl_ms: 60_000,
             reconnect_ttl_ms: 24 * 3_600_000,
             streams_max: 10_000,
+            frames_max: 10_000,
         }
-    }
-}
-
-impl StreamConfig {
-    /// Default settings under `prefix`.
-    pub fn with_prefix(prefix: &str) -> Self {
-        StreamConfig { prefix: prefix.to_string(), ..StreamConfig::default() }
     }
 
     /// Check the limits.
@@ -110,6 +114,7 @@ impl StreamConfig {
         positive("readout_ttl_ms", self.readout_ttl_ms)?;
         positive("reconnect_ttl_ms", self.reconnect_ttl_ms)?;
         positive("streams_max", self.streams_max as u64)?;
+        positive("frames_max", self.frames_max)?;
         if self.text_linger_ms < 0 {
             return Err(Error::invalid("text_linger_ms", "must not be negative"));
         }

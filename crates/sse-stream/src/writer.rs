@@ -4,7 +4,7 @@ use crate::codec::{encode, Record};
 use crate::keys::StreamKeys;
 use crate::{map_redis_error, StreamConfig};
 use kernel_core::model::Instant;
-use kernel_core::ports::{DynClock, Frame, StreamKey, StreamSink};
+use kernel_core::ports::{DynClock, Frame, StreamKey, StreamOwner, StreamSink};
 use kernel_core::{Error, Result};
 use redis::aio::ConnectionManager;
 use redis::Script;
@@ -30,6 +30,8 @@ struct KeyState {
     epoch: u64,
     /// Terminal written: every later frame is refused.
     terminal: bool,
+    /// The owner the pending text belongs to (K-16 fencing).
+    owner: Option<StreamOwner>,
 }
 
 type Shared = Arc<tokio::sync::Mutex<KeyState>>;
@@ -48,10 +50,14 @@ struct Inner {
 ///   [`Clock`](kernel_core::ports::Clock) port); control, error and terminal frames flush
 ///   pending text first, in the same Lua call.
 /// - Every append is **one** Lua call: `RPUSH`, the offset, the frames' TTL refreshed;
-///   refused once the terminal reference exists.
+///   refused once the terminal reference exists, and refused with
+///   [`Error::InvalidInput`] (nothing appended) when the generation would exceed
+///   [`StreamConfig::frames_max`] frames — the terminal frame always fits.
 /// - `reset` clears frames and terminal reference and bumps the generation.
 /// - `terminal` appends the terminal frame and writes the terminal reference, then
 ///   shortens only the frames' TTL to the read-out window.
+/// - Every script compares the writer's [`StreamOwner`] with the stream's (a fourth key)
+///   and refuses an older one, so a zombie's reset, append or terminal changes nothing.
 ///
 /// Cheap to clone; clones share the connection and the batches.
 #[derive(Clone)]
@@ -85,7 +91,7 @@ impl RedisStreamSink {
 
     /// The keys of a stream.
     pub fn keys(&self, key: &StreamKey) -> StreamKeys {
-        StreamKeys::new(&self.inner.config.prefix, key)
+        StreamKeys::new(&self.inner.config.prefix, &self.inner.config.secret, key)
     }
 
     /// Append pending text of every stream now (e.g. before shutdown).
@@ -136,6 +142,14 @@ fn terminal_refused() -> Error {
     Error::Conflict("stream is terminal: no frames after the terminal frame".into())
 }
 
+fn owner_refused() -> Error {
+    Error::Conflict("stream is owned by a newer writer".into())
+}
+
+fn owner_arg(owner: Option<StreamOwner>) -> i64 {
+    owner.map_or(i64::MIN, |o| o.lease_until.as_millis())
+}
+
 fn encoded(record: &Record) -> Result<Vec<u8>> {
     encode(record).map_err(|e| Error::invalid("frame", e))
 }
@@ -157,15 +171,27 @@ impl Inner {
         if records.is_empty() {
             return Ok(None);
         }
-        let keys = StreamKeys::new(&self.config.prefix, key);
+        let keys = StreamKeys::new(&self.config.prefix, &self.config.secret, key);
         let mut inv = APPEND.prepare_invoke();
-        inv.key(&keys.frames).key(&keys.terminal).key(&keys.generation);
-        inv.arg(self.config.frames_ttl_ms).arg(self.config.reconnect_ttl_ms);
+        inv.key(&keys.frames).key(&keys.terminal).key(&keys.generation).key(&keys.owner);
+        inv.arg(self.config.frames_ttl_ms)
+            .arg(self.config.reconnect_ttl_ms)
+            .arg(owner_arg(st.owner))
+            .arg(self.config.frames_max);
         for r in &records {
             inv.arg(r.as_slice());
         }
         let mut conn = self.conn.clone();
         let (offset, _gen): (i64, u64) = inv.invoke_async(&mut conn).await.map_err(map_redis_error)?;
+        if offset == -2 {
+            return Err(owner_refused());
+        }
+        if offset == -3 {
+            return Err(Error::invalid(
+                "stream",
+                format_args!("the generation holds its limit of {} frames; frame dropped", self.config.frames_max),
+            ));
+        }
         if offset < 0 {
             st.terminal = true;
             return Err(terminal_refused());
@@ -179,32 +205,48 @@ impl Inner {
 
 #[async_trait::async_trait]
 impl StreamSink for RedisStreamSink {
-    async fn reset(&self, key: &StreamKey) -> Result<u64> {
+    async fn reset(&self, key: &StreamKey, owner: StreamOwner) -> Result<u64> {
         let state = self.state(key);
         let mut st = state.lock().await;
+        let keys = self.keys(key);
+        let mut conn = self.inner.conn.clone();
+        let gen: i64 = RESET
+            .key(&keys.frames)
+            .key(&keys.terminal)
+            .key(&keys.generation)
+            .key(&keys.owner)
+            .arg(self.inner.config.reconnect_ttl_ms)
+            .arg(owner_arg(Some(owner)))
+            .invoke_async(&mut conn)
+            .await
+            .map_err(map_redis_error)?;
+        if gen < 0 {
+            return Err(owner_refused());
+        }
         // Text of the previous generation must never land in the new one.
         st.pending.clear();
         st.pending_since = None;
         st.epoch += 1;
-        let keys = self.keys(key);
-        let mut conn = self.inner.conn.clone();
-        let gen: u64 = RESET
-            .key(&keys.frames)
-            .key(&keys.terminal)
-            .key(&keys.generation)
-            .arg(self.inner.config.reconnect_ttl_ms)
-            .invoke_async(&mut conn)
-            .await
-            .map_err(map_redis_error)?;
         st.terminal = false;
         st.next_offset = Some(0);
-        Ok(gen)
+        st.owner = Some(owner);
+        Ok(gen as u64)
     }
 
-    async fn append(&self, key: &StreamKey, frame: Frame) -> Result<u64> {
+    async fn append(&self, key: &StreamKey, owner: StreamOwner, frame: Frame) -> Result<u64> {
         let cfg = &self.inner.config;
         let state = self.state(key);
         let mut st = state.lock().await;
+        if st.owner.is_some_and(|o| o > owner) {
+            return Err(owner_refused());
+        }
+        if st.owner != Some(owner) {
+            // Pending text is appended under the owner that wrote it, never under another.
+            if !st.pending.is_empty() {
+                self.inner.append_records(key, &mut st, Vec::new()).await?;
+            }
+            st.owner = Some(owner);
+        }
         if st.terminal {
             return Err(terminal_refused());
         }
@@ -242,14 +284,23 @@ impl StreamSink for RedisStreamSink {
         }
     }
 
-    async fn terminal(&self, key: &StreamKey, summary: Value) -> Result<()> {
+    async fn terminal(&self, key: &StreamKey, owner: StreamOwner, summary: Value) -> Result<()> {
         let cfg = &self.inner.config;
         let state = self.state(key);
         let mut st = state.lock().await;
+        if st.owner.is_some_and(|o| o != owner) && !st.pending.is_empty() {
+            // Another owner's pending text goes under its own owner (or is refused).
+            if let Err(e) = self.inner.append_records(key, &mut st, Vec::new()).await {
+                tracing::debug!(error = %e, "pending text of another owner dropped");
+            }
+        }
         let keys = self.keys(key);
         let mut inv = TERMINAL.prepare_invoke();
-        inv.key(&keys.frames).key(&keys.terminal).key(&keys.generation);
-        inv.arg(encoded(&Record::Terminal(summary))?).arg(cfg.readout_ttl_ms).arg(cfg.reconnect_ttl_ms);
+        inv.key(&keys.frames).key(&keys.terminal).key(&keys.generation).key(&keys.owner);
+        inv.arg(encoded(&Record::Terminal(summary))?)
+            .arg(cfg.readout_ttl_ms)
+            .arg(cfg.reconnect_ttl_ms)
+            .arg(owner_arg(Some(owner)));
         if !st.pending.is_empty() {
             inv.arg(encoded(&Record::Text(std::mem::take(&mut st.pending)))?);
         }
@@ -260,6 +311,9 @@ impl StreamSink for RedisStreamSink {
         let r: std::result::Result<i64, _> = inv.invoke_async(&mut conn).await;
         drop(st);
         self.forget(key);
-        r.map(|_| ()).map_err(map_redis_error)
+        match r.map_err(map_redis_error)? {
+            -2 => Err(owner_refused()),
+            _ => Ok(()),
+        }
     }
 }

@@ -97,8 +97,12 @@ pub fn guard_filter(workflow_id: Option<&str>, guard: &Guard) -> Result<Document
         Guard::Token { token } => {
             f.insert("claim_token", token.as_str());
         }
-        Guard::Failed => {
+        Guard::Failed { unless_round } => {
             f.insert("status", WorkflowStatus::Failed.as_str());
+            if let Some(round) = unless_round {
+                // `$ne` also matches a missing or non-string round, as `Guard::matches` does.
+                f.insert("input.fencing_token", doc! { "$ne": round.as_str() });
+            }
         }
         Guard::DueWait { now, step_index } => {
             f.insert("status", WorkflowStatus::Waiting.as_str());

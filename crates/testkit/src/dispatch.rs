@@ -185,6 +185,12 @@ impl std::fmt::Display for DispatchSweep {
     }
 }
 
+/// The value of a step of a crash run, or a failure naming the run: an error is never read
+/// as a clean verdict or a finished recovery.
+fn must<T>(r: Result<T>, seed: u64, path: &str, plan: CrashPlan) -> T {
+    r.unwrap_or_else(|e| panic!("{path} {plan:?} (seed {seed}): {e}"))
+}
+
 fn objects(n: usize, req: &RequestFn) -> Vec<ObjectId> {
     (0..n).map(|i| req(i).object_id).collect()
 }
@@ -253,12 +259,12 @@ pub async fn crash_windows(
                 let switch = CrashSwitch::new(plan);
                 let mut fut = api(env.gated("api", switch.clone()), req.clone());
                 let crashed = tokio::select! { _ = &mut fut => false, _ = switch.wait_crashed() => true };
-                debug_assert!(crashed);
-                let _ = env.recover(&ids).await;
+                assert!(crashed, "realtime {plan:?} (seed {seed}): the planned crash never happened");
+                must(env.recover(&ids).await, seed, "realtime", plan);
                 switch.release();
                 fut.await;
-                let _ = env.recover(&ids).await;
-                let v = env.verdict(&ids).await.unwrap_or_default();
+                must(env.recover(&ids).await, seed, "realtime", plan);
+                let v = must(env.verdict(&ids).await, seed, "realtime", plan);
                 judge(&mut out, seed, format!("realtime {plan:?}"), v);
             }
         }
@@ -281,16 +287,16 @@ pub async fn crash_windows(
                     let _ = r0.recover_round().await;
                 });
                 let crashed = tokio::select! { _ = &mut fut => false, _ = switch.wait_crashed() => true };
-                debug_assert!(crashed);
+                assert!(crashed, "recovery {plan:?} (seed {seed}): the planned crash never happened");
                 env.world.clock.advance(DispatchConfig::default().lease_ms + DurationMs::from_millis(1_000));
-                let _ = env.recover(&ids).await;
+                must(env.recover(&ids).await, seed, "recovery", plan);
                 switch.release();
                 fut.await;
                 let z = switch.zombie_stats();
                 out.stale_writes_attempted += z.stale_writes_attempted;
                 out.stale_writes_accepted += z.stale_writes_accepted;
-                let _ = env.recover(&ids).await;
-                let v = env.verdict(&ids).await.unwrap_or_default();
+                must(env.recover(&ids).await, seed, "recovery", plan);
+                let v = must(env.verdict(&ids).await, seed, "recovery", plan);
                 judge(&mut out, seed, format!("recovery {plan:?}"), v);
             }
         }

@@ -77,9 +77,23 @@ pub struct RecordedStream {
     pub frames: Vec<Frame>,
     /// Terminal summary, once written.
     pub terminal: Option<Value>,
+    /// The greatest owner seen (K-16 fencing).
+    pub owner: Option<StreamOwner>,
 }
 
-/// In-memory [`StreamSink`] that refuses frames after the terminal one.
+impl RecordedStream {
+    /// Refuse a writer older than the stream's owner; otherwise it becomes the owner.
+    fn fence(&mut self, owner: StreamOwner) -> Result<()> {
+        if self.owner.is_some_and(|o| o > owner) {
+            return Err(kernel_core::Error::Conflict("stream is owned by a newer writer".into()));
+        }
+        self.owner = Some(owner);
+        Ok(())
+    }
+}
+
+/// In-memory [`StreamSink`] that refuses frames after the terminal one and writes of an
+/// owner older than the stream's (K-16).
 #[derive(Debug, Clone, Default)]
 pub struct InMemoryStreamSink {
     streams: Arc<Mutex<HashMap<StreamKey, RecordedStream>>>,
@@ -98,26 +112,33 @@ impl InMemoryStreamSink {
 
 #[async_trait::async_trait]
 impl StreamSink for InMemoryStreamSink {
-    async fn reset(&self, key: &StreamKey) -> Result<u64> {
+    async fn reset(&self, key: &StreamKey, owner: StreamOwner) -> Result<u64> {
         let mut s = self.streams.lock().expect("stream lock");
         let st = s.entry(key.clone()).or_default();
+        st.fence(owner)?;
         st.generation += 1;
         st.frames.clear();
         st.terminal = None;
         Ok(st.generation)
     }
-    async fn append(&self, key: &StreamKey, frame: Frame) -> Result<u64> {
+    async fn append(&self, key: &StreamKey, owner: StreamOwner, frame: Frame) -> Result<u64> {
         let mut s = self.streams.lock().expect("stream lock");
         let st = s.entry(key.clone()).or_default();
+        if st.owner.is_some_and(|o| o > owner) {
+            return Err(kernel_core::Error::Conflict("stream is owned by a newer writer".into()));
+        }
         if st.terminal.is_some() {
             return Err(kernel_core::Error::Conflict("stream is terminal".into()));
         }
+        st.owner = Some(owner);
         st.frames.push(frame);
         Ok(st.frames.len() as u64 - 1)
     }
-    async fn terminal(&self, key: &StreamKey, summary: Value) -> Result<()> {
+    async fn terminal(&self, key: &StreamKey, owner: StreamOwner, summary: Value) -> Result<()> {
         let mut s = self.streams.lock().expect("stream lock");
-        s.entry(key.clone()).or_default().terminal.get_or_insert(summary);
+        let st = s.entry(key.clone()).or_default();
+        st.fence(owner)?;
+        st.terminal.get_or_insert(summary);
         Ok(())
     }
 }

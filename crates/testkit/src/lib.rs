@@ -28,6 +28,7 @@
 //! # }
 //! ```
 
+pub mod ci;
 pub mod conformance;
 pub mod dispatch;
 pub mod faults;

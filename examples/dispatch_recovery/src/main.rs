@@ -5,9 +5,10 @@
 //! recovery dispatchers race to finish what it left; the candidate index is flushed once
 //! mid-run. One request in ten fails in its first round; the user then starts a new round
 //! (K-11.4) and the old round's activity is allowed to write late — a fenced write that
-//! must change nothing. Prints one line:
+//! must change nothing, and so must the late confirm of round f1 by an API process that
+//! died on that object. Every late write attempted must be rejected. Prints one line:
 //!
-//! `dispatch: seed=<s> accepted=<n> registered=<n> duplicate_instances=0 stuck_pending=0 input_mismatch=0 late_writes_rejected=<n>`
+//! `dispatch: seed=<s> accepted=<n> registered=<n> duplicate_instances=0 stuck_pending=0 input_mismatch=0 late_writes_attempted=<n> late_writes_rejected=<n>`
 //!
 //! Backends: `memory` (default: every port in memory; the candidate index is flushed) or
 //! `mongo`: instances, inbox and the business collection on MongoDB in a fresh database of
@@ -27,7 +28,7 @@ use kernel_core::{Engine, Priority, StartRequest};
 use kernel_examples::workflows::{order, ORDER};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use serde_json::json;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -145,6 +146,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let mut accepted_calls = 0usize;
     let mut failing = Vec::new();
+    // Objects whose API process died before confirming: it comes back late.
+    let mut died = HashSet::new();
     for i in 0..args.requests {
         let object_id = ObjectId::from(format!("note-{i}"));
         objects.push(object_id.clone());
@@ -165,8 +168,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         match rng.gen_range(0..10) {
             0..=2 => {
                 api.accept(req).await?; // dies right after accept
+                died.insert(object_id.clone());
             }
             3 | 4 => {
+                died.insert(object_id.clone());
                 // dies after StartOrResume, before confirm
                 let input = req.input.clone();
                 api.accept(req).await?;
@@ -190,7 +195,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     // Two recovery dispatchers race while workers run; simulated time moves on.
-    let mut late_writes_rejected = 0u64;
+    let (mut late_writes_attempted, mut late_writes_rejected) = (0u64, 0u64);
     let mut retried = false;
     for _ in 0..500 {
         let (a, b) = tokio::join!(async { (r1.scan().await, r1.recover_round().await) }, async {
@@ -218,11 +223,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
                 let input = json!({ "object_id": id, "fencing_token": "f2", "fail": false, "stream": false });
                 api.retry_failed(id, &"f1".into(), &"f2".into(), input).await?;
+                late_writes_attempted += 1;
                 if !outbox
                     .fenced_update(id, &"f1".into(), json!({ "result": "late result of round f1" }), Some("done"))
                     .await?
                 {
                     late_writes_rejected += 1;
+                }
+                if died.contains(id) {
+                    // The API process that died on this object comes back and confirms f1.
+                    late_writes_attempted += 1;
+                    if !outbox.confirm_dispatched(id, &"f1".into()).await? {
+                        late_writes_rejected += 1;
+                    }
                 }
             }
             retried = true;
@@ -245,13 +258,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         queue.destroy().await?;
     }
     println!(
-        "dispatch: seed={} accepted={accepted} registered={registered} duplicate_instances={duplicates} stuck_pending={stuck} input_mismatch={mismatch} late_writes_rejected={late_writes_rejected} backend={}",
+        "dispatch: seed={} accepted={accepted} registered={registered} duplicate_instances={duplicates} stuck_pending={stuck} input_mismatch={mismatch} late_writes_attempted={late_writes_attempted} late_writes_rejected={late_writes_rejected} backend={}",
         args.seed, args.backend
     );
     if accepted != accepted_calls
         || registered != accepted
         || duplicates + stuck + mismatch > 0
-        || late_writes_rejected == 0
+        || late_writes_attempted == 0
+        || late_writes_rejected != late_writes_attempted
     {
         return Err("dispatch invariants violated".into());
     }

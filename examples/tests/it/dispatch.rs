@@ -200,3 +200,117 @@ async fn accept_rejects_a_snapshot_of_another_round() {
     assert!(matches!(env.dispatcher("api").accept(req).await, Err(Error::InvalidInput { .. })));
     assert!(env.outbox.all().is_empty());
 }
+
+/// Defect 1 (K-5, K-11.4, K-17.1): the API process dies between StartOrResume and confirm,
+/// the workflow then fails, and recovery takes the intent of the same round. Recovery must
+/// settle the intent against the failed instance, not replay it: a replay would re-run the
+/// failed payment step under a new idempotency key (charge twice), and the user's retry
+/// (round f2) would then be confirmed against the f1 replay with its own input never run.
+#[tokio::test]
+async fn hardening_01_same_round_recovery_settles_a_failed_instance_and_the_next_round_runs() {
+    // Every execution of the payment step: (round, idempotency key).
+    let charges: Arc<std::sync::Mutex<Vec<(String, String)>>> = Arc::default();
+    let defs = {
+        let charges = charges.clone();
+        move |outbox: Arc<DynOutbox>| {
+            let (charges, o1, o2) = (charges.clone(), outbox.clone(), outbox);
+            let pay = move |c: ActivityContext| {
+                let (charges, outbox) = (charges.clone(), o1.clone());
+                async move {
+                    let round = c.round().clone();
+                    let (id, f) = (round.object_id.unwrap_or_default(), round.fencing_token.unwrap_or_default());
+                    charges.lock().unwrap().push((f.to_string(), c.idempotency_key()));
+                    if c.input()["fail"] == json!(true) {
+                        return Err(ActivityError::permanent("payment declined"));
+                    }
+                    let ok = outbox
+                        .fenced_update(&id, &f, json!({ "result": format!("done in {f}") }), Some("done"))
+                        .await
+                        .map_err(|e| ActivityError::transient(e.to_string()))?;
+                    if !ok {
+                        return Err(ActivityError::canceled("the round moved on"));
+                    }
+                    Ok(StepOutcome::complete(json!({ "charged": true })))
+                }
+            };
+            let on_failure = move |c: ActivityContext| {
+                let outbox = o2.clone();
+                async move {
+                    let round = c.round().clone();
+                    let (id, f) = (round.object_id.unwrap_or_default(), round.fencing_token.unwrap_or_default());
+                    outbox
+                        .fenced_update(&id, &f, json!({ "error": "payment declined" }), Some("failed"))
+                        .await
+                        .map_err(|e| ActivityError::transient(e.to_string()))?;
+                    Ok(StepOutcome::complete(serde_json::Value::Null))
+                }
+            };
+            vec![Definition::builder(TYPE)
+                .step(StepDef::new("pay", pay))
+                .failure_finalizer(on_failure)
+                .build()
+                .unwrap()]
+        }
+    };
+    let base = Env::new(11);
+    let env = DispatchEnv { defs: Arc::new(defs), ..base.inner.clone() };
+    let obj: ObjectId = "obj-1".into();
+    let api = env.dispatcher("api");
+    api.accept(request(1, true)).await.unwrap();
+    // The API process's StartOrResume ran; it died before confirm.
+    let intent = base.outbox.get(&obj).await.unwrap().unwrap().dispatch.unwrap();
+    let start = StartRequest::new(TYPE, intent.biz_key.clone(), intent.input.clone().unwrap()).priority(Priority::P1);
+    let dead = env.world.engine("dead-api", (env.defs)(env.outbox.clone()));
+    assert!(dead.publisher().start_or_resume(start).await.unwrap().execution_activated);
+    let worker = env.world.engine("W", (env.defs)(env.outbox.clone()));
+    env.world.drive(&worker).await.unwrap();
+    assert_eq!(base.outbox.get(&obj).await.unwrap().unwrap().business_status.as_deref(), Some("failed"));
+    // Recovery takes the still-pending f1 intent.
+    env.world.clock.advance(DispatchConfig::default().realtime_grace_ms);
+    let report = env.dispatcher("R1").recover_round().await.unwrap();
+    assert_eq!(report.dispatched, 1, "the f1 intent is settled against the failed f1 instance: {report:?}");
+    // The user retries with round f2 before any worker runs again.
+    let f2_input = json!({ "object_id": "obj-1", "fencing_token": "f2", "fail": false, "stream": false });
+    assert_eq!(
+        api.retry_failed(&obj, &"f1".into(), &"f2".into(), f2_input.clone()).await.unwrap(),
+        RealtimeOutcome::Dispatched
+    );
+    env.world.drive(&worker).await.unwrap();
+    let charges = charges.lock().unwrap().clone();
+    let f1: Vec<_> = charges.iter().filter(|(f, _)| f == "f1").collect();
+    assert_eq!(f1.len(), 1, "the failed f1 payment ran once, never under a new key: {charges:?}");
+    let inst = env.world.store.all().pop().unwrap();
+    assert_eq!(
+        (inst.status, inst.retry_count, &inst.input),
+        (WorkflowStatus::Completed, 1, &f2_input),
+        "the f2 retry replayed the instance with f2's input"
+    );
+    let rec = base.outbox.get(&obj).await.unwrap().unwrap();
+    assert_eq!(rec.fields["result"], json!("done in f2"));
+    assert_eq!(rec.dispatch.map(|d| (d.fencing_token, d.status)), Some(("f2".into(), DispatchStatus::Dispatched)));
+}
+
+/// No silent passes: a sweep whose verdict cannot be read (here: the store cannot list its
+/// instances) fails, instead of counting an unreadable run as a clean one.
+#[tokio::test]
+async fn no_silent_pass_an_unreadable_verdict_fails_the_dispatch_sweep() {
+    use futures::FutureExt;
+    let factory = |seed: u64| -> BoxFuture<'static, DispatchEnv> {
+        Box::pin(async move {
+            let store = testkit::memory::InMemoryStore::new();
+            let inbox = testkit::memory::InMemoryInbox::new();
+            let blind: testkit::harness::Lister =
+                Arc::new(|| Box::pin(async { Err(Error::unavailable("the store cannot list instances")) }));
+            let world = World::with_durable(seed, Default::default(), Arc::new(store), Arc::new(inbox), blind);
+            DispatchEnv {
+                world,
+                outbox: Arc::new(InMemoryOutbox::new()),
+                candidates: Arc::new(InMemoryCandidates::new()),
+                defs: Arc::new(|o| vec![order(o)]),
+            }
+        })
+    };
+    let run = crash_windows(&factory, &[0], 1, Arc::new(|i| request(i, false)), 2);
+    let outcome = std::panic::AssertUnwindSafe(run).catch_unwind().await;
+    assert!(outcome.is_err(), "the sweep passed on verdicts it could not read: {:?}", outcome.ok());
+}

@@ -35,7 +35,8 @@ async fn a_memory_queue_offers_no_redis_handles_but_candidates() {
     let side = QueueSide::connect("memory:", &QueueOptions::default()).await.unwrap();
     not_offered(side.redis_connection().unwrap_err(), Role::Queue, "Redis connection");
     let clock: Arc<DynClock> = Arc::new(SystemClock);
-    not_offered(side.stream_sink(clock).unwrap_err(), Role::Queue, "stream sink");
+    let secret = sse_stream::StreamSecret::new([7u8; 32]).unwrap();
+    not_offered(side.stream_sink(clock, secret).unwrap_err(), Role::Queue, "stream sink");
     assert_eq!(side.key_prefix(), None);
     // K-12: an indexed candidate comes back once it is due.
     let candidates = side.dispatch_candidates().unwrap();

@@ -1,6 +1,6 @@
 //! A deployment built from real URLs: `MONGODB_URI` and `REDIS_URL`, in a random database
 //! and under a random key prefix, both deleted at the end. Skipped (with the reason
-//! printed) when either is unset, except under `CI=true`, where that fails.
+//! printed) when either is unset, except under CI (`testkit::ci`), where that fails.
 
 use compose::{Deployment, QueueOptions, Scheme};
 use kernel_core::engine::{EngineConfig, Publisher};
@@ -12,13 +12,7 @@ fn servers(test: &str) -> Option<(String, String)> {
     let get = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     match (get("MONGODB_URI"), get("REDIS_URL")) {
         (Some(m), Some(r)) => Some((m, r)),
-        _ if std::env::var("CI").is_ok_and(|v| v == "true") => {
-            panic!("{test}: MONGODB_URI and REDIS_URL are required under CI=true")
-        }
-        _ => {
-            eprintln!("SKIPPED {test}: MONGODB_URI or REDIS_URL unset");
-            None
-        }
+        _ => testkit::ci::skip_or_fail(test, "MONGODB_URI or REDIS_URL unset"),
     }
 }
 
@@ -95,7 +89,12 @@ async fn scratch_namespaces_hold_the_outbox_candidates_and_stream_and_are_destro
     // Candidates and stream frames live under the scratch prefix.
     let candidates = queue.dispatch_candidates().unwrap();
     candidates.add(&kernel_core::ObjectId::from("obj-1"), kernel_core::Instant::ZERO).await.unwrap();
-    let sink = queue.stream_sink(std::sync::Arc::new(kernel_core::ports::SystemClock)).unwrap();
+    let sink = queue
+        .stream_sink(
+            std::sync::Arc::new(kernel_core::ports::SystemClock),
+            sse_stream::StreamSecret::new([7u8; 32]).unwrap(),
+        )
+        .unwrap();
     let key = kernel_core::ports::StreamKey {
         object_id: "obj-1".into(),
         workflow_id: "wf-1".into(),

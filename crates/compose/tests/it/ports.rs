@@ -74,7 +74,8 @@ async fn defaults_are_the_wall_clock_random_ids_and_no_op_sinks() {
     // The no-op stream sink accepts everything and reports frame 0.
     let key =
         kernel_core::ports::StreamKey { object_id: "o".into(), workflow_id: "w".into(), fencing_token: "f".into() };
-    assert_eq!(ports.stream.reset(&key).await.unwrap(), 0);
+    let owner = kernel_core::ports::StreamOwner { lease_until: ports.clock.now() };
+    assert_eq!(ports.stream.reset(&key, owner).await.unwrap(), 0);
 }
 
 #[tokio::test]

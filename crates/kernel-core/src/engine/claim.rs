@@ -569,10 +569,17 @@ impl Claim {
         let doc = self.snapshot();
         let step = &doc.steps[idx];
         if step.status == StepStatus::Running || step.error.is_some() {
-            if let Err(e) = self.inner.ports.stream.reset(&effects::stream_key(&doc)).await {
+            // Fenced by this claim's lease (K-16): a zombie's reset is refused by the sink
+            // once a successor wrote, before its own mark-running write is refused.
+            if let Err(e) = self.inner.ports.stream.reset(&effects::stream_key(&doc), self.stream_owner()).await {
                 tracing::debug!(error = %e, "stream reset failed");
             }
         }
+    }
+
+    /// This claim as a stream writer: its lease end as the store last accepted it.
+    fn stream_owner(&self) -> StreamOwner {
+        StreamOwner { lease_until: Instant::from_millis(self.lease_until.load(Ordering::SeqCst)) }
     }
 
     /// Permit, mark running, invoke (K-7 steps 1–3). A step that did not reach its
@@ -650,7 +657,7 @@ impl Claim {
             cancel,
             signals: signals::sender(&self.inner),
             stream: if idx.is_some_and(|i| self.def.steps()[i].is_streaming()) {
-                Some(StreamHandle::new(self.inner.ports.stream.clone(), effects::stream_key(doc)))
+                Some(StreamHandle::new(self.inner.ports.stream.clone(), effects::stream_key(doc), self.stream_owner()))
             } else {
                 None
             },
@@ -939,7 +946,8 @@ impl Claim {
         }
         let doc = self.snapshot();
         let summary = serde_json::json!({ "status": doc.status.as_str(), "revision": doc.revision });
-        if let Err(e) = self.inner.ports.stream.terminal(&effects::stream_key(&doc), summary).await {
+        if let Err(e) = self.inner.ports.stream.terminal(&effects::stream_key(&doc), self.stream_owner(), summary).await
+        {
             tracing::debug!(error = %e, "terminal frame failed");
         }
     }

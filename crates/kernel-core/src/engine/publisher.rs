@@ -216,7 +216,10 @@ impl Publisher {
     /// - not found → create (duplicate-key loser re-reads and reuses);
     /// - running / waiting → existing (priority raised, never lowered);
     /// - completed / canceled → existing, not activated;
-    /// - failed → replay by one CAS on `status = failed` (loser re-reads);
+    /// - failed in the request's own business round (`input.fencing_token`, non-empty) →
+    ///   existing, not activated: a failed round is never replayed under its own round;
+    /// - failed otherwise → replay by one CAS on `status = failed` and that condition (loser
+    ///   re-reads);
     /// - failing → existing, `execution_activated = false`.
     ///
     /// Afterwards best-effort enqueue + wakeup, and a stream reset only when activated.
@@ -278,10 +281,14 @@ impl Publisher {
             )));
         }
         if !created {
+            let replay = Guard::replay(&req.input);
             match inst.status {
+                // K-5: the failed instance of the request's own round is returned, not
+                // replayed; the dispatcher settles that round's intent against it.
+                WorkflowStatus::Failed if !replay.matches(&inst) => {}
                 WorkflowStatus::Failed => {
                     let t = Transition::replay(req.input.clone(), now);
-                    let replayed = match store.apply(&inst.workflow_id, &Guard::Failed, &t).await? {
+                    let replayed = match store.apply(&inst.workflow_id, &replay, &t).await? {
                         WriteOutcome::Applied { revision } => Some(revision),
                         WriteOutcome::Missed => None,
                     };
@@ -318,7 +325,9 @@ impl Publisher {
             effects::enqueue_and_wake(&*self.queue, &*self.wakeup, &inst.workflow_id, inst.business_priority, at).await;
         }
         if activated {
-            if let Err(e) = self.stream.reset(&effects::stream_key(&inst)).await {
+            // The owner is the `claimable_time` this start wrote: any claim after it has a
+            // greater lease end, so a late reset cannot wipe a worker's frames (K-16).
+            if let Err(e) = self.stream.reset(&effects::stream_key(&inst), StreamOwner { lease_until: now }).await {
                 tracing::debug!(workflow_id = %inst.workflow_id, error = %e, "stream reset failed");
             }
         }

@@ -14,19 +14,14 @@ use std::sync::Arc;
 use testkit::memory::ManualClock;
 
 /// The one place deciding whether the Mongo tests run: `MONGODB_URI`, or a skip with a
-/// printed reason; under `CI=true` a missing server fails.
+/// printed reason; under CI (`testkit::ci`) a missing server fails.
 fn mongo_uri(test: &str) -> Option<String> {
     match std::env::var("MONGODB_URI") {
         Ok(uri) if !uri.trim().is_empty() => Some(uri),
-        _ if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") => {
-            panic!("{test}: MONGODB_URI is not set but CI=true (start one with scripts/mongo-wire.sh start)")
-        }
-        _ => {
-            eprintln!(
-                "SKIPPED {test}: MONGODB_URI is not set (eval \"$(scripts/mongo-wire.sh start)\"; export MONGODB_URI)"
-            );
-            None
-        }
+        _ => testkit::ci::skip_or_fail(
+            test,
+            "MONGODB_URI is not set (eval \"$(scripts/mongo-wire.sh start)\"; export MONGODB_URI)",
+        ),
     }
 }
 

@@ -93,3 +93,14 @@ async fn the_shared_connect_refuses_a_malformed_url_as_invalid_input() {
         assert!(!e.is_retryable(), "{url}");
     }
 }
+
+/// No silent passes: queue-redis decides "CI" exactly as `testkit::ci` does, so a test that
+/// needs a server fails under `CI=true` and `CI=1` in every crate alike.
+#[test]
+fn the_ci_rule_is_the_one_of_testkit() {
+    for v in [None, Some(""), Some("true"), Some("1"), Some("TRUE"), Some(" 1 "), Some("0"), Some("false"), Some("yes")]
+    {
+        assert_eq!(queue_redis::test_support::ci_from(v), testkit::ci::ci_from(v), "CI={v:?}");
+    }
+    assert!(queue_redis::test_support::ci_from(Some("1")) && testkit::ci::ci_from(Some("true")));
+}

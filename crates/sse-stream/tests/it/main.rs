@@ -2,5 +2,6 @@
 //! (`REDIS_URL`, default `redis://127.0.0.1:6379`; see `queue_redis::test_support`).
 
 mod codec;
+mod keys;
 mod stream;
 mod url;

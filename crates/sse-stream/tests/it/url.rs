@@ -1,9 +1,9 @@
 //! The stream sink from a URL.
 
-use kernel_core::ports::{DynClock, Frame, StreamKey, StreamSink, SystemClock};
+use kernel_core::ports::{Clock, DynClock, Frame, StreamKey, StreamOwner, StreamSink, SystemClock};
 use kernel_core::Error;
 use queue_redis::test_support::{require_redis, TestKeys};
-use sse_stream::{RedisStreamSink, StreamConfig};
+use sse_stream::{RedisStreamSink, StreamConfig, StreamSecret};
 use std::sync::Arc;
 
 #[tokio::test]
@@ -11,10 +11,14 @@ async fn a_sink_from_a_url_appends_under_its_prefix() {
     let Some(url) = require_redis("a_sink_from_a_url_appends_under_its_prefix") else { return };
     let keys = TestKeys::new(&url, "sink_from_url");
     let clock: Arc<DynClock> = Arc::new(SystemClock);
-    let sink = RedisStreamSink::from_url(&url, clock, StreamConfig::with_prefix(&keys.prefix)).await.unwrap();
+    let sink =
+        RedisStreamSink::from_url(&url, clock, StreamConfig::new(&keys.prefix, StreamSecret::new([1u8; 32]).unwrap()))
+            .await
+            .unwrap();
     let key = StreamKey { object_id: "o".into(), workflow_id: "w".into(), fencing_token: "f".into() };
-    sink.reset(&key).await.unwrap();
-    sink.append(&key, Frame::Control(serde_json::json!({ "phase": "x" }))).await.unwrap();
+    let owner = StreamOwner { lease_until: SystemClock.now() };
+    sink.reset(&key, owner).await.unwrap();
+    sink.append(&key, owner, Frame::Control(serde_json::json!({ "phase": "x" }))).await.unwrap();
     sink.flush_all().await.unwrap();
     assert!(!keys.keys().is_empty(), "frames live under the URL sink's prefix");
 }
@@ -22,7 +26,9 @@ async fn a_sink_from_a_url_appends_under_its_prefix() {
 #[tokio::test]
 async fn a_malformed_url_is_invalid_input() {
     let clock: Arc<DynClock> = Arc::new(SystemClock);
-    let e = RedisStreamSink::from_url("nope", clock, StreamConfig::with_prefix("p")).await.unwrap_err();
+    let e = RedisStreamSink::from_url("nope", clock, StreamConfig::new("p", StreamSecret::new([1u8; 32]).unwrap()))
+        .await
+        .unwrap_err();
     assert!(matches!(e, Error::InvalidInput { ref field, .. } if field == "redis url"), "{e:?}");
 }
 

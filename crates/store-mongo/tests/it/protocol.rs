@@ -48,7 +48,11 @@ fn guard_filters() {
         doc! { "workflow_id": "wf-1", "status": "failing", "claim_token": "tok" }
     );
     assert_eq!(f(&Guard::Token { token: "tok".into() }), doc! { "workflow_id": "wf-1", "claim_token": "tok" });
-    assert_eq!(f(&Guard::Failed), doc! { "workflow_id": "wf-1", "status": "failed" });
+    assert_eq!(f(&Guard::Failed { unless_round: None }), doc! { "workflow_id": "wf-1", "status": "failed" });
+    assert_eq!(
+        f(&Guard::Failed { unless_round: Some("f1".into()) }),
+        doc! { "workflow_id": "wf-1", "status": "failed", "input.fencing_token": { "$ne": "f1" } }
+    );
     assert_eq!(
         f(&Guard::DueWait { now: NOW, step_index: 1 }),
         doc! { "workflow_id": "wf-1", "status": "waiting", "claimable_time": { "$lte": d(NOW) }, "wait.step_index": 1i32 }

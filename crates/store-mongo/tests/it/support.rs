@@ -7,20 +7,16 @@ use store_mongo::{MongoConfig, MongoSignalInbox, MongoWorkflowStore};
 use testkit::conformance::inbox::InboxFixture;
 use testkit::conformance::store::StoreFixture;
 
-/// `MONGODB_URI`, or `None` after printing why the test is skipped. Under `CI=true` a
-/// missing URI is a failure: CI must always exercise the adapter against a server.
+/// `MONGODB_URI`, or `None` after printing why the test is skipped. Under CI (`CI=true` or
+/// `CI=1`, `testkit::ci`) a missing URI is a failure: CI must always exercise the adapter
+/// against a server.
 pub fn mongo_uri() -> Option<String> {
     match std::env::var("MONGODB_URI") {
         Ok(uri) if !uri.trim().is_empty() => Some(uri),
-        _ if std::env::var("CI").is_ok_and(|v| v == "true") => {
-            panic!("MONGODB_URI is not set but CI=true: start a server (scripts/mongo-wire.sh start) and export MONGODB_URI")
-        }
-        _ => {
-            eprintln!(
-                "skipped: MONGODB_URI is not set (run `eval \"$(scripts/mongo-wire.sh start)\"; export MONGODB_URI`)"
-            );
-            None
-        }
+        _ => testkit::ci::skip_or_fail(
+            "store-mongo",
+            "MONGODB_URI is not set (run `eval \"$(scripts/mongo-wire.sh start)\"; export MONGODB_URI`)",
+        ),
     }
 }
 

@@ -743,13 +743,31 @@ pub async fn replay_guard(store: &DynStore) {
     seed(store, failed_instance("wf-1")).await;
     seed(store, claimed("wf-2", "a")).await;
     let t = Transition::replay(json!({"fencing_token": "f2"}), T0.plus(22));
-    check_write(store, "wf-2", &Guard::Failed, &t, false).await;
-    let after = check_write(store, "wf-1", &Guard::Failed, &t, true).await;
+    check_write(store, "wf-2", &Guard::Failed { unless_round: None }, &t, false).await;
+    let after = check_write(store, "wf-1", &Guard::Failed { unless_round: None }, &t, true).await;
     assert_eq!(after.steps[1], Step::pending(STEPS[1]), "failed step reset");
     assert_eq!(after.steps[0], claimed("wf-1", "a").steps[0], "completed step kept");
     assert_eq!(after.steps[2].status, StepStatus::Skipped, "skipped step kept");
     assert_eq!((after.retry_count, after.status), (2, WorkflowStatus::Running));
-    check_write(store, "wf-1", &Guard::Failed, &t, false).await;
+    check_write(store, "wf-1", &Guard::Failed { unless_round: None }, &t, false).await;
+}
+
+/// Replay guard with a round (K-5): the failed instance of round f1 is never replayed by
+/// a request of round f1; a request of another round replays it, and an instance without a
+/// string round is replayed by any round.
+pub async fn replay_guard_spares_the_failed_round(store: &DynStore) {
+    seed(store, failed_instance("wf-1")).await;
+    let mut no_round = failed_instance("wf-2");
+    no_round.input = json!({"fencing_token": 7, "tenant": "t-1"});
+    seed(store, no_round).await;
+    let same = Guard::replay(&json!({"fencing_token": "f1"}));
+    assert_eq!(same, Guard::Failed { unless_round: Some("f1".into()) });
+    let t = Transition::replay(json!({"fencing_token": "f1", "again": true}), T0.plus(22));
+    check_write(store, "wf-1", &same, &t, false).await;
+    check_write(store, "wf-2", &same, &t, true).await;
+    let next = Transition::replay(json!({"fencing_token": "f2"}), T0.plus(23));
+    let after = check_write(store, "wf-1", &Guard::replay(&json!({"fencing_token": "f2"})), &next, true).await;
+    assert_eq!((after.retry_count, after.input["fencing_token"].clone()), (2, json!("f2")));
 }
 
 /// Concurrent replays of one failed instance: exactly one applies.
@@ -757,7 +775,8 @@ pub async fn replay_race_one_winner(store: &DynStore) {
     seed(store, failed_instance("wf-1")).await;
     let t = Transition::replay(json!({"fencing_token": "f2"}), T0.plus(22));
     let id = WorkflowId::from("wf-1");
-    let outcomes = futures::future::join_all((0..6).map(|_| store.apply(&id, &Guard::Failed, &t))).await;
+    let outcomes =
+        futures::future::join_all((0..6).map(|_| store.apply(&id, &Guard::Failed { unless_round: None }, &t))).await;
     let applied = outcomes.into_iter().map(|o| o.expect("apply")).filter(WriteOutcome::applied).count();
     assert_eq!(applied, 1);
     assert_eq!(store.get(&"wf-1".into()).await.unwrap().unwrap().retry_count, 2);
@@ -1034,6 +1053,7 @@ macro_rules! store_conformance {
             signal_activation_guard,
             supersede_guard,
             replay_guard,
+            replay_guard_spares_the_failed_round,
             replay_race_one_winner,
             priority_raise_guard,
             apply_to_missing_instance_is_missed,

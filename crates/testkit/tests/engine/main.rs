@@ -11,6 +11,7 @@ mod model;
 mod refused;
 mod renewal;
 mod standalone_publisher;
+mod stream_fencing;
 mod write_budget;
 
 use kernel_core::{ActivityContext, Definition, StepDef, StepOutcome};
