@@ -552,14 +552,14 @@ impl Permits for CrashPorts {
 #[async_trait::async_trait]
 #[deny(clippy::missing_trait_methods)]
 impl StreamSink for CrashPorts {
-    async fn reset(&self, key: &StreamKey) -> Result<u64> {
-        gated!(self, "stream.reset", true, self.stream().reset(key).await)
+    async fn reset(&self, key: &StreamKey, owner: StreamOwner) -> Result<u64> {
+        gated!(self, "stream.reset", true, self.stream().reset(key, owner).await)
     }
-    async fn append(&self, key: &StreamKey, frame: Frame) -> Result<u64> {
-        gated!(self, "stream.append", true, self.stream().append(key, frame).await)
+    async fn append(&self, key: &StreamKey, owner: StreamOwner, frame: Frame) -> Result<u64> {
+        gated!(self, "stream.append", true, self.stream().append(key, owner, frame).await)
     }
-    async fn terminal(&self, key: &StreamKey, summary: serde_json::Value) -> Result<()> {
-        gated!(self, "stream.terminal", true, self.stream().terminal(key, summary).await)
+    async fn terminal(&self, key: &StreamKey, owner: StreamOwner, summary: serde_json::Value) -> Result<()> {
+        gated!(self, "stream.terminal", true, self.stream().terminal(key, owner, summary).await)
     }
 }
 

@@ -615,7 +615,7 @@ pub async fn prepare_failures_round_trip(store: &DynStore) {
     let t = Transition::failed(T0.plus(5_015));
     check_write(store, "wf-1", &failing("c"), &t, true).await;
     let t = Transition::replay(json!({"fencing_token": "f2"}), T0.plus(5_016));
-    let after = check_write(store, "wf-1", &Guard::Failed, &t, true).await;
+    let after = check_write(store, "wf-1", &Guard::replay(&json!({"fencing_token": "f2"})), &t, true).await;
     assert_eq!(after.prepare_failures, 0, "replay resets the count");
 }
 
