@@ -3,7 +3,7 @@
 //! re-read rules), the recovery dispatcher (candidates + a low-frequency scan under a
 //! store-kept mutex, per-object leases, revert on failure) and new rounds after failure.
 
-use crate::engine::{Publisher, StartRequest};
+use crate::engine::{DeadlineOutbox, Publisher, StartRequest};
 use crate::error::{Error, Result};
 use crate::id::{BusinessRound, FencingToken, LeaseToken, ObjectId};
 use crate::model::{DurationMs, Priority, WorkflowStatus};
@@ -35,6 +35,10 @@ pub struct DispatchConfig {
     pub scan_pages_max: usize,
     /// How long one scan holds the distributed mutex.
     pub scan_lock_ms: DurationMs,
+    /// How long an outbox call may take on the clock before it gives up (a write as
+    /// `Error::Uncertain`, a read as `Error::Unavailable`); shorter than `lease_ms`, so a
+    /// recovery lease is never renewed blindly past its end.
+    pub store_call_deadline_ms: DurationMs,
 }
 
 impl Default for DispatchConfig {
@@ -50,6 +54,7 @@ impl Default for DispatchConfig {
             scan_page_size: 100,
             scan_pages_max: 10,
             scan_lock_ms: DurationMs::from_millis(60_000),
+            store_call_deadline_ms: DurationMs::from_millis(10_000),
         }
     }
 }
@@ -64,6 +69,10 @@ impl DispatchConfig {
             [("lease_ms", self.lease_ms), ("retry_delay_ms", self.retry_delay_ms), ("scan_lock_ms", self.scan_lock_ms)]
         {
             validate::config_ms(f, v)?;
+        }
+        validate::positive_ms("store_call_deadline_ms", self.store_call_deadline_ms)?;
+        if self.store_call_deadline_ms >= self.lease_ms {
+            return Err(Error::invalid("store_call_deadline_ms", "must be shorter than lease_ms"));
         }
         if self.realtime_grace_ms < 0 {
             return Err(Error::invalid("realtime_grace_ms", "must be >= 0"));
@@ -265,11 +274,15 @@ impl DispatchBuilder {
         let candidates = self.candidates.ok_or_else(|| Error::invalid("candidates", "required"))?;
         let publisher = self.publisher.ok_or_else(|| Error::invalid("publisher", "required"))?;
         self.config.validate()?;
+        let clock: Arc<DynClock> = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
+        // Every outbox call has a deadline on the dispatch's clock.
+        let outbox: Arc<DynOutbox> =
+            Arc::new(DeadlineOutbox::new(outbox, clock.clone(), self.config.store_call_deadline_ms));
         Ok(Dispatch {
             outbox,
             candidates,
             publisher,
-            clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
+            clock,
             ids: self.ids.unwrap_or_else(|| Arc::new(RandomIds::default())),
             config: self.config,
             legacy: self.legacy,

@@ -9,10 +9,11 @@
 //! ends the claim before the lease can be taken over.
 
 use crate::error::{Error, Result};
-use crate::id::WorkflowId;
+use crate::id::{FencingToken, LeaseToken, ObjectId, WorkflowId};
 use crate::model::{DurationMs, Instant, WorkflowInstance};
 use crate::ports::*;
 use crate::transition::{Guard, Transition};
+use serde_json::Value;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -177,5 +178,121 @@ impl SignalInbox for DeadlineInbox {
     async fn count_pending_orphans(&self, workflow_id: Option<&WorkflowId>, limit: u64) -> Result<u64> {
         let fut = self.inner.count_pending_orphans(workflow_id, limit);
         self.call(Call::Read, "inbox count_pending_orphans", fut).await
+    }
+}
+
+/// A [`DispatchOutbox`] whose every call has a deadline on the given clock, with the same
+/// meaning as [`DeadlineStore`]: a write that passes it is [`Error::Uncertain`], a read
+/// [`Error::Unavailable`]. [`Dispatch`](crate::dispatch::Dispatch) wraps its outbox in one
+/// (`DispatchConfig::store_call_deadline_ms`).
+pub struct DeadlineOutbox {
+    inner: Arc<DynOutbox>,
+    clock: Arc<DynClock>,
+    deadline_ms: DurationMs,
+}
+
+impl std::fmt::Debug for DeadlineOutbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeadlineOutbox").field("deadline_ms", &self.deadline_ms).finish_non_exhaustive()
+    }
+}
+
+impl DeadlineOutbox {
+    /// Wrap `inner`: every call gives up after `deadline_ms` of `clock`.
+    pub fn new(inner: Arc<DynOutbox>, clock: Arc<DynClock>, deadline_ms: DurationMs) -> Self {
+        DeadlineOutbox { inner, clock, deadline_ms }
+    }
+
+    async fn call<T>(&self, call: Call, what: &str, fut: impl Future<Output = Result<T>>) -> Result<T> {
+        within(&*self.clock, self.deadline_ms, call, what, fut).await
+    }
+}
+
+#[async_trait::async_trait]
+impl DispatchOutbox for DeadlineOutbox {
+    async fn accept(
+        &self,
+        object_id: &ObjectId,
+        fields: Value,
+        initial_status: &str,
+        intent: DispatchIntent,
+    ) -> Result<AcceptOutcome> {
+        let fut = self.inner.accept(object_id, fields, initial_status, intent);
+        self.call(Call::Write, "outbox accept", fut).await
+    }
+    async fn get(&self, object_id: &ObjectId) -> Result<Option<DispatchRecord>> {
+        self.call(Call::Read, "outbox get", self.inner.get(object_id)).await
+    }
+    async fn confirm_dispatched(&self, object_id: &ObjectId, fencing_token: &FencingToken) -> Result<bool> {
+        self.call(Call::Write, "outbox confirm_dispatched", self.inner.confirm_dispatched(object_id, fencing_token))
+            .await
+    }
+    async fn defer_pending(&self, object_id: &ObjectId, fencing_token: &FencingToken, at: Instant) -> Result<bool> {
+        self.call(Call::Write, "outbox defer_pending", self.inner.defer_pending(object_id, fencing_token, at)).await
+    }
+    async fn try_lease(
+        &self,
+        object_id: &ObjectId,
+        now: Instant,
+        lease_token: &LeaseToken,
+        lease_until: Instant,
+    ) -> Result<Option<DispatchRecord>> {
+        let fut = self.inner.try_lease(object_id, now, lease_token, lease_until);
+        self.call(Call::Write, "outbox try_lease", fut).await
+    }
+    async fn renew_lease(
+        &self,
+        object_id: &ObjectId,
+        fencing_token: &FencingToken,
+        lease_token: &LeaseToken,
+        lease_until: Instant,
+    ) -> Result<bool> {
+        let fut = self.inner.renew_lease(object_id, fencing_token, lease_token, lease_until);
+        self.call(Call::Write, "outbox renew_lease", fut).await
+    }
+    async fn confirm_leased(
+        &self,
+        object_id: &ObjectId,
+        fencing_token: &FencingToken,
+        lease_token: &LeaseToken,
+    ) -> Result<bool> {
+        let fut = self.inner.confirm_leased(object_id, fencing_token, lease_token);
+        self.call(Call::Write, "outbox confirm_leased", fut).await
+    }
+    async fn revert_leased(
+        &self,
+        object_id: &ObjectId,
+        fencing_token: &FencingToken,
+        lease_token: &LeaseToken,
+        at: Instant,
+    ) -> Result<bool> {
+        let fut = self.inner.revert_leased(object_id, fencing_token, lease_token, at);
+        self.call(Call::Write, "outbox revert_leased", fut).await
+    }
+    async fn scan_due(&self, now: Instant, after: Option<&ObjectId>, limit: usize) -> Result<Vec<(ObjectId, Instant)>> {
+        self.call(Call::Read, "outbox scan_due", self.inner.scan_due(now, after, limit)).await
+    }
+    async fn retry_failed(
+        &self,
+        object_id: &ObjectId,
+        prev_fencing_token: &FencingToken,
+        next: DispatchIntent,
+        initial_status: &str,
+    ) -> Result<bool> {
+        let fut = self.inner.retry_failed(object_id, prev_fencing_token, next, initial_status);
+        self.call(Call::Write, "outbox retry_failed", fut).await
+    }
+    async fn fenced_update(
+        &self,
+        object_id: &ObjectId,
+        fencing_token: &FencingToken,
+        fields: Value,
+        business_status: Option<&str>,
+    ) -> Result<bool> {
+        let fut = self.inner.fenced_update(object_id, fencing_token, fields, business_status);
+        self.call(Call::Write, "outbox fenced_update", fut).await
+    }
+    async fn try_lock(&self, name: &str, holder: &str, now: Instant, until: Instant) -> Result<bool> {
+        self.call(Call::Write, "outbox try_lock", self.inner.try_lock(name, holder, now, until)).await
     }
 }

@@ -25,7 +25,7 @@ mod publisher;
 mod signals;
 
 pub use config::EngineConfig;
-pub use deadline::{DeadlineInbox, DeadlineStore};
+pub use deadline::{DeadlineInbox, DeadlineOutbox, DeadlineStore};
 pub use health::{EngineHealth, MaintenancePass, WakeupState};
 pub use ports::{MissingPort, Ports, PortsBuilder};
 pub use publisher::{Publisher, PublisherBuilder, StartOutcome, StartRequest};

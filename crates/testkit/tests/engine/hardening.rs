@@ -583,3 +583,113 @@ async fn hardening_10_a_standalone_publisher_gives_up_on_a_hung_store_at_its_dea
     assert!(matches!(out, Err(Error::Uncertain { .. }) | Err(Error::Unavailable { .. })), "{out:?}");
     assert_eq!(store.calls_in_trouble.load(Ordering::SeqCst), 1, "one store call, not retried");
 }
+
+/// A dispatch outbox whose every call hangs (a primary that stopped answering), counting
+/// calls.
+#[derive(Default)]
+struct HungOutbox {
+    calls: AtomicU32,
+}
+
+impl HungOutbox {
+    async fn hang<T>(&self) -> T {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        std::future::pending().await
+    }
+}
+
+#[async_trait::async_trait]
+impl DispatchOutbox for HungOutbox {
+    async fn accept(
+        &self,
+        _o: &ObjectId,
+        _f: serde_json::Value,
+        _s: &str,
+        _i: DispatchIntent,
+    ) -> Result<AcceptOutcome> {
+        self.hang().await
+    }
+    async fn get(&self, _o: &ObjectId) -> Result<Option<DispatchRecord>> {
+        self.hang().await
+    }
+    async fn confirm_dispatched(&self, _o: &ObjectId, _f: &FencingToken) -> Result<bool> {
+        self.hang().await
+    }
+    async fn defer_pending(&self, _o: &ObjectId, _f: &FencingToken, _at: Instant) -> Result<bool> {
+        self.hang().await
+    }
+    async fn try_lease(
+        &self,
+        _o: &ObjectId,
+        _n: Instant,
+        _l: &LeaseToken,
+        _u: Instant,
+    ) -> Result<Option<DispatchRecord>> {
+        self.hang().await
+    }
+    async fn renew_lease(&self, _o: &ObjectId, _f: &FencingToken, _l: &LeaseToken, _u: Instant) -> Result<bool> {
+        self.hang().await
+    }
+    async fn confirm_leased(&self, _o: &ObjectId, _f: &FencingToken, _l: &LeaseToken) -> Result<bool> {
+        self.hang().await
+    }
+    async fn revert_leased(&self, _o: &ObjectId, _f: &FencingToken, _l: &LeaseToken, _at: Instant) -> Result<bool> {
+        self.hang().await
+    }
+    async fn scan_due(&self, _n: Instant, _a: Option<&ObjectId>, _l: usize) -> Result<Vec<(ObjectId, Instant)>> {
+        self.hang().await
+    }
+    async fn retry_failed(&self, _o: &ObjectId, _p: &FencingToken, _n: DispatchIntent, _s: &str) -> Result<bool> {
+        self.hang().await
+    }
+    async fn fenced_update(
+        &self,
+        _o: &ObjectId,
+        _f: &FencingToken,
+        _fields: serde_json::Value,
+        _s: Option<&str>,
+    ) -> Result<bool> {
+        self.hang().await
+    }
+    async fn try_lock(&self, _n: &str, _h: &str, _now: Instant, _u: Instant) -> Result<bool> {
+        self.hang().await
+    }
+}
+
+#[tokio::test]
+async fn hardening_10_a_dispatch_gives_up_on_a_hung_outbox_at_its_deadline() {
+    // The dispatch outbox lives on the durable store: an accept against a hung primary
+    // answers at the deadline of the dispatch's clock, as an uncertain write (accept is
+    // idempotent per object and round, K-11, so the caller may retry).
+    let world = World::new(10);
+    let outbox = Arc::new(HungOutbox::default());
+    let engine = world.engine("w", vec![crate::linear("t", 1, false)]);
+    let dispatch = kernel_core::dispatch::Dispatch::builder()
+        .outbox(outbox.clone())
+        .candidates(Arc::new(testkit::memory::InMemoryCandidates::new()))
+        .publisher(engine.publisher())
+        .clock(world.clock.clone())
+        .build()
+        .unwrap();
+    let req = kernel_core::dispatch::AcceptRequest {
+        object_id: "o-1".into(),
+        fields: json!({}),
+        workflow_type: "t".into(),
+        biz_key: "b".into(),
+        fencing_token: "f1".into(),
+        input: json!({"object_id": "o-1", "fencing_token": "f1"}),
+        priority: Priority::P1,
+    };
+    let accept = tokio::spawn(async move { dispatch.accept(req).await });
+    for _ in 0..120 {
+        if accept.is_finished() {
+            break;
+        }
+        world.clock.advance(1_000);
+        settle().await;
+    }
+    assert!(accept.is_finished(), "the accept still waits on the hung outbox");
+    let out = accept.await.unwrap();
+    assert!(matches!(out, Err(Error::Uncertain { .. })), "{out:?}");
+    assert_eq!(outbox.calls.load(Ordering::SeqCst), 1, "one outbox call, not retried");
+}
