@@ -39,6 +39,7 @@ fn config(worker: &str) -> EngineConfig {
         worker_slots: 2,
         lease_ms: DurationMs::from_millis(3_000),
         heartbeat_ms: DurationMs::from_millis(1_000),
+        heartbeat_deadline_ms: DurationMs::from_millis(1_000),
         poll_interval_ms: DurationMs::from_millis(100),
         rebuild_interval_ms: DurationMs::from_millis(300),
         signal_repair_interval_ms: DurationMs::from_millis(1_000),
