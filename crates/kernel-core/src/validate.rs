@@ -87,9 +87,15 @@ pub const PAYLOAD_DEPTH_MAX: usize = 90;
 /// encoding, and the engine fails the step whose outcome the refused write carried.
 pub const DOCUMENT_BYTES_MAX: usize = 16 * 1024 * 1024;
 
+/// Object keys MongoDB reserves for DBRefs: a stored object carrying one must be a DBRef in
+/// the server's order (`$ref`, `$id`, then `$db`), or the write is refused
+/// (`InvalidDBRef`). Other `$`-prefixed keys are plain data (MongoDB ≥ 5.0).
+const DBREF_KEYS: [&str; 3] = ["$ref", "$id", "$db"];
+
 /// Whether every store can represent `value` (K-2.0): integers within the 64-bit signed
 /// range (a JSON number above `i64::MAX` has no BSON type), object keys without NUL (BSON
-/// keys are C strings) at any depth, and at most [`PAYLOAD_DEPTH_MAX`] levels of nesting.
+/// keys are C strings) and other than the DBRef keys `$ref`, `$id` and `$db` at any depth,
+/// and at most [`PAYLOAD_DEPTH_MAX`] levels of nesting.
 /// Checked without recursion, so a pathologically deep value cannot overflow the stack.
 pub fn storable(field: &str, value: &serde_json::Value) -> Result<()> {
     use serde_json::Value;
@@ -111,6 +117,12 @@ pub fn storable(field: &str, value: &serde_json::Value) -> Result<()> {
                 for (k, x) in map {
                     if k.contains('\0') {
                         return Err(Error::invalid(field, format_args!("object key {k:?} contains NUL")));
+                    }
+                    if DBREF_KEYS.contains(&k.as_str()) {
+                        return Err(Error::invalid(
+                            field,
+                            format_args!("object key {k:?} is reserved (a MongoDB DBRef field)"),
+                        ));
                     }
                     stack.push((x, depth));
                 }
@@ -465,6 +477,10 @@ mod tests {
         assert!(storable("output", &json!(u64::MAX)).is_err());
         assert!(storable("output", &json!({"a": [{"b": (i64::MAX as u64) + 1}]})).is_err());
         assert!(storable("output", &json!({"a": {"b\u{0}": 1}})).is_err());
+        for key in ["$ref", "$id", "$db"] {
+            assert!(storable("output", &json!({"a": [{ key: 1 }]})).is_err(), "{key}");
+        }
+        assert!(storable("output", &json!({"q": {"$gt": 1, "$ne": null}})).is_ok(), "other operators are data");
         let deep = |n: usize| (0..n).fold(json!(1), |v, _| json!([v]));
         assert!(storable("output", &deep(PAYLOAD_DEPTH_MAX)).is_ok());
         let e = storable("output", &deep(PAYLOAD_DEPTH_MAX + 1)).unwrap_err();

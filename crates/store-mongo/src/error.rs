@@ -40,8 +40,10 @@ pub(crate) fn is_duplicate_key(e: &DriverError) -> bool {
 // Codes of a server that refuses a document's content, so the write was not applied and
 // the same write would be refused again: the document would exceed 16 MiB
 // (BSONObjectTooLarge 10334, "Resulting document after update is larger than …" 17419,
-// 17420) or nest deeper than the server allows (Overflow 15).
-const TOO_LARGE: [i32; 4] = [10334, 17419, 17420, 15];
+// 17420), nest deeper than the server allows (Overflow 15), or hold a field the server
+// cannot store (DollarPrefixedFieldName 52, EmptyFieldName 56, DottedFieldName 57,
+// InvalidDBRef 55).
+const TOO_LARGE: [i32; 8] = [10334, 17419, 17420, 15, 52, 55, 56, 57];
 
 /// Map a driver error of a call of kind `op`; `what` names the call in the message. The
 /// driver's error is kept as the cause (`source()`). This is the one mapping of MongoDB

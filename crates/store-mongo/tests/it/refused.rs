@@ -54,6 +54,12 @@ fn cases() -> Vec<Case> {
             small_documents: false,
         },
         Case {
+            what: "a DBRef key MongoDB reserves",
+            steps: 2,
+            output: |i| if i == 0 { json!({ "customer": { "$ref": "customers" } }) } else { json!(i) },
+            small_documents: false,
+        },
+        Case {
             what: "nesting deeper than the store allows",
             steps: 2,
             output: |i| if i == 0 { nested(kernel_core::validate::PAYLOAD_DEPTH_MAX + 10) } else { json!(i) },

@@ -932,7 +932,12 @@ pub async fn k2_0_unrepresentable_values_are_refused(store: &DynStore) {
     refused_writes_nothing(store, |store| {
         Box::pin(async move {
             let deep = (0..=kernel_core::validate::PAYLOAD_DEPTH_MAX).fold(json!(1), |v, _| json!({ "n": v }));
-            let values = [json!({ "amount": u64::MAX }), json!({ "a": [{ "b\u{0}c": 1 }] }), deep];
+            let values = [
+                json!({ "amount": u64::MAX }),
+                json!({ "a": [{ "b\u{0}c": 1 }] }),
+                deep,
+                json!({ "link": { "$ref": "x" } }),
+            ];
             for v in values {
                 let t = Transition::complete_step(1, "compose", v.clone(), DurationMs::from_millis(0), T0, false);
                 assert_invalid_field(store.apply(&"wf-1".into(), &running("a"), &t).await, "output.compose");
