@@ -488,16 +488,32 @@ impl Dispatch {
                 return self.revert(object_id, &f, &d, self.config.retry_delay_ms.saturating_mul(12)).await;
             }
         };
+        // Renew at a third of the lease; a failed renewal is retried sooner, but only while
+        // a retry can still finish (its deadline included) before the last lease end the
+        // outbox accepted: past that, another dispatcher may hold the lease, so this
+        // dispatch stops (K-11.3, K-6.4).
         let renew = async {
+            let mut held_until = now.saturating_add(self.config.lease_ms);
+            let mut pause = DurationMs::from_millis(self.config.lease_ms.as_millis() / 3);
             loop {
-                let next =
-                    self.clock.now().saturating_add(DurationMs::from_millis(self.config.lease_ms.as_millis() / 3));
-                self.clock.sleep_until(next).await;
+                self.clock.sleep_until(self.clock.now().saturating_add(pause)).await;
                 let until = self.clock.now().saturating_add(self.config.lease_ms);
                 match self.outbox.renew_lease(object_id, &f, &d, until).await {
-                    Ok(true) => {}
+                    Ok(true) => {
+                        held_until = until;
+                        pause = DurationMs::from_millis(self.config.lease_ms.as_millis() / 3);
+                    }
                     Ok(false) => return,
-                    Err(e) => tracing::debug!(%object_id, error = %e, "lease renewal failed; retrying"),
+                    Err(e) => {
+                        pause = DurationMs::from_millis((self.config.lease_ms.as_millis() / 10).max(1));
+                        let retry_done =
+                            self.clock.now().saturating_add(pause).saturating_add(self.config.store_call_deadline_ms);
+                        if retry_done >= held_until {
+                            tracing::warn!(%object_id, error = %e, "lease renewal failed and cannot be retried before the lease ends");
+                            return;
+                        }
+                        tracing::debug!(%object_id, error = %e, "lease renewal failed; retrying");
+                    }
                 }
             }
         };

@@ -2,6 +2,7 @@
 
 mod bad_input;
 mod behaviour;
+mod dispatch_lease;
 mod hardening;
 mod harness;
 mod health;
