@@ -517,6 +517,9 @@ impl SignalInbox for CrashPorts {
     async fn count_pending_orphans(&self, workflow_id: Option<&WorkflowId>, limit: u64) -> Result<u64> {
         gated!(self, "inbox.count_pending_orphans", false, self.inbox.count_pending_orphans(workflow_id, limit).await)
     }
+    async fn clear_orphans(&self, workflow_id: &WorkflowId) -> Result<u64> {
+        gated!(self, "inbox.clear_orphans", true, self.inbox.clear_orphans(workflow_id).await)
+    }
 }
 
 #[async_trait::async_trait]

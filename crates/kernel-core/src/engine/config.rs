@@ -28,10 +28,14 @@ pub struct EngineConfig {
     /// producer's redelivery); older ones beyond it are deleted.
     pub matched_signals_per_workflow_max: usize,
     /// Pending signals accepted for one workflow id that does not exist; one more is
-    /// [`Error::LimitExceeded`] and nothing is written.
+    /// [`Error::LimitExceeded`] and nothing is written. A soft bound: the count and the
+    /// insert are two calls, so concurrent deliveries may pass it by a few. Once the
+    /// workflow exists its signals stop counting (the signal repair clears their flag).
     pub orphan_signals_per_workflow_max: u64,
     /// Pending signals accepted in total for workflow ids that do not exist; one more is
-    /// [`Error::LimitExceeded`] and nothing is written.
+    /// [`Error::LimitExceeded`] and nothing is written. Soft, as
+    /// `orphan_signals_per_workflow_max`, and counting only workflow ids that do not exist
+    /// (as of the last signal repair).
     pub orphan_signals_max: u64,
     /// Stale candidates tried per scheduling round (K-6.1).
     pub candidates_per_round_max: usize,

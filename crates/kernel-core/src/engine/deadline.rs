@@ -179,6 +179,9 @@ impl SignalInbox for DeadlineInbox {
         let fut = self.inner.count_pending_orphans(workflow_id, limit);
         self.call(Call::Read, "inbox count_pending_orphans", fut).await
     }
+    async fn clear_orphans(&self, workflow_id: &WorkflowId) -> Result<u64> {
+        self.call(Call::Write, "inbox clear_orphans", self.inner.clear_orphans(workflow_id)).await
+    }
 }
 
 /// A [`DispatchOutbox`] whose every call has a deadline on the given clock, with the same

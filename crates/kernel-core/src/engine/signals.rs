@@ -83,6 +83,11 @@ pub(crate) async fn try_match(inner: &Inner, rec: &SignalRecord) -> Result<bool>
 /// [`try_match`] with its enqueues going through `gate`, shared by a maintenance pass.
 async fn try_match_gated(inner: &Inner, rec: &SignalRecord, gate: &QueueGate) -> Result<bool> {
     let Some(inst) = inner.ports.store.get(&rec.workflow_id).await? else { return Ok(false) };
+    if rec.orphan {
+        // The workflow exists now: its early signals leave the orphan bounds (kept as any
+        // pending record of a live workflow is).
+        inner.ports.inbox.clear_orphans(&rec.workflow_id).await?;
+    }
     // Half-done match: the activation committed but the inbox was not marked (K-9.4).
     if inst.resume.as_ref().and_then(|r| r.signal_id.as_deref()) == Some(rec.signal_id.as_str()) {
         let now = inner.ports.clock.now();

@@ -524,6 +524,9 @@ impl SignalInbox for HungInbox {
     async fn count_pending_orphans(&self, _w: Option<&WorkflowId>, _limit: u64) -> Result<u64> {
         self.hang().await
     }
+    async fn clear_orphans(&self, _w: &WorkflowId) -> Result<u64> {
+        self.hang().await
+    }
 }
 
 #[tokio::test]
