@@ -164,10 +164,14 @@ pub trait SignalInbox: Send + Sync + 'static {
     /// deleted as pending (and vice versa); unknown ids are ignored. At most
     /// [`INBOX_DELETE_IDS_MAX`] ids per call, more is
     /// [`Error::InvalidInput`](crate::Error::InvalidInput) and deletes nothing. The caller
-    /// decides which records may go (K-9.4): only those of a terminal or absent workflow,
-    /// pending records of an older generation than the workflow's current wait, and
-    /// matched records beyond the per-workflow cap — never a pending record a wait may
-    /// still consume, never the duplicate memory a producer's redelivery needs.
+    /// decides which records may go (K-9.4), all past the retention period: only those of
+    /// a terminal or absent workflow, pending records of an older generation than the
+    /// workflow's current wait, pending records of a live workflow beyond the newest
+    /// `pending_signals_per_workflow_max` (never one for the current wait's generation or a
+    /// newer one: a documented drop of signals no wait consumed within retention), and
+    /// matched records beyond the per-workflow cap — never a pending record the current
+    /// wait may still consume, never the duplicate memory a producer's redelivery needs
+    /// within the cap.
     async fn delete_if(&self, signal_ids: &[String], status: SignalStatus) -> Result<u64>;
 
     /// Pending records with `orphan = true`, of `workflow_id` or of every workflow id,

@@ -428,3 +428,33 @@ async fn hardening_12_early_signals_of_a_workflow_that_now_exists_leave_the_orph
         "the budget is free again for an id that does not exist"
     );
 }
+
+#[tokio::test]
+async fn hardening_06_pending_signals_of_a_live_workflow_are_capped() {
+    // K-9.4: pending records of a live workflow that no wait consumes (another type, never
+    // awaited) are kept up to pending_signals_per_workflow_max; past retention the oldest
+    // beyond it are deleted, the newest kept, and the workflow still wakes.
+    let world = World::new(1);
+    let config = EngineConfig { pending_signals_per_workflow_max: 2, ..testkit::harness::test_config("w") };
+    let engine = world.engine_on(world.ports(), config, vec![waits_for_approval("t")]);
+    engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf-b")).await.unwrap();
+    world.drive(&engine).await.unwrap();
+    for k in 0..4 {
+        let out = engine.deliver_signal(signal("wf-b", "reviewed", 0, &format!("p-{k}"))).await.unwrap();
+        assert_eq!(out, DeliverOutcome::Pending);
+        world.clock.advance(1);
+    }
+    engine.maintain().await.unwrap();
+    assert_eq!(world.inbox.all().len(), 4, "nothing is deleted within the retention period");
+    world.clock.advance(8 * DAY_MS);
+    let report = engine.maintain().await.unwrap();
+    let mut left: Vec<String> = world.inbox.all().into_iter().map(|r| r.signal_id).collect();
+    left.sort();
+    assert_eq!(left, ["p-2", "p-3"], "the oldest beyond the cap deleted: {report:?}");
+    assert_eq!(report.signals_purged, 2);
+    assert_eq!(
+        engine.deliver_signal(signal("wf-b", "approved", 0, "a-0")).await.unwrap(),
+        DeliverOutcome::Activated,
+        "the waiting workflow still wakes"
+    );
+}
