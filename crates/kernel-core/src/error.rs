@@ -71,11 +71,15 @@ pub enum Error {
         max: u64,
     },
     /// A stored record cannot be read back (written by an incompatible version, or changed
-    /// outside the kernel). Nothing was written by the failing call.
+    /// outside the kernel). Nothing was written by the failing call, except by a claim,
+    /// whose lease is written before the claimed document is decoded.
     #[error("corrupt stored data: {message}")]
     Corrupt {
         /// Which record or field does not decode, and why.
         message: String,
+        /// The instance that does not decode, when the call did not name it (a claim of
+        /// any instance, [`WorkflowStore::claim_any`](crate::ports::WorkflowStore::claim_any)).
+        workflow_id: Option<crate::id::WorkflowId>,
         /// The decoder's own error, when a decoder reported the failure.
         #[source]
         cause: Option<Cause>,
@@ -115,12 +119,28 @@ impl Error {
 
     /// [`Error::Corrupt`] without a cause.
     pub fn corrupt(message: impl Into<String>) -> Self {
-        Error::Corrupt { message: message.into(), cause: None }
+        Error::Corrupt { message: message.into(), workflow_id: None, cause: None }
+    }
+
+    /// This error naming the instance that does not decode, if it is [`Error::Corrupt`].
+    pub fn of_instance(self, id: crate::id::WorkflowId) -> Self {
+        match self {
+            Error::Corrupt { message, cause, .. } => Error::Corrupt { message, workflow_id: Some(id), cause },
+            e => e,
+        }
+    }
+
+    /// The instance an [`Error::Corrupt`] names, if any.
+    pub fn corrupt_workflow_id(&self) -> Option<&crate::id::WorkflowId> {
+        match self {
+            Error::Corrupt { workflow_id, .. } => workflow_id.as_ref(),
+            _ => None,
+        }
     }
 
     /// [`Error::Corrupt`] reported by a decoder: `cause` is returned by `source()`.
     pub fn corrupt_with(message: impl Into<String>, cause: impl Into<Cause>) -> Self {
-        Error::Corrupt { message: message.into(), cause: Some(cause.into()) }
+        Error::Corrupt { message: message.into(), workflow_id: None, cause: Some(cause.into()) }
     }
 
     /// The driver or decoder failure this error was mapped from, if any (the same value

@@ -225,6 +225,20 @@ impl SignalInbox for MongoSignalInbox {
         // Served by `orphan_workflow_id` (sparse: only orphans carry the field).
         self.coll.count_documents(filter).limit(limit).await.map_err(|e| map(Op::Read, "count orphan signals", e))
     }
+
+    async fn clear_orphans(&self, workflow_id: &WorkflowId) -> Result<u64> {
+        validate::identifier("workflow_id", workflow_id.as_str())?;
+        // Served by `orphan_workflow_id`; the field is removed, as on a record never orphaned.
+        let r = self
+            .coll
+            .update_many(
+                doc! { "orphan": true, "workflow_id": workflow_id.as_str() },
+                doc! { "$unset": { "orphan": "" } },
+            )
+            .await
+            .map_err(|e| map(Op::Write, "clear orphan signals", e))?;
+        Ok(r.modified_count)
+    }
 }
 
 fn status_str(s: SignalStatus) -> &'static str {

@@ -102,7 +102,19 @@ impl MongoWorkflowStore {
             action = action.sort(s);
         }
         let d = action.await.map_err(|e| map(Op::Write, "claim", e))?;
-        d.as_ref().map(codec::decode_instance).transpose()
+        // The lease is written: name the instance, so the caller can skip it (quarantine).
+        d.as_ref()
+            .map(|raw| {
+                codec::decode_instance(raw).map_err(|e| {
+                    let d = codec::unraw(raw).ok();
+                    let id = match d.as_ref().and_then(|d| d.get("workflow_id")) {
+                        Some(Bson::String(s)) => WorkflowId::from(s.clone()),
+                        _ => fallback_id(d.as_ref()),
+                    };
+                    e.of_instance(id)
+                })
+            })
+            .transpose()
     }
 
     fn page(&self, limit: usize) -> Option<i64> {
@@ -185,21 +197,38 @@ impl WorkflowStore for MongoWorkflowStore {
         Ok(WriteOutcome::Missed)
     }
 
-    async fn scan_due_waits(&self, now: Instant, limit: usize) -> Result<ScanPage<DueWait>> {
+    async fn scan_due_waits(&self, now: Instant, after: Option<&DueCursor>, limit: usize) -> Result<ScanPage<DueWait>> {
         let Some(limit) = self.page(limit) else { return Ok(ScanPage::default()) };
-        let filter = doc! { "status": WorkflowStatus::Waiting.as_str(), "claimable_time": { "$lte": codec::dt(now) }, "wait": { "$exists": true } };
+        let mut filter = doc! {
+            "status": WorkflowStatus::Waiting.as_str(),
+            "claimable_time": { "$lte": codec::dt(now) },
+            "wait": { "$exists": true },
+            // Only ids a cursor can page past.
+            "workflow_id": { "$type": "string" },
+        };
+        if let Some(a) = after {
+            validate::identifier("after", &a.workflow_id)?;
+            let (t, id) = (codec::dt(a.claimable_time), a.workflow_id.as_str());
+            filter.insert(
+                "$or",
+                vec![
+                    doc! { "claimable_time": { "$gt": t.clone() } },
+                    doc! { "claimable_time": t, "workflow_id": { "$gt": id } },
+                ],
+            );
+        }
         let docs: Vec<RawDocumentBuf> = self
             .coll
             .find(filter)
-            .sort(doc! { "claimable_time": 1 })
+            .sort(doc! { "claimable_time": 1, "workflow_id": 1 })
             .limit(limit)
-            .projection(doc! { "_id": 1, "workflow_id": 1, "wait": 1, "business_priority": 1 })
+            .projection(doc! { "_id": 1, "workflow_id": 1, "wait": 1, "business_priority": 1, "claimable_time": 1 })
             .await
             .map_err(|e| map(Op::Read, "scan due waits", e))?
             .try_collect()
             .await
             .map_err(|e| map(Op::Read, "scan due waits", e))?;
-        Ok(page_of(&docs, |d| {
+        let mut page = page_of(&docs, |d| {
             let w = codec::wait_of(codec::doc_of(d, "wait")?.ok_or_else(|| codec::corrupt("wait", "missing"))?)?;
             Ok(DueWait {
                 workflow_id: codec::str_field(d, "workflow_id")?.into(),
@@ -207,20 +236,30 @@ impl WorkflowStore for MongoWorkflowStore {
                 resume: w.due_resume(),
                 priority: codec::priority_of(d)?,
             })
-        }))
+        });
+        // The cursor of the next page: the last document read, decoded or not.
+        page.last_time = match docs.last().map(codec::unraw) {
+            Some(Ok(d)) => codec::time_field(&d, "claimable_time").ok(),
+            _ => None,
+        };
+        Ok(page)
     }
 
     async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<ScanPage<Candidate>> {
         let after = after.map(WorkflowId::as_str);
         let Some(limit) = self.page(limit) else { return Ok(ScanPage::default()) };
-        let mut filter = doc! {
-            "status": { "$in": [WorkflowStatus::Running.as_str(), WorkflowStatus::Failing.as_str()] },
-            "claimable_time": { "$exists": true },
-        };
+        // Only ids a cursor can page past: `$gt` on a string matches strings only, so a
+        // non-string id would otherwise be read on every first page.
+        let mut id = doc! { "$type": "string" };
         if let Some(a) = after {
             validate::identifier("after", a)?;
-            filter.insert("workflow_id", doc! { "$gt": a });
+            id.insert("$gt", a);
         }
+        let filter = doc! {
+            "status": { "$in": [WorkflowStatus::Running.as_str(), WorkflowStatus::Failing.as_str()] },
+            "claimable_time": { "$exists": true },
+            "workflow_id": id,
+        };
         let docs: Vec<RawDocumentBuf> = self
             .coll
             .find(filter)
@@ -245,20 +284,28 @@ fn page_of<T>(docs: &[RawDocumentBuf], row: impl Fn(&Document) -> Result<T>) -> 
         let d = codec::unraw(r);
         let id = d.as_ref().ok().and_then(|d| match d.get("workflow_id") {
             Some(Bson::String(s)) => Some(WorkflowId::from(s.clone())),
-            _ => d.get("_id").map(|i| WorkflowId::from(format!("_id:{i}"))),
+            _ => None,
         });
-        match d.and_then(|d| row(&d)) {
+        match d.as_ref().map_err(Clone::clone).and_then(&row) {
             Ok(v) => page.rows.push(v),
             Err(e) => page.quarantined.push(Quarantined {
-                workflow_id: id.clone().unwrap_or_else(|| WorkflowId::from("_id:unreadable".to_string())),
+                workflow_id: id.clone().unwrap_or_else(|| fallback_id(d.as_ref().ok())),
                 reason: e.to_string(),
             }),
         }
-        if let Some(id) = id {
-            page.last = Some(id);
-        }
+        // Only a real id is a cursor: the `_id:` fallback would sort among the ids and skip
+        // the ones below it.
+        page.last = id;
     }
     page
+}
+
+/// The name a document without a string `workflow_id` is reported under (never a cursor).
+fn fallback_id(d: Option<&Document>) -> WorkflowId {
+    match d.and_then(|d| d.get("_id")) {
+        Some(i) => WorkflowId::from(format!("_id:{i}")),
+        None => WorkflowId::from("_id:unreadable".to_string()),
+    }
 }
 
 fn candidate_of(d: &Document) -> Result<Candidate> {

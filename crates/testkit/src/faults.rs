@@ -449,8 +449,8 @@ impl WorkflowStore for CrashPorts {
         }
         gate.run(&self.switch, async { r }).await
     }
-    async fn scan_due_waits(&self, now: Instant, limit: usize) -> Result<ScanPage<DueWait>> {
-        gated!(self, "store.scan_due_waits", false, self.store.scan_due_waits(now, limit).await)
+    async fn scan_due_waits(&self, now: Instant, after: Option<&DueCursor>, limit: usize) -> Result<ScanPage<DueWait>> {
+        gated!(self, "store.scan_due_waits", false, self.store.scan_due_waits(now, after, limit).await)
     }
     async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<ScanPage<Candidate>> {
         gated!(self, "store.scan_claimable", false, self.store.scan_claimable(after, limit).await)
@@ -516,6 +516,9 @@ impl SignalInbox for CrashPorts {
     }
     async fn count_pending_orphans(&self, workflow_id: Option<&WorkflowId>, limit: u64) -> Result<u64> {
         gated!(self, "inbox.count_pending_orphans", false, self.inbox.count_pending_orphans(workflow_id, limit).await)
+    }
+    async fn clear_orphans(&self, workflow_id: &WorkflowId) -> Result<u64> {
+        gated!(self, "inbox.clear_orphans", true, self.inbox.clear_orphans(workflow_id).await)
     }
 }
 
@@ -1041,9 +1044,9 @@ impl WorkflowStore for AuditStore {
         }
         r
     }
-    async fn scan_due_waits(&self, now: Instant, limit: usize) -> Result<ScanPage<DueWait>> {
+    async fn scan_due_waits(&self, now: Instant, after: Option<&DueCursor>, limit: usize) -> Result<ScanPage<DueWait>> {
         self.read();
-        self.inner.scan_due_waits(now, limit).await
+        self.inner.scan_due_waits(now, after, limit).await
     }
     async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<ScanPage<Candidate>> {
         self.read();
@@ -1116,8 +1119,8 @@ impl WorkflowStore for TakeoverPause {
     ) -> Result<WriteOutcome> {
         self.inner.apply(workflow_id, guard, transition).await
     }
-    async fn scan_due_waits(&self, now: Instant, limit: usize) -> Result<ScanPage<DueWait>> {
-        self.inner.scan_due_waits(now, limit).await
+    async fn scan_due_waits(&self, now: Instant, after: Option<&DueCursor>, limit: usize) -> Result<ScanPage<DueWait>> {
+        self.inner.scan_due_waits(now, after, limit).await
     }
     async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<ScanPage<Candidate>> {
         self.inner.scan_claimable(after, limit).await

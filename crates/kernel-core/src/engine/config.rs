@@ -21,17 +21,28 @@ pub struct EngineConfig {
     pub signal_repair_interval_ms: DurationMs,
     /// How long inbox records are kept before retention may delete them. Retention deletes
     /// only records of terminal or absent workflows, pending records of an older generation
-    /// than the workflow's current wait, and matched records beyond
-    /// `matched_signals_per_workflow_max` (K-9.4).
+    /// than the workflow's current wait, pending records beyond
+    /// `pending_signals_per_workflow_max` and matched records beyond
+    /// `matched_signals_per_workflow_max` of a live workflow (K-9.4).
     pub signal_retention_ms: DurationMs,
     /// Matched records kept per live workflow past retention (the memory that recognises a
     /// producer's redelivery); older ones beyond it are deleted.
     pub matched_signals_per_workflow_max: usize,
+    /// Pending records kept per live workflow past retention: signals no wait of the
+    /// workflow has consumed for `signal_retention_ms` (another type or key, never
+    /// awaited). Older ones beyond the newest this many are deleted (a documented drop:
+    /// a wait that starts later for such a signal does not find it). Records matching the
+    /// workflow's current wait are never deleted this way.
+    pub pending_signals_per_workflow_max: usize,
     /// Pending signals accepted for one workflow id that does not exist; one more is
-    /// [`Error::LimitExceeded`] and nothing is written.
+    /// [`Error::LimitExceeded`] and nothing is written. A soft bound: the count and the
+    /// insert are two calls, so concurrent deliveries may pass it by a few. Once the
+    /// workflow exists its signals stop counting (the signal repair clears their flag).
     pub orphan_signals_per_workflow_max: u64,
     /// Pending signals accepted in total for workflow ids that do not exist; one more is
-    /// [`Error::LimitExceeded`] and nothing is written.
+    /// [`Error::LimitExceeded`] and nothing is written. Soft, as
+    /// `orphan_signals_per_workflow_max`, and counting only workflow ids that do not exist
+    /// (as of the last signal repair).
     pub orphan_signals_max: u64,
     /// Stale candidates tried per scheduling round (K-6.1).
     pub candidates_per_round_max: usize,
@@ -90,6 +101,7 @@ impl Default for EngineConfig {
             signal_repair_interval_ms: DurationMs::from_millis(30_000),
             signal_retention_ms: DurationMs::from_millis(7 * 24 * 3_600_000),
             matched_signals_per_workflow_max: 64,
+            pending_signals_per_workflow_max: 256,
             orphan_signals_per_workflow_max: 16,
             orphan_signals_max: 10_000,
             candidates_per_round_max: 8,

@@ -96,8 +96,8 @@ impl WorkflowStore for DeadlineStore {
     async fn apply(&self, workflow_id: &WorkflowId, guard: &Guard, transition: &Transition) -> Result<WriteOutcome> {
         self.call(Call::Write, "apply", self.inner.apply(workflow_id, guard, transition)).await
     }
-    async fn scan_due_waits(&self, now: Instant, limit: usize) -> Result<ScanPage<DueWait>> {
-        self.call(Call::Read, "scan_due_waits", self.inner.scan_due_waits(now, limit)).await
+    async fn scan_due_waits(&self, now: Instant, after: Option<&DueCursor>, limit: usize) -> Result<ScanPage<DueWait>> {
+        self.call(Call::Read, "scan_due_waits", self.inner.scan_due_waits(now, after, limit)).await
     }
     async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<ScanPage<Candidate>> {
         self.call(Call::Read, "scan_claimable", self.inner.scan_claimable(after, limit)).await
@@ -178,6 +178,9 @@ impl SignalInbox for DeadlineInbox {
     async fn count_pending_orphans(&self, workflow_id: Option<&WorkflowId>, limit: u64) -> Result<u64> {
         let fut = self.inner.count_pending_orphans(workflow_id, limit);
         self.call(Call::Read, "inbox count_pending_orphans", fut).await
+    }
+    async fn clear_orphans(&self, workflow_id: &WorkflowId) -> Result<u64> {
+        self.call(Call::Write, "inbox clear_orphans", self.inner.clear_orphans(workflow_id)).await
     }
 }
 

@@ -129,6 +129,7 @@ pub(crate) struct Inner {
     pub(crate) next_repair_at: AtomicI64,
     pub(crate) repair_cursor: Mutex<Option<String>>,
     pub(crate) rebuild_cursor: Mutex<Option<WorkflowId>>,
+    pub(crate) timer_cursor: Mutex<Option<DueCursor>>,
     pub(crate) retention_cursor: Mutex<Option<String>>,
     pub(crate) repair_failed: AtomicBool,
     /// Instances found undecodable, with the reason (bounded by [`QUARANTINE_IDS_MAX`]).
@@ -144,7 +145,7 @@ impl Inner {
         if q.contains_key(workflow_id) {
             return;
         }
-        tracing::error!(worker = %self.config.worker_id, %workflow_id, reason, "instance does not decode; skipped by maintenance (quarantined)");
+        tracing::error!(worker = %self.config.worker_id, %workflow_id, reason, "instance does not decode; skipped (quarantined)");
         if q.len() < QUARANTINE_IDS_MAX {
             q.insert(workflow_id.clone(), reason.to_string());
         }
@@ -236,6 +237,7 @@ impl EngineBuilder {
                 next_repair_at: AtomicI64::new(i64::MIN),
                 repair_cursor: Mutex::new(None),
                 rebuild_cursor: Mutex::new(None),
+                timer_cursor: Mutex::new(None),
                 retention_cursor: Mutex::new(None),
                 repair_failed: AtomicBool::new(false),
                 quarantine: Mutex::new(Default::default()),
@@ -345,6 +347,12 @@ impl Engine {
                     match inner.ports.store.claim(&id, &spec).await {
                         Ok(Some(inst)) => return Ok(ClaimAttempt::Won { inst: Box::new(inst), token: spec.token }),
                         Ok(None) => stale += 1,
+                        // The lease is written and the instance does not decode: skip it and
+                        // go on to the next candidate.
+                        Err(crate::Error::Corrupt { message, .. }) => {
+                            inner.quarantine(&id, &message);
+                            stale += 1;
+                        }
                         Err(e) => {
                             tracing::warn!(worker = %inner.config.worker_id, error = %e, "claim failed");
                             return Ok(ClaimAttempt::None { stale });
@@ -363,12 +371,32 @@ impl Engine {
             }
         }
         if fallback {
-            let spec = self.claim_spec(inner.ports.clock.now());
-            if let Some(inst) = inner.ports.store.claim_any(&spec).await? {
-                return Ok(ClaimAttempt::Won { inst: Box::new(inst), token: spec.token });
+            if let Some((inst, token)) = self.claim_from_store().await? {
+                return Ok(ClaimAttempt::Won { inst: Box::new(inst), token });
             }
         }
         Ok(ClaimAttempt::None { stale })
+    }
+
+    /// `claim_any` with a fresh token, past instances that do not decode: each is
+    /// quarantined (its lease is written, so the next call claims another), up to
+    /// `candidates_per_round_max` calls.
+    async fn claim_from_store(&self) -> Result<Option<(WorkflowInstance, ClaimToken)>> {
+        let inner = &self.inner;
+        for _ in 0..inner.config.candidates_per_round_max.max(1) {
+            let spec = self.claim_spec(inner.ports.clock.now());
+            match inner.ports.store.claim_any(&spec).await {
+                Ok(found) => return Ok(found.map(|inst| (inst, spec.token))),
+                Err(e @ crate::Error::Corrupt { .. }) => match e.corrupt_workflow_id() {
+                    Some(id) => inner.quarantine(id, &e.to_string()),
+                    None => {
+                        tracing::error!(worker = %inner.config.worker_id, error = %e, "claimed instance does not decode; skipped")
+                    }
+                },
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(None)
     }
 
     /// A claim with a freshly minted token: the token the claim then runs with, never one
@@ -388,11 +416,10 @@ impl Engine {
         let Ok(permit) = self.inner.slots.clone().try_acquire_owned() else {
             return Ok(RoundOutcome::NoSlot);
         };
-        let spec = self.claim_spec(self.inner.ports.clock.now());
-        let out = match self.inner.ports.store.claim_any(&spec).await? {
-            Some(inst) => {
+        let out = match self.claim_from_store().await? {
+            Some((inst, token)) => {
                 let id = inst.workflow_id.clone();
-                RoundOutcome::Ran { workflow_id: id, end: run_claim(self.inner.clone(), inst, spec.token).await }
+                RoundOutcome::Ran { workflow_id: id, end: run_claim(self.inner.clone(), inst, token).await }
             }
             None => RoundOutcome::Idle { stale: 0 },
         };
@@ -425,27 +452,29 @@ impl Engine {
         // One gate for the pass: after the first Redis error no more Redis calls (K-13).
         let gate = QueueGate::default();
         let (queue, wakeup) = (&*inner.ports.queue, &*inner.ports.wakeup);
-        // Timers first: they never need Redis to wake (K-9.2).
+        // Timers first: they never need Redis to wake (K-9.2). The scan goes on from where
+        // the last pass stopped, so documents that stay due (quarantined ones) are paged past
+        // instead of read again; at the end of the due set it starts over.
         for _ in 0..inner.config.scan_pages_max {
-            let page = inner.ports.store.scan_due_waits(now, inner.config.scan_page_size).await?;
+            let after = inner.timer_cursor.lock().expect("cursor lock").clone();
+            let page = inner.ports.store.scan_due_waits(now, after.as_ref(), inner.config.scan_page_size).await?;
             let full = page.is_full(inner.config.scan_page_size);
             self.quarantined(&page.quarantined, &mut report);
-            let mut activated = 0;
+            let next = if full { page.due_cursor() } else { None };
             for d in page.rows {
                 let t = Transition::timer_activation(d.step_index as usize, d.resume, now);
                 let guard = Guard::DueWait { now, step_index: d.step_index };
                 if let WriteOutcome::Applied { revision } = inner.ports.store.apply(&d.workflow_id, &guard, &t).await? {
-                    activated += 1;
+                    report.activated += 1;
                     if let Ok(Some(inst)) = inner.ports.store.get(&d.workflow_id).await {
                         effects::observe(&*inner.ports.observer, &inst, &t, revision, inner.writer());
                     }
                     gate.enqueue_and_wake(queue, wakeup, &d.workflow_id, d.priority, now).await;
                 }
             }
-            report.activated += activated;
-            // Quarantined documents stay due: a full page that activated nothing would be read
-            // again unchanged.
-            if !full || activated == 0 {
+            let done = next.is_none();
+            *inner.timer_cursor.lock().expect("cursor lock") = next;
+            if done {
                 break;
             }
         }

@@ -83,6 +83,11 @@ pub(crate) async fn try_match(inner: &Inner, rec: &SignalRecord) -> Result<bool>
 /// [`try_match`] with its enqueues going through `gate`, shared by a maintenance pass.
 async fn try_match_gated(inner: &Inner, rec: &SignalRecord, gate: &QueueGate) -> Result<bool> {
     let Some(inst) = inner.ports.store.get(&rec.workflow_id).await? else { return Ok(false) };
+    if rec.orphan {
+        // The workflow exists now: its early signals leave the orphan bounds (kept as any
+        // pending record of a live workflow is).
+        inner.ports.inbox.clear_orphans(&rec.workflow_id).await?;
+    }
     // Half-done match: the activation committed but the inbox was not marked (K-9.4).
     if inst.resume.as_ref().and_then(|r| r.signal_id.as_deref()) == Some(rec.signal_id.as_str()) {
         let now = inner.ports.clock.now();
@@ -171,8 +176,10 @@ pub(crate) async fn repair(
 
 /// Retention (K-9.4), one page of records older than `before` from the shared cursor. A
 /// record may go only when its workflow is terminal or absent, when it is pending for an
-/// older generation than the workflow's current wait of the same type and key, or when it
-/// is matched beyond the newest `matched_signals_per_workflow_max` of its live workflow.
+/// older generation than the workflow's current wait of the same type and key, when it is
+/// pending beyond the newest `pending_signals_per_workflow_max` of its live workflow (and
+/// not for the current wait's generation or a newer one), or when it is matched beyond the
+/// newest `matched_signals_per_workflow_max` of its live workflow.
 /// Returns how many were deleted; records of an undecodable instance are kept and the
 /// instance added to `quarantined`.
 pub(crate) async fn retain(inner: &Inner, before: Instant, quarantined: &mut Vec<Quarantined>) -> Result<u64> {
@@ -186,6 +193,7 @@ pub(crate) async fn retain(inner: &Inner, before: Instant, quarantined: &mut Vec
     }
     let (mut pending, mut matched) = (Vec::new(), Vec::new());
     let cap = inner.config.matched_signals_per_workflow_max;
+    let pending_cap = inner.config.pending_signals_per_workflow_max;
     for (workflow_id, records) in by_workflow {
         let inst = match inner.ports.store.get(workflow_id).await {
             Ok(i) => i,
@@ -206,13 +214,31 @@ pub(crate) async fn retain(inner: &Inner, before: Instant, quarantined: &mut Vec
             continue;
         };
         let current = inst.wait.as_ref().and_then(Wait::signal_identity);
+        let same_wait = |r: &SignalRecord| {
+            current.as_ref().is_some_and(|w| w.signal_type == r.signal_type && w.wait_key == r.wait_key)
+        };
+        let mut others = false;
         for r in records.iter().filter(|r| r.status == SignalStatus::Pending) {
-            let stale = current.as_ref().is_some_and(|w| {
-                w.signal_type == r.signal_type && w.wait_key == r.wait_key && r.generation < w.generation
-            });
+            let stale = same_wait(r) && current.as_ref().is_some_and(|w| r.generation < w.generation);
             if stale {
                 pending.push(r.signal_id.clone());
+            } else {
+                others = true;
             }
+        }
+        if others {
+            // Newest first: pending records past the cap that are also old enough may go,
+            // never one of the current wait's generation or a newer one.
+            let newest = inner
+                .ports
+                .inbox
+                .scan_workflow(workflow_id, SignalStatus::Pending, pending_cap.saturating_add(page_size))
+                .await?;
+            let may_go = |r: &SignalRecord| {
+                r.created_at < before
+                    && !(same_wait(r) && current.as_ref().is_some_and(|w| r.generation >= w.generation))
+            };
+            pending.extend(newest.into_iter().skip(pending_cap).filter(|r| may_go(r)).map(|r| r.signal_id));
         }
         if records.iter().any(|r| r.status == SignalStatus::Matched) {
             // Newest first: everything past the cap that is also old enough may go.
@@ -224,6 +250,9 @@ pub(crate) async fn retain(inner: &Inner, before: Instant, quarantined: &mut Vec
             matched.extend(newest.into_iter().skip(cap).filter(|r| r.created_at < before).map(|r| r.signal_id));
         }
     }
+    pending.sort();
+    pending.dedup();
+    pending.truncate(INBOX_DELETE_IDS_MAX);
     matched.truncate(INBOX_DELETE_IDS_MAX);
     let mut deleted = 0;
     if !pending.is_empty() {

@@ -35,7 +35,8 @@ pub struct SignalRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub match_time: Option<Instant>,
     /// No instance had `workflow_id` when the signal was delivered. Pending orphans are
-    /// bounded per workflow id and in total (see [`SignalInbox::count_pending_orphans`]).
+    /// bounded per workflow id and in total (see [`SignalInbox::count_pending_orphans`]);
+    /// the flag is cleared once the workflow exists ([`SignalInbox::clear_orphans`]).
     #[serde(default)]
     pub orphan: bool,
 }
@@ -163,18 +164,34 @@ pub trait SignalInbox: Send + Sync + 'static {
     /// deleted as pending (and vice versa); unknown ids are ignored. At most
     /// [`INBOX_DELETE_IDS_MAX`] ids per call, more is
     /// [`Error::InvalidInput`](crate::Error::InvalidInput) and deletes nothing. The caller
-    /// decides which records may go (K-9.4): only those of a terminal or absent workflow,
-    /// pending records of an older generation than the workflow's current wait, and
-    /// matched records beyond the per-workflow cap — never a pending record a wait may
-    /// still consume, never the duplicate memory a producer's redelivery needs.
+    /// decides which records may go (K-9.4), all past the retention period: only those of
+    /// a terminal or absent workflow, pending records of an older generation than the
+    /// workflow's current wait, pending records of a live workflow beyond the newest
+    /// `pending_signals_per_workflow_max` (never one for the current wait's generation or a
+    /// newer one: a documented drop of signals no wait consumed within retention), and
+    /// matched records beyond the per-workflow cap — never a pending record the current
+    /// wait may still consume, never the duplicate memory a producer's redelivery needs
+    /// within the cap.
     async fn delete_if(&self, signal_ids: &[String], status: SignalStatus) -> Result<u64>;
 
     /// Pending records with `orphan = true`, of `workflow_id` or of every workflow id,
     /// counted up to `limit`.
     ///
     /// # Contract
-    /// Read-only; returns `min(count, limit)`, so the cost is bounded by `limit`.
+    /// Read-only; returns `min(count, limit)`, so the cost is bounded by `limit`. The bound
+    /// the caller keeps with it is soft: the count and the insert that follows are two
+    /// calls, so concurrent deliveries may each see room and together pass it by a few.
     async fn count_pending_orphans(&self, workflow_id: Option<&WorkflowId>, limit: u64) -> Result<u64>;
+
+    /// Clear the `orphan` flag of every record of `workflow_id`: the workflow exists now,
+    /// so its early signals no longer count against the orphan bounds (they are kept as
+    /// any pending record of a live workflow is). Returns how many records changed.
+    ///
+    /// # Contract
+    /// Idempotent; records of other workflow ids and their flags are untouched, nothing
+    /// else of a record changes. An id that breaks the K-2.0 identifier rule is
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput).
+    async fn clear_orphans(&self, workflow_id: &WorkflowId) -> Result<u64>;
 }
 
 /// Most ids one [`SignalInbox::delete_if`] call takes.

@@ -92,6 +92,16 @@ pub struct DueWait {
     pub priority: Priority,
 }
 
+/// Where a paged [`WorkflowStore::scan_due_waits`] goes on: strictly after this
+/// `(claimable_time, workflow_id)` in scan order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DueCursor {
+    /// The `claimable_time` of the last document read.
+    pub claimable_time: Instant,
+    /// Its `workflow_id`.
+    pub workflow_id: WorkflowId,
+}
+
 /// A claimable instance found by [`WorkflowStore::scan_claimable`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Candidate {
@@ -129,11 +139,15 @@ pub struct ScanPage<T> {
     /// The `workflow_id` of the last document read, decoded or not: the `after` of the next
     /// page of a paged scan, so a quarantined document is never read twice in one sweep.
     pub last: Option<WorkflowId>,
+    /// For [`WorkflowStore::scan_due_waits`]: the `claimable_time` of the document `last`
+    /// names; with it, the [`DueCursor`] of the next page ([`ScanPage::due_cursor`]).
+    /// `None` for other scans.
+    pub last_time: Option<Instant>,
 }
 
 impl<T> Default for ScanPage<T> {
     fn default() -> Self {
-        ScanPage { rows: Vec::new(), quarantined: Vec::new(), read: 0, last: None }
+        ScanPage { rows: Vec::new(), quarantined: Vec::new(), read: 0, last: None, last_time: None }
     }
 }
 
@@ -141,7 +155,13 @@ impl<T> ScanPage<T> {
     /// A page of decoded rows only; `last` is the id `key` gives the last row.
     pub fn of(rows: Vec<T>, key: impl Fn(&T) -> &WorkflowId) -> Self {
         let last = rows.last().map(|r| key(r).clone());
-        ScanPage { read: rows.len(), rows, quarantined: Vec::new(), last }
+        ScanPage { read: rows.len(), rows, quarantined: Vec::new(), last, last_time: None }
+    }
+
+    /// The cursor of the page after this one of a [`WorkflowStore::scan_due_waits`] scan,
+    /// when the page names its last document.
+    pub fn due_cursor(&self) -> Option<DueCursor> {
+        Some(DueCursor { claimable_time: self.last_time?, workflow_id: self.last.clone()? })
     }
 
     /// Whether this page read `limit` documents, so another page may follow.
@@ -189,13 +209,18 @@ pub trait WorkflowStore: Send + Sync + 'static {
     /// One conditional update under `spec.guard()` writing `spec.transition()`
     /// (`claimable_time = now + lease`, `claim_token = token`, no revision bump); returns the
     /// updated document, or `None` when the guard missed (a stale candidate). A spec refused
-    /// by [`ClaimSpec::validate`] is [`Error::InvalidInput`](crate::Error::InvalidInput).
+    /// by [`ClaimSpec::validate`] is [`Error::InvalidInput`](crate::Error::InvalidInput). A
+    /// claimed document that does not decode is [`Error::Corrupt`](crate::Error::Corrupt)
+    /// (its lease is written).
     async fn claim(&self, workflow_id: &WorkflowId, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>>;
 
     /// Claim any one due instance straight from the store (Redis down or empty, K-6.7).
     ///
     /// # Contract
     /// As [`claim`](Self::claim) on some instance matching the guard; no priority order.
+    /// A claimed document that does not decode is [`Error::Corrupt`](crate::Error::Corrupt)
+    /// naming it ([`Error::corrupt_workflow_id`](crate::Error::corrupt_workflow_id)): its
+    /// lease is written, so the next call claims another instance.
     async fn claim_any(&self, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>>;
 
     /// Apply `transition` if `guard` matches (K-6.4).
@@ -210,13 +235,18 @@ pub trait WorkflowStore: Send + Sync + 'static {
     async fn apply(&self, workflow_id: &WorkflowId, guard: &Guard, transition: &Transition) -> Result<WriteOutcome>;
 
     /// Waiting instances whose `claimable_time <= now`, longest due first (timer activation,
-    /// K-9.2).
+    /// K-9.2), strictly after `after`.
     ///
     /// # Contract
-    /// Read-only, at most `limit` documents read (`limit = 0` is an empty page). A document
-    /// that does not decode is never an error of the page: it is skipped and listed in
-    /// [`ScanPage::quarantined`], and the other rows are returned.
-    async fn scan_due_waits(&self, now: Instant, limit: usize) -> Result<ScanPage<DueWait>>;
+    /// Read-only, at most `limit` documents read (`limit = 0` is an empty page), ordered by
+    /// `(claimable_time, workflow_id)`; only documents after `after` in that order are read.
+    /// [`ScanPage::last`] and [`ScanPage::last_time`] name the last document read, decoded or
+    /// not, so paging with [`ScanPage::due_cursor`] as `after` goes past documents that stay
+    /// due (quarantined ones) instead of reading them again. A document that does not
+    /// decode is never an error of the page: it is skipped and listed in
+    /// [`ScanPage::quarantined`], and the other rows are returned. A document whose
+    /// `workflow_id` is not a string cannot be paged past and is not read.
+    async fn scan_due_waits(&self, now: Instant, after: Option<&DueCursor>, limit: usize) -> Result<ScanPage<DueWait>>;
 
     /// Running or failing instances with a `claimable_time`, ordered by `workflow_id`,
     /// strictly after `after` (rebuild scan, K-13).
@@ -225,7 +255,8 @@ pub trait WorkflowStore: Send + Sync + 'static {
     /// Read-only, at most `limit` documents read (`limit = 0` is an empty page); paging with
     /// [`ScanPage::last`] as `after` visits every such instance once. A document that does
     /// not decode is skipped and listed in [`ScanPage::quarantined`], never an error of the
-    /// page.
+    /// page. A document whose `workflow_id` is not a string cannot be paged past and is not
+    /// read.
     async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<ScanPage<Candidate>>;
 }
 

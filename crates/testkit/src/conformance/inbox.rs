@@ -266,6 +266,23 @@ pub async fn count_pending_orphans_bounded(inbox: &DynInbox) {
     assert_eq!(inbox.count_pending_orphans(Some(&"wf-1".into()), 10).await.unwrap(), 0, "not an orphan");
 }
 
+/// `clear_orphans`: every record of the workflow id loses the flag and nothing else of it
+/// changes; other ids keep theirs; a second call changes nothing; a bad id is refused.
+pub async fn clear_orphans_of_one_workflow(inbox: &DynInbox) {
+    let orphan = |id: &str, wf: &str| SignalRecord { orphan: true, workflow_id: wf.into(), ..record(id, T0) };
+    for (id, wf) in [("o-1", "wf-x"), ("o-2", "wf-x"), ("o-3", "wf-y")] {
+        insert_new(inbox, orphan(id, wf)).await;
+    }
+    let x: WorkflowId = "wf-x".into();
+    assert_eq!(inbox.clear_orphans(&x).await.unwrap(), 2);
+    let cleared = SignalRecord { workflow_id: x.clone(), ..record("o-1", T0) };
+    assert_eq!(inbox.get("o-1").await.unwrap(), Some(cleared), "only the flag changed");
+    assert_eq!(inbox.count_pending_orphans(Some(&x), 10).await.unwrap(), 0);
+    assert_eq!(inbox.count_pending_orphans(None, 10).await.unwrap(), 1, "other ids keep theirs");
+    assert_eq!(inbox.clear_orphans(&x).await.unwrap(), 0, "idempotent");
+    super::store::assert_invalid_field(inbox.clear_orphans(&"".into()).await, "workflow_id");
+}
+
 /// Expands to one `#[tokio::test]` per inbox conformance case (see
 /// [`store_conformance!`](crate::store_conformance)).
 #[macro_export]
@@ -287,6 +304,7 @@ macro_rules! inbox_conformance {
             scan_workflow_newest_first,
             delete_if_is_conditional_on_status,
             count_pending_orphans_bounded,
+            clear_orphans_of_one_workflow,
         );
     };
 }

@@ -960,16 +960,39 @@ pub async fn scan_due_waits_bounded(store: &DynStore) {
     seed(store, waiting("wf-c", None, Some(T0.plus(10)))).await;
     seed(store, waiting("wf-d", Some(1), None)).await;
     seed(store, instance("wf-e")).await;
-    let got = store.scan_due_waits(T0, 10).await.unwrap();
+    let got = store.scan_due_waits(T0, None, 10).await.unwrap();
     let expect = vec![
         DueWait { workflow_id: "wf-a".into(), step_index: 1, resume: ResumeKind::Timer, priority: Priority::P2 },
         DueWait { workflow_id: "wf-b".into(), step_index: 1, resume: ResumeKind::Poll, priority: Priority::P2 },
     ];
-    assert_eq!(got, ScanPage::of(expect, |d: &DueWait| &d.workflow_id), "longest due first, nothing quarantined");
+    let page = ScanPage { last_time: Some(T0.minus(20)), ..ScanPage::of(expect, |d: &DueWait| &d.workflow_id) };
+    assert_eq!(got, page, "longest due first, nothing quarantined, the last document named");
     assert!(!got.is_full(10));
-    let one = store.scan_due_waits(T0, 1).await.unwrap();
+    let one = store.scan_due_waits(T0, None, 1).await.unwrap();
     assert_eq!((one.rows.len(), one.read, one.is_full(1)), (1, 1, true), "bounded");
-    assert_eq!(store.scan_due_waits(T0, 0).await.unwrap(), ScanPage::default(), "limit 0 is an empty page");
+    assert_eq!(store.scan_due_waits(T0, None, 0).await.unwrap(), ScanPage::default(), "limit 0 is an empty page");
+}
+
+/// `scan_due_waits` paged with [`ScanPage::due_cursor`]: ordered by `(claimable_time,
+/// workflow_id)`, each due wait visited once, ties on the due time broken by the id.
+pub async fn scan_due_waits_pages(store: &DynStore) {
+    seed(store, waiting("wf-b", None, Some(T0.minus(30)))).await;
+    seed(store, waiting("wf-a", None, Some(T0.minus(30)))).await;
+    seed(store, waiting("wf-0", None, Some(T0.minus(20)))).await;
+    seed(store, waiting("wf-z", None, Some(T0.plus(1)))).await;
+    let mut seen = Vec::new();
+    let mut after = None;
+    for _ in 0..5 {
+        let page = store.scan_due_waits(T0, after.as_ref(), 1).await.unwrap();
+        seen.extend(page.rows.iter().map(|d| d.workflow_id.to_string()));
+        if !page.is_full(1) {
+            break;
+        }
+        after = Some(page.due_cursor().expect("a full page names its last document"));
+    }
+    assert_eq!(seen, ["wf-a", "wf-b", "wf-0"], "by due time, then id; each once");
+    let bad = DueCursor { claimable_time: T0, workflow_id: "".into() };
+    assert!(store.scan_due_waits(T0, Some(&bad), 1).await.is_err(), "the cursor's id is an identifier");
 }
 
 /// `scan_claimable`: running and failing instances with a `claimable_time`, ordered by
@@ -1069,6 +1092,7 @@ macro_rules! store_conformance {
             k2_0_bad_output_key_is_refused,
             k2_0_unrepresentable_values_are_refused,
             scan_due_waits_bounded,
+            scan_due_waits_pages,
             scan_claimable_pages,
         );
     };

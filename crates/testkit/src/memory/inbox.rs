@@ -151,4 +151,15 @@ impl SignalInbox for InMemoryInbox {
             .count();
         Ok(n as u64)
     }
+
+    async fn clear_orphans(&self, workflow_id: &WorkflowId) -> Result<u64> {
+        validate::identifier("workflow_id", workflow_id)?;
+        let mut r = self.records.lock().expect("inbox lock");
+        let mut n = 0;
+        for s in r.values_mut().filter(|s| s.orphan && s.workflow_id == *workflow_id) {
+            s.orphan = false;
+            n += 1;
+        }
+        Ok(n)
+    }
 }

@@ -134,18 +134,27 @@ impl WorkflowStore for InMemoryStore {
         Ok(WriteOutcome::Applied { revision: inst.revision })
     }
 
-    async fn scan_due_waits(&self, now: Instant, limit: usize) -> Result<ScanPage<DueWait>> {
+    async fn scan_due_waits(&self, now: Instant, after: Option<&DueCursor>, limit: usize) -> Result<ScanPage<DueWait>> {
+        if let Some(a) = after {
+            validate::identifier("after", &a.workflow_id)?;
+        }
         let st = self.state.lock().expect("store lock");
-        // Longest due first, as every store orders it.
-        let mut due: Vec<&WorkflowInstance> = st
+        // Longest due first, as every store orders it: by `(claimable_time, workflow_id)`.
+        let mut due: Vec<(Instant, &WorkflowInstance)> = st
             .by_id
             .values()
-            .filter(|i| i.status == WorkflowStatus::Waiting && i.claimable_time.is_some_and(|c| c <= now))
+            .filter(|i| i.status == WorkflowStatus::Waiting && i.wait.is_some())
+            .filter_map(|i| i.claimable_time.filter(|c| *c <= now).map(|c| (c, i)))
+            .filter(|(c, i)| {
+                after.is_none_or(|a| (*c, i.workflow_id.as_str()) > (a.claimable_time, a.workflow_id.as_str()))
+            })
             .collect();
-        due.sort_by_key(|i| i.claimable_time);
+        due.sort_by(|(a, x), (b, y)| (a, x.workflow_id.as_str()).cmp(&(b, y.workflow_id.as_str())));
+        due.truncate(limit);
+        let last_time = due.last().map(|(c, _)| *c);
         let rows = due
             .into_iter()
-            .filter_map(|i| {
+            .filter_map(|(_, i)| {
                 let w = i.wait.as_ref()?;
                 Some(DueWait {
                     workflow_id: i.workflow_id.clone(),
@@ -154,9 +163,8 @@ impl WorkflowStore for InMemoryStore {
                     priority: i.business_priority,
                 })
             })
-            .take(limit)
             .collect();
-        Ok(ScanPage::of(rows, |d: &DueWait| &d.workflow_id))
+        Ok(ScanPage { last_time, ..ScanPage::of(rows, |d: &DueWait| &d.workflow_id) })
     }
 
     async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<ScanPage<Candidate>> {

@@ -147,9 +147,9 @@ impl WorkflowStore for TroubledStore {
         }
         self.inner.apply(workflow_id, guard, transition).await
     }
-    async fn scan_due_waits(&self, now: Instant, limit: usize) -> Result<ScanPage<DueWait>> {
+    async fn scan_due_waits(&self, now: Instant, after: Option<&DueCursor>, limit: usize) -> Result<ScanPage<DueWait>> {
         self.gate().await;
-        self.inner.scan_due_waits(now, limit).await
+        self.inner.scan_due_waits(now, after, limit).await
     }
     async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<ScanPage<Candidate>> {
         self.gate().await;
@@ -522,6 +522,9 @@ impl SignalInbox for HungInbox {
         self.hang().await
     }
     async fn count_pending_orphans(&self, _w: Option<&WorkflowId>, _limit: u64) -> Result<u64> {
+        self.hang().await
+    }
+    async fn clear_orphans(&self, _w: &WorkflowId) -> Result<u64> {
         self.hang().await
     }
 }

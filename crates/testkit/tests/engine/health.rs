@@ -67,6 +67,9 @@ impl SignalInbox for FlakyInbox {
     async fn count_pending_orphans(&self, w: Option<&WorkflowId>, limit: u64) -> Result<u64> {
         self.inner.count_pending_orphans(w, limit).await
     }
+    async fn clear_orphans(&self, w: &WorkflowId) -> Result<u64> {
+        self.inner.clear_orphans(w).await
+    }
 }
 
 async fn settle() {

@@ -92,6 +92,9 @@ impl SignalInbox for MarkFails {
     async fn count_pending_orphans(&self, w: Option<&WorkflowId>, limit: u64) -> Result<u64> {
         self.inner.count_pending_orphans(w, limit).await
     }
+    async fn clear_orphans(&self, w: &WorkflowId) -> Result<u64> {
+        self.inner.clear_orphans(w).await
+    }
 }
 
 fn waits_for_approval(name: &str) -> Definition {
@@ -396,5 +399,62 @@ async fn hardening_12_signals_for_unknown_workflow_ids_are_capped_in_total() {
     assert_eq!(
         engine.deliver_signal(signal("wf-ghost-9", "approved", 0, "g-9")).await.unwrap(),
         DeliverOutcome::Pending
+    );
+}
+
+#[tokio::test]
+async fn hardening_12_early_signals_of_a_workflow_that_now_exists_leave_the_orphan_budget() {
+    // Bounded inbox: the orphan budget counts signals for workflow ids that do not exist.
+    // Early signals kept for a workflow created since (never consumed: its wait is of
+    // another type) must not use up the budget of every other unknown id for good.
+    let world = World::new(1);
+    let config = EngineConfig { orphan_signals_max: 2, ..testkit::harness::test_config("w") };
+    let engine = world.engine_on(world.ports(), config, vec![waits_for_approval("t")]);
+    for k in 0..2 {
+        let out = engine.deliver_signal(signal("wf-x", "reviewed", 0, &format!("x-{k}"))).await.unwrap();
+        assert_eq!(out, DeliverOutcome::Pending);
+    }
+    engine.publisher().start_or_resume(StartRequest::new("t", "x", json!({})).workflow_id("wf-x")).await.unwrap();
+    world.drive(&engine).await.unwrap();
+    engine.maintain().await.unwrap();
+    assert_eq!(
+        world.inbox.get("x-0").await.unwrap().map(|r| r.status),
+        Some(SignalStatus::Pending),
+        "the early signals of the live workflow are kept"
+    );
+    assert_eq!(
+        engine.deliver_signal(signal("wf-y", "approved", 0, "y-0")).await.map_err(|e| e.to_string()),
+        Ok(DeliverOutcome::Pending),
+        "the budget is free again for an id that does not exist"
+    );
+}
+
+#[tokio::test]
+async fn hardening_06_pending_signals_of_a_live_workflow_are_capped() {
+    // K-9.4: pending records of a live workflow that no wait consumes (another type, never
+    // awaited) are kept up to pending_signals_per_workflow_max; past retention the oldest
+    // beyond it are deleted, the newest kept, and the workflow still wakes.
+    let world = World::new(1);
+    let config = EngineConfig { pending_signals_per_workflow_max: 2, ..testkit::harness::test_config("w") };
+    let engine = world.engine_on(world.ports(), config, vec![waits_for_approval("t")]);
+    engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf-b")).await.unwrap();
+    world.drive(&engine).await.unwrap();
+    for k in 0..4 {
+        let out = engine.deliver_signal(signal("wf-b", "reviewed", 0, &format!("p-{k}"))).await.unwrap();
+        assert_eq!(out, DeliverOutcome::Pending);
+        world.clock.advance(1);
+    }
+    engine.maintain().await.unwrap();
+    assert_eq!(world.inbox.all().len(), 4, "nothing is deleted within the retention period");
+    world.clock.advance(8 * DAY_MS);
+    let report = engine.maintain().await.unwrap();
+    let mut left: Vec<String> = world.inbox.all().into_iter().map(|r| r.signal_id).collect();
+    left.sort();
+    assert_eq!(left, ["p-2", "p-3"], "the oldest beyond the cap deleted: {report:?}");
+    assert_eq!(report.signals_purged, 2);
+    assert_eq!(
+        engine.deliver_signal(signal("wf-b", "approved", 0, "a-0")).await.unwrap(),
+        DeliverOutcome::Activated,
+        "the waiting workflow still wakes"
     );
 }

@@ -48,7 +48,12 @@ impl WorkflowStore for Forward {
     async fn apply(&self, workflow_id: &WorkflowId, guard: &Guard, transition: &Transition) -> Result<WriteOutcome> {
         self.0.apply(workflow_id, guard, transition).await
     }
-    async fn scan_due_waits(&self, _now: Instant, _limit: usize) -> Result<ScanPage<DueWait>> {
+    async fn scan_due_waits(
+        &self,
+        _now: Instant,
+        _after: Option<&DueCursor>,
+        _limit: usize,
+    ) -> Result<ScanPage<DueWait>> {
         Ok(ScanPage::default())
     }
     async fn scan_claimable(&self, _after: Option<&WorkflowId>, _limit: usize) -> Result<ScanPage<Candidate>> {

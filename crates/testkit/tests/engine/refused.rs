@@ -111,8 +111,8 @@ impl WorkflowStore for Refusing {
         }
         self.inner.apply(workflow_id, guard, transition).await
     }
-    async fn scan_due_waits(&self, now: Instant, limit: usize) -> Result<ScanPage<DueWait>> {
-        self.inner.scan_due_waits(now, limit).await
+    async fn scan_due_waits(&self, now: Instant, after: Option<&DueCursor>, limit: usize) -> Result<ScanPage<DueWait>> {
+        self.inner.scan_due_waits(now, after, limit).await
     }
     async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<ScanPage<Candidate>> {
         self.inner.scan_claimable(after, limit).await
