@@ -40,7 +40,7 @@ impl WorkflowStore for HungStore {
     async fn apply(&self, _w: &WorkflowId, _g: &Guard, _t: &Transition) -> Result<WriteOutcome> {
         std::future::pending().await
     }
-    async fn scan_due_waits(&self, _n: Instant, _l: usize) -> Result<ScanPage<DueWait>> {
+    async fn scan_due_waits(&self, _n: Instant, _a: Option<&DueCursor>, _l: usize) -> Result<ScanPage<DueWait>> {
         std::future::pending().await
     }
     async fn scan_claimable(&self, _a: Option<&WorkflowId>, _l: usize) -> Result<ScanPage<Candidate>> {
