@@ -203,7 +203,8 @@ pub enum TransitionKind {
     FinalizerRelease,
     /// PrepareContext failed; the failure counted, claim released with a delay (K-2.3).
     PrepareRelease,
-    /// Claim released without progress (shutdown drain of a pending wave).
+    /// Claim released without progress: a shutdown between waves (claimable at once), or a
+    /// claim handed back with a delay after the store could not take one of its writes.
     Release,
 }
 
@@ -856,6 +857,14 @@ impl Transition {
     /// Give the claim back without progress (shutdown between waves).
     pub fn release(now: Instant) -> Self {
         Transition::new(TransitionKind::Release, now).release_until(now)
+    }
+
+    /// Give the claim back without progress, claimable again at `now + delay_ms` (a write
+    /// the store could not take: nothing was written, the step runs again later).
+    ///
+    /// An overflowing release time is refused as [`Error::InvalidInput`] on `delay_ms`.
+    pub fn release_after(now: Instant, delay_ms: DurationMs) -> Result<Self> {
+        Ok(Transition::new(TransitionKind::Release, now).release_until(now.try_add(delay_ms, "delay_ms")?))
     }
 
     /// Fingerprint push-back (K-4.3), under [`Guard::Token`]: no step touched.

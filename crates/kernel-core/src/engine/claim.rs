@@ -39,13 +39,19 @@ enum Member {
     Halted(Halt),
     /// A write of this step missed or was uncertain: the claim has ended.
     Lost(ClaimEnd),
+    /// A write of this step was not taken (the store was unavailable, or refused a write
+    /// that carries no value of the step): nothing was written and the claim still holds.
+    /// The wave hands the claim back once, after every sibling returned (K-4.5).
+    HandBack,
 }
 
 /// A guarded write that did not commit (K-6.4).
 enum Unwritten {
-    /// The claim has ended: the write missed (`ClaimLost`), its outcome is uncertain, or
-    /// the store was unavailable (nothing written) and the claim was handed back.
+    /// The claim has ended: the write missed (`ClaimLost`) or its outcome is uncertain.
     End(ClaimEnd),
+    /// The store was unavailable: nothing was written and the claim still holds. The
+    /// caller hands it back once no sibling step is running any more (K-4.5, K-7.3).
+    Unavailable,
     /// The store refused what the write would store (`InvalidInput`): nothing was written
     /// and the claim still holds. The same write would be refused again, so the caller
     /// fails the step whose outcome it carried instead of ending the claim.
@@ -82,8 +88,17 @@ fn prepare(inst: &WorkflowInstance, def: &Definition, hook: Option<&PrepareConte
     }
     match hook {
         None => Ok(Arc::new(Value::Null)),
-        Some(prepare) => prepare(inst).map(Arc::new).map_err(Refusal::PrepareFailed),
+        // A panic is a failure of PrepareContext like any other (counted, bounded).
+        Some(prepare) => match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| prepare(inst))) {
+            Ok(r) => r.map(Arc::new).map_err(Refusal::PrepareFailed),
+            Err(panic) => Err(Refusal::PrepareFailed(format!("PrepareContext panicked: {}", panic_message(&*panic)))),
+        },
     }
+}
+
+/// The message of a caught panic, when it is a string.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic.downcast_ref::<&str>().copied().or_else(|| panic.downcast_ref::<String>().map(String::as_str)).unwrap_or("")
 }
 
 struct Claim {
@@ -166,6 +181,14 @@ pub(crate) async fn run(inner: Arc<Inner>, inst: WorkflowInstance, token: ClaimT
         let end = claim.drive(refusal).await;
         hb_stop.cancel();
         let _ = (&mut hb.0).await;
+        if matches!(end, ClaimEnd::Uncertain | ClaimEnd::ClaimLost) {
+            // Claimable again when the lease ends (K-6.4): put it in its lane for then, best
+            // effort (K-13: the lanes are only a hint).
+            let lease_until = claim.lease_until.load(Ordering::SeqCst);
+            if lease_until != i64::MIN {
+                claim.enqueue(claim.snapshot().business_priority, Instant::from_millis(lease_until)).await;
+            }
+        }
         tracing::info!(end = ?end, "claim ended");
         end
     }
@@ -279,7 +302,8 @@ impl Claim {
 
     /// One guarded write, by what the store answered (K-6.4): a miss is claim loss and an
     /// uncertain outcome ends the claim, both cancelling its activities and neither retried;
-    /// `Unavailable` certainly had no effect, so the claim is handed back with a delay;
+    /// `Unavailable` certainly had no effect: nothing is written here, the caller hands the
+    /// claim back with a delay once no sibling runs ([`Unwritten::Unavailable`]);
     /// `InvalidInput` is a refusal of the content ([`Unwritten::Refused`]), which the caller
     /// turns into a failure of the step the write carried.
     async fn commit(&self, g: G, t: Transition) -> Result<(), Unwritten> {
@@ -298,8 +322,8 @@ impl Claim {
                 Err(Unwritten::Refused(e))
             }
             Err(e @ crate::error::Error::Unavailable { .. }) => {
-                tracing::warn!(kinds = ?t.kinds().collect::<Vec<_>>(), error = %e, "store unavailable: nothing written; handing the claim back");
-                Err(Unwritten::End(self.hand_back(g).await))
+                tracing::warn!(kinds = ?t.kinds().collect::<Vec<_>>(), error = %e, "store unavailable: nothing written");
+                Err(Unwritten::Unavailable)
             }
             Err(e) => {
                 tracing::warn!(kinds = ?t.kinds().collect::<Vec<_>>(), error = %e, "write outcome uncertain: ending the claim");
@@ -328,7 +352,7 @@ impl Claim {
         self.cancel.cancel();
         let now = self.now();
         let delay = self.inner.config.permit_retry_ms;
-        let Ok(t) = Transition::finalizer_release(now, delay) else { return ClaimEnd::Uncertain };
+        let Ok(t) = Transition::release_after(now, delay) else { return ClaimEnd::Uncertain };
         match self.inner.ports.store.apply(&self.workflow_id, &self.guard(g), &t).await {
             Ok(WriteOutcome::Applied { revision }) => {
                 self.applied(&t, revision);
@@ -352,7 +376,7 @@ impl Claim {
         match self.commit(g, t).await {
             Ok(()) => Ok(()),
             Err(Unwritten::End(end)) => Err(end),
-            Err(Unwritten::Refused(_)) => Err(self.hand_back(g).await),
+            Err(Unwritten::Unavailable | Unwritten::Refused(_)) => Err(self.hand_back(g).await),
         }
     }
 
@@ -369,6 +393,28 @@ impl Claim {
             message.truncate(cut);
         }
         StepError { class: ErrorClass::Permanent, message }
+    }
+
+    /// The wave's write, carrying a value of step `idx`, was refused: fail the step for
+    /// good with a write that carries less and less of it, so a document at its size limit
+    /// still ends (K-7.4) instead of re-running the step after every hand-back:
+    /// the store's reason (unless the refused write was already a failure), then a short
+    /// fixed message, then `failing` alone, which carries nothing from the step.
+    async fn fail_refused(&self, idx: usize, e: &crate::error::Error, failing: bool) -> ClaimEnd {
+        let short = StepError { class: ErrorClass::Permanent, message: "refused by the store".into() };
+        let errors = if failing { vec![short] } else { vec![self.refusal_error(e), short] };
+        for error in errors {
+            match self.commit(G::Running, Transition::step_failed(idx, error, DurationMs::ZERO, self.now())).await {
+                Ok(()) => return self.fail_path().await,
+                Err(Unwritten::Refused(e)) => tracing::warn!(error = %e, "the step's failure was refused as well"),
+                Err(Unwritten::End(end)) => return end,
+                Err(Unwritten::Unavailable) => return self.hand_back(G::Running).await,
+            }
+        }
+        match self.commit_plain(G::Running, Transition::failing(self.now())).await {
+            Ok(()) => self.fail_path().await,
+            Err(end) => end,
+        }
     }
 
     /// A completion of step `idx` the store refused: the step failed for good, resolved with
@@ -395,8 +441,17 @@ impl Claim {
                     Ok(t) => t,
                     Err(e) => return self.refused(e),
                 };
+                let at = match t.claimable_time {
+                    Some(crate::transition::Patch::Set(at)) => Some(at),
+                    _ => None,
+                };
                 return match self.commit_plain(G::Token, t).await {
-                    Ok(()) => ClaimEnd::PushedBack,
+                    Ok(()) => {
+                        if let Some(at) = at {
+                            self.enqueue(inst.business_priority, at).await;
+                        }
+                        ClaimEnd::PushedBack
+                    }
                     Err(e) => e,
                 };
             }
@@ -523,7 +578,17 @@ impl Claim {
     async fn acquire_permit(&self, idx: usize) -> Result<Option<HeldPermit>, NoPermit> {
         let sd = &self.def.steps()[idx];
         let input = self.doc.lock().expect("doc lock").input.clone();
-        let Some(resource) = sd.resource_for(&input, &self.prepared) else { return Ok(None) };
+        let derived =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sd.resource_for(&input, &self.prepared)));
+        let resource = match derived {
+            Ok(Some(resource)) => resource,
+            Ok(None) => return Ok(None),
+            Err(panic) => {
+                let msg = panic_message(&*panic);
+                tracing::error!(step = sd.name(), panic = msg, "resource function panicked");
+                return Err(NoPermit::Refused(format!("the step's resource function panicked: {msg}")));
+            }
+        };
         if let Err(e) = validate::key_name("resource", &resource) {
             tracing::error!(step = sd.name(), error = %e, "derived resource name refused");
             return Err(NoPermit::Refused(format!("the step's derived resource is not a valid name: {e}")));
@@ -607,9 +672,12 @@ impl Claim {
                     }
                 };
                 self.maybe_reset_stream(idx).await;
-                if let Err(e) = self.commit_plain(G::Running, Transition::mark_running(idx, self.now())).await {
+                if let Err(u) = self.commit(G::Running, Transition::mark_running(idx, self.now())).await {
                     self.release_permit(permit).await;
-                    return Err(Member::Lost(e));
+                    return Err(match u {
+                        Unwritten::End(e) => Member::Lost(e),
+                        Unwritten::Unavailable | Unwritten::Refused(_) => Member::HandBack,
+                    });
                 }
                 permit
             }
@@ -709,6 +777,7 @@ impl Claim {
         match self.commit(G::Running, Transition::skip_step(idx, error, elapsed_ms, self.now())).await {
             Ok(()) => Member::Settled,
             Err(Unwritten::End(e)) => Member::Lost(e),
+            Err(Unwritten::Unavailable) => Member::HandBack,
             Err(Unwritten::Refused(e)) => self.refused_completion(&e, elapsed_ms),
         }
     }
@@ -786,6 +855,7 @@ impl Claim {
     async fn completion_unwritten(&self, idx: usize, u: Unwritten, elapsed_ms: DurationMs) -> Next {
         match u {
             Unwritten::End(e) => Next::End(e),
+            Unwritten::Unavailable => Next::End(self.hand_back(G::Running).await),
             Unwritten::Refused(e) => self.settle(vec![(idx, self.refused_completion(&e, elapsed_ms))]).await,
         }
     }
@@ -803,6 +873,7 @@ impl Claim {
                     match self.commit(G::Running, self.completion(idx, output, elapsed_ms)).await {
                         Ok(()) => Member::Settled,
                         Err(Unwritten::End(e)) => Member::Lost(e),
+                        Err(Unwritten::Unavailable) => Member::HandBack,
                         Err(Unwritten::Refused(e)) => self.refused_completion(&e, elapsed_ms),
                     }
                 }
@@ -822,6 +893,7 @@ impl Claim {
         // The step to fail if the store refuses the wave's write: the first whose outcome
         // carries a value of its own (an error, a checkpoint); a deferral carries none.
         let mut blame = None;
+        let mut hand_back = false;
         for (idx, m) in members {
             if let Member::Halted(h) = &m {
                 if !matches!(h, Halt::Deferred { .. }) {
@@ -832,7 +904,13 @@ impl Claim {
                 Member::Settled => wave.push((idx, None)),
                 Member::Halted(h) => wave.push((idx, Some(h))),
                 Member::Lost(e) => return Next::End(e),
+                Member::HandBack => hand_back = true,
             }
+        }
+        if hand_back {
+            // Every sibling has returned: the one hand-back of the wave (K-4.5). What the
+            // halted siblings would have written is lost with it; they run again.
+            return Next::End(self.hand_back(G::Running).await);
         }
         let Some(resolution) = outcome::resolve_wave(wave, self.now()) else {
             return Next::Continue(None);
@@ -841,15 +919,12 @@ impl Claim {
         match self.commit(G::Running, resolution.transition).await {
             Ok(()) => {}
             Err(Unwritten::End(e)) => return Next::End(e),
+            Err(Unwritten::Unavailable) => return Next::End(self.hand_back(G::Running).await),
             Err(Unwritten::Refused(e)) => {
-                let Some(idx) = blame.filter(|_| !failing) else {
+                let Some(idx) = blame else {
                     return Next::End(self.hand_back(G::Running).await);
                 };
-                let t = Transition::step_failed(idx, self.refusal_error(&e), DurationMs::ZERO, self.now());
-                return Next::End(match self.commit_plain(G::Running, t).await {
-                    Ok(()) => self.fail_path().await,
-                    Err(end) => end,
-                });
+                return Next::End(self.fail_refused(idx, &e, failing).await);
             }
         }
         let prio = self.snapshot().business_priority;

@@ -696,3 +696,110 @@ async fn hardening_10_a_dispatch_gives_up_on_a_hung_outbox_at_its_deadline() {
     assert!(matches!(out, Err(Error::Uncertain { .. })), "{out:?}");
     assert_eq!(outbox.calls.load(Ordering::SeqCst), 1, "one outbox call, not retried");
 }
+
+#[tokio::test]
+async fn hardening_07_a_panicking_prepare_context_counts_as_a_failure_and_converges() {
+    // A PrepareContext that panics is a failed PrepareContext (K-2.3): counted, retried a
+    // bounded number of times, then the workflow fails. Before, the panic ended the claim's
+    // task; the lease expired and the claim repeated forever.
+    let world = World::new(7);
+    let steps = Arc::new(AtomicU32::new(0));
+    let s = steps.clone();
+    let def = Definition::builder("t")
+        .step(StepDef::new("only", move |_c: ActivityContext| {
+            let s = s.clone();
+            async move {
+                s.fetch_add(1, Ordering::SeqCst);
+                Ok(StepOutcome::complete(json!(1)))
+            }
+        }))
+        .build()
+        .unwrap();
+    let calls = Arc::new(AtomicU32::new(0));
+    let c = calls.clone();
+    let config = test_config("w");
+    let attempts_max = config.prepare_attempts_max;
+    let engine = kernel_core::Engine::builder(world.ports())
+        .config(config)
+        .register(def)
+        .prepare_context(Arc::new(move |_i: &WorkflowInstance| {
+            c.fetch_add(1, Ordering::SeqCst);
+            panic!("tenant directory client bug")
+        }))
+        .build()
+        .unwrap();
+    engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf-7p")).await.unwrap();
+    let report = tokio::spawn({
+        let (world, engine) = (world.clone(), engine.clone());
+        async move { world.drive_until(&engine, 200, &|| false).await }
+    })
+    .await
+    .expect("the driver survives a panicking PrepareContext")
+    .unwrap();
+    let i = world.store.peek("wf-7p").unwrap();
+    assert_eq!(i.status, WorkflowStatus::Failed, "after {} claims", report.claims());
+    assert_eq!(calls.load(Ordering::SeqCst), attempts_max, "PrepareContext attempts");
+    assert_eq!(steps.load(Ordering::SeqCst), 0, "no step ran");
+}
+
+#[tokio::test]
+async fn hardening_13_a_panicking_resource_function_fails_the_step_without_entering_it() {
+    // A derive function that panics fails the step for good without entering it, like an
+    // invalid derived resource; the claim is not killed and repeated.
+    let world = World::new(13);
+    let entries = Arc::new(AtomicU32::new(0));
+    let n = entries.clone();
+    let activity = move |_c: ActivityContext| {
+        let n = n.clone();
+        async move {
+            n.fetch_add(1, Ordering::SeqCst);
+            Ok(StepOutcome::complete(json!(1)))
+        }
+    };
+    let def = Definition::builder("t")
+        .step(StepDef::new("asr", activity).resource_from(|input: &serde_json::Value, _: &serde_json::Value| {
+            format!("tenant:{}:asr", input["tenant"].as_str().expect("a tenant"))
+        }))
+        .build()
+        .unwrap();
+    let engine = world.engine("w", vec![def]);
+    let req = StartRequest::new("t", "b", json!({ "no_tenant": true })).workflow_id("wf-13p");
+    engine.publisher().start_or_resume(req).await.unwrap();
+    let report = tokio::spawn({
+        let (world, engine) = (world.clone(), engine.clone());
+        async move { world.drive_until(&engine, 50, &|| false).await }
+    })
+    .await
+    .expect("the driver survives a panicking resource function")
+    .unwrap();
+    let i = world.store.peek("wf-13p").unwrap();
+    assert_eq!((i.status, i.steps[0].status), (WorkflowStatus::Failed, StepStatus::Failed));
+    let msg = &i.steps[0].error.as_ref().unwrap().message;
+    assert!(msg.contains("resource") && msg.contains("panicked"), "{msg}");
+    assert_eq!(entries.load(Ordering::SeqCst), 0, "the activity was never entered");
+    assert_eq!(report.claims(), 1, "one claim");
+}
+
+#[tokio::test]
+async fn hardening_09_a_fingerprint_push_back_is_enqueued_at_its_claimable_time() {
+    // K-4.3 + K-13: a pushed-back instance becomes claimable at now + push-back; it is put
+    // in its lane at that time, not left for the next lane rebuild.
+    let world = World::new(9);
+    let one = |name: &str| {
+        Definition::builder("t")
+            .step(StepDef::new(name, |_c: ActivityContext| async { Ok(StepOutcome::complete(json!(1))) }))
+            .build()
+            .unwrap()
+    };
+    let old = world.engine("old", vec![one("a")]);
+    let new = world.engine("new", vec![one("b")]);
+    new.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf-9f")).await.unwrap();
+    let out = old.tick().await.unwrap();
+    assert!(matches!(out, RoundOutcome::Ran { end: ClaimEnd::PushedBack, .. }), "{out:?}");
+    let at = world.store.peek("wf-9f").unwrap().claimable_time.expect("claimable later");
+    assert_eq!(at, world.now().saturating_add(old.config().fingerprint_pushback_ms));
+    assert!(world.queue.lane_of("wf-9f").is_some(), "the pushed-back instance is enqueued");
+    let before = Instant::from_millis(at.as_millis() - 1);
+    assert_eq!(world.queue.pop_due(before).await.unwrap(), None, "not due before the push-back ends");
+    assert_eq!(world.queue.pop_due(at).await.unwrap(), Some(WorkflowId::from("wf-9f")));
+}
