@@ -319,3 +319,40 @@ async fn redis_loss_maps_to_unavailable() {
         .expect_err("server is gone");
     assert!(matches!(e, Error::Unavailable { .. }), "{e:?}");
 }
+
+/// Each adapter call is one round trip, counted by the server itself (a private server, so
+/// its command statistics are ours alone): a batch of 100 enqueues is one `EVALSHA`, and so
+/// is each batch pop, whatever its size. (The commands a script runs are counted too; they
+/// are not round trips.)
+#[tokio::test]
+async fn each_batch_call_is_one_script_call_on_the_server() {
+    let Some(server) = DedicatedRedis::start("each_batch_call_is_one_script_call_on_the_server") else { return };
+    let mut conn = connect(&server.url).await.unwrap();
+    let q = RedisReadyQueue::new(conn.clone(), "rt", LaneWeights::default()).unwrap();
+    q.load_scripts().await.unwrap();
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut conn).await.unwrap();
+    let entries: Vec<LaneEntry> = (0..100)
+        .map(|i| LaneEntry {
+            workflow_id: WorkflowId::from(format!("p{}-{i:05}", i % 4)),
+            priority: Priority::ALL[i % 4],
+            claimable_at: T0,
+        })
+        .collect();
+    q.enqueue_many(&entries).await.unwrap();
+    assert_eq!(q.pop_due(T0, 60).await.unwrap().len(), 60);
+    assert_eq!(q.pop_due(T0, 60).await.unwrap().len(), 40, "the rest");
+    assert!(q.pop_due(T0, 60).await.unwrap().is_empty());
+    let info: String = redis::cmd("INFO").arg("commandstats").query_async(&mut conn).await.unwrap();
+    let calls = |cmd: &str| -> Option<u64> {
+        let line = info.lines().find(|l| l.starts_with(&format!("cmdstat_{cmd}:")))?;
+        line.split(['=', ',']).nth(1)?.parse().ok()
+    };
+    assert_eq!(calls("evalsha"), Some(4), "one script call per adapter call: {info}");
+    // Inside the pop script: the rotation state is read and written once per batch, not
+    // once per member.
+    assert_eq!((calls("hmget"), calls("hset")), (Some(3), Some(3)), "{info}");
+    assert_eq!(calls("zadd"), Some(100), "{info}");
+    for cmd in ["eval", "script|load"] {
+        assert_eq!(calls(cmd), None, "{cmd}: {info}");
+    }
+}
