@@ -170,3 +170,28 @@ async fn tick_stays_a_single_candidate_round() {
     // The port refuses what no round asks for.
     assert!(matches!(world.queue.pop_due(world.now(), POP_DUE_MAX + 1).await, Err(Error::InvalidInput { .. })));
 }
+
+#[tokio::test]
+async fn one_workflow_started_on_a_running_engine() {
+    // The single-workflow path: the start's enqueue and ring, then the woken engine's batch
+    // pop (it asks for all its free slots and gets the one), and the pop after the claim's
+    // end that finds the lanes dry.
+    let (world, counting, engine) = counted(SLOTS);
+    let running = engine.spawn();
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(counting.pops(), [(SLOTS, 0)], "the first round finds nothing");
+    counting.reset();
+    engine.publisher().start_or_resume(requests(1).remove(0)).await.unwrap();
+    run_until(&world, all_completed(1)).await;
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    assert!(running.shutdown().await);
+    let c = counting.counts();
+    println!("round-trips: one workflow pops={:?} calls={c:?}", counting.pops());
+    assert_eq!(counting.pops(), [(SLOTS, 1), (SLOTS, 0)]);
+    assert_eq!(c, QueueCalls { enqueue: 1, notify: 1, pop_due: 2, popped: 1, ..QueueCalls::default() }, "{c:?}");
+    assert_eq!(c.round_trips(), 4);
+}
