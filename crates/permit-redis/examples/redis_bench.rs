@@ -140,18 +140,18 @@ pub async fn run_bench(url: &str, opts: BenchOptions) -> (Throughput, Throughput
         measure(o, move |t| {
             let q = queues[t % queues.len()].clone();
             async move {
-                q.pop_due(NOW).await.expect("pop").expect("prefilled");
+                assert_eq!(q.pop_due(NOW, 1).await.expect("pop").len(), 1, "prefilled");
             }
         })
     };
     let raw_pop = |o: BenchOptions| {
         let conns = conns.clone();
-        let cmd = Arc::new(queues[0].raw_pop_command(NOW));
+        let cmd = Arc::new(queues[0].raw_pop_command(NOW, 1));
         measure(o, move |t| {
             let mut c = conns[t % conns.len()].clone();
             let cmd = cmd.clone();
             async move {
-                cmd.query_async::<Option<String>>(&mut c).await.expect("evalsha").expect("prefilled");
+                assert_eq!(cmd.query_async::<Vec<String>>(&mut c).await.expect("evalsha").len(), 1, "prefilled");
             }
         })
     };

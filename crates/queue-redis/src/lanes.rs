@@ -1,12 +1,13 @@
 use crate::{check_prefix, map_redis_error};
 use kernel_core::model::{DurationMs, Instant, Priority};
-use kernel_core::ports::{LaneStats, ReadyQueue};
+use kernel_core::ports::{check_enqueue_many, check_pop_max, LaneEntry, LaneStats, ReadyQueue};
 use kernel_core::{validate, Error, Result, WorkflowId};
 use redis::aio::ConnectionManager;
 use redis::Script;
 use std::sync::LazyLock;
 
 static ENQUEUE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/enqueue.lua")));
+static ENQUEUE_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/enqueue_many.lua")));
 static POP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/pop.lua")));
 static STATS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/stats.lua")));
 
@@ -17,6 +18,12 @@ pub use kernel_core::ports::{LaneWeights, BURST_MAX, LANE_WEIGHT_MAX};
 ///
 /// Semantics are exactly those of `testkit::memory::InMemoryQueue`; both run the same
 /// conformance suite. Cheap to clone; clones share the connection.
+///
+/// Every [`ReadyQueue`] call is **one round trip**: one `EVALSHA` of a static script
+/// (`enqueue`, `enqueue_many` for a whole batch, `pop_due` for a whole batch of up to
+/// `max` pops, `stats`), so counting calls counts round trips. The redis crate loads a
+/// script it finds missing (`NOSCRIPT`) with one extra call;
+/// [`load_scripts`](Self::load_scripts) at startup avoids that.
 #[derive(Clone)]
 pub struct RedisReadyQueue {
     conn: ConnectionManager,
@@ -68,7 +75,7 @@ impl RedisReadyQueue {
     /// Load the scripts now (startup), so the first calls need no round trip for it.
     pub async fn load_scripts(&self) -> Result<()> {
         let mut conn = self.conn.clone();
-        for s in [&*ENQUEUE, &*POP, &*STATS] {
+        for s in [&*ENQUEUE, &*ENQUEUE_MANY, &*POP, &*STATS] {
             s.prepare_invoke().load_async(&mut conn).await.map_err(map_redis_error)?;
         }
         Ok(())
@@ -104,17 +111,15 @@ impl RedisReadyQueue {
         cmd.query_async::<()>(&mut self.conn.clone()).await.map_err(map_redis_error)
     }
 
-    /// The exact `EVALSHA` that [`ReadyQueue::pop_due`] sends, for benchmarks that measure
-    /// the adapter's own overhead. The script must be loaded ([`Self::load_scripts`]).
-    pub fn raw_pop_command(&self, now: Instant) -> redis::Cmd {
+    /// The exact `EVALSHA` that [`ReadyQueue::pop_due`] sends for a batch of up to `max`,
+    /// for benchmarks that measure the adapter's own overhead (its reply is an array of
+    /// members). The script must be loaded ([`Self::load_scripts`]); `max` is not checked
+    /// here.
+    pub fn raw_pop_command(&self, now: Instant, max: usize) -> redis::Cmd {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(POP.get_hash()).arg(5).arg(&self.lanes).arg(&self.rotation);
-        self.pop_args(&mut cmd, now);
+        cmd.arg(now.as_millis()).arg(&self.weights.weights).arg(self.weights.burst).arg(max);
         cmd
-    }
-
-    fn pop_args(&self, cmd: &mut redis::Cmd, now: Instant) {
-        cmd.arg(now.as_millis()).arg(&self.weights.weights).arg(self.weights.burst);
     }
 }
 
@@ -128,15 +133,34 @@ impl ReadyQueue for RedisReadyQueue {
         Ok(())
     }
 
-    async fn pop_due(&self, now: Instant) -> Result<Option<WorkflowId>> {
+    async fn enqueue_many(&self, entries: &[LaneEntry]) -> Result<()> {
+        check_enqueue_many(entries)?;
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let mut inv = ENQUEUE_MANY.prepare_invoke();
+        inv.key(&self.lanes);
+        for LaneEntry { workflow_id, priority, claimable_at } in entries {
+            inv.arg(workflow_id.as_str()).arg(priority.index()).arg(claimable_at.as_millis());
+        }
+        inv.invoke_async::<i64>(&mut self.conn.clone()).await.map_err(map_redis_error)?;
+        Ok(())
+    }
+
+    async fn pop_due(&self, now: Instant, max: usize) -> Result<Vec<WorkflowId>> {
+        check_pop_max(max)?;
         let mut inv = POP.prepare_invoke();
         inv.key(&self.lanes)
             .key(&self.rotation)
             .arg(now.as_millis())
             .arg(&self.weights.weights)
-            .arg(self.weights.burst);
-        let id = inv.invoke_async::<Option<String>>(&mut self.conn.clone()).await.map_err(map_redis_error)?;
-        Ok(id.map(WorkflowId::from))
+            .arg(self.weights.burst)
+            .arg(max);
+        let ids = inv.invoke_async::<Vec<String>>(&mut self.conn.clone()).await.map_err(map_redis_error)?;
+        if ids.len() > max {
+            return Err(Error::unavailable(format!("redis: lane pop returned {} members for {max}", ids.len())));
+        }
+        Ok(ids.into_iter().map(WorkflowId::from).collect())
     }
 
     async fn stats(&self, now: Instant) -> Result<[LaneStats; 4]> {
@@ -178,7 +202,8 @@ mod tests {
     #[test]
     fn script_fingerprints_are_pinned() {
         assert_eq!(ENQUEUE.get_hash(), "55ab236ae81d376acd05a84f0048c59aee5c92ea");
-        assert_eq!(POP.get_hash(), "890503be52e255a1f20bd33f5c0670759996a9b3");
+        assert_eq!(ENQUEUE_MANY.get_hash(), "73e3bfcd7f68b0f9cd5e860358e815332b4e9b5f");
+        assert_eq!(POP.get_hash(), "3c2c187ed26441012b9290b8d1eff5acdc801bbb");
         assert_eq!(STATS.get_hash(), "c52c1d51178a38ab0c42224281f251f9b71c0172");
         assert_eq!(crate::dispatch::pop_script_hash(), "e4805134d70d05ac8838c09a69c8e33c4d448990");
     }

@@ -4,8 +4,9 @@
 //! K-11.3). Everything here may be lost at any moment: losing it costs latency, never
 //! correctness, because the store's conditional claim is what grants execution (K-1.1).
 //!
-//! - [`RedisReadyQueue`]: four lane ZSETs P0..P3 with a promote-only enqueue and a weighted
-//!   round-robin pop (blocks 8:6:4:2, skip-if-empty, burst window), each one Lua script.
+//! - [`RedisReadyQueue`]: four lane ZSETs P0..P3 with a promote-only enqueue (single or a
+//!   batch) and a weighted round-robin pop of up to `max` members (blocks 8:6:4:2,
+//!   skip-if-empty, burst window), each call one Lua script, so one round trip.
 //!   Rotation and burst state live in Redis, so every worker shares them.
 //! - [`RedisWakeup`]: the pub/sub doorbell; a subscriber task feeds an mpsc channel and
 //!   resubscribes after a connection loss.
@@ -28,8 +29,8 @@
 //! # async fn demo() -> kernel_core::Result<()> {
 //! let queue = RedisReadyQueue::from_url("redis://127.0.0.1:6379", "wfk").await?;
 //! queue.enqueue(&"wf-1".into(), Priority::P1, Instant::from_millis(1_000)).await?;
-//! assert_eq!(queue.pop_due(Instant::from_millis(999)).await?, None); // not due yet
-//! assert_eq!(queue.pop_due(Instant::from_millis(1_000)).await?.as_deref(), Some("wf-1"));
+//! assert!(queue.pop_due(Instant::from_millis(999), 8).await?.is_empty()); // not due yet
+//! assert_eq!(queue.pop_due(Instant::from_millis(1_000), 8).await?, ["wf-1"]);
 //! # Ok(())
 //! # }
 //! ```

@@ -4,7 +4,7 @@
 
 use crate::id::{BusinessRound, ClaimToken, WorkflowId};
 use crate::model::{DurationMs, Instant, Priority, WorkflowInstance};
-use crate::ports::{DynObservationSink, DynQueue, DynWakeup, Observation, StreamKey};
+use crate::ports::{DynObservationSink, DynQueue, DynWakeup, LaneEntry, Observation, StreamKey, ENQUEUE_MANY_MAX};
 use crate::transition::{KindAt, Transition, TransitionKind};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -65,6 +65,28 @@ pub(crate) async fn enqueue_and_wake(
         return;
     }
     let _ = wakeup.notify().await;
+}
+
+/// The bulk form of [`enqueue_and_wake`]: every entry in one [`enqueue_many`] call per
+/// [`ENQUEUE_MANY_MAX`] entries, then one ring for all of them. Best effort the same way:
+/// after the first failed call it makes no more (Redis is down; the rebuild scan restores
+/// what was not enqueued) and rings only when something was enqueued. Returns how many
+/// entries were enqueued. An empty slice makes no call.
+///
+/// [`enqueue_many`]: crate::ports::ReadyQueue::enqueue_many
+pub(crate) async fn enqueue_many_and_wake(queue: &DynQueue, wakeup: &DynWakeup, entries: &[LaneEntry]) -> usize {
+    let mut enqueued = 0;
+    for chunk in entries.chunks(ENQUEUE_MANY_MAX) {
+        if let Err(e) = queue.enqueue_many(chunk).await {
+            tracing::debug!(entries = chunk.len(), error = %e, "bulk enqueue failed (rebuild scan will restore)");
+            break;
+        }
+        enqueued += chunk.len();
+    }
+    if enqueued > 0 {
+        let _ = wakeup.notify().await;
+    }
+    enqueued
 }
 
 /// Enqueue + wakeup for a whole pass over many instances: after the first Redis error of the

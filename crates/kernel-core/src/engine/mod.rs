@@ -304,27 +304,40 @@ impl Engine {
         }
     }
 
-    /// One scheduling round (K-6.7): repair signals when due, take a slot, pop ≤ N
-    /// candidates, claim, and run the claim won to its end. Falls back to the store when
-    /// the queue errors, or is empty after a failed repair.
+    /// One scheduling round (K-6.7): repair signals when due, take a slot, pop one
+    /// candidate at a time (≤ `candidates_per_round_max` stale ones), claim, and run the
+    /// claim won to its end. Falls back to the store when the queue errors, or is empty
+    /// after a failed repair.
     pub async fn tick(&self) -> Result<RoundOutcome> {
         let Ok(permit) = self.inner.slots.clone().try_acquire_owned() else {
             return Ok(RoundOutcome::NoSlot);
         };
-        let out = match self.claim_next().await? {
-            ClaimAttempt::Won { inst, token } => {
+        let round = self.claim_round(1).await?;
+        let out = match round.won.into_iter().next() {
+            Some(Won { inst, token }) => {
                 let id = inst.workflow_id.clone();
                 let end = run_claim(self.inner.clone(), *inst, token).await;
                 RoundOutcome::Ran { workflow_id: id, end }
             }
-            ClaimAttempt::None { stale } => RoundOutcome::Idle { stale },
+            None => RoundOutcome::Idle { stale: round.stale },
         };
         drop(permit);
         Ok(out)
     }
 
-    async fn claim_next(&self) -> Result<ClaimAttempt> {
+    /// One scheduling round for `slots` free slots (K-6.1, K-6.7; the caller holds them):
+    /// repair signals when due, pop at most as many candidates as slots are still free in
+    /// one call, claim them concurrently, and pop again for the slots left by stale
+    /// candidates, at most `candidates_per_round_max` pops in all (so ≤ that many stale
+    /// candidates per slot). Falls back to claiming from the store, one free slot after the
+    /// other, when the queue errors, or when it ran dry after a failed repair with no stale
+    /// candidate in this round. Never returns more claims than `slots`.
+    ///
+    /// A claim won is never dropped: an error after the first win ends the round with the
+    /// claims won so far (logged); an error before any win is returned.
+    async fn claim_round(&self, slots: usize) -> Result<Round> {
         let inner = &self.inner;
+        debug_assert!((1..=POP_DUE_MAX).contains(&slots), "{slots} slots");
         let now = inner.ports.clock.now();
         if now >= Instant::from_millis(inner.next_repair_at.load(Ordering::Relaxed)) {
             inner
@@ -333,49 +346,84 @@ impl Engine {
             let failed = signals::repair(inner, 1, &QueueGate::default(), &mut Vec::new()).await.is_err();
             inner.repair_failed.store(failed, Ordering::Relaxed);
         }
-        let mut stale = 0;
+        let mut round = Round { won: Vec::with_capacity(slots), stale: 0, drained: false };
         let mut fallback = false;
         for _ in 0..inner.config.candidates_per_round_max {
+            let want = slots - round.won.len();
+            if want == 0 {
+                break;
+            }
             let now = inner.ports.clock.now();
-            match inner.ports.queue.pop_due(now).await {
-                Ok(Some(id)) => {
-                    if crate::validate::identifier("workflow_id", id.as_str()).is_err() {
-                        stale += 1;
-                        continue;
-                    }
-                    let spec = self.claim_spec(now);
-                    match inner.ports.store.claim(&id, &spec).await {
-                        Ok(Some(inst)) => return Ok(ClaimAttempt::Won { inst: Box::new(inst), token: spec.token }),
-                        Ok(None) => stale += 1,
-                        // The lease is written and the instance does not decode: skip it and
-                        // go on to the next candidate.
-                        Err(crate::Error::Corrupt { message, .. }) => {
-                            inner.quarantine(&id, &message);
-                            stale += 1;
-                        }
-                        Err(e) => {
-                            tracing::warn!(worker = %inner.config.worker_id, error = %e, "claim failed");
-                            return Ok(ClaimAttempt::None { stale });
-                        }
-                    }
-                }
-                Ok(None) => {
-                    fallback = stale == 0 && inner.repair_failed.load(Ordering::Relaxed);
-                    break;
-                }
+            let ids = match inner.ports.queue.pop_due(now, want).await {
+                Ok(ids) => ids,
                 Err(e) => {
                     tracing::debug!(error = %e, "ready queue unavailable; claiming from the store");
                     fallback = true;
                     break;
                 }
+            };
+            debug_assert!(ids.len() <= want, "popped {} for {want} free slots", ids.len());
+            // Fewer than asked: nothing else was due (the port's contract).
+            let short = ids.len() < want;
+            let mut valid = Vec::with_capacity(ids.len());
+            for id in ids.into_iter().take(want) {
+                if crate::validate::identifier("workflow_id", id.as_str()).is_ok() {
+                    valid.push(id);
+                } else {
+                    round.stale += 1;
+                }
+            }
+            let claims = valid.into_iter().map(|id| {
+                let spec = self.claim_spec(now);
+                async move {
+                    let r = inner.ports.store.claim(&id, &spec).await;
+                    (id, spec.token, r)
+                }
+            });
+            let mut failed = None;
+            for (id, token, r) in futures::future::join_all(claims).await {
+                match r {
+                    Ok(Some(inst)) => round.won.push(Won { inst: Box::new(inst), token }),
+                    Ok(None) => round.stale += 1,
+                    // The lease is written and the instance does not decode: skip it and
+                    // go on to the next candidate.
+                    Err(crate::Error::Corrupt { message, .. }) => {
+                        inner.quarantine(&id, &message);
+                        round.stale += 1;
+                    }
+                    Err(e) => {
+                        tracing::warn!(worker = %inner.config.worker_id, workflow_id = %id, error = %e, "claim failed");
+                        failed = Some(e);
+                    }
+                }
+            }
+            if failed.is_some() {
+                return Ok(round);
+            }
+            if short {
+                round.drained = true;
+                fallback = round.stale == 0 && inner.repair_failed.load(Ordering::Relaxed);
+                break;
             }
         }
         if fallback {
-            if let Some((inst, token)) = self.claim_from_store().await? {
-                return Ok(ClaimAttempt::Won { inst: Box::new(inst), token });
+            while round.won.len() < slots {
+                match self.claim_from_store().await {
+                    Ok(Some((inst, token))) => round.won.push(Won { inst: Box::new(inst), token }),
+                    Ok(None) => {
+                        round.drained = true;
+                        break;
+                    }
+                    Err(e) if round.won.is_empty() => return Err(e),
+                    Err(e) => {
+                        tracing::warn!(worker = %inner.config.worker_id, error = %e, "store-fallback claim failed");
+                        break;
+                    }
+                }
             }
         }
-        Ok(ClaimAttempt::None { stale })
+        debug_assert!(round.won.len() <= slots);
+        Ok(round)
     }
 
     /// `claim_any` with a fresh token, past instances that do not decode: each is
@@ -569,25 +617,37 @@ impl Engine {
         };
         let mut claims = tokio::task::JoinSet::new();
         loop {
-            // Fill free slots (K-6.1: take the slot before claiming).
+            // Fill the free slots: take them first (K-6.1), pop at most that many in one
+            // call, claim them concurrently, and give back the slots nobody won.
             loop {
                 if inner.stopping.is_cancelled() {
                     break;
                 }
-                let Ok(permit) = inner.slots.clone().try_acquire_owned() else { break };
-                match self.claim_next().await {
-                    Ok(ClaimAttempt::Won { inst, token }) => {
-                        let inner2 = inner.clone();
-                        claims.spawn(async move {
-                            let _slot = permit;
-                            run_claim(inner2, *inst, token).await
-                        });
-                    }
-                    Ok(ClaimAttempt::None { .. }) => break,
+                let mut free: Vec<tokio::sync::OwnedSemaphorePermit> =
+                    std::iter::from_fn(|| inner.slots.clone().try_acquire_owned().ok()).take(POP_DUE_MAX).collect();
+                if free.is_empty() {
+                    break;
+                }
+                let round = match self.claim_round(free.len()).await {
+                    Ok(round) => round,
                     Err(e) => {
                         tracing::warn!(error = %e, "scheduling round failed");
                         break;
                     }
+                };
+                let won_any = !round.won.is_empty();
+                for Won { inst, token } in round.won {
+                    let slot = free.pop().expect("never more claims than free slots");
+                    let inner2 = inner.clone();
+                    claims.spawn(async move {
+                        let _slot = slot;
+                        run_claim(inner2, *inst, token).await
+                    });
+                }
+                drop(free);
+                // Nothing won, or nothing else due: wait for a wakeup, a poll or a claim's end.
+                if !won_any || round.drained {
+                    break;
                 }
             }
             let next_poll = inner.ports.clock.now().saturating_add(inner.config.poll_interval_ms);
@@ -601,7 +661,10 @@ impl Engine {
                         wake = None;
                     }
                 }
-                Some(_) = claims.join_next(), if !claims.is_empty() => {}
+                Some(_) = claims.join_next(), if !claims.is_empty() => {
+                    // Claims that ended together free their slots for one round, not one each.
+                    while claims.try_join_next().is_some() {}
+                }
             }
         }
         // Graceful: running claims finish on the root context (K-6.6).
@@ -609,15 +672,22 @@ impl Engine {
     }
 }
 
-enum ClaimAttempt {
-    /// Claimed `inst` with `token`, the token minted for the claim.
-    Won {
-        inst: Box<WorkflowInstance>,
-        token: ClaimToken,
-    },
-    None {
-        stale: usize,
-    },
+/// A claim won in a scheduling round.
+struct Won {
+    inst: Box<WorkflowInstance>,
+    /// The token minted for the claim.
+    token: ClaimToken,
+}
+
+/// What [`Engine::claim_round`] did.
+struct Round {
+    /// Claims won, at most one per free slot.
+    won: Vec<Won>,
+    /// Candidates popped whose claim missed (or that were not valid ids).
+    stale: usize,
+    /// Whether the round saw nothing else due (a pop came short, or the store fallback
+    /// found nothing).
+    drained: bool,
 }
 
 /// A spawned engine.

@@ -7,6 +7,7 @@ use crate::model::*;
 use crate::ports::*;
 use crate::transition::{Guard, Transition, TransitionKind};
 use crate::validate;
+use futures::StreamExt;
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -223,8 +224,100 @@ impl Publisher {
     /// - failing → existing, `execution_activated = false`.
     ///
     /// Afterwards best-effort enqueue + wakeup, and a stream reset only when activated.
-    /// Every bad input is a typed error and writes nothing.
+    /// Every bad input is a typed error and writes nothing. Many starts at once:
+    /// [`start_many`](Self::start_many).
     pub async fn start_or_resume(&self, req: StartRequest) -> Result<StartOutcome> {
+        let Stored { outcome, candidate, now } = self.store_start(req).await?;
+        if let Some(LaneEntry { workflow_id, priority, claimable_at }) = &candidate {
+            effects::enqueue_and_wake(&*self.queue, &*self.wakeup, workflow_id, *priority, *claimable_at).await;
+        }
+        if outcome.execution_activated {
+            self.reset_stream(&outcome.instance, now).await;
+        }
+        Ok(outcome)
+    }
+
+    /// Most requests one [`start_many`](Self::start_many) takes (the queue's
+    /// [`ENQUEUE_MANY_MAX`], so one batch is one enqueue call).
+    pub const START_MANY_MAX: usize = ENQUEUE_MANY_MAX;
+
+    /// Most starts of one [`start_many`](Self::start_many) whose store calls (and, after
+    /// the enqueue, stream resets) are in flight at once.
+    pub const START_MANY_IN_FLIGHT_MAX: usize = 32;
+
+    /// Bulk StartOrResume (K-5): for each request exactly what
+    /// [`start_or_resume`](Self::start_or_resume) guarantees — validation, the create or
+    /// the replay and priority raise with their store writes per workflow, the same
+    /// outcome — with the store work of up to [`START_MANY_IN_FLIGHT_MAX`](Self::START_MANY_IN_FLIGHT_MAX)
+    /// requests in flight at once. Then, for the whole batch, ONE
+    /// [`ReadyQueue::enqueue_many`] of every workflow that needs a candidate (the running
+    /// ones, as `start_or_resume` enqueues them) and ONE wakeup ring; then the stream resets
+    /// of the activated ones. Enqueue and ring are best effort as in `start_or_resume`: a
+    /// queue failure never undoes a stored instance (the rebuild scan restores the lane).
+    ///
+    /// Returns one result per request, in request order: a bad request (a typed error,
+    /// nothing written for it) does not hide the others' outcomes. Requests for the same
+    /// `biz_key` in one batch behave as concurrent `start_or_resume` calls do (one creates,
+    /// the others reuse it).
+    ///
+    /// # Errors
+    /// A batch of more than [`START_MANY_MAX`](Self::START_MANY_MAX) requests is refused as
+    /// a whole with [`Error::InvalidInput`] (field `requests`) before any store call: it is
+    /// never split into several enqueue calls behind the caller's back; split it yourself.
+    /// An empty batch returns an empty vector and makes no call.
+    ///
+    /// ```
+    /// # use kernel_core::{Publisher, StartRequest};
+    /// # async fn demo(publisher: Publisher) -> kernel_core::Result<()> {
+    /// let requests = (0..3)
+    ///     .map(|i| StartRequest::new("order", format!("order-{i}"), serde_json::json!({ "n": i })))
+    ///     .chain([StartRequest::new("order", "bad\nkey", serde_json::json!({}))])
+    ///     .collect();
+    /// let results = publisher.start_many(requests).await?;
+    /// assert_eq!(results.len(), 4);
+    /// for r in &results[..3] {
+    ///     assert!(r.as_ref().is_ok_and(|started| started.created));
+    /// }
+    /// assert!(matches!(results[3], Err(kernel_core::Error::InvalidInput { .. })));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn start_many(&self, requests: Vec<StartRequest>) -> Result<Vec<Result<StartOutcome>>> {
+        if requests.len() > Self::START_MANY_MAX {
+            return Err(Error::invalid(
+                "requests",
+                format_args!("{} requests exceed the limit of {}", requests.len(), Self::START_MANY_MAX),
+            ));
+        }
+        let stored: Vec<Result<Stored>> = futures::stream::iter(requests.into_iter().map(|req| self.store_start(req)))
+            .buffered(Self::START_MANY_IN_FLIGHT_MAX)
+            .collect()
+            .await;
+        let entries: Vec<LaneEntry> =
+            stored.iter().filter_map(|r| r.as_ref().ok().and_then(|s| s.candidate.clone())).collect();
+        if !entries.is_empty() {
+            effects::enqueue_many_and_wake(&*self.queue, &*self.wakeup, &entries).await;
+        }
+        let resets = stored.iter().filter_map(|r| r.as_ref().ok()).filter(|s| s.outcome.execution_activated);
+        futures::stream::iter(resets)
+            .for_each_concurrent(Self::START_MANY_IN_FLIGHT_MAX, |s| self.reset_stream(&s.outcome.instance, s.now))
+            .await;
+        Ok(stored.into_iter().map(|r| r.map(|s| s.outcome)).collect())
+    }
+
+    /// Best-effort reset of the client stream of an instance whose execution a start
+    /// activated at `now`.
+    async fn reset_stream(&self, inst: &WorkflowInstance, now: Instant) {
+        // The owner is the `claimable_time` this start wrote: any claim after it has a
+        // greater lease end, so a late reset cannot wipe a worker's frames (K-16).
+        if let Err(e) = self.stream.reset(&effects::stream_key(inst), StreamOwner { lease_until: now }).await {
+            tracing::debug!(workflow_id = %inst.workflow_id, error = %e, "stream reset failed");
+        }
+    }
+
+    /// The store side of one StartOrResume: validation and every store write, without the
+    /// queue, the wakeup and the stream.
+    async fn store_start(&self, req: StartRequest) -> Result<Stored> {
         validate::identifier("workflow_type", &req.workflow_type)?;
         validate::identifier("biz_key", &req.biz_key)?;
         if let Some(id) = &req.workflow_id {
@@ -320,17 +413,20 @@ impl Publisher {
                 }
             }
         }
-        if matches!(inst.status, WorkflowStatus::Running) {
-            let at = inst.claimable_time.unwrap_or(now);
-            effects::enqueue_and_wake(&*self.queue, &*self.wakeup, &inst.workflow_id, inst.business_priority, at).await;
-        }
-        if activated {
-            // The owner is the `claimable_time` this start wrote: any claim after it has a
-            // greater lease end, so a late reset cannot wipe a worker's frames (K-16).
-            if let Err(e) = self.stream.reset(&effects::stream_key(&inst), StreamOwner { lease_until: now }).await {
-                tracing::debug!(workflow_id = %inst.workflow_id, error = %e, "stream reset failed");
-            }
-        }
-        Ok(StartOutcome { instance: inst, execution_activated: activated, created })
+        let candidate = matches!(inst.status, WorkflowStatus::Running).then(|| LaneEntry {
+            workflow_id: inst.workflow_id.clone(),
+            priority: inst.business_priority,
+            claimable_at: inst.claimable_time.unwrap_or(now),
+        });
+        Ok(Stored { outcome: StartOutcome { instance: inst, execution_activated: activated, created }, candidate, now })
     }
+}
+
+/// What the store side of one start produced.
+struct Stored {
+    outcome: StartOutcome,
+    /// The lane entry to add, for a running instance.
+    candidate: Option<LaneEntry>,
+    /// The start's clock reading (the stream owner of an activated start).
+    now: Instant,
 }

@@ -27,14 +27,35 @@ pub trait ReadyQueue: Send + Sync + 'static {
     /// in its own lane overwrites the score. A member is never in two lanes.
     async fn enqueue(&self, workflow_id: &WorkflowId, priority: Priority, claimable_at: Instant) -> Result<()>;
 
-    /// Remove and return one due candidate (`score <= now`).
+    /// Add or move several candidates in one call (a bulk start).
     ///
     /// # Contract
-    /// Atomic. Weighted round robin in blocks P0×8 → P1×6 → P2×4 → P3×2; a lane with
+    /// The same as `entries.len()` calls of [`enqueue`](Self::enqueue) in order (promote-only
+    /// per entry; a member named twice ends as the two single calls would leave it), applied
+    /// atomically as one operation (one round trip on a remote adapter). Refused as a whole
+    /// with [`Error::InvalidInput`], nothing stored, when the batch holds more than
+    /// [`ENQUEUE_MANY_MAX`] entries or an entry breaks the identifier rule
+    /// ([`check_enqueue_many`]). An empty batch changes nothing and needs no call.
+    async fn enqueue_many(&self, entries: &[LaneEntry]) -> Result<()>;
+
+    /// Remove and return up to `max` due candidates (`score <= now`), in pop order.
+    ///
+    /// # Contract
+    /// Atomic: the whole batch is one operation, and concurrent callers never receive the
+    /// same candidate. `max` must be in `1..=POP_DUE_MAX`, else [`Error::InvalidInput`]
+    /// before any effect ([`check_pop_max`]).
+    ///
+    /// One pop: weighted round robin in blocks P0×8 → P1×6 → P2×4 → P3×2; a lane with
     /// nothing due is skipped and forfeits the rest of its block. When a pop finds nothing
     /// due anywhere, the next ≤ 8 pops look at P0 first (burst window), ending early the
     /// first time P0 has nothing due. Rotation and burst state are shared by all callers.
-    async fn pop_due(&self, now: Instant) -> Result<Option<WorkflowId>>;
+    ///
+    /// A batch is exactly `max` such pops in a row, stopped by the first that finds nothing
+    /// due: it returns what those pops return, in their order, and leaves the rotation and
+    /// burst state as they would (an empty pop at the end arms the burst window as usual).
+    /// Fewer than `max` members (an empty vector included) therefore means nothing else
+    /// was due.
+    async fn pop_due(&self, now: Instant, max: usize) -> Result<Vec<WorkflowId>>;
 
     /// Depth, ready, delayed and oldest wait per lane, P0 first.
     ///
@@ -46,6 +67,47 @@ pub trait ReadyQueue: Send + Sync + 'static {
 
 /// `dyn ReadyQueue`.
 pub type DynQueue = dyn ReadyQueue;
+
+/// Most candidates one [`ReadyQueue::pop_due`] may return.
+pub const POP_DUE_MAX: usize = 1_000;
+/// Most entries one [`ReadyQueue::enqueue_many`] may take.
+pub const ENQUEUE_MANY_MAX: usize = 1_000;
+
+/// One candidate of [`ReadyQueue::enqueue_many`]: what one [`ReadyQueue::enqueue`] takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaneEntry {
+    /// The member.
+    pub workflow_id: WorkflowId,
+    /// The lane asked for (promote-only).
+    pub priority: Priority,
+    /// The score: when the member becomes due.
+    pub claimable_at: Instant,
+}
+
+/// The check of `max` every [`ReadyQueue::pop_due`] adapter runs before anything else:
+/// `1..=POP_DUE_MAX`, else [`Error::InvalidInput`] (field `max`).
+pub fn check_pop_max(max: usize) -> Result<()> {
+    if !(1..=POP_DUE_MAX).contains(&max) {
+        return Err(Error::invalid("max", format_args!("{max} is not in 1..={POP_DUE_MAX}")));
+    }
+    Ok(())
+}
+
+/// The check every [`ReadyQueue::enqueue_many`] adapter runs before anything else: at most
+/// [`ENQUEUE_MANY_MAX`] entries, each id under the identifier rule; else
+/// [`Error::InvalidInput`] naming the entry.
+pub fn check_enqueue_many(entries: &[LaneEntry]) -> Result<()> {
+    if entries.len() > ENQUEUE_MANY_MAX {
+        return Err(Error::invalid(
+            "entries",
+            format_args!("{} entries exceed the limit of {ENQUEUE_MANY_MAX}", entries.len()),
+        ));
+    }
+    for (i, e) in entries.iter().enumerate() {
+        crate::validate::identifier(&format!("entries[{i}].workflow_id"), e.workflow_id.as_str())?;
+    }
+    Ok(())
+}
 
 /// Receiver side of the wakeup doorbell: a message means "look at the queue now".
 pub type WakeupReceiver = tokio::sync::mpsc::Receiver<()>;
@@ -107,5 +169,37 @@ impl LaneWeights {
             return Err(Error::invalid("burst", format_args!("{} exceeds {BURST_MAX}", self.burst)));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(id: &str) -> LaneEntry {
+        LaneEntry { workflow_id: id.into(), priority: Priority::P2, claimable_at: Instant::ZERO }
+    }
+
+    #[test]
+    fn pop_max_is_bounded_on_both_sides() {
+        for bad in [0, POP_DUE_MAX + 1, usize::MAX] {
+            let e = check_pop_max(bad).expect_err("refused");
+            assert!(matches!(&e, Error::InvalidInput { field, .. } if field == "max"), "{bad}: {e:?}");
+        }
+        for good in [1, 8, POP_DUE_MAX] {
+            check_pop_max(good).expect("accepted");
+        }
+    }
+
+    #[test]
+    fn enqueue_batch_is_bounded_and_names_the_bad_entry() {
+        check_enqueue_many(&[]).expect("an empty batch is fine");
+        let full: Vec<LaneEntry> = (0..ENQUEUE_MANY_MAX).map(|i| entry(&format!("wf-{i}"))).collect();
+        check_enqueue_many(&full).expect("exactly the limit");
+        let over: Vec<LaneEntry> = (0..=ENQUEUE_MANY_MAX).map(|i| entry(&format!("wf-{i}"))).collect();
+        let e = check_enqueue_many(&over).expect_err("over the limit");
+        assert!(matches!(&e, Error::InvalidInput { field, .. } if field == "entries"), "{e:?}");
+        let e = check_enqueue_many(&[entry("ok"), entry("bad\n")]).expect_err("bad id");
+        assert!(matches!(&e, Error::InvalidInput { field, .. } if field == "entries[1].workflow_id"), "{e:?}");
     }
 }

@@ -4,7 +4,7 @@
 use crate::queue_fixture;
 use futures::future::join_all;
 use kernel_core::model::{Instant, Priority};
-use kernel_core::ports::ReadyQueue;
+use kernel_core::ports::{LaneEntry, ReadyQueue};
 use kernel_core::Error;
 use kernel_core::WorkflowId;
 use queue_redis::test_support::DedicatedRedis;
@@ -49,7 +49,7 @@ async fn concurrent_round(workers: &[RedisReadyQueue], per_worker: usize) -> [us
         tokio::spawn(async move {
             let mut got = Vec::with_capacity(per_worker);
             for _ in 0..per_worker {
-                got.push(w.pop_due(T0).await.expect("pop").expect("a due member"));
+                got.extend(w.pop_due(T0, 1).await.expect("pop"));
             }
             got
         })
@@ -106,6 +106,33 @@ async fn weighted_pop_from_four_connections_is_8_6_4_2() {
     println!("20000 pops from {WORKERS} connections split {total:?}");
 }
 
+/// K-13 with batch pops: 4 connections pop batches of different sizes (3, 5, 7, 5 = one
+/// 20-pop round) concurrently; every round is still exactly 8:6:4:2, because each batch is
+/// that many single pops inside one atomic script over the shared rotation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn weighted_batch_pops_from_four_connections_are_8_6_4_2() {
+    let Some(f) = queue_fixture("weighted_batch_pops_from_four_connections_are_8_6_4_2").await else { return };
+    const ROUNDS: usize = 100;
+    prefill(&f, [8 * ROUNDS + 8, 6 * ROUNDS + 6, 4 * ROUNDS + 4, 2 * ROUNDS + 2]).await;
+    let ws = workers(&f).await;
+    let mut total = [0usize; 4];
+    for r in 0..ROUNDS {
+        let popped = join_all(ws.iter().zip([3, 5, 7, 5]).map(|(w, max)| {
+            let w = w.clone();
+            tokio::spawn(async move { w.pop_due(T0, max).await.expect("pop") })
+        }))
+        .await;
+        let mut counts = [0; 4];
+        for (m, max) in popped.into_iter().map(|r| r.expect("worker")).zip([3, 5, 7, 5]) {
+            assert_eq!(m.len(), max, "every lane still has members");
+            m.iter().for_each(|m| counts[lane_of_member(m)] += 1);
+        }
+        assert_eq!(counts, [8, 6, 4, 2], "round {r}");
+        (0..4).for_each(|i| total[i] += counts[i]);
+    }
+    assert_eq!(total, [8 * ROUNDS, 6 * ROUNDS, 4 * ROUNDS, 2 * ROUNDS]);
+}
+
 /// K-13 acceptance: with P0 empty the other lanes keep 6:4:2, round after round.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn p0_empty_keeps_6_4_2_across_connections() {
@@ -132,11 +159,11 @@ async fn burst_window_is_shared_by_all_workers() {
         f.enqueue(&WorkflowId::from(format!("p1-{i:05}")), Priority::P1, T0.plus(1_000)).await.unwrap();
         f.enqueue(&WorkflowId::from(format!("p2-{i:05}")), Priority::P2, T0.plus(1_000)).await.unwrap();
     }
-    assert_eq!(ws[0].pop_due(T0).await.unwrap(), None);
+    assert!(ws[0].pop_due(T0, 1).await.unwrap().is_empty());
     let t1 = T0.plus(1_000);
     let mut lanes = Vec::new();
     for i in 0..24 {
-        let m = ws[(i + 1) % WORKERS].pop_due(t1).await.unwrap().expect("due");
+        let m = ws[(i + 1) % WORKERS].pop_due(t1, 1).await.unwrap().pop().expect("due");
         lanes.push(lane_of_member(&m));
     }
     let want: Vec<usize> = [(0, 8), (1, 6), (2, 4), (0, 6)].iter().flat_map(|(l, n)| vec![*l; *n]).collect();
@@ -222,8 +249,8 @@ async fn keys_stay_under_the_prefix() {
             f.enqueue(&WorkflowId::from(format!("k-{}-{i}", p.index())), p, T0).await.unwrap();
         }
     }
-    let _ = f.pop_due(T0).await.unwrap();
-    let _ = f.pop_due(T0.minus(10)).await.unwrap();
+    let _ = f.pop_due(T0, 1).await.unwrap();
+    let _ = f.pop_due(T0.minus(10), 1).await.unwrap();
     let mut keys = f.keys.keys();
     keys.sort();
     let p = &f.keys.prefix;
@@ -264,10 +291,10 @@ async fn custom_weights_and_burst() {
             q.enqueue(&WorkflowId::from(format!("p{lane}-{i:05}")), Priority::ALL[lane], T0.plus(100)).await.unwrap();
         }
     }
-    assert_eq!(q.pop_due(T0).await.unwrap(), None, "arms a burst of 2");
+    assert!(q.pop_due(T0, 1).await.unwrap().is_empty(), "arms a burst of 2");
     let mut lanes = Vec::new();
     for _ in 0..8 {
-        lanes.push(lane_of_member(&q.pop_due(T0.plus(100)).await.unwrap().unwrap()));
+        lanes.push(lane_of_member(&q.pop_due(T0.plus(100), 1).await.unwrap()[0]));
     }
     // Burst 2 from P0, then the rotation resumes on P1: 1, 1, 1, then P0×3.
     assert_eq!(lanes, [0, 0, 1, 2, 3, 0, 0, 0]);
@@ -284,6 +311,48 @@ async fn redis_loss_maps_to_unavailable() {
     let e = q.enqueue(&"b".into(), Priority::P1, T0).await.expect_err("server is gone");
     assert!(matches!(e, Error::Unavailable { .. }), "{e:?}");
     assert!(e.is_retryable());
-    let e = q.pop_due(T0).await.expect_err("server is gone");
+    let e = q.pop_due(T0, 8).await.expect_err("server is gone");
     assert!(matches!(e, Error::Unavailable { .. }), "{e:?}");
+    let e = q
+        .enqueue_many(&[LaneEntry { workflow_id: "c".into(), priority: Priority::P1, claimable_at: T0 }])
+        .await
+        .expect_err("server is gone");
+    assert!(matches!(e, Error::Unavailable { .. }), "{e:?}");
+}
+
+/// Each adapter call is one round trip, counted by the server itself (a private server, so
+/// its command statistics are ours alone): a batch of 100 enqueues is one `EVALSHA`, and so
+/// is each batch pop, whatever its size. (The commands a script runs are counted too; they
+/// are not round trips.)
+#[tokio::test]
+async fn each_batch_call_is_one_script_call_on_the_server() {
+    let Some(server) = DedicatedRedis::start("each_batch_call_is_one_script_call_on_the_server") else { return };
+    let mut conn = connect(&server.url).await.unwrap();
+    let q = RedisReadyQueue::new(conn.clone(), "rt", LaneWeights::default()).unwrap();
+    q.load_scripts().await.unwrap();
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut conn).await.unwrap();
+    let entries: Vec<LaneEntry> = (0..100)
+        .map(|i| LaneEntry {
+            workflow_id: WorkflowId::from(format!("p{}-{i:05}", i % 4)),
+            priority: Priority::ALL[i % 4],
+            claimable_at: T0,
+        })
+        .collect();
+    q.enqueue_many(&entries).await.unwrap();
+    assert_eq!(q.pop_due(T0, 60).await.unwrap().len(), 60);
+    assert_eq!(q.pop_due(T0, 60).await.unwrap().len(), 40, "the rest");
+    assert!(q.pop_due(T0, 60).await.unwrap().is_empty());
+    let info: String = redis::cmd("INFO").arg("commandstats").query_async(&mut conn).await.unwrap();
+    let calls = |cmd: &str| -> Option<u64> {
+        let line = info.lines().find(|l| l.starts_with(&format!("cmdstat_{cmd}:")))?;
+        line.split(['=', ',']).nth(1)?.parse().ok()
+    };
+    assert_eq!(calls("evalsha"), Some(4), "one script call per adapter call: {info}");
+    // Inside the pop script: the rotation state is read and written once per batch, not
+    // once per member.
+    assert_eq!((calls("hmget"), calls("hset")), (Some(3), Some(3)), "{info}");
+    assert_eq!(calls("zadd"), Some(100), "{info}");
+    for cmd in ["eval", "script|load"] {
+        assert_eq!(calls(cmd), None, "{cmd}: {info}");
+    }
 }

@@ -16,7 +16,7 @@ async fn adapters_from_a_url_share_the_prefix() {
     queue.enqueue(&"wf-1".into(), Priority::P1, Instant::from_millis(10)).await.unwrap();
     // A second connection from the same URL sees the same lanes.
     let other = RedisConnection::open(&url).await.unwrap().ready_queue(&keys.prefix, queue.weights()).unwrap();
-    assert_eq!(other.pop_due(Instant::from_millis(10)).await.unwrap().as_deref(), Some("wf-1"));
+    assert_eq!(other.pop_due(Instant::from_millis(10), 1).await.unwrap(), [WorkflowId::from("wf-1")]);
 
     let wakeup = RedisWakeup::from_url(&url, &keys.prefix).await.unwrap();
     let mut rx = wakeup.subscribe().await.unwrap();

@@ -2,7 +2,9 @@
 //!
 //! Every case takes a **fresh, empty** queue built with the default [`LaneWeights`]
 //! (8:6:4:2, burst 8) and pins the exact pop order, so two adapters that pass cannot differ
-//! observably. Lane membership is read from member names (`p<lane>-<n>`), never from the
+//! observably. The cases that compare a batch call with single calls take two fresh queues
+//! of the same adapter (the macro calls the factory twice). Single pops are
+//! `pop_due(now, 1)`. Lane membership is read from member names (`p<lane>-<n>`), never from the
 //! adapter's internals.
 //!
 //! ```ignore
@@ -17,7 +19,7 @@ use crate::time::TestTime;
 use futures::future::join_all;
 use kernel_core::model::DurationMs;
 use kernel_core::model::{Instant, Priority};
-use kernel_core::ports::{DynQueue, LaneStats};
+use kernel_core::ports::{DynQueue, LaneEntry, LaneStats, ENQUEUE_MANY_MAX, POP_DUE_MAX};
 use kernel_core::Error;
 use kernel_core::WorkflowId;
 
@@ -46,12 +48,36 @@ async fn fill(q: &DynQueue, lane: usize, count: usize, score: Instant) {
 async fn pop_lanes(q: &DynQueue, now: Instant, n: usize) -> Vec<usize> {
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
-        match q.pop_due(now).await.expect("pop") {
+        match pop1(q, now).await {
             Some(m) => out.push(lane_of_member(&m)),
             None => break,
         }
     }
     out
+}
+
+/// One single pop: `pop_due(now, 1)`, which never returns more than one member.
+async fn pop1(q: &DynQueue, now: Instant) -> Option<WorkflowId> {
+    let mut got = q.pop_due(now, 1).await.expect("pop");
+    assert!(got.len() <= 1, "pop_due(now, 1) returned {got:?}");
+    got.pop()
+}
+
+/// What `max` single pops return, stopped by the first that finds nothing (the batch's
+/// contract).
+async fn single_pops(q: &DynQueue, now: Instant, max: usize) -> Vec<WorkflowId> {
+    let mut out = Vec::new();
+    while out.len() < max {
+        match pop1(q, now).await {
+            Some(m) => out.push(m),
+            None => break,
+        }
+    }
+    out
+}
+
+fn entry(id: &str, lane: usize, at: Instant) -> LaneEntry {
+    LaneEntry { workflow_id: WorkflowId::from(id), priority: Priority::ALL[lane], claimable_at: at }
 }
 
 fn blocks(spec: &[(usize, usize)]) -> Vec<usize> {
@@ -64,17 +90,17 @@ async fn depths(q: &DynQueue, now: Instant) -> [u64; 4] {
 
 /// An empty queue pops nothing and reports empty lanes.
 pub async fn pop_on_empty_queue_is_none(q: &DynQueue) {
-    assert_eq!(q.pop_due(T0).await.unwrap(), None);
+    assert_eq!(pop1(q, T0).await, None);
     assert_eq!(q.stats(T0).await.unwrap(), [LaneStats::default(); 4]);
 }
 
 /// Only members with `score <= now` are popped; a popped member is gone.
 pub async fn pop_only_when_due(q: &DynQueue) {
     q.enqueue(&"wf-a".into(), Priority::P1, T0.plus(100)).await.unwrap();
-    assert_eq!(q.pop_due(T0).await.unwrap(), None, "not due yet");
-    assert_eq!(q.pop_due(T0.plus(99)).await.unwrap(), None, "not due yet");
-    assert_eq!(q.pop_due(T0.plus(100)).await.unwrap().as_deref(), Some("wf-a"), "due at its score");
-    assert_eq!(q.pop_due(T0.plus(100)).await.unwrap(), None, "popped = removed");
+    assert_eq!(pop1(q, T0).await, None, "not due yet");
+    assert_eq!(pop1(q, T0.plus(99)).await, None, "not due yet");
+    assert_eq!(pop1(q, T0.plus(100)).await.as_deref(), Some("wf-a"), "due at its score");
+    assert_eq!(pop1(q, T0.plus(100)).await, None, "popped = removed");
 }
 
 /// Within a lane, members leave by score, ties by member bytes.
@@ -83,7 +109,7 @@ pub async fn lane_order_is_score_then_member(q: &DynQueue) {
     q.enqueue(&"c".into(), Priority::P2, T0.plus(1)).await.unwrap();
     q.enqueue(&"a".into(), Priority::P2, T0.plus(1)).await.unwrap();
     let mut got = Vec::new();
-    while let Some(m) = q.pop_due(T0.plus(10)).await.unwrap() {
+    while let Some(m) = pop1(q, T0.plus(10)).await {
         got.push(m);
     }
     assert_eq!(got, ["a", "c", "b"]);
@@ -95,8 +121,8 @@ pub async fn promote_only_keeps_more_urgent_lane(q: &DynQueue) {
     q.enqueue(&"x".into(), Priority::P3, T0.minus(50)).await.unwrap();
     q.enqueue(&"x".into(), Priority::P2, T0.minus(60)).await.unwrap();
     assert_eq!(depths(q, T0).await, [0, 1, 0, 0]);
-    assert_eq!(q.pop_due(T0.minus(1)).await.unwrap(), None, "score untouched by the ignored request");
-    assert_eq!(q.pop_due(T0).await.unwrap().as_deref(), Some("x"));
+    assert_eq!(pop1(q, T0.minus(1)).await, None, "score untouched by the ignored request");
+    assert_eq!(pop1(q, T0).await.as_deref(), Some("x"));
     assert_eq!(depths(q, T0).await, [0, 0, 0, 0]);
 }
 
@@ -105,9 +131,9 @@ pub async fn promotion_moves_member_and_score(q: &DynQueue) {
     q.enqueue(&"x".into(), Priority::P3, T0).await.unwrap();
     q.enqueue(&"x".into(), Priority::P0, T0.plus(5)).await.unwrap();
     assert_eq!(depths(q, T0).await, [1, 0, 0, 0], "never in two lanes");
-    assert_eq!(q.pop_due(T0).await.unwrap(), None);
-    assert_eq!(q.pop_due(T0.plus(5)).await.unwrap().as_deref(), Some("x"));
-    assert_eq!(q.pop_due(T0.plus(5)).await.unwrap(), None, "no copy left in P3");
+    assert_eq!(pop1(q, T0).await, None);
+    assert_eq!(pop1(q, T0.plus(5)).await.as_deref(), Some("x"));
+    assert_eq!(pop1(q, T0.plus(5)).await, None, "no copy left in P3");
 }
 
 /// Re-enqueue in the member's own lane overwrites its score, later or earlier.
@@ -115,10 +141,10 @@ pub async fn reenqueue_in_own_lane_overwrites_score(q: &DynQueue) {
     q.enqueue(&"x".into(), Priority::P2, T0).await.unwrap();
     q.enqueue(&"x".into(), Priority::P2, T0.plus(500)).await.unwrap();
     assert_eq!(depths(q, T0).await, [0, 0, 1, 0]);
-    assert_eq!(q.pop_due(T0).await.unwrap(), None, "later score replaced the earlier one");
+    assert_eq!(pop1(q, T0).await, None, "later score replaced the earlier one");
     q.enqueue(&"x".into(), Priority::P2, T0.plus(200)).await.unwrap();
-    assert_eq!(q.pop_due(T0.plus(199)).await.unwrap(), None);
-    assert_eq!(q.pop_due(T0.plus(200)).await.unwrap().as_deref(), Some("x"));
+    assert_eq!(pop1(q, T0.plus(199)).await, None);
+    assert_eq!(pop1(q, T0.plus(200)).await.as_deref(), Some("x"));
 }
 
 /// With all lanes full, each round is P0×8 → P1×6 → P2×4 → P3×2.
@@ -164,7 +190,7 @@ pub async fn partial_block_is_forfeited(q: &DynQueue) {
 pub async fn burst_window_after_idle_pop(q: &DynQueue) {
     fill(q, 0, 12, T0.plus(1_000)).await;
     fill(q, 1, 12, T0.plus(1_000)).await;
-    assert_eq!(q.pop_due(T0).await.unwrap(), None, "only delayed members: arms the burst window");
+    assert_eq!(pop1(q, T0).await, None, "only delayed members: arms the burst window");
     let t1 = T0.plus(1_000);
     assert_eq!(pop_lanes(q, t1, 30).await, blocks(&[(0, 8), (1, 6), (0, 4), (1, 6)]));
 }
@@ -174,7 +200,7 @@ pub async fn burst_window_after_idle_pop(q: &DynQueue) {
 pub async fn burst_window_ends_early_when_p0_runs_dry(q: &DynQueue) {
     fill(q, 0, 2, T0.plus(10)).await;
     fill(q, 1, 20, T0.plus(10)).await;
-    assert_eq!(q.pop_due(T0).await.unwrap(), None, "arms the burst window");
+    assert_eq!(pop1(q, T0).await, None, "arms the burst window");
     let t1 = T0.plus(10);
     assert_eq!(pop_lanes(q, t1, 3).await, [0, 0, 1], "two burst pops from P0, then P0 ran dry");
     for n in 100..105 {
@@ -204,7 +230,7 @@ pub async fn delayed_members_do_not_block_burst(q: &DynQueue) {
     for lane in 1..4 {
         fill(q, lane, 10, T0.plus(50)).await;
     }
-    assert_eq!(q.pop_due(T0).await.unwrap(), None);
+    assert_eq!(pop1(q, T0).await, None);
     assert_eq!(pop_lanes(q, T0.plus(50), 10).await, blocks(&[(0, 3), (1, 6), (2, 1)]));
 }
 
@@ -262,10 +288,177 @@ pub async fn concurrent_enqueues_are_promote_only(q: &DynQueue) {
     }
     assert_eq!(depths(q, T0).await, want, "each id once, in its most urgent lane");
     let mut seen = std::collections::BTreeSet::new();
-    while let Some(m) = q.pop_due(T0).await.unwrap() {
+    while let Some(m) = pop1(q, T0).await {
         assert!(seen.insert(m.clone()), "{m} popped twice");
     }
     assert_eq!(seen.len(), IDS);
+}
+
+/// `max` outside `1..=POP_DUE_MAX` is `InvalidInput` and pops nothing.
+pub async fn pop_batch_refuses_bad_max(q: &DynQueue) {
+    fill(q, 1, 3, T0).await;
+    for bad in [0, POP_DUE_MAX + 1] {
+        let e = q.pop_due(T0, bad).await.expect_err("bad max accepted");
+        assert!(matches!(e, Error::InvalidInput { .. }), "max {bad}: {e:?}");
+    }
+    assert_eq!(depths(q, T0).await, [0, 3, 0, 0], "a refused pop removes nothing");
+    assert_eq!(q.pop_due(T0, POP_DUE_MAX).await.unwrap().len(), 3, "the limit itself is fine");
+}
+
+/// A batch holds at most `max` members; fewer only when nothing else is due.
+pub async fn pop_batch_returns_at_most_max(q: &DynQueue) {
+    fill(q, 2, 10, T0).await;
+    let mut seen = Vec::new();
+    for want in [4, 4, 2] {
+        let got = q.pop_due(T0, 4).await.unwrap();
+        assert_eq!(got.len(), want, "{got:?}");
+        seen.extend(got);
+    }
+    assert!(q.pop_due(T0, 4).await.unwrap().is_empty(), "drained");
+    let want: Vec<WorkflowId> = (0..10).map(|n| WorkflowId::from(member(2, n))).collect();
+    assert_eq!(seen, want, "score, then member order within the lane");
+}
+
+/// A batch takes only due members, from every lane; the delayed ones stay.
+pub async fn pop_batch_returns_only_due(q: &DynQueue) {
+    for lane in 0..4 {
+        fill(q, lane, 3, T0.minus(lane as i64)).await;
+        q.enqueue(&WorkflowId::from(&member(lane, 100)), Priority::ALL[lane], T0.plus(1)).await.unwrap();
+    }
+    let got = q.pop_due(T0, 100).await.unwrap();
+    assert_eq!(got.len(), 12, "{got:?}");
+    assert!(got.iter().all(|m| !m.as_str().ends_with("0100")), "a delayed member was popped: {got:?}");
+    assert_eq!(depths(q, T0).await, [1; 4], "the delayed members stay");
+    let later = q.pop_due(T0.plus(1), 100).await.unwrap();
+    assert_eq!(later.len(), 4, "due at their score: {later:?}");
+}
+
+/// Nothing due: an empty vector, from an empty queue or one holding only delayed members.
+pub async fn pop_batch_with_nothing_due_is_empty(q: &DynQueue) {
+    assert_eq!(q.pop_due(T0, 8).await.unwrap(), Vec::<WorkflowId>::new());
+    fill(q, 0, 2, T0.plus(10)).await;
+    assert_eq!(q.pop_due(T0, 8).await.unwrap(), Vec::<WorkflowId>::new());
+    assert_eq!(depths(q, T0).await, [2, 0, 0, 0]);
+}
+
+/// A batch is the same number of single pops: on two identically filled queues, batches of
+/// several sizes (one cut short by an empty pop, which arms the burst window) return what
+/// single pops return, in order, and leave the rotation and burst state the same (later
+/// pops keep agreeing).
+pub async fn pop_batch_equals_single_pops(batched: &DynQueue, single: &DynQueue) {
+    for q in [batched, single] {
+        fill(q, 0, 5, T0).await;
+        fill(q, 1, 20, T0).await;
+        fill(q, 2, 12, T0).await;
+        fill(q, 3, 9, T0).await;
+        for n in 100..110 {
+            q.enqueue(&WorkflowId::from(&member(0, n)), Priority::P0, T0.plus(100)).await.unwrap();
+        }
+        for n in 100..105 {
+            q.enqueue(&WorkflowId::from(&member(2, n)), Priority::P2, T0.plus(100)).await.unwrap();
+        }
+    }
+    let t1 = T0.plus(100);
+    // 46 due at T0: the last batch runs dry and arms the burst window; at t1 the burst
+    // serves P0, then the rotation goes on.
+    let plan: [(Instant, usize); 11] =
+        [(T0, 1), (T0, 3), (T0, 7), (T0, 20), (T0, 5), (T0, 40), (t1, 4), (t1, 9), (t1, 2), (t1, 30), (t1, 8)];
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, (now, max)) in plan.into_iter().enumerate() {
+        let b = batched.pop_due(now, max).await.expect("batch pop");
+        let s = single_pops(single, now, max).await;
+        assert_eq!(b, s, "batch {i} (max {max})");
+        for m in b {
+            assert!(seen.insert(m.clone()), "{m} popped twice");
+        }
+    }
+    assert_eq!(seen.len(), 61, "every member popped once");
+    // Rotation and burst state agree: refill both and keep comparing.
+    for q in [batched, single] {
+        for lane in 0..4 {
+            for n in 200..215 {
+                q.enqueue(&WorkflowId::from(&member(lane, n)), Priority::ALL[lane], t1).await.unwrap();
+            }
+        }
+    }
+    for (i, max) in [6, 11, 1, 17, 30].into_iter().enumerate() {
+        assert_eq!(batched.pop_due(t1, max).await.unwrap(), single_pops(single, t1, max).await, "refill batch {i}");
+    }
+}
+
+/// Concurrent batch pops never hand out the same member twice, and together take all.
+pub async fn concurrent_batch_pops_never_repeat_a_member(q: &DynQueue) {
+    for lane in 0..4 {
+        fill(q, lane, 50, T0).await;
+    }
+    let tasks = (0..6).map(|t| async move {
+        let mut got = Vec::new();
+        loop {
+            let b = q.pop_due(T0, 3 + t).await.expect("pop");
+            if b.is_empty() {
+                return got;
+            }
+            got.extend(b);
+        }
+    });
+    let mut seen = std::collections::BTreeSet::new();
+    for m in join_all(tasks).await.into_iter().flatten() {
+        assert!(seen.insert(m.clone()), "{m} popped twice");
+    }
+    assert_eq!(seen.len(), 200);
+}
+
+/// `enqueue_many` is the same as its entries' single enqueues in order: promote-only per
+/// entry, a member named twice, scores overwritten in the own lane. Compared on two
+/// identically empty queues by the lane depths and by draining both at each score.
+pub async fn enqueue_many_equals_single_enqueues(batched: &DynQueue, single: &DynQueue) {
+    let entries = vec![
+        entry("a", 2, T0),
+        entry("b", 1, T0.plus(5)),
+        entry("a", 3, T0.minus(50)), // less urgent: ignored, score untouched
+        entry("c", 3, T0.plus(2)),
+        entry("c", 0, T0.plus(7)), // promoted: leaves P3, new score
+        entry("d", 1, T0.plus(9)),
+        entry("d", 1, T0.plus(3)), // own lane: score overwritten (earlier)
+        entry("e", 0, T0),
+        entry("f", 2, T0.plus(1)),
+        entry("b", 1, T0.plus(8)), // own lane: score overwritten (later)
+        entry("g", 3, T0.plus(7)),
+    ];
+    batched.enqueue_many(&entries).await.expect("enqueue_many");
+    for LaneEntry { workflow_id, priority, claimable_at } in &entries {
+        single.enqueue(workflow_id, *priority, *claimable_at).await.expect("enqueue");
+    }
+    assert_eq!(depths(batched, T0).await, [2, 2, 2, 1]);
+    for t in [T0.minus(100), T0, T0.plus(1), T0.plus(3), T0.plus(5), T0.plus(7), T0.plus(8), T0.plus(9)] {
+        assert_eq!(batched.stats(t).await.unwrap(), single.stats(t).await.unwrap(), "stats at {t:?}");
+    }
+    for t in 0..10 {
+        let now = T0.plus(t);
+        assert_eq!(
+            batched.pop_due(now, POP_DUE_MAX).await.unwrap(),
+            single.pop_due(now, POP_DUE_MAX).await.unwrap(),
+            "due at {now:?}"
+        );
+    }
+    assert_eq!(depths(batched, T0.plus(100)).await, [0; 4]);
+}
+
+/// `enqueue_many`: more than `ENQUEUE_MANY_MAX` entries, or one bad id, refuses the whole
+/// batch and stores nothing; the limit itself and an empty batch are fine.
+pub async fn enqueue_many_refuses_bounds(q: &DynQueue) {
+    q.enqueue_many(&[]).await.expect("an empty batch");
+    assert_eq!(depths(q, T0).await, [0; 4]);
+    let over: Vec<LaneEntry> = (0..=ENQUEUE_MANY_MAX).map(|n| entry(&member(1, n), 1, T0)).collect();
+    let e = q.enqueue_many(&over).await.expect_err("over the limit");
+    assert!(matches!(e, Error::InvalidInput { .. }), "{e:?}");
+    assert_eq!(depths(q, T0).await, [0; 4], "nothing stored");
+    let bad = vec![entry("ok-1", 1, T0), entry("bad\nid", 1, T0), entry("ok-2", 1, T0)];
+    let e = q.enqueue_many(&bad).await.expect_err("a bad id");
+    assert!(matches!(e, Error::InvalidInput { .. }), "{e:?}");
+    assert_eq!(depths(q, T0).await, [0; 4], "nothing stored, not even the good entries");
+    q.enqueue_many(&over[..ENQUEUE_MANY_MAX]).await.expect("exactly the limit");
+    assert_eq!(depths(q, T0).await, [0, ENQUEUE_MANY_MAX as u64, 0, 0]);
 }
 
 /// Expand to one `#[tokio::test]` per queue conformance case.
@@ -293,8 +486,30 @@ macro_rules! queue_conformance {
             delayed_members_do_not_block_burst,
             stats_report_depth_ready_delayed_oldest_wait,
             rejects_invalid_ids,
-            concurrent_enqueues_are_promote_only
+            concurrent_enqueues_are_promote_only,
+            pop_batch_refuses_bad_max,
+            pop_batch_returns_at_most_max,
+            pop_batch_returns_only_due,
+            pop_batch_with_nothing_due_is_empty,
+            concurrent_batch_pops_never_repeat_a_member,
+            enqueue_many_refuses_bounds
         );
+        $crate::queue_conformance!(@pairs $factory;
+            pop_batch_equals_single_pops,
+            enqueue_many_equals_single_enqueues
+        );
+    };
+    (@pairs $factory:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[::tokio::test]
+            async fn $case() {
+                let factory = $factory;
+                let Some(first) = factory(stringify!($case)).await else { return };
+                let Some(second) = factory(concat!(stringify!($case), "_twin")).await else { return };
+                let (a, b): (&::kernel_core::ports::DynQueue, &::kernel_core::ports::DynQueue) = (&*first, &*second);
+                $crate::conformance::queue::$case(a, b).await;
+            }
+        )*
     };
     (@cases $factory:expr; $($case:ident),* $(,)?) => {
         $(

@@ -66,7 +66,10 @@ struct State {
 /// - a pop that finds nothing due in any lane arms the burst window: the next ≤ `burst`
 ///   pops take P0's earliest due member without touching the rotation, and the window ends
 ///   the first time P0 has nothing due (that pop then follows the rotation);
-/// - within a lane, members leave by (score, member bytes), like a Redis ZSET.
+/// - within a lane, members leave by (score, member bytes), like a Redis ZSET;
+/// - `pop_due(now, max)` is up to `max` of these pops in a row under one lock, stopped by
+///   the first that finds nothing (which arms the burst window as a single empty pop
+///   does); `enqueue_many` is its entries' enqueues in order under one lock.
 #[derive(Debug, Clone)]
 pub struct InMemoryQueue {
     state: Arc<Mutex<State>>,
@@ -104,6 +107,11 @@ impl InMemoryQueue {
         let st = self.state.lock().expect("queue lock");
         (0..4).find(|i| st.lanes[*i].by_member.contains_key(member)).map(|i| Priority::ALL[i])
     }
+    /// Score of a member in its lane, if queued.
+    pub fn score_of(&self, member: &str) -> Option<Instant> {
+        let st = self.state.lock().expect("queue lock");
+        st.lanes.iter().find_map(|l| l.by_member.get(member).copied())
+    }
     /// Total members.
     pub fn len(&self) -> usize {
         self.state.lock().expect("queue lock").lanes.iter().map(|l| l.by_member.len()).sum()
@@ -120,55 +128,90 @@ impl InMemoryQueue {
     }
 }
 
+impl State {
+    /// One promote-only enqueue (K-13).
+    fn enqueue(&mut self, workflow_id: &str, priority: Priority, claimable_at: Instant) {
+        let target = priority.index();
+        // Promote-only: a member already in a more urgent lane stays where it is.
+        if (0..target).any(|i| self.lanes[i].by_member.contains_key(workflow_id)) {
+            return;
+        }
+        for i in target + 1..4 {
+            self.lanes[i].remove(workflow_id);
+        }
+        self.lanes[target].insert(workflow_id, claimable_at);
+    }
+
+    /// One weighted pop (K-13), advancing the rotation and burst state.
+    fn pop(&mut self, weights: &LaneWeights, now: Instant) -> Option<String> {
+        if self.burst_left > 0 {
+            if let Some(m) = self.lanes[0].pop_due(now) {
+                self.burst_left -= 1;
+                return Some(m);
+            }
+            // The window ends early the first time P0 has nothing due.
+            self.burst_left = 0;
+        }
+        for _ in 0..5 {
+            let cur = self.current;
+            if self.served < weights.weights[cur] {
+                if let Some(m) = self.lanes[cur].pop_due(now) {
+                    self.served += 1;
+                    if self.served >= weights.weights[cur] {
+                        self.current = (cur + 1) % 4;
+                        self.served = 0;
+                    }
+                    return Some(m);
+                }
+            }
+            // Nothing due (or block used up): skip at once, forfeiting the rest of the block.
+            self.current = (cur + 1) % 4;
+            self.served = 0;
+        }
+        if !(0..4).any(|i| self.lanes[i].has_due(now)) {
+            self.burst_left = weights.burst;
+        }
+        None
+    }
+}
+
 #[async_trait::async_trait]
 impl ReadyQueue for InMemoryQueue {
     async fn enqueue(&self, workflow_id: &WorkflowId, priority: Priority, claimable_at: Instant) -> Result<()> {
         validate::identifier("workflow_id", workflow_id)?;
         self.check_up()?;
-        let mut st = self.state.lock().expect("queue lock");
-        let target = priority.index();
-        // Promote-only: a member already in a more urgent lane stays where it is.
-        if (0..target).any(|i| st.lanes[i].by_member.contains_key(workflow_id.as_str())) {
-            return Ok(());
-        }
-        for i in target + 1..4 {
-            st.lanes[i].remove(workflow_id);
-        }
-        st.lanes[target].insert(workflow_id, claimable_at);
+        self.state.lock().expect("queue lock").enqueue(workflow_id, priority, claimable_at);
         Ok(())
     }
 
-    async fn pop_due(&self, now: Instant) -> Result<Option<WorkflowId>> {
+    async fn enqueue_many(&self, entries: &[LaneEntry]) -> Result<()> {
+        check_enqueue_many(entries)?;
+        if entries.is_empty() {
+            return Ok(());
+        }
+        self.check_up()?;
+        // One lock: the batch is one atomic operation, as the Redis script is.
+        let mut st = self.state.lock().expect("queue lock");
+        for LaneEntry { workflow_id, priority, claimable_at } in entries {
+            st.enqueue(workflow_id, *priority, *claimable_at);
+        }
+        Ok(())
+    }
+
+    async fn pop_due(&self, now: Instant, max: usize) -> Result<Vec<WorkflowId>> {
+        check_pop_max(max)?;
         self.check_up()?;
         let mut st = self.state.lock().expect("queue lock");
-        if st.burst_left > 0 {
-            if let Some(m) = st.lanes[0].pop_due(now) {
-                st.burst_left -= 1;
-                return Ok(Some(m.into()));
+        let mut out = Vec::new();
+        while out.len() < max {
+            match st.pop(&self.weights, now) {
+                Some(m) => out.push(WorkflowId::from(m)),
+                // The empty pop has armed the burst window; further pops would only turn
+                // the rotation, which the contract stops at the first empty one.
+                None => break,
             }
-            // The window ends early the first time P0 has nothing due.
-            st.burst_left = 0;
         }
-        for _ in 0..5 {
-            let cur = st.current;
-            if st.served < self.weights.weights[cur] {
-                if let Some(m) = st.lanes[cur].pop_due(now) {
-                    st.served += 1;
-                    if st.served >= self.weights.weights[cur] {
-                        st.current = (cur + 1) % 4;
-                        st.served = 0;
-                    }
-                    return Ok(Some(m.into()));
-                }
-            }
-            // Nothing due (or block used up): skip at once, forfeiting the rest of the block.
-            st.current = (cur + 1) % 4;
-            st.served = 0;
-        }
-        if !(0..4).any(|i| st.lanes[i].has_due(now)) {
-            st.burst_left = self.weights.burst;
-        }
-        Ok(None)
+        Ok(out)
     }
 
     async fn stats(&self, now: Instant) -> Result<[LaneStats; 4]> {

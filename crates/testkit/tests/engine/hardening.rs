@@ -800,6 +800,6 @@ async fn hardening_09_a_fingerprint_push_back_is_enqueued_at_its_claimable_time(
     assert_eq!(at, world.now().saturating_add(old.config().fingerprint_pushback_ms));
     assert!(world.queue.lane_of("wf-9f").is_some(), "the pushed-back instance is enqueued");
     let before = Instant::from_millis(at.as_millis() - 1);
-    assert_eq!(world.queue.pop_due(before).await.unwrap(), None, "not due before the push-back ends");
-    assert_eq!(world.queue.pop_due(at).await.unwrap(), Some(WorkflowId::from("wf-9f")));
+    assert!(world.queue.pop_due(before, 1).await.unwrap().is_empty(), "not due before the push-back ends");
+    assert_eq!(world.queue.pop_due(at, 1).await.unwrap(), [WorkflowId::from("wf-9f")]);
 }

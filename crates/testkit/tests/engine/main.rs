@@ -2,6 +2,7 @@
 
 mod bad_input;
 mod behaviour;
+mod bulk_start;
 mod dispatch_lease;
 mod hardening;
 mod harness;
@@ -11,6 +12,7 @@ mod mocks;
 mod model;
 mod refused;
 mod renewal;
+mod round_trips;
 mod standalone_publisher;
 mod stream_fencing;
 mod write_budget;

@@ -160,8 +160,11 @@ impl ReadyQueue for SlowDownRedis {
     async fn enqueue(&self, _w: &WorkflowId, _p: Priority, _at: Instant) -> Result<()> {
         self.fail()
     }
-    async fn pop_due(&self, _now: Instant) -> Result<Option<WorkflowId>> {
-        self.fail().map(|()| None)
+    async fn enqueue_many(&self, _entries: &[LaneEntry]) -> Result<()> {
+        self.fail()
+    }
+    async fn pop_due(&self, _now: Instant, _max: usize) -> Result<Vec<WorkflowId>> {
+        self.fail().map(|()| Vec::new())
     }
     async fn stats(&self, _now: Instant) -> Result<[LaneStats; 4]> {
         self.fail().map(|()| Default::default())

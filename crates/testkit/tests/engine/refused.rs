@@ -307,6 +307,6 @@ async fn hardening_09_an_uncertain_claim_is_enqueued_at_its_lease_end() {
     let lease_until = world.store.peek("wf").unwrap().claimable_time.expect("leased");
     assert!(world.queue.lane_of("wf").is_some(), "the instance is back in its lane");
     let before = Instant::from_millis(lease_until.as_millis() - 1);
-    assert_eq!(world.queue.pop_due(before).await.unwrap(), None, "not due before the lease ends");
-    assert_eq!(world.queue.pop_due(lease_until).await.unwrap(), Some(WorkflowId::from("wf")));
+    assert!(world.queue.pop_due(before, 1).await.unwrap().is_empty(), "not due before the lease ends");
+    assert_eq!(world.queue.pop_due(lease_until, 1).await.unwrap(), [WorkflowId::from("wf")]);
 }
