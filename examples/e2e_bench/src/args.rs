@@ -1,0 +1,312 @@
+//! The command line: a benchmark run (the default) or `plot`. Pure, so it is tested without a
+//! server.
+
+use std::path::PathBuf;
+
+/// Where Redis is when neither `--redis-url` nor `REDIS_URL` says.
+pub const REDIS_URL_DEFAULT: &str = "redis://127.0.0.1:6379";
+/// Burst size on the in-memory store.
+pub const WORKFLOWS_DEFAULT: usize = 2_000;
+/// Burst size on a store that is a functional imitation (the Mongo-wire test server): small,
+/// since its figures are not compared with anything.
+pub const WORKFLOWS_SMALL_DEFAULT: usize = 50;
+/// One-at-a-time workflows per side for the latency percentiles.
+pub const SINGLES_DEFAULT: usize = 200;
+/// Singles on a store that is a functional imitation.
+pub const SINGLES_SMALL_DEFAULT: usize = 20;
+/// Engine worker slots, and floor worker tasks.
+pub const SLOTS_DEFAULT: usize = 8;
+/// Separate Redis connections of the floor.
+pub const FLOOR_CONNECTIONS_DEFAULT: usize = 8;
+/// Alternating engine/floor pairs.
+pub const RUNS_DEFAULT: usize = 3;
+/// Starts in flight at once, on both sides.
+pub const START_CONCURRENCY_DEFAULT: usize = 64;
+/// Untimed workflows per side before the first run (connections, scripts, allocator).
+pub const WARMUP_DEFAULT: usize = 200;
+/// Upper bound of every count flag: a typo must not start a run of hours.
+pub const COUNT_MAX: usize = 1_000_000;
+
+/// The stores the bench can put under the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreKind {
+    /// testkit's in-memory store: stands in for a store that costs nothing.
+    Memory,
+    /// store-mongo against the project's Mongo-wire test server (a functional imitation:
+    /// its figures are printed, never compared).
+    MongoWire,
+}
+
+impl StoreKind {
+    /// The label of `store=` in the output lines.
+    pub fn label(self) -> &'static str {
+        match self {
+            StoreKind::Memory => "memory",
+            StoreKind::MongoWire => "mongo-wire",
+        }
+    }
+
+    fn parse(s: &str) -> Result<StoreKind, String> {
+        match s {
+            "memory" => Ok(StoreKind::Memory),
+            "mongo-wire" => Ok(StoreKind::MongoWire),
+            other => Err(format!("--store `{other}`: expected memory or mongo-wire")),
+        }
+    }
+}
+
+/// Settings of a benchmark run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BenchArgs {
+    /// The engine's store.
+    pub store: StoreKind,
+    /// Burst size N.
+    pub workflows: usize,
+    /// Engine worker slots = floor worker tasks.
+    pub slots: usize,
+    /// One-at-a-time workflows per side.
+    pub singles: usize,
+    /// Alternating engine/floor pairs.
+    pub runs: usize,
+    /// Separate connections of the floor.
+    pub floor_connections: usize,
+    /// Starts in flight at once (both sides).
+    pub start_concurrency: usize,
+    /// Untimed workflows per side before the first run.
+    pub warmup: usize,
+    /// Whether the floor runs (default: only next to the in-memory store).
+    pub floor: bool,
+    /// Redis, shared by the engine's lanes and the floor.
+    pub redis_url: String,
+    /// The Mongo-wire server (`--store mongo-wire`).
+    pub mongo_url: Option<String>,
+}
+
+/// Settings of `plot`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlotArgs {
+    /// A file holding `e2e-bench:` lines (other lines are ignored).
+    pub input: PathBuf,
+    /// The PNG to write.
+    pub out: PathBuf,
+    /// A TTF font for the labels; default: the first of [`crate::plot::FONT_CANDIDATES`]
+    /// that exists.
+    pub font: Option<PathBuf>,
+}
+
+/// What the command line asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// Measure and print.
+    Bench(BenchArgs),
+    /// Draw a PNG from printed lines.
+    Plot(PlotArgs),
+    /// Print the usage.
+    Help,
+}
+
+/// The usage text.
+pub const USAGE: &str = "\
+usage: e2e-bench [--store memory|mongo-wire] [--workflows N] [--slots S] [--singles K] [--runs R]
+                 [--floor-connections C] [--start-concurrency M] [--warmup W] [--floor|--no-floor]
+                 [--redis-url URL] [--mongo-url URL]
+       e2e-bench plot --input <file with e2e-bench lines> --out <png> [--font <ttf>]
+
+REDIS_URL (default redis://127.0.0.1:6379) and MONGODB_URI are read when the flags are absent.
+";
+
+/// Read the command line (`args` without the program name); `env` reads a variable.
+pub fn parse(args: &[String], env: impl Fn(&str) -> Option<String>) -> Result<Command, String> {
+    let mut it = args.iter().peekable();
+    let plot = it.peek().is_some_and(|a| *a == "plot");
+    if plot {
+        it.next();
+    }
+    let mut flags: Vec<(String, Option<String>)> = Vec::new();
+    while let Some(arg) = it.next() {
+        if arg == "-h" || arg == "--help" {
+            return Ok(Command::Help);
+        }
+        let Some(name) = arg.strip_prefix("--") else {
+            return Err(format!("unexpected argument `{arg}`"));
+        };
+        let (name, value) = match name.split_once('=') {
+            Some((n, v)) => (n.to_string(), Some(v.to_string())),
+            None if is_switch(name) => (name.to_string(), None),
+            None => {
+                let v = it.next().ok_or_else(|| format!("--{name} needs a value"))?;
+                (name.to_string(), Some(v.clone()))
+            }
+        };
+        flags.push((name, value));
+    }
+    if plot {
+        parse_plot(flags).map(Command::Plot)
+    } else {
+        parse_bench(flags, env).map(Command::Bench)
+    }
+}
+
+fn is_switch(name: &str) -> bool {
+    matches!(name, "floor" | "no-floor")
+}
+
+fn parse_plot(flags: Vec<(String, Option<String>)>) -> Result<PlotArgs, String> {
+    let (mut input, mut out, mut font) = (None, None, None);
+    for (name, value) in flags {
+        let value = value.ok_or_else(|| format!("--{name} needs a value"))?;
+        match name.as_str() {
+            "input" => input = Some(PathBuf::from(value)),
+            "out" => out = Some(PathBuf::from(value)),
+            "font" => font = Some(PathBuf::from(value)),
+            other => return Err(format!("plot: unknown flag --{other}")),
+        }
+    }
+    Ok(PlotArgs { input: input.ok_or("plot needs --input <file>")?, out: out.ok_or("plot needs --out <png>")?, font })
+}
+
+fn count(name: &str, value: &str, min: usize) -> Result<usize, String> {
+    let n: usize = value.parse().map_err(|_| format!("--{name} `{value}`: not a count"))?;
+    if n < min || n > COUNT_MAX {
+        return Err(format!("--{name} {n}: expected {min}..={COUNT_MAX}"));
+    }
+    Ok(n)
+}
+
+fn parse_bench(
+    flags: Vec<(String, Option<String>)>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<BenchArgs, String> {
+    let read = |k: &str| env(k).filter(|v| !v.is_empty());
+    let mut store = StoreKind::Memory;
+    let (mut workflows, mut singles, mut floor) = (None, None, None);
+    let mut slots = SLOTS_DEFAULT;
+    let mut runs = RUNS_DEFAULT;
+    let mut floor_connections = FLOOR_CONNECTIONS_DEFAULT;
+    let mut start_concurrency = START_CONCURRENCY_DEFAULT;
+    let mut warmup = WARMUP_DEFAULT;
+    let mut redis_url = read("REDIS_URL").unwrap_or_else(|| REDIS_URL_DEFAULT.to_string());
+    let mut mongo_url = read("MONGODB_URI");
+    for (name, value) in flags {
+        if is_switch(&name) {
+            if value.is_some() {
+                return Err(format!("--{name} takes no value"));
+            }
+            floor = Some(name == "floor");
+            continue;
+        }
+        let value = value.ok_or_else(|| format!("--{name} needs a value"))?;
+        match name.as_str() {
+            "store" => store = StoreKind::parse(&value)?,
+            "workflows" => workflows = Some(count(&name, &value, 1)?),
+            "slots" => slots = count(&name, &value, 1)?,
+            "singles" => singles = Some(count(&name, &value, 0)?),
+            "runs" => runs = count(&name, &value, 1)?,
+            "floor-connections" => floor_connections = count(&name, &value, 1)?,
+            "start-concurrency" => start_concurrency = count(&name, &value, 1)?,
+            "warmup" => warmup = count(&name, &value, 0)?,
+            "redis-url" => redis_url = value,
+            "mongo-url" => mongo_url = Some(value),
+            other => return Err(format!("unknown flag --{other}\n{USAGE}")),
+        }
+    }
+    let small = store != StoreKind::Memory;
+    if store == StoreKind::MongoWire && mongo_url.is_none() {
+        return Err("--store mongo-wire needs --mongo-url or MONGODB_URI \
+                    (eval \"$(bash scripts/mongo-wire.sh start)\"; export MONGODB_URI)"
+            .to_string());
+    }
+    Ok(BenchArgs {
+        store,
+        workflows: workflows.unwrap_or(if small { WORKFLOWS_SMALL_DEFAULT } else { WORKFLOWS_DEFAULT }),
+        slots,
+        singles: singles.unwrap_or(if small { SINGLES_SMALL_DEFAULT } else { SINGLES_DEFAULT }),
+        runs,
+        floor_connections,
+        start_concurrency,
+        warmup,
+        floor: floor.unwrap_or(!small),
+        redis_url,
+        mongo_url,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn run(args: &[&str], env: &[(&str, &str)]) -> Result<Command, String> {
+        let env: HashMap<String, String> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        parse(&args, |k| env.get(k).cloned())
+    }
+
+    fn bench(args: &[&str], env: &[(&str, &str)]) -> BenchArgs {
+        match run(args, env) {
+            Ok(Command::Bench(b)) => b,
+            other => panic!("expected a bench command, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_are_the_issue_s_load() {
+        let b = bench(&[], &[]);
+        assert_eq!(b.store, StoreKind::Memory);
+        assert_eq!((b.workflows, b.slots, b.singles, b.runs), (2_000, 8, 200, 3));
+        assert_eq!(b.floor_connections, 8);
+        assert!(b.floor);
+        assert_eq!(b.redis_url, REDIS_URL_DEFAULT);
+    }
+
+    #[test]
+    fn flags_override_defaults_and_environment() {
+        let b = bench(
+            &["--workflows", "10", "--slots=4", "--runs", "1", "--floor-connections", "2", "--redis-url", "redis://x"],
+            &[("REDIS_URL", "redis://env")],
+        );
+        assert_eq!((b.workflows, b.slots, b.runs, b.floor_connections), (10, 4, 1, 2));
+        assert_eq!(b.redis_url, "redis://x");
+        assert_eq!(bench(&[], &[("REDIS_URL", "redis://env")]).redis_url, "redis://env");
+        assert_eq!(bench(&[], &[("REDIS_URL", "")]).redis_url, REDIS_URL_DEFAULT);
+    }
+
+    #[test]
+    fn mongo_wire_is_small_needs_a_url_and_has_no_floor_by_default() {
+        let e = run(&["--store", "mongo-wire"], &[]).unwrap_err();
+        assert!(e.contains("MONGODB_URI"), "{e}");
+        let b = bench(&["--store", "mongo-wire"], &[("MONGODB_URI", "mongodb://127.0.0.1:1")]);
+        assert_eq!((b.workflows, b.singles, b.floor), (WORKFLOWS_SMALL_DEFAULT, SINGLES_SMALL_DEFAULT, false));
+        assert_eq!(b.store.label(), "mongo-wire");
+        let b = bench(&["--store", "mongo-wire", "--mongo-url", "mongodb://m", "--floor", "--workflows", "7"], &[]);
+        assert_eq!((b.workflows, b.floor), (7, true));
+        assert!(!bench(&["--no-floor"], &[]).floor);
+    }
+
+    #[test]
+    fn bad_input_is_refused_with_the_flag_named() {
+        for (args, needle) in [
+            (&["--workflows", "0"][..], "--workflows 0"),
+            (&["--workflows", "x"][..], "--workflows `x`"),
+            (&["--slots"][..], "--slots needs a value"),
+            (&["--store", "sqlite"][..], "--store `sqlite`"),
+            (&["--bogus", "1"][..], "unknown flag --bogus"),
+            (&["stray"][..], "unexpected argument `stray`"),
+            (&["--no-floor=1"][..], "takes no value"),
+        ] {
+            let e = run(args, &[]).unwrap_err();
+            assert!(e.contains(needle), "{args:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn plot_takes_input_out_and_an_optional_font() {
+        let Ok(Command::Plot(p)) = run(&["plot", "--input", "runs.txt", "--out=e2e.png"], &[]) else {
+            panic!("expected plot")
+        };
+        assert_eq!(p, PlotArgs { input: "runs.txt".into(), out: "e2e.png".into(), font: None });
+        assert!(run(&["plot", "--input", "a"], &[]).unwrap_err().contains("--out"));
+        assert!(run(&["plot", "--workflows", "1"], &[]).unwrap_err().contains("unknown flag --workflows"));
+        assert_eq!(run(&["--help"], &[]).unwrap(), Command::Help);
+    }
+}
