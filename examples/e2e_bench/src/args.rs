@@ -20,8 +20,8 @@ pub const SLOTS_DEFAULT: usize = 8;
 pub const FLOOR_CONNECTIONS_DEFAULT: usize = 8;
 /// Alternating engine/floor pairs.
 pub const RUNS_DEFAULT: usize = 3;
-/// Starts in flight at once, on both sides.
-pub const START_CONCURRENCY_DEFAULT: usize = 64;
+/// Start batches (of up to `Publisher::START_MANY_MAX` workflows) in flight at once, on both sides.
+pub const START_BATCHES_DEFAULT: usize = 4;
 /// Untimed workflows per side before the first run (connections, scripts, allocator).
 pub const WARMUP_DEFAULT: usize = 200;
 /// Upper bound of every count flag: a typo must not start a run of hours.
@@ -71,7 +71,7 @@ pub struct BenchArgs {
     /// Separate connections of the floor.
     pub floor_connections: usize,
     /// Starts in flight at once (both sides).
-    pub start_concurrency: usize,
+    pub start_batches: usize,
     /// Untimed workflows per side before the first run.
     pub warmup: usize,
     /// Whether the floor runs (default: only next to the in-memory store).
@@ -108,7 +108,7 @@ pub enum Command {
 /// The usage text.
 pub const USAGE: &str = "\
 usage: e2e-bench [--store memory|mongo-wire] [--workflows N] [--slots S] [--singles K] [--runs R]
-                 [--floor-connections C] [--start-concurrency M] [--warmup W] [--floor|--no-floor]
+                 [--floor-connections C] [--start-batches B] [--warmup W] [--floor|--no-floor]
                  [--redis-url URL] [--mongo-url URL]
        e2e-bench plot --input <file with e2e-bench lines> --out <png> [--font <ttf>]
 
@@ -183,7 +183,7 @@ fn parse_bench(
     let mut slots = SLOTS_DEFAULT;
     let mut runs = RUNS_DEFAULT;
     let mut floor_connections = FLOOR_CONNECTIONS_DEFAULT;
-    let mut start_concurrency = START_CONCURRENCY_DEFAULT;
+    let mut start_batches = START_BATCHES_DEFAULT;
     let mut warmup = WARMUP_DEFAULT;
     let mut redis_url = read("REDIS_URL").unwrap_or_else(|| REDIS_URL_DEFAULT.to_string());
     let mut mongo_url = read("MONGODB_URI");
@@ -203,7 +203,7 @@ fn parse_bench(
             "singles" => singles = Some(count(&name, &value, 0)?),
             "runs" => runs = count(&name, &value, 1)?,
             "floor-connections" => floor_connections = count(&name, &value, 1)?,
-            "start-concurrency" => start_concurrency = count(&name, &value, 1)?,
+            "start-batches" => start_batches = count(&name, &value, 1)?,
             "warmup" => warmup = count(&name, &value, 0)?,
             "redis-url" => redis_url = value,
             "mongo-url" => mongo_url = Some(value),
@@ -223,7 +223,7 @@ fn parse_bench(
         singles: singles.unwrap_or(if small { SINGLES_SMALL_DEFAULT } else { SINGLES_DEFAULT }),
         runs,
         floor_connections,
-        start_concurrency,
+        start_batches,
         warmup,
         floor: floor.unwrap_or(!small),
         redis_url,

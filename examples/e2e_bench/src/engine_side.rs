@@ -37,24 +37,33 @@ pub fn definition() -> Definition {
     builder.build().expect("the benchmark definition is valid")
 }
 
-/// Start every request, at most `concurrency` in flight, and return the workflow ids in
-/// request order.
-///
-/// The one place the bench starts workflows: bounded-concurrency `start_or_resume` calls
-/// today (each an enqueue script and a doorbell `PUBLISH`); a bulk start replaces the body
-/// when the publisher offers one, and the floor's starts follow the same shape.
+/// Start every request with [`Publisher::start_many`]: batches of at most
+/// [`Publisher::START_MANY_MAX`], each one store write per workflow, one enqueue script call
+/// and one doorbell; at most `batches_in_flight` batches at once. Any refused request fails
+/// the run.
 pub async fn start_all(
     publisher: &Publisher,
-    requests: Vec<StartRequest>,
-    concurrency: usize,
+    mut requests: Vec<StartRequest>,
+    batches_in_flight: usize,
 ) -> Result<Vec<WorkflowId>, String> {
     use futures::stream::{self, StreamExt, TryStreamExt};
-    stream::iter(requests)
-        .map(|req| async move { publisher.start_or_resume(req).await.map(|o| o.instance.workflow_id) })
-        .buffered(concurrency.max(1))
+    let mut batches = Vec::new();
+    while !requests.is_empty() {
+        let rest = requests.split_off(requests.len().min(Publisher::START_MANY_MAX));
+        batches.push(std::mem::replace(&mut requests, rest));
+    }
+    let per_batch: Vec<Vec<WorkflowId>> = stream::iter(batches)
+        .map(|batch| async move {
+            let results = publisher.start_many(batch).await.map_err(|e| format!("start: {e}"))?;
+            results
+                .into_iter()
+                .map(|r| r.map(|o| o.instance.workflow_id).map_err(|e| format!("start: {e}")))
+                .collect::<Result<Vec<_>, String>>()
+        })
+        .buffered(batches_in_flight.max(1))
         .try_collect()
-        .await
-        .map_err(|e| format!("start: {e}"))
+        .await?;
+    Ok(per_batch.into_iter().flatten().collect())
 }
 
 /// A running engine on fresh scratch namespaces, torn down by [`close`](Self::close).

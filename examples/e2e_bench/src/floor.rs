@@ -20,13 +20,14 @@ use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 use tokio::sync::{watch, Notify};
 
-/// Create the state hash (idempotent on the key), queue the workflow and ring the doorbell.
-/// `KEYS[1]`: state hash, `KEYS[2]`: lane. `ARGV`: id, now (ms), input, doorbell channel.
+/// Create the state hash (idempotent on the key), queue the workflow and ring the doorbell
+/// unless the channel is empty (a batch rings once, after its last start).
+/// `KEYS[1]`: state hash, `KEYS[2]`: lane. `ARGV`: id, now (ms), input, doorbell channel or ''.
 const START_LUA: &str = r"
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'status', 'running', 'step', 1, 'rev', 0, 'input', ARGV[3], 'created', ARGV[2])
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
-redis.call('PUBLISH', ARGV[4], '1')
+if ARGV[4] ~= '' then redis.call('PUBLISH', ARGV[4], '1') end
 return 1
 ";
 
@@ -162,22 +163,30 @@ impl FloorBench {
         Ok(FloorBench { conns, keys, tally, stop, workers, subscriber })
     }
 
-    /// Start every id, at most `concurrency` in flight, spread over the connections: the
-    /// same shape as the engine side's `start_all`.
-    async fn start_all(&self, ids: &[String], concurrency: usize) -> Result<(), String> {
+    /// Start every id the way the engine side's `start_all` does: batches of at most
+    /// [`Publisher::START_MANY_MAX`](kernel_core::Publisher::START_MANY_MAX) ids, each one
+    /// pipeline of start scripts (one round trip) followed by one doorbell `PUBLISH`; at most
+    /// `batches_in_flight` batches at once, spread over the connections.
+    async fn start_all(&self, ids: &[String], batches_in_flight: usize) -> Result<(), String> {
         use futures::stream::{self, TryStreamExt};
-        stream::iter(ids.iter().enumerate())
-            .map(|(i, id)| {
+        let batch = kernel_core::Publisher::START_MANY_MAX;
+        stream::iter(ids.chunks(batch).enumerate())
+            .map(|(i, chunk)| {
                 let mut conn = self.conns[i % self.conns.len()].clone();
-                let (state, now) = (self.keys.state(id), now_ms());
+                let now = now_ms();
                 async move {
-                    let mut inv = START.prepare_invoke();
-                    inv.key(state).key(&self.keys.lane).arg(id).arg(now).arg(r#"{"i":0}"#).arg(&self.keys.doorbell);
-                    inv.invoke_async::<i64>(&mut conn).await.map_err(rerr("start"))
+                    let mut pipe = redis::pipe();
+                    for id in chunk {
+                        let mut inv = START.prepare_invoke();
+                        inv.key(self.keys.state(id)).key(&self.keys.lane).arg(id).arg(now).arg(r#"{"i":0}"#).arg("");
+                        pipe.invoke_script(&inv);
+                    }
+                    pipe.cmd("PUBLISH").arg(&self.keys.doorbell).arg("1");
+                    pipe.query_async::<redis::Value>(&mut conn).await.map_err(rerr("start"))
                 }
             })
-            .buffered(concurrency.max(1))
-            .try_collect::<Vec<i64>>()
+            .buffered(batches_in_flight.max(1))
+            .try_collect::<Vec<redis::Value>>()
             .await
             .map(drop)
     }
@@ -369,7 +378,7 @@ mod tests {
         assert_eq!(hashes, [START_HASH, POP_HASH, STEP_HASH]);
     }
 
-    const START_HASH: &str = "9464ec554361a4294c34ec28772857b21442ab25";
+    const START_HASH: &str = "b56dce5c9f2c859532cf10782a5c6217d9cfca03";
     const POP_HASH: &str = "585cfe6afe868e87ae2c5e2ffe0ca6d46e18e1da";
     const STEP_HASH: &str = "1af069ab730ab6172fd86dcd09bedf888150b7b0";
 }

@@ -69,7 +69,7 @@ fn side(n: usize, burst: Burst, singles: &[f64]) -> Side {
 async fn measure_engine(a: &BenchArgs, tag: &str, n: usize, singles: usize, redis: &mut Conn) -> Result<Side, String> {
     let bench = EngineBench::open(a).await?;
     let measured = async {
-        let burst = bench.burst(tag, n, a.start_concurrency, redis).await?;
+        let burst = bench.burst(tag, n, a.start_batches, redis).await?;
         let lat = bench.singles(tag, singles).await?;
         Ok::<_, String>(side(n, burst, &lat))
     }
@@ -83,7 +83,7 @@ async fn measure_engine(a: &BenchArgs, tag: &str, n: usize, singles: usize, redi
 async fn measure_floor(a: &BenchArgs, tag: &str, n: usize, singles: usize, redis: &mut Conn) -> Result<Side, String> {
     let bench = FloorBench::open(&a.redis_url, a.floor_connections, a.slots).await?;
     let measured = async {
-        let burst = bench.burst(tag, n, a.start_concurrency, redis).await?;
+        let burst = bench.burst(tag, n, a.start_batches, redis).await?;
         let lat = bench.singles(tag, singles).await?;
         Ok::<_, String>(side(n, burst, &lat))
     }
@@ -104,7 +104,7 @@ async fn bench(a: BenchArgs) -> Result<(), String> {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     eprintln!(
         "e2e-bench setup: store={} redis_version={} cores={cores} workflows={} slots={} singles={} runs={} \
-         floor={} floor_connections={} start_concurrency={} warmup={} (engine: one multiplexed Redis connection + one pub/sub)",
+         floor={} floor_connections={} start_batches={} warmup={} (engine: one multiplexed Redis connection + one pub/sub)",
         a.store.label(),
         cpu::info_field(&info, "redis_version").unwrap_or("?"),
         a.workflows,
@@ -113,7 +113,7 @@ async fn bench(a: BenchArgs) -> Result<(), String> {
         a.runs,
         a.floor,
         a.floor_connections,
-        a.start_concurrency,
+        a.start_batches,
         a.warmup,
     );
     let run_id = format!(
