@@ -457,7 +457,10 @@ pub struct FingerprintMismatch {
 }
 
 /// The durable execution record (K-2). One per `biz_key`, forever (K-3.2).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// Cloning is counted per thread ([`instance_clones_on_this_thread`]): a whole copy of
+/// the document is the most expensive thing the engine's hot path can do.
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
 pub struct WorkflowInstance {
     /// Business-facing id (not the storage primary key); K-2.0 identifier, unique.
     pub workflow_id: WorkflowId,
@@ -510,6 +513,55 @@ pub struct WorkflowInstance {
     /// When the instance reached a terminal status; cleared by replay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<Instant>,
+}
+
+std::thread_local! {
+    static INSTANCE_CLONES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many [`WorkflowInstance`]s were cloned on the calling thread since it started.
+///
+/// A diagnostic for tests that pin the engine's copies per workflow: it counts only clones
+/// made on the calling thread, so such a test runs the engine on a current-thread runtime
+/// (a multi-thread runtime spreads the clones over its workers) and takes the difference of
+/// two readings.
+///
+/// ```
+/// use kernel_core::model::instance_clones_on_this_thread;
+/// let before = instance_clones_on_this_thread();
+/// // ... run the engine on this thread ...
+/// assert!(instance_clones_on_this_thread() >= before);
+/// ```
+pub fn instance_clones_on_this_thread() -> u64 {
+    INSTANCE_CLONES.with(std::cell::Cell::get)
+}
+
+impl Clone for WorkflowInstance {
+    fn clone(&self) -> Self {
+        INSTANCE_CLONES.with(|n| n.set(n.get().wrapping_add(1)));
+        WorkflowInstance {
+            workflow_id: self.workflow_id.clone(),
+            workflow_type: self.workflow_type.clone(),
+            biz_key: self.biz_key.clone(),
+            status: self.status,
+            steps: self.steps.clone(),
+            input: self.input.clone(),
+            output: self.output.clone(),
+            claimable_time: self.claimable_time,
+            claim_token: self.claim_token.clone(),
+            wait: self.wait.clone(),
+            resume: self.resume.clone(),
+            definition_fingerprint: self.definition_fingerprint.clone(),
+            fingerprint_mismatch: self.fingerprint_mismatch.clone(),
+            business_priority: self.business_priority,
+            retry_count: self.retry_count,
+            prepare_failures: self.prepare_failures,
+            revision: self.revision,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            finished_at: self.finished_at,
+        }
+    }
 }
 
 impl WorkflowInstance {

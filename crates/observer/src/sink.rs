@@ -152,6 +152,11 @@ impl Observer {
 }
 
 impl ObservationSink for Observer {
+    /// Always: the observer forwards every observation to its writer (after a close, each
+    /// is counted as dropped).
+    fn enabled(&self) -> bool {
+        true
+    }
     fn emit(&self, obs: Observation) {
         match self.shared.tx.try_send(obs) {
             Ok(()) => self.shared.counters.accepted.fetch_add(1, Ordering::Relaxed),

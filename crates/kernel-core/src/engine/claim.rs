@@ -5,8 +5,8 @@
 //! ([`outcome`](super::outcome), pure) → one guarded write. Finalizers and the terminal
 //! side channels follow.
 
-use super::deadline;
 use super::effects::{self, Writer};
+use super::heartbeat::{Heartbeats, Lease};
 use super::invoke::{self, HeldPermit, Invocation, Renewal};
 use super::outcome::{self, AfterWave, Entry, Halt, StepPolicy, StepResult};
 use super::{signals, ClaimEnd, Inner, PrepareContext};
@@ -18,7 +18,7 @@ use crate::ports::*;
 use crate::transition::{Guard, Transition};
 use crate::validate;
 use serde_json::Value;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -101,34 +101,48 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
     panic.downcast_ref::<&str>().copied().or_else(|| panic.downcast_ref::<String>().map(String::as_str)).unwrap_or("")
 }
 
+/// The claim's copy of its document, kept in step with every committed write: each write
+/// is applied to it exactly once ([`Claim::applied`]).
+struct ClaimDoc {
+    /// The document as last committed, without its input and outputs: the input never
+    /// changes during a claim (`Shared::input`) and the outputs live in `outputs`.
+    inst: WorkflowInstance,
+    /// step name → output, shared with the contexts of the activities: a write that adds an
+    /// output changes the map in place unless a running activity still holds it, which then
+    /// keeps the outputs it started with.
+    outputs: Arc<BTreeMap<String, Value>>,
+}
+
+/// What every activity context of a claim shares, built once per claim (the input and the
+/// names never change while it lasts).
+struct Shared {
+    workflow_id: Arc<str>,
+    workflow_type: Arc<str>,
+    biz_key: Arc<str>,
+    claim_token: Arc<str>,
+    input: Arc<Value>,
+    round: Arc<crate::id::BusinessRound>,
+    signals: SignalSender,
+    /// The client stream's key, for a definition with a streaming step (K-16).
+    stream_key: Option<StreamKey>,
+}
+
 struct Claim {
     inner: Arc<Inner>,
     def: Arc<Definition>,
     workflow_id: WorkflowId,
     /// The token this worker minted for the claim (K-6.2); every write is fenced by it.
     token: ClaimToken,
-    doc: Mutex<WorkflowInstance>,
+    doc: Mutex<ClaimDoc>,
+    shared: Shared,
+    /// The lease, the claim's cancellation and why it ended, shared with the engine's
+    /// heartbeat driver (K-6.3, K-6.4).
+    lease: Arc<Lease>,
     /// Cancelled on claim loss, uncertain writes and hard shutdown; parent of every
-    /// activity's cancellation.
+    /// activity's cancellation (the lease's).
     cancel: CancellationToken,
     /// What PrepareContext rebuilt from the input (null without a hook).
     prepared: Arc<Value>,
-    /// End of the lease as last written by this claim (claim or heartbeat).
-    lease_until: AtomicI64,
-    /// Why the claim ended outside a write of the driver (a heartbeat that missed or whose
-    /// outcome is unknown, K-6.4); set once, together with `cancel`.
-    ended: Mutex<Option<ClaimEnd>>,
-}
-
-/// The heartbeat task, aborted when dropped: it never outlives its claim, also when the
-/// claim's task is aborted by a shutdown that timed out (K-6.6: the lease is left to
-/// expire).
-struct HeartbeatTask(tokio::task::JoinHandle<()>);
-
-impl Drop for HeartbeatTask {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 fn suffix(token: &ClaimToken) -> &str {
@@ -139,7 +153,7 @@ fn suffix(token: &ClaimToken) -> &str {
 
 /// Run a claim won with `token` to its end. Activity panics become step errors; no write
 /// is ever retried.
-pub(crate) async fn run(inner: Arc<Inner>, inst: WorkflowInstance, token: ClaimToken) -> ClaimEnd {
+pub(crate) async fn run(inner: Arc<Inner>, mut inst: WorkflowInstance, token: ClaimToken) -> ClaimEnd {
     let span = tracing::info_span!(
         "claim",
         worker = %inner.config.worker_id,
@@ -154,39 +168,47 @@ pub(crate) async fn run(inner: Arc<Inner>, inst: WorkflowInstance, token: ClaimT
             return ClaimEnd::Uncertain;
         };
         tracing::info!(status = inst.status.as_str(), "claimed");
-        let writer = Writer { worker_id: Some(&inner.config.worker_id), claim_token: Some(&token) };
-        match Transition::claim(&token, inst.updated_at.max(inner.ports.clock.now()), inner.config.lease_ms) {
-            Ok(claim_t) => effects::observe(&*inner.ports.observer, &inst, &claim_t, inst.revision, writer),
-            // The store accepted the claim, so only a stored time near the end of the range
-            // gets here; the observation is skipped, the claim runs.
-            Err(e) => tracing::warn!(error = %e, "claim not observed"),
+        if inner.ports.observer.enabled() {
+            let writer = Writer { worker_id: Some(&inner.config.worker_id), claim_token: Some(&token) };
+            match Transition::claim(&token, inst.updated_at.max(inner.ports.clock.now()), inner.config.lease_ms) {
+                Ok(claim_t) => effects::observe(&*inner.ports.observer, &inst, &claim_t, inst.revision, writer),
+                // The store accepted the claim, so only a stored time near the end of the
+                // range gets here; the observation is skipped, the claim runs.
+                Err(e) => tracing::warn!(error = %e, "claim not observed"),
+            }
         }
         let (prepared, refusal) = match prepare(&inst, &def, inner.prepare.as_ref()) {
             Ok(p) => (p, None),
             Err(r) => (Arc::new(Value::Null), Some(r)),
         };
+        let cancel = inner.killed.child_token();
+        let lease = Arc::new(Lease::new(inst.workflow_id.clone(), token.clone(), inst.claimable_time, cancel.clone()));
         let claim = Arc::new(Claim {
-            cancel: inner.killed.child_token(),
+            shared: Shared::of(&inner, &def, &mut inst, &token),
+            cancel,
             inner: inner.clone(),
             def,
             workflow_id: inst.workflow_id.clone(),
             token,
-            lease_until: AtomicI64::new(inst.claimable_time.map_or(i64::MIN, Instant::as_millis)),
-            doc: Mutex::new(inst),
+            doc: Mutex::new(ClaimDoc { outputs: Arc::new(std::mem::take(&mut inst.output)), inst }),
+            lease: lease.clone(),
             prepared,
-            ended: Mutex::new(None),
         });
-        let hb_stop = CancellationToken::new();
-        let mut hb = HeartbeatTask(tokio::spawn(heartbeat(claim.clone(), hb_stop.clone())));
+        let (heartbeats, started) = Heartbeats::register(&inner, lease, inner.ports.clock.now());
+        let flavor = tokio::runtime::Handle::current().runtime_flavor();
+        if started && flavor != tokio::runtime::RuntimeFlavor::CurrentThread {
+            // Let the new driver task run once (it only arms its timer): a task spawned here
+            // waits in this worker's own slot, which no other worker takes from, so an
+            // activity of this claim that blocked the thread would hold it back (K-6.3).
+            tokio::task::yield_now().await;
+        }
         let end = claim.drive(refusal).await;
-        hb_stop.cancel();
-        let _ = (&mut hb.0).await;
+        heartbeats.end().await;
         if matches!(end, ClaimEnd::Uncertain | ClaimEnd::ClaimLost) {
             // Claimable again when the lease ends (K-6.4): put it in its lane for then, best
             // effort (K-13: the lanes are only a hint).
-            let lease_until = claim.lease_until.load(Ordering::SeqCst);
-            if lease_until != i64::MIN {
-                claim.enqueue(claim.snapshot().business_priority, Instant::from_millis(lease_until)).await;
+            if let Some(lease_until) = claim.lease.until() {
+                claim.enqueue(claim.priority(), lease_until).await;
             }
         }
         tracing::info!(end = ?end, "claim ended");
@@ -196,86 +218,43 @@ pub(crate) async fn run(inner: Arc<Inner>, inst: WorkflowInstance, token: ClaimT
     .await
 }
 
-/// Heartbeat on a task detached from activity cancellation (K-6.3), owned by its claim.
-///
-/// Each write has `heartbeat_deadline_ms` of the clock. Applied: the lease is extended. A
-/// miss (claim lost) or an uncertain outcome (including a passed deadline) ends the claim
-/// (K-6.4): the running activity is cancelled, no new one starts, nothing more is written
-/// and the lease is left to expire. An error that certainly had no effect is retried at
-/// the next interval while that retry can still finish before the lease ends; otherwise it
-/// ends the claim the same way.
-async fn heartbeat(c: Arc<Claim>, stop: CancellationToken) {
-    let clock = c.inner.ports.clock.clone();
-    let config = &c.inner.config;
-    loop {
-        let next = clock.now().saturating_add(config.heartbeat_ms);
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = clock.sleep_until(next) => {}
-        }
-        if stop.is_cancelled() {
-            return;
-        }
-        let now = clock.now();
-        let t = match Transition::heartbeat(now, config.lease_ms) {
-            Ok(t) => t,
-            Err(e) => {
-                // A lease end past the range of time: stop extending, let the lease run out.
-                tracing::error!(error = %e, "heartbeat refused; ending the claim");
-                c.end_with(ClaimEnd::Uncertain);
-                return;
-            }
-        };
-        let guard = Guard::Token { token: c.token.clone() };
-        let write = c.inner.ports.store.apply(&c.workflow_id, &guard, &t);
-        match deadline::within(&*clock, config.heartbeat_deadline_ms, deadline::Call::Write, "heartbeat", write).await {
-            Ok(WriteOutcome::Applied { .. }) => {
-                c.lease_until.store(now.saturating_add(config.lease_ms).as_millis(), Ordering::SeqCst)
-            }
-            Ok(WriteOutcome::Missed) => {
-                tracing::warn!("heartbeat missed: claim lost");
-                c.end_with(ClaimEnd::ClaimLost);
-                return;
-            }
-            Err(e @ crate::error::Error::Uncertain { .. }) => {
-                tracing::warn!(error = %e, "heartbeat outcome uncertain; ending the claim");
-                c.end_with(ClaimEnd::Uncertain);
-                return;
-            }
-            Err(e) => {
-                let lease_until = Instant::from_millis(c.lease_until.load(Ordering::SeqCst));
-                let retry_done = clock.now().saturating_add(config.heartbeat_ms + config.heartbeat_deadline_ms);
-                if retry_done >= lease_until {
-                    tracing::warn!(error = %e, "heartbeat failed and the lease ends before a retry could; ending the claim");
-                    c.end_with(ClaimEnd::Uncertain);
-                    return;
-                }
-                tracing::warn!(error = %e, "heartbeat failed; retrying at the next interval");
-            }
+impl Shared {
+    /// What the claim's contexts share, taken from the claimed document: its input moves
+    /// here (it never changes during a claim).
+    fn of(inner: &Arc<Inner>, def: &Definition, inst: &mut WorkflowInstance, token: &ClaimToken) -> Shared {
+        let stream_key = def.steps().iter().any(|s| s.is_streaming()).then(|| effects::stream_key(inst));
+        let round = Arc::new(inst.round());
+        Shared {
+            workflow_id: inst.workflow_id.as_str().into(),
+            workflow_type: inst.workflow_type.as_str().into(),
+            biz_key: inst.biz_key.as_str().into(),
+            claim_token: token.as_str().into(),
+            input: Arc::new(std::mem::take(&mut inst.input)),
+            round,
+            signals: signals::sender(inner),
+            stream_key,
         }
     }
 }
 
 impl Claim {
-    /// End the claim from outside the driver's writes: record why (first reason wins) and
-    /// cancel every activity of the claim.
-    fn end_with(&self, end: ClaimEnd) {
-        self.ended.lock().expect("end lock").get_or_insert(end);
-        self.cancel.cancel();
-    }
-
     /// How a cancelled claim ended: the recorded reason, else uncertain (a hard shutdown:
     /// the lease is left to expire, K-6.6).
     fn ended_as(&self) -> ClaimEnd {
-        self.ended.lock().expect("end lock").clone().unwrap_or(ClaimEnd::Uncertain)
+        self.lease.ended_as()
     }
 
     fn now(&self) -> Instant {
         self.inner.ports.clock.now()
     }
 
-    fn snapshot(&self) -> WorkflowInstance {
-        self.doc.lock().expect("doc lock").clone()
+    fn doc(&self) -> std::sync::MutexGuard<'_, ClaimDoc> {
+        self.doc.lock().expect("doc lock")
+    }
+
+    /// The instance's ready lane, as last committed.
+    fn priority(&self) -> Priority {
+        self.doc().inst.business_priority
     }
 
     fn guard(&self, g: G) -> Guard {
@@ -333,16 +312,21 @@ impl Claim {
         }
     }
 
-    /// Keep the local copy and the observation in step with a committed write.
+    /// Keep the local copy and the observation in step with a committed write: the write
+    /// is applied to the copy once, and observed from it under the lock (no copy is made;
+    /// nothing is built when the sink is disabled).
     fn applied(&self, t: &Transition, revision: u64) {
-        let after = {
-            let mut d = self.doc.lock().expect("doc lock");
-            t.apply_to(&mut d);
-            d.revision = revision;
-            d.clone()
-        };
+        debug_assert!(t.input.is_none(), "no write of a claim changes the input");
+        let mut d = self.doc();
+        let ClaimDoc { inst, outputs } = &mut *d;
+        t.apply_to(inst);
+        inst.revision = revision;
+        if !inst.output.is_empty() {
+            // In place unless a running activity still holds the map (it keeps its own).
+            Arc::make_mut(outputs).append(&mut inst.output);
+        }
         let writer = Writer { worker_id: Some(&self.inner.config.worker_id), claim_token: Some(&self.token) };
-        effects::observe(&*self.inner.ports.observer, &after, t, revision, writer);
+        effects::observe(&*self.inner.ports.observer, inst, t, revision, writer);
     }
 
     /// After a write the store could not take (nothing written): stop this claim's
@@ -356,8 +340,7 @@ impl Claim {
         match self.inner.ports.store.apply(&self.workflow_id, &self.guard(g), &t).await {
             Ok(WriteOutcome::Applied { revision }) => {
                 self.applied(&t, revision);
-                let prio = self.snapshot().business_priority;
-                self.enqueue(prio, now.saturating_add(delay)).await;
+                self.enqueue(self.priority(), now.saturating_add(delay)).await;
                 ClaimEnd::Released
             }
             Ok(WriteOutcome::Missed) => ClaimEnd::ClaimLost,
@@ -425,15 +408,23 @@ impl Claim {
     }
 
     async fn drive(&self, refusal: Option<Refusal>) -> ClaimEnd {
-        let inst = self.snapshot();
+        let (status, resuming_signal, prepare_failures) = {
+            let d = self.doc();
+            let resuming_signal = match &d.inst.resume {
+                Some(Resume { kind: ResumeKind::Signal, signal_id: Some(id), .. }) => Some(id.clone()),
+                _ => None,
+            };
+            (d.inst.status, resuming_signal, d.inst.prepare_failures)
+        };
         let plan = self.def.plan();
-        let status_guard = if inst.status == WorkflowStatus::Failing { G::Failing } else { G::Running };
+        let status_guard = if status == WorkflowStatus::Failing { G::Failing } else { G::Running };
         match refusal {
             // K-4.3: a fingerprint mismatch is not a failure; push back, touch no step.
             Some(Refusal::FingerprintMismatch) => {
-                tracing::warn!(persisted = %inst.definition_fingerprint, worker = %plan.fingerprint(), "definition fingerprint mismatch; pushing back");
+                let persisted = self.doc().inst.definition_fingerprint.clone();
+                tracing::warn!(persisted = %persisted, worker = %plan.fingerprint(), "definition fingerprint mismatch; pushing back");
                 let t = match Transition::fingerprint_push_back(
-                    &inst.definition_fingerprint,
+                    &persisted,
                     plan.fingerprint(),
                     self.now(),
                     self.inner.config.fingerprint_pushback_ms,
@@ -448,25 +439,27 @@ impl Claim {
                 return match self.commit_plain(G::Token, t).await {
                     Ok(()) => {
                         if let Some(at) = at {
-                            self.enqueue(inst.business_priority, at).await;
+                            self.enqueue(self.priority(), at).await;
                         }
                         ClaimEnd::PushedBack
                     }
                     Err(e) => e,
                 };
             }
-            Some(Refusal::PrepareFailed(msg)) => return self.prepare_failed(&inst, status_guard, msg).await,
+            Some(Refusal::PrepareFailed(msg)) => {
+                return self.prepare_failed(status, prepare_failures, status_guard, msg).await
+            }
             None => {}
         }
         // K-9.4: finish a half-done signal match before any step runs, so the record can
         // never wake the next identical wait.
-        if let Some(Resume { kind: ResumeKind::Signal, signal_id: Some(id), .. }) = &inst.resume {
+        if let Some(id) = &resuming_signal {
             if let Err(e) = self.inner.ports.inbox.mark_matched(id, self.now()).await {
                 tracing::warn!(error = %e, "could not mark the resuming signal matched; releasing");
                 return self.release_after(status_guard, self.inner.config.permit_retry_ms).await;
             }
         }
-        if inst.status == WorkflowStatus::Failing {
+        if status == WorkflowStatus::Failing {
             return self.fail_path().await;
         }
         let mut started: Option<(usize, Option<HeldPermit>)> = None;
@@ -485,22 +478,25 @@ impl Claim {
                 let now = self.now();
                 return match self.commit_plain(G::Running, Transition::release(now)).await {
                     Ok(()) => {
-                        self.enqueue(self.snapshot().business_priority, now).await;
+                        self.enqueue(self.priority(), now).await;
                         ClaimEnd::Released
                     }
                     Err(e) => e,
                 };
             }
-            let doc = self.snapshot();
             let next = if let Some((idx, permit)) = started.take() {
                 self.run_single(idx, Some(permit)).await
             } else {
-                let ready = plan.ready(&doc.steps);
+                let (ready, all_done, any_failed) = {
+                    let d = self.doc();
+                    let steps = &d.inst.steps;
+                    (plan.ready(steps), plan.all_done(steps), steps.iter().any(|s| s.status == StepStatus::Failed))
+                };
                 if ready.is_empty() {
-                    if plan.all_done(&doc.steps) {
+                    if all_done {
                         return self.success_path().await;
                     }
-                    if doc.steps.iter().any(|s| s.status == StepStatus::Failed) {
+                    if any_failed {
                         if let Err(e) = self.commit_plain(G::Running, Transition::failing(self.now())).await {
                             return e;
                         }
@@ -526,9 +522,9 @@ impl Claim {
     /// `prepare_attempts_max` the claim is released with a growing delay, at the limit the
     /// workflow fails through `failing` and its failure finalizer (K-8). Steps never run
     /// without a context.
-    async fn prepare_failed(&self, inst: &WorkflowInstance, g: G, msg: String) -> ClaimEnd {
+    async fn prepare_failed(&self, status: WorkflowStatus, prepare_failures: u32, g: G, msg: String) -> ClaimEnd {
         let config = &self.inner.config;
-        let failures = inst.prepare_failures.saturating_add(1);
+        let failures = prepare_failures.saturating_add(1);
         let now = self.now();
         if failures < config.prepare_attempts_max {
             let delay = config.prepare_retry_delay(failures);
@@ -539,15 +535,14 @@ impl Claim {
             };
             return match self.commit_plain(g, t).await {
                 Ok(()) => {
-                    let prio = self.snapshot().business_priority;
-                    self.enqueue(prio, now.saturating_add(delay)).await;
+                    self.enqueue(self.priority(), now.saturating_add(delay)).await;
                     ClaimEnd::Released
                 }
                 Err(e) => e,
             };
         }
         tracing::error!(error = %msg, failures, "PrepareContext failed too often; failing the workflow");
-        if inst.status != WorkflowStatus::Failing {
+        if status != WorkflowStatus::Failing {
             let mut t = Transition::failing(now);
             t.prepare_failures = Some(failures);
             if let Err(e) = self.commit_plain(G::Running, t).await {
@@ -565,8 +560,7 @@ impl Claim {
         };
         match self.commit_plain(g, t).await {
             Ok(()) => {
-                let prio = self.snapshot().business_priority;
-                self.enqueue(prio, now.saturating_add(delay)).await;
+                self.enqueue(self.priority(), now.saturating_add(delay)).await;
                 ClaimEnd::Released
             }
             Err(e) => e,
@@ -577,9 +571,8 @@ impl Claim {
     /// step's fixed name or the one derived from this workflow's input and prepared context.
     async fn acquire_permit(&self, idx: usize) -> Result<Option<HeldPermit>, NoPermit> {
         let sd = &self.def.steps()[idx];
-        let input = self.doc.lock().expect("doc lock").input.clone();
-        let derived =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sd.resource_for(&input, &self.prepared)));
+        let input = &self.shared.input;
+        let derived = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sd.resource_for(input, &self.prepared)));
         let resource = match derived {
             Ok(Some(resource)) => resource,
             Ok(None) => return Ok(None),
@@ -631,12 +624,15 @@ impl Claim {
         if !self.def.steps()[idx].is_streaming() {
             return;
         }
-        let doc = self.snapshot();
-        let step = &doc.steps[idx];
-        if step.status == StepStatus::Running || step.error.is_some() {
+        let reset = {
+            let d = self.doc();
+            let step = &d.inst.steps[idx];
+            step.status == StepStatus::Running || step.error.is_some()
+        };
+        if let (true, Some(key)) = (reset, &self.shared.stream_key) {
             // Fenced by this claim's lease (K-16): a zombie's reset is refused by the sink
             // once a successor wrote, before its own mark-running write is refused.
-            if let Err(e) = self.inner.ports.stream.reset(&effects::stream_key(&doc), self.stream_owner()).await {
+            if let Err(e) = self.inner.ports.stream.reset(key, self.stream_owner()).await {
                 tracing::debug!(error = %e, "stream reset failed");
             }
         }
@@ -644,7 +640,7 @@ impl Claim {
 
     /// This claim as a stream writer: its lease end as the store last accepted it.
     fn stream_owner(&self) -> StreamOwner {
-        StreamOwner { lease_until: Instant::from_millis(self.lease_until.load(Ordering::SeqCst)) }
+        StreamOwner { lease_until: self.lease.until_or_min() }
     }
 
     /// Permit, mark running, invoke (K-7 steps 1–3). A step that did not reach its
@@ -689,7 +685,7 @@ impl Claim {
         }
         // A process that slept past its lease must not start new side effects: another
         // worker may own the instance already (the write would be fenced, the call not).
-        if self.now() >= Instant::from_millis(self.lease_until.load(Ordering::SeqCst)) {
+        if self.now() >= self.lease.until_or_min() {
             tracing::warn!("lease expired before the activity started; stopping");
             self.cancel.cancel();
             self.release_permit(permit).await;
@@ -698,47 +694,47 @@ impl Claim {
         Ok(self.invoke_step(idx, permit).await)
     }
 
-    fn context(
-        &self,
-        doc: &WorkflowInstance,
-        idx: Option<usize>,
-        name: &str,
-        cancel: CancellationToken,
-    ) -> ActivityContext {
-        let step = idx.and_then(|i| doc.steps.get(i));
+    /// The context of one invocation, built from the claim's copy under its lock: the
+    /// names, input and outputs are shared, not copied.
+    fn context(&self, idx: Option<usize>, name: &str, cancel: CancellationToken) -> ActivityContext {
+        let sh = &self.shared;
+        let stream = match (idx, &sh.stream_key) {
+            (Some(i), Some(key)) if self.def.steps()[i].is_streaming() => {
+                Some(StreamHandle::new(self.inner.ports.stream.clone(), key.clone(), self.stream_owner()))
+            }
+            _ => None,
+        };
+        let now = self.now();
+        let d = self.doc();
+        let step = idx.and_then(|i| d.inst.steps.get(i));
         ActivityContext {
-            workflow_id: doc.workflow_id.as_str().into(),
-            workflow_type: doc.workflow_type.as_str().into(),
-            biz_key: doc.biz_key.as_str().into(),
+            workflow_id: sh.workflow_id.clone(),
+            workflow_type: sh.workflow_type.clone(),
+            biz_key: sh.biz_key.clone(),
             step_name: name.into(),
             step_index: idx.unwrap_or(usize::MAX),
-            input: Arc::new(doc.input.clone()),
-            round: Arc::new(doc.round()),
-            outputs: Arc::new(doc.output.clone()),
+            input: sh.input.clone(),
+            round: sh.round.clone(),
+            outputs: d.outputs.clone(),
             prepared: self.prepared.clone(),
             attempt: step.map_or(1, |s| s.attempt),
-            workflow_run: doc.retry_count,
+            workflow_run: d.inst.retry_count,
             checkpoint: step.and_then(|s| s.checkpoint.clone()),
-            resume: doc.resume.clone().filter(|r| Some(r.step_index as usize) == idx),
+            resume: d.inst.resume.clone().filter(|r| Some(r.step_index as usize) == idx),
             previous_error: step.and_then(|s| s.error.clone()),
-            claim_token: self.token.as_str().into(),
+            claim_token: sh.claim_token.clone(),
             cancel,
-            signals: signals::sender(&self.inner),
-            stream: if idx.is_some_and(|i| self.def.steps()[i].is_streaming()) {
-                Some(StreamHandle::new(self.inner.ports.stream.clone(), effects::stream_key(doc), self.stream_owner()))
-            } else {
-                None
-            },
-            now: self.now(),
+            signals: sh.signals.clone(),
+            stream,
+            now,
         }
     }
 
     async fn invoke_step(&self, idx: usize, permit: Option<HeldPermit>) -> Invocation {
-        let doc = self.snapshot();
         let sd = &self.def.steps()[idx];
-        let span = tracing::info_span!("step", step = sd.name(), attempt = doc.steps[idx].attempt);
         let cancel = self.cancel.child_token();
-        let ctx = self.context(&doc, Some(idx), sd.name(), cancel.clone());
+        let ctx = self.context(Some(idx), sd.name(), cancel.clone());
+        let span = tracing::info_span!("step", step = sd.name(), attempt = ctx.attempt);
         let renewal = permit.as_ref().map(|permit| Renewal {
             permits: &*self.inner.ports.permits,
             permit,
@@ -756,7 +752,7 @@ impl Claim {
     fn classify(&self, idx: usize, inv: Invocation) -> StepResult {
         let entry = Entry {
             index: idx,
-            attempt: self.doc.lock().expect("doc lock").steps[idx].attempt,
+            attempt: self.doc().inst.steps[idx].attempt,
             elapsed_ms: inv.elapsed_ms,
             now: self.now(),
             policy: StepPolicy::from(&self.def.steps()[idx]),
@@ -768,9 +764,10 @@ impl Claim {
 
     /// The `CompleteStep` write of a valid output.
     fn completion(&self, idx: usize, output: Value, elapsed_ms: DurationMs) -> Transition {
-        let doc = self.doc.lock().expect("doc lock");
-        let clears = doc.resume.as_ref().is_some_and(|r| r.step_index as usize == idx);
-        Transition::complete_step(idx, &doc.steps[idx].name, output, elapsed_ms, self.now(), clears)
+        let now = self.now();
+        let d = self.doc();
+        let clears = d.inst.resume.as_ref().is_some_and(|r| r.step_index as usize == idx);
+        Transition::complete_step(idx, &d.inst.steps[idx].name, output, elapsed_ms, now, clears)
     }
 
     async fn commit_skip(&self, idx: usize, error: StepError, elapsed_ms: DurationMs) -> Member {
@@ -800,12 +797,10 @@ impl Claim {
             }
             StepResult::Halt(h) => return self.settle(vec![(idx, Member::Halted(h))]).await,
         };
-        let plan = self.def.plan();
-        let mut after = self.snapshot();
-        t.apply_to(&mut after);
+        let (all_done, next, priority) = self.after_completion(idx);
         let now = self.now();
         // Last completion + completed when there is no success finalizer.
-        if plan.all_done(&after.steps) && self.def.success_finalizer().is_none() {
+        if all_done && self.def.success_finalizer().is_none() {
             return match self.commit(G::Running, t.fuse(Transition::completed(now))).await {
                 Ok(()) => {
                     self.on_terminal().await;
@@ -814,7 +809,6 @@ impl Claim {
                 Err(u) => self.completion_unwritten(idx, u, elapsed_ms).await,
             };
         }
-        let next = plan.ready(&after.steps);
         if next.len() == 1 && !self.inner.stopping.is_cancelled() && !self.cancel.is_cancelled() {
             let j = next[0];
             // Permit before attempt++ (K-7.1): fuse completion with the next start only
@@ -836,7 +830,7 @@ impl Claim {
                     let t = t.fuse(Transition::permit_deferral(j, delay, now).release_until(now.saturating_add(delay)));
                     return match self.commit(G::Running, t).await {
                         Ok(()) => {
-                            self.enqueue(after.business_priority, now.saturating_add(delay)).await;
+                            self.enqueue(priority, now.saturating_add(delay)).await;
                             Next::End(ClaimEnd::Released)
                         }
                         Err(u) => self.completion_unwritten(idx, u, elapsed_ms).await,
@@ -848,6 +842,20 @@ impl Claim {
             Ok(()) => Next::Continue(None),
             Err(u) => self.completion_unwritten(idx, u, elapsed_ms).await,
         }
+    }
+
+    /// What the plan says once step `idx` completes, before its completion is written
+    /// (whether every step is then done, and which steps are ready), with the instance's
+    /// lane. A completion changes no other step, so this is read from the claim's copy with
+    /// that one status changed for the reading, instead of from a copy of the instance.
+    fn after_completion(&self, idx: usize) -> (bool, Vec<usize>, Priority) {
+        let plan = self.def.plan();
+        let mut d = self.doc();
+        let steps = &mut d.inst.steps;
+        let was = std::mem::replace(&mut steps[idx].status, StepStatus::Completed);
+        let seen = (plan.all_done(steps), plan.ready(steps));
+        steps[idx].status = was;
+        (seen.0, seen.1, d.inst.business_priority)
     }
 
     /// A lone step's completion write (fused or not) that did not commit: a refusal fails
@@ -927,7 +935,7 @@ impl Claim {
                 return Next::End(self.fail_refused(idx, &e, failing).await);
             }
         }
-        let prio = self.snapshot().business_priority;
+        let prio = self.priority();
         Next::End(match resolution.then {
             AfterWave::Canceled => {
                 self.on_terminal().await;
@@ -965,9 +973,8 @@ impl Claim {
     }
 
     async fn run_finalizer(&self, activity: Arc<dyn Activity>, name: &str) -> Result<(), ActivityError> {
-        let doc = self.snapshot();
         let cancel = self.cancel.child_token();
-        let ctx = self.context(&doc, None, name, cancel.clone());
+        let ctx = self.context(None, name, cancel.clone());
         let span = tracing::info_span!("finalizer", name);
         let timeout_ms = self.inner.config.finalizer_timeout_ms;
         let inv =
@@ -1016,13 +1023,12 @@ impl Claim {
 
     /// After the terminal commit: only best-effort side channels (K-8, K-16).
     async fn on_terminal(&self) {
-        if !self.def.steps().iter().any(|s| s.is_streaming()) {
-            return;
-        }
-        let doc = self.snapshot();
-        let summary = serde_json::json!({ "status": doc.status.as_str(), "revision": doc.revision });
-        if let Err(e) = self.inner.ports.stream.terminal(&effects::stream_key(&doc), self.stream_owner(), summary).await
-        {
+        let Some(key) = &self.shared.stream_key else { return };
+        let summary = {
+            let d = self.doc();
+            serde_json::json!({ "status": d.inst.status.as_str(), "revision": d.inst.revision })
+        };
+        if let Err(e) = self.inner.ports.stream.terminal(key, self.stream_owner(), summary).await {
             tracing::debug!(error = %e, "terminal frame failed");
         }
     }

@@ -18,7 +18,10 @@ pub(crate) struct Writer<'a> {
 }
 
 /// Emit one observation per logical transition of a committed write (K-15); heartbeats
-/// are not observed. The only place an [`Observation`] is built.
+/// are not observed. The only place an [`Observation`] is built, and only for a sink that
+/// is [enabled](crate::ports::ObservationSink::enabled): a disabled sink costs one call.
+/// `inst` is the document after the write (its input and outputs are not read, so the
+/// claim passes its copy as it holds it, under its lock).
 pub(crate) fn observe(
     sink: &DynObservationSink,
     inst: &WorkflowInstance,
@@ -26,6 +29,9 @@ pub(crate) fn observe(
     revision: u64,
     writer: Writer<'_>,
 ) {
+    if !sink.enabled() {
+        return;
+    }
     for &KindAt { kind, step } in t.kinds_at() {
         if matches!(kind, TransitionKind::Heartbeat) {
             continue;

@@ -18,6 +18,7 @@ mod config;
 mod deadline;
 mod effects;
 mod health;
+mod heartbeat;
 mod invoke;
 mod outcome;
 mod ports;
@@ -136,6 +137,8 @@ pub(crate) struct Inner {
     pub(crate) quarantine: Mutex<std::collections::BTreeMap<WorkflowId, String>>,
     pub(crate) shutdown_hooks: Vec<ShutdownHook>,
     pub(crate) health: health::HealthState,
+    /// The one heartbeat driver of the engine's claims (K-6.3).
+    pub(crate) heartbeats: heartbeat::Heartbeats,
 }
 
 impl Inner {
@@ -243,6 +246,7 @@ impl EngineBuilder {
                 quarantine: Mutex::new(Default::default()),
                 shutdown_hooks: self.shutdown_hooks,
                 health: health::HealthState::default(),
+                heartbeats: heartbeat::Heartbeats::default(),
             }),
         })
     }
@@ -295,8 +299,11 @@ impl Engine {
         let t = Transition::supersede(now);
         match self.inner.ports.store.apply(workflow_id, &Guard::Active, &t).await? {
             WriteOutcome::Applied { revision } => {
-                if let Some(inst) = self.inner.ports.store.get(workflow_id).await.ok().flatten() {
-                    effects::observe(&*self.inner.ports.observer, &inst, &t, revision, self.inner.writer());
+                // The read only serves the observation: skipped for a disabled sink.
+                if self.inner.ports.observer.enabled() {
+                    if let Some(inst) = self.inner.ports.store.get(workflow_id).await.ok().flatten() {
+                        effects::observe(&*self.inner.ports.observer, &inst, &t, revision, self.inner.writer());
+                    }
                 }
                 Ok(true)
             }
@@ -514,8 +521,11 @@ impl Engine {
                 let guard = Guard::DueWait { now, step_index: d.step_index };
                 if let WriteOutcome::Applied { revision } = inner.ports.store.apply(&d.workflow_id, &guard, &t).await? {
                     report.activated += 1;
-                    if let Ok(Some(inst)) = inner.ports.store.get(&d.workflow_id).await {
-                        effects::observe(&*inner.ports.observer, &inst, &t, revision, inner.writer());
+                    // The read only serves the observation: skipped for a disabled sink.
+                    if inner.ports.observer.enabled() {
+                        if let Ok(Some(inst)) = inner.ports.store.get(&d.workflow_id).await {
+                            effects::observe(&*inner.ports.observer, &inst, &t, revision, inner.writer());
+                        }
                     }
                     gate.enqueue_and_wake(queue, wakeup, &d.workflow_id, d.priority, now).await;
                 }

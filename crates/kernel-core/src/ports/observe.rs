@@ -41,11 +41,25 @@ pub struct Observation {
 
 /// Where observations go.
 pub trait ObservationSink: Send + Sync + 'static {
+    /// Whether this sink wants observations at all.
+    ///
+    /// # Contract
+    /// Cheap and side-effect free: the engine asks before building every observation (one
+    /// per logical transition of each committed write, K-15) and builds none while it is
+    /// `false`, so a sink that discards everything costs the hot path nothing. `false` means
+    /// [`emit`](Self::emit) would discard whatever it is given; a sink that records or
+    /// forwards returns `true`, a decorator forwards its inner sink's answer. The answer may
+    /// change over time (a sink switched off at runtime); an observation skipped while it was
+    /// `false` is not emitted later. Observations never drive execution (K-1.2), so no
+    /// answer changes what the engine writes.
+    fn enabled(&self) -> bool;
+
     /// Hand over one observation.
     ///
     /// # Contract
     /// Never blocks and never awaits: a full buffer drops the **newest** event and counts
-    /// it. Failures are invisible to the engine (K-1.2).
+    /// it. Failures are invisible to the engine (K-1.2). The engine calls it only while
+    /// [`enabled`](Self::enabled) is `true`.
     fn emit(&self, obs: Observation);
 }
 
@@ -57,5 +71,19 @@ pub type DynObservationSink = dyn ObservationSink;
 pub struct NoopObservationSink;
 
 impl ObservationSink for NoopObservationSink {
+    fn enabled(&self) -> bool {
+        false
+    }
     fn emit(&self, _obs: Observation) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_noop_sink_is_disabled_so_nothing_is_built_for_it() {
+        let sink: &DynObservationSink = &NoopObservationSink;
+        assert!(!sink.enabled());
+    }
 }

@@ -31,6 +31,9 @@ struct CountingSink {
 }
 
 impl ObservationSink for CountingSink {
+    fn enabled(&self) -> bool {
+        self.inner.enabled()
+    }
     fn emit(&self, o: Observation) {
         self.entered.fetch_add(1, Ordering::SeqCst);
         let t = Instant::now();
@@ -72,6 +75,8 @@ async fn outage_never_blocks_emit_workflows_finish_queue_is_bounded_and_kept_bat
     };
     let (observer, writer) =
         Observer::start(Arc::new(faulty.clone()), world.clock.clone() as Arc<DynClock>, config).unwrap();
+    // The observer forwards everything, so the engine builds every observation for it.
+    assert!(observer.enabled());
     let counting = Arc::new(CountingSink {
         inner: observer.clone(),
         entered: AtomicU64::new(0),

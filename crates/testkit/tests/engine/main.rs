@@ -7,6 +7,8 @@ mod dispatch_lease;
 mod hardening;
 mod harness;
 mod health;
+mod heartbeat_driver;
+mod hot_path_counts;
 mod maintenance_hardening;
 mod mocks;
 mod model;

@@ -1,0 +1,289 @@
+//! One heartbeat driver per engine (K-6.3): every running claim registers its lease here
+//! and one task writes the heartbeats of all of them, instead of a task per claim.
+//!
+//! The driver is started by the first registration and stops by itself once no claim is
+//! registered, so it works the same under [`Engine::spawn`](super::Engine::spawn) and for
+//! callers of [`Engine::tick`](super::Engine::tick), and never outlives the claims it
+//! serves (an engine that is dropped or killed leaves no task behind). It runs on its own
+//! task, detached from the activities: an activity that blocks its thread does not stop
+//! the heartbeats of its claim on a multi-thread runtime.
+//!
+//! Each claim keeps its own schedule, as a task per claim would: its first heartbeat is
+//! due `heartbeat_ms` after it registered (after the driver first ran, for the claim that
+//! started the driver), and the next one `heartbeat_ms` after the previous write returned. The heartbeats due together are written concurrently, each
+//! under its own `heartbeat_deadline_ms`.
+
+use super::{deadline, ClaimEnd, Inner};
+use crate::error::Error;
+use crate::id::{ClaimToken, WorkflowId};
+use crate::model::Instant;
+use crate::ports::WriteOutcome;
+use crate::transition::{Guard, Transition};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+/// The lease of one claim, shared by the claim and the heartbeat driver.
+pub(crate) struct Lease {
+    /// The instance claimed.
+    pub(crate) workflow_id: WorkflowId,
+    /// The claim's token: every heartbeat is guarded by it.
+    pub(crate) token: ClaimToken,
+    /// End of the lease as last written by this claim (claim or heartbeat), in ms.
+    until: AtomicI64,
+    /// Why the claim ended outside a write of the claim driver (a heartbeat that missed or
+    /// whose outcome is unknown, K-6.4); set once, together with `cancel`.
+    ended: Mutex<Option<ClaimEnd>>,
+    /// Cancelled on claim loss, uncertain writes and hard shutdown; parent of every
+    /// activity's cancellation.
+    pub(crate) cancel: CancellationToken,
+    /// No more heartbeats: the claim deregistered or a heartbeat ended it.
+    stopped: AtomicBool,
+    /// Held across a heartbeat write, so a deregistration waits for the one in flight
+    /// (the claim reads the lease end after it, K-6.4).
+    writing: tokio::sync::Mutex<()>,
+}
+
+impl Lease {
+    pub(crate) fn new(
+        workflow_id: WorkflowId,
+        token: ClaimToken,
+        until: Option<Instant>,
+        cancel: CancellationToken,
+    ) -> Self {
+        Lease {
+            workflow_id,
+            token,
+            until: AtomicI64::new(until.map_or(i64::MIN, Instant::as_millis)),
+            ended: Mutex::new(None),
+            cancel,
+            stopped: AtomicBool::new(false),
+            writing: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The end of the lease as last written, `None` when it is unknown.
+    pub(crate) fn until(&self) -> Option<Instant> {
+        let ms = self.until.load(Ordering::SeqCst);
+        (ms != i64::MIN).then(|| Instant::from_millis(ms))
+    }
+
+    /// The end of the lease as last written, `Instant::from_millis(i64::MIN)` when unknown.
+    pub(crate) fn until_or_min(&self) -> Instant {
+        Instant::from_millis(self.until.load(Ordering::SeqCst))
+    }
+
+    /// End the claim from outside the claim driver's writes: record why (first reason
+    /// wins) and cancel every activity of the claim.
+    pub(crate) fn end_with(&self, end: ClaimEnd) {
+        self.ended.lock().expect("end lock").get_or_insert(end);
+        self.cancel.cancel();
+    }
+
+    /// How a cancelled claim ended: the recorded reason, else uncertain (a hard shutdown:
+    /// the lease is left to expire, K-6.6).
+    pub(crate) fn ended_as(&self) -> ClaimEnd {
+        self.ended.lock().expect("end lock").clone().unwrap_or(ClaimEnd::Uncertain)
+    }
+}
+
+/// A registered claim and when its next heartbeat is due.
+struct Entry {
+    lease: Arc<Lease>,
+    /// `None` until a driver that was not running yet first sees the claim, which then
+    /// schedules it one interval from then, as a task of its own would have.
+    due: Option<Instant>,
+}
+
+#[derive(Default)]
+struct Registry {
+    next_id: u64,
+    live: BTreeMap<u64, Entry>,
+    /// Whether the driver task is running; it clears this itself, under the same lock, when
+    /// it finds no claim registered.
+    running: bool,
+}
+
+/// The heartbeat driver of one engine.
+#[derive(Default)]
+pub(crate) struct Heartbeats {
+    registry: Mutex<Registry>,
+    /// Rung when the last claim deregistered, so an idle driver ends at once instead of at
+    /// its next due time.
+    idle: Notify,
+}
+
+/// A claim's registration with the driver; removed when dropped (also when the claim's
+/// task is aborted by a shutdown that timed out: K-6.6, the lease is left to expire).
+pub(crate) struct Registration {
+    inner: Arc<Inner>,
+    id: u64,
+    lease: Arc<Lease>,
+}
+
+impl Heartbeats {
+    /// Register a claim whose lease was just written at `now`: its first heartbeat is due
+    /// one interval later. Starts the driver if it is not running. Returns whether it was
+    /// started: on a multi-thread runtime the caller lets it run once before going on, so
+    /// the new task is scheduled before anything can block the caller's thread.
+    pub(crate) fn register(inner: &Arc<Inner>, lease: Arc<Lease>, now: Instant) -> (Registration, bool) {
+        let hb = &inner.heartbeats;
+        let mut r = hb.registry.lock().expect("heartbeat lock");
+        let id = r.next_id;
+        r.next_id += 1;
+        let start = !r.running;
+        // A running driver sleeps until a due time no later than this one (each was set at
+        // an earlier time, one interval ahead), so it needs no wake to pick the claim up.
+        let due = (!start).then(|| now.saturating_add(inner.config.heartbeat_ms));
+        r.live.insert(id, Entry { lease: lease.clone(), due });
+        if start {
+            r.running = true;
+            let span = tracing::info_span!("heartbeats", worker = %inner.config.worker_id);
+            tokio::spawn(drive(inner.clone()).instrument(span));
+        }
+        (Registration { inner: inner.clone(), id, lease }, start)
+    }
+
+    fn remove(&self, id: u64) {
+        let mut r = self.registry.lock().expect("heartbeat lock");
+        if r.live.remove(&id).is_some() && r.live.is_empty() {
+            self.idle.notify_one();
+        }
+    }
+}
+
+impl Registration {
+    /// No more heartbeats for this claim: waits for one in flight, so the lease end read
+    /// afterwards is the last one written.
+    pub(crate) async fn end(self) {
+        self.lease.stopped.store(true, Ordering::SeqCst);
+        let _ = self.lease.writing.lock().await;
+        // Drop removes it.
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.lease.stopped.store(true, Ordering::SeqCst);
+        self.inner.heartbeats.remove(self.id);
+    }
+}
+
+/// The driver: sleep until the earliest due heartbeat, write every due one concurrently,
+/// and end once no claim is registered.
+async fn drive(inner: Arc<Inner>) {
+    let clock = inner.ports.clock.clone();
+    let hb = &inner.heartbeats;
+    loop {
+        let next = {
+            let mut r = hb.registry.lock().expect("heartbeat lock");
+            let first = clock.now().saturating_add(inner.config.heartbeat_ms);
+            for e in r.live.values_mut() {
+                e.due.get_or_insert(first);
+            }
+            match r.live.values().filter_map(|e| e.due).min() {
+                Some(next) => next,
+                None => {
+                    r.running = false;
+                    return;
+                }
+            }
+        };
+        tokio::select! {
+            _ = clock.sleep_until(next) => {}
+            // The last claim left; the check above ends the driver unless another came.
+            _ = hb.idle.notified() => continue,
+        }
+        let now = clock.now();
+        let due: Vec<(u64, Arc<Lease>)> = {
+            let r = hb.registry.lock().expect("heartbeat lock");
+            r.live
+                .iter()
+                .filter(|(_, e)| e.due.is_some_and(|d| d <= now))
+                .map(|(id, e)| (*id, e.lease.clone()))
+                .collect()
+        };
+        let on: &Inner = &inner;
+        let beats = due.iter().map(|(id, lease)| async move { (*id, beat(on, lease).await) });
+        let done = futures::future::join_all(beats).await;
+        let mut r = hb.registry.lock().expect("heartbeat lock");
+        let next_due = clock.now().saturating_add(inner.config.heartbeat_ms);
+        for (id, keep) in done {
+            if keep {
+                if let Some(e) = r.live.get_mut(&id) {
+                    e.due = Some(next_due);
+                }
+            } else {
+                // Ended by its heartbeat: no more beats (its registration finds it gone).
+                r.live.remove(&id);
+            }
+        }
+    }
+}
+
+/// One heartbeat of one claim, with today's meaning of each answer. Returns whether the
+/// claim keeps beating.
+///
+/// The write has `heartbeat_deadline_ms` of the clock. Applied: the lease is extended. A
+/// miss (claim lost) or an uncertain outcome (including a passed deadline) ends the claim
+/// (K-6.4): the running activity is cancelled, no new one starts, nothing more is written
+/// and the lease is left to expire. An error that certainly had no effect is retried at the
+/// next interval while that retry can still finish before the lease ends; otherwise it ends
+/// the claim the same way.
+async fn beat(inner: &Inner, lease: &Lease) -> bool {
+    let _writing = lease.writing.lock().await;
+    if lease.stopped.load(Ordering::SeqCst) {
+        return false;
+    }
+    let span = tracing::info_span!("heartbeat", workflow_id = %lease.workflow_id);
+    let keep = async {
+        let (clock, config) = (&inner.ports.clock, &inner.config);
+        let now = clock.now();
+        let t = match Transition::heartbeat(now, config.lease_ms) {
+            Ok(t) => t,
+            Err(e) => {
+                // A lease end past the range of time: stop extending, let the lease run out.
+                tracing::error!(error = %e, "heartbeat refused; ending the claim");
+                lease.end_with(ClaimEnd::Uncertain);
+                return false;
+            }
+        };
+        let guard = Guard::Token { token: lease.token.clone() };
+        let write = inner.ports.store.apply(&lease.workflow_id, &guard, &t);
+        match deadline::within(&**clock, config.heartbeat_deadline_ms, deadline::Call::Write, "heartbeat", write).await {
+            Ok(WriteOutcome::Applied { .. }) => {
+                lease.until.store(now.saturating_add(config.lease_ms).as_millis(), Ordering::SeqCst);
+                true
+            }
+            Ok(WriteOutcome::Missed) => {
+                tracing::warn!("heartbeat missed: claim lost");
+                lease.end_with(ClaimEnd::ClaimLost);
+                false
+            }
+            Err(e @ Error::Uncertain { .. }) => {
+                tracing::warn!(error = %e, "heartbeat outcome uncertain; ending the claim");
+                lease.end_with(ClaimEnd::Uncertain);
+                false
+            }
+            Err(e) => {
+                let retry_done = clock.now().saturating_add(config.heartbeat_ms + config.heartbeat_deadline_ms);
+                if retry_done >= lease.until_or_min() {
+                    tracing::warn!(error = %e, "heartbeat failed and the lease ends before a retry could; ending the claim");
+                    lease.end_with(ClaimEnd::Uncertain);
+                    return false;
+                }
+                tracing::warn!(error = %e, "heartbeat failed; retrying at the next interval");
+                true
+            }
+        }
+    }
+    .instrument(span)
+    .await;
+    if !keep {
+        lease.stopped.store(true, Ordering::SeqCst);
+    }
+    keep
+}

@@ -1,0 +1,145 @@
+//! The engine's one heartbeat driver (K-6.3): heartbeats run detached from the activities,
+//! also from an activity that blocks its thread.
+
+use kernel_core::engine::{ClaimEnd, RoundOutcome};
+use kernel_core::transition::TransitionKind;
+use kernel_core::*;
+use serde_json::json;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+use testkit::harness::World;
+
+/// Wait (in real time, bounded) until `cond` holds; false if it never did.
+async fn eventually(cond: impl Fn() -> bool) -> bool {
+    for _ in 0..2_000 {
+        if cond() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    cond()
+}
+
+fn heartbeats(world: &World) -> usize {
+    world.audit.log().iter().filter(|w| w.kinds.contains(&TransitionKind::Heartbeat)).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn k6_3_heartbeats_go_on_while_an_activity_blocks_its_thread() {
+    // K-6.3: the heartbeat is independent of the activity. The activity blocks its worker
+    // thread (a blocking receive, no await) while the clock passes several heartbeat
+    // intervals: every interval still writes a heartbeat that extends the lease, and once
+    // released the workflow completes under the same claim.
+    let world = World::new(63);
+    let (release, released) = mpsc::channel::<()>();
+    let released = Arc::new(Mutex::new(released));
+    let entered = Arc::new(AtomicBool::new(false));
+    let (r, e) = (released.clone(), entered.clone());
+    let blocking = move |_c: ActivityContext| {
+        let (r, e) = (r.clone(), e.clone());
+        async move {
+            e.store(true, Ordering::SeqCst);
+            // Bounded, so a broken engine fails the test instead of hanging it.
+            let got = r.lock().unwrap().recv_timeout(Duration::from_secs(20));
+            Ok(StepOutcome::complete(json!(got.is_ok())))
+        }
+    };
+    let def = Definition::builder("t").step(StepDef::new("block", blocking).timeout_ms(3_600_000)).build().unwrap();
+    let engine = world.engine("w", vec![def]);
+    let (hb, lease_ms) = (engine.config().heartbeat_ms, engine.config().lease_ms);
+    engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf-1")).await.unwrap();
+    world.audit.reset_traffic();
+    let e = engine.clone();
+    let claim = tokio::spawn(async move { e.tick().await });
+    assert!(eventually(|| entered.load(Ordering::SeqCst)).await, "the activity never started");
+    let claimed_until = world.store.peek("wf-1").unwrap().claimable_time.unwrap();
+    for n in 1..=4 {
+        world.clock.advance(hb);
+        let until = world.now().saturating_add(lease_ms);
+        let extended = eventually(|| world.store.peek("wf-1").unwrap().claimable_time == Some(until)).await;
+        assert!(extended, "heartbeat {n} did not extend the lease while the activity blocked its thread");
+        assert_eq!(heartbeats(&world), n, "one heartbeat write per interval");
+    }
+    assert!(world.now() > claimed_until, "the claim outlived the lease it was claimed with");
+    release.send(()).unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(20), claim).await.expect("the claim ended").unwrap().unwrap();
+    assert_eq!(
+        out,
+        RoundOutcome::Ran { workflow_id: "wf-1".into(), end: ClaimEnd::Terminal(WorkflowStatus::Completed) }
+    );
+    let inst = world.store.peek("wf-1").unwrap();
+    assert_eq!(inst.status, WorkflowStatus::Completed);
+    assert_eq!(inst.output["block"], json!(true), "the activity was released, not timed out");
+    assert_eq!(heartbeats(&world), 4, "no heartbeat after the claim ended");
+}
+
+#[tokio::test]
+async fn claims_of_one_engine_share_the_driver_and_each_keeps_its_own_schedule() {
+    // Two claims started half an interval apart: each is beaten one interval after it was
+    // claimed, and every interval after, one write per claim per interval.
+    let world = World::new(64);
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let g = gate.clone();
+    let wait = move |_c: ActivityContext| {
+        let g = g.clone();
+        async move {
+            g.notified().await;
+            Ok(StepOutcome::complete(json!(null)))
+        }
+    };
+    let def = Definition::builder("t").step(StepDef::new("wait", wait).timeout_ms(3_600_000)).build().unwrap();
+    let engine = world.engine("w", vec![def]);
+    let hb = engine.config().heartbeat_ms;
+    let half = DurationMs::from_millis(hb.as_millis() / 2);
+    let publisher = engine.publisher();
+    world.audit.reset_traffic();
+    let mut claims = Vec::new();
+    for id in ["wf-a", "wf-b"] {
+        publisher.start_or_resume(StartRequest::new("t", id, json!({})).workflow_id(id)).await.unwrap();
+        let e = engine.clone();
+        claims.push(tokio::spawn(async move { e.tick().await }));
+        settle().await;
+        world.clock.advance(half);
+        settle().await;
+    }
+    // Now: a claimed 1 interval ago, b half an interval ago.
+    let beats_of = |id: &str| {
+        world
+            .audit
+            .log_of(id)
+            .iter()
+            .filter(|w| w.kinds.contains(&TransitionKind::Heartbeat))
+            .map(|w| w.at.unwrap())
+            .collect::<Vec<_>>()
+    };
+    let t_a = world.now();
+    assert_eq!(beats_of("wf-a"), vec![t_a], "a is beaten one interval after its claim");
+    assert!(beats_of("wf-b").is_empty(), "b is not due yet");
+    world.clock.advance(half);
+    settle().await;
+    let t_b = world.now();
+    assert_eq!(beats_of("wf-a"), vec![t_a]);
+    assert_eq!(beats_of("wf-b"), vec![t_b], "b is beaten one interval after its claim");
+    world.clock.advance(half);
+    settle().await;
+    assert_eq!(beats_of("wf-a"), vec![t_a, world.now()], "then every interval");
+    assert_eq!(beats_of("wf-b"), vec![t_b]);
+    gate.notify_waiters();
+    for c in claims {
+        let out = c.await.unwrap().unwrap();
+        assert!(matches!(out, RoundOutcome::Ran { end: ClaimEnd::Terminal(WorkflowStatus::Completed), .. }), "{out:?}");
+    }
+    let before = world.audit.log().len();
+    for _ in 0..3 {
+        world.clock.advance(hb);
+        settle().await;
+    }
+    assert_eq!(world.audit.log().len(), before, "no heartbeat once the claims ended");
+}
+
+async fn settle() {
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+}
