@@ -44,6 +44,13 @@ pub fn is_unique_violation(e: &tokio_postgres::Error) -> bool {
     e.code() == Some(&SqlState::UNIQUE_VIOLATION)
 }
 
+/// Whether the server refused the statement because it was ending the session
+/// (`pg_terminate_backend`, a shutdown): the statement did not run, and another
+/// connection may serve it.
+pub fn is_terminated(e: &tokio_postgres::Error) -> bool {
+    matches!(e.code(), Some(c) if *c == SqlState::ADMIN_SHUTDOWN || *c == SqlState::CRASH_SHUTDOWN || *c == SqlState::CANNOT_CONNECT_NOW)
+}
+
 /// Map a driver error of a call of kind `op` whose statement was sent; `what` names the
 /// call in the message. The driver's error is kept as the cause (`source()`).
 pub fn map(op: Op, what: &str, e: tokio_postgres::Error) -> Error {

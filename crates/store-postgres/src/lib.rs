@@ -232,13 +232,42 @@ impl Db {
     pub(crate) async fn query(&self, op: Op, what: &str, stmt: &protocol::Statement) -> Result<Vec<Row>> {
         let sent = AtomicBool::new(false);
         let call = async {
-            let client = self.pool.get().await.map_err(|e| error::before_send(what, e))?;
-            let prepared = client.prepare_cached(&stmt.sql).await.map_err(|e| error::before_send(what, e))?;
-            if client.is_closed() {
-                return Err(Error::unavailable(format!("postgres {what}: connection closed before sending")));
+            // A pooled connection the server dropped (restart, idle kill, network) is
+            // only noticed when used. Where nothing can have been executed — the prepare
+            // failed, a read, or a statement the server refused because it was ending that
+            // session — the call moves to another connection, discarding the
+            // dead one, up to once per pooled connection; a write already sent is not
+            // retried (its outcome is uncertain).
+            let mut tries = 0;
+            loop {
+                tries += 1;
+                let retry = tries <= self.config.pool_size_max;
+                let client = self.pool.get().await.map_err(|e| error::before_send(what, e))?;
+                let prepared = match client.prepare_cached(&stmt.sql).await {
+                    Ok(p) => p,
+                    Err(e) if (e.is_closed() || error::is_terminated(&e)) && retry => {
+                        drop(deadpool_postgres::Object::take(client));
+                        continue;
+                    }
+                    Err(e) => return Err(error::before_send(what, e)),
+                };
+                if client.is_closed() {
+                    drop(deadpool_postgres::Object::take(client));
+                    if retry {
+                        continue;
+                    }
+                    return Err(Error::unavailable(format!("postgres {what}: connection closed before sending")));
+                }
+                sent.store(op == Op::Write, Ordering::SeqCst);
+                match client.query(&prepared, &stmt.values()).await {
+                    Ok(rows) => return Ok(rows),
+                    Err(e) if (error::is_terminated(&e) || (e.is_closed() && op == Op::Read)) && retry => {
+                        drop(deadpool_postgres::Object::take(client));
+                        continue;
+                    }
+                    Err(e) => return Err(error::map(op, what, e)),
+                }
             }
-            sent.store(true, Ordering::SeqCst);
-            client.query(&prepared, &stmt.values()).await.map_err(|e| error::map(op, what, e))
         };
         let ms = self.config.call_timeout_ms;
         match tokio::time::timeout(Duration::from_millis(ms), call).await {

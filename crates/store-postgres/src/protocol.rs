@@ -283,6 +283,15 @@ fn jsonb_of(field: &str, v: &impl serde::Serialize) -> Result<Param> {
     Ok(Param::Jsonb(v))
 }
 
+/// A wait as `jsonb`; a signal wait's generation must fit the signed 64-bit range, as
+/// in every other store (and as the inbox's `generation` column does).
+fn wait_of(field: &str, w: &Wait) -> Result<Param> {
+    if let Some(id) = w.signal_identity() {
+        i64_of(&format!("{field}.generation"), id.generation)?;
+    }
+    jsonb_of(field, w)
+}
+
 /// The expression of one patched step: `(steps -> i) || {sets} - {unsets}`.
 fn step_patch_sql(b: &mut Binds, p: &StepPatch) -> Result<String> {
     let StepPatch {
@@ -438,7 +447,7 @@ fn set_sql(b: &mut Binds, t: &Transition, limits: &Limits) -> Result<String> {
     }
     patch(b, "claimable_time", of(claimable_time, |x| Ok(Param::Int8(x.as_millis()))))?;
     patch(b, "claim_token", of(claim_token, |x| text_of("claim_token", x.as_str())))?;
-    patch(b, "wait", of(wait, |w| jsonb_of("wait", w)))?;
+    patch(b, "wait", of(wait, |w| wait_of("wait", w)))?;
     patch(b, "resume", of(resume, |r| jsonb_of("resume", r)))?;
     patch(
         b,
@@ -580,7 +589,7 @@ pub fn insert_statement(schema: &str, w: &WorkflowInstance, limits: &Limits) -> 
     };
     nullable(&mut b, claimable_time.map(|_| opt_time(claimable_time)));
     nullable(&mut b, claim_token.as_ref().map(|t| Param::Text(t.to_string())));
-    nullable(&mut b, wait.as_ref().map(|w| jsonb_of("wait", w)).transpose()?);
+    nullable(&mut b, wait.as_ref().map(|w| wait_of("wait", w)).transpose()?);
     nullable(&mut b, resume.as_ref().map(|r| jsonb_of("resume", r)).transpose()?);
     nullable(&mut b, Some(text_of("definition_fingerprint", definition_fingerprint)?));
     nullable(&mut b, fingerprint_mismatch.as_ref().map(|m| jsonb_of("fingerprint_mismatch", m)).transpose()?);

@@ -6,6 +6,11 @@
 //! `CI=1`, `testkit::ci`), where it fails the test. Each test works in a fresh, randomly
 //! named schema and drops it afterwards, even when the test panics.
 
+mod bad_input;
 mod conformance;
+mod errors;
+mod explain;
+mod migrate;
 mod protocol;
+mod races;
 mod support;
