@@ -76,11 +76,13 @@ mod codec;
 pub mod error;
 mod inbox;
 mod migrate;
+mod outbox;
 pub mod protocol;
 mod store;
 
 pub use inbox::PostgresSignalInbox;
 pub use migrate::{migrate, MIGRATIONS};
+pub use outbox::{OutboxTable, PostgresOutbox};
 pub use protocol::Limits;
 pub use store::PostgresWorkflowStore;
 
