@@ -15,3 +15,4 @@ mod outbox;
 mod protocol;
 mod races;
 mod support;
+mod sweep;

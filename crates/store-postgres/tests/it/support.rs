@@ -134,6 +134,72 @@ impl Drop for TestSchema {
     }
 }
 
+/// Schemas made for many runs of one test (a sweep), all dropped at the end — by
+/// [`SchemaSet::drop_all`], or by `Drop` of the last handle when the test panicked.
+#[derive(Clone)]
+pub struct SchemaSet(std::sync::Arc<SchemaNames>);
+
+pub struct SchemaNames {
+    url: String,
+    names: std::sync::Mutex<Vec<String>>,
+}
+
+impl SchemaSet {
+    pub fn new(url: &str) -> SchemaSet {
+        SchemaSet(std::sync::Arc::new(SchemaNames { url: url.to_string(), names: Default::default() }))
+    }
+
+    /// A new random schema name, remembered for the drop.
+    pub fn fresh(&self) -> String {
+        let name = format!("wfk_test_{:016x}", rand::thread_rng().gen::<u64>());
+        self.0.names.lock().unwrap().push(name.clone());
+        name
+    }
+
+    /// Drop every schema made so far.
+    pub async fn drop_all(&self) {
+        let names: Vec<String> = std::mem::take(&mut *self.0.names.lock().unwrap());
+        if names.is_empty() {
+            return;
+        }
+        match tokio_postgres::connect(&self.0.url, tokio_postgres::NoTls).await {
+            Ok((client, conn)) => {
+                tokio::spawn(conn);
+                // One statement (one transaction) each: dropping hundreds at once would
+                // exceed the server's lock table.
+                for n in &names {
+                    if let Err(e) = client.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{n}\" CASCADE")).await {
+                        eprintln!("could not drop test schema {n}: {e}");
+                    }
+                }
+            }
+            Err(e) => eprintln!("could not drop {} test schemas: {e}", names.len()),
+        }
+    }
+}
+
+impl Drop for SchemaNames {
+    fn drop(&mut self) {
+        let names: Vec<String> = std::mem::take(&mut *self.names.lock().unwrap_or_else(|p| p.into_inner()));
+        if names.is_empty() {
+            return;
+        }
+        let url = self.url.clone();
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+            rt.block_on(async {
+                let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.ok()?;
+                tokio::spawn(conn);
+                for n in &names {
+                    client.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{n}\" CASCADE")).await.ok()?;
+                }
+                Some(())
+            })
+        })
+        .join();
+    }
+}
+
 /// Store conformance fixture: a store in a fresh schema.
 pub struct StoreDb(pub TestSchema, pub PostgresWorkflowStore);
 
