@@ -16,7 +16,7 @@
 //! | `Running { token }` | `status = 'running' AND claim_token = token` |
 //! | `Failing { token }` | `status = 'failing' AND claim_token = token` |
 //! | `Token { token }` | `claim_token = token` |
-//! | `Failed { unless_round }` | `status = 'failed'` [`AND input -> 'fencing_token' IS DISTINCT FROM to_jsonb(round)`] |
+//! | `Failed { unless_round }` | `status = 'failed'`, and with a round `AND input -> 'fencing_token' IS DISTINCT FROM to_jsonb(round)` |
 //! | `DueWait { now, step_index }` | `status = 'waiting' AND claimable_time <= now AND wait -> 'step_index' = i` |
 //! | `SignalWait(id)` | `status = 'waiting' AND wait @> {kind: signal, signal_type, wait_key, generation, step_index}` |
 //! | `Active` | `status IN ('running', 'waiting', 'failing')` |
@@ -158,8 +158,7 @@ pub fn table(schema: &str, table: &str) -> String {
     format!("\"{schema}\".{table}")
 }
 
-/// Instance columns in the order every `SELECT`/`RETURNING` reads them (see
-/// [`crate::codec`]).
+/// Instance columns in the order every `SELECT`/`RETURNING` reads them.
 pub const INSTANCE_COLUMNS: &str = "workflow_id, workflow_type, biz_key, status, steps, input, output, \
 claimable_time, claim_token, wait, resume, definition_fingerprint, fingerprint_mismatch, business_priority, \
 retry_count, prepare_failures, revision, created_at, updated_at, finished_at";
