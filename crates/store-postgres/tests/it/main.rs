@@ -13,6 +13,7 @@ mod explain;
 mod migrate;
 mod outbox;
 mod protocol;
+mod quarantine;
 mod races;
 mod support;
 mod sweep;
