@@ -11,6 +11,8 @@
 //! - values PostgreSQL cannot store — NUL in text or JSONB (`22021`, `22P05`), a number
 //!   out of range (`22003`), an oversize value or row (`54000`, `22001`) — are
 //!   [`Error::InvalidInput`]: nothing was written and the same write would be refused again;
+//! - a stored value that does not parse where a statement reads it as a number (`22P02`)
+//!   is [`Error::Corrupt`]: nothing was written;
 //! - a connection that was already closed, a checkout from the pool that failed or timed
 //!   out, a statement that failed to *prepare*: nothing was sent, [`Error::Unavailable`];
 //! - a connection lost or the client-side deadline passed **after** a write was sent:
@@ -30,13 +32,12 @@ pub enum Op {
 }
 
 /// SQLSTATEs of values the server cannot store: refused input, nothing written.
-const REFUSED_VALUES: [&SqlState; 6] = [
+const REFUSED_VALUES: [&SqlState; 5] = [
     &SqlState::CHARACTER_NOT_IN_REPERTOIRE,  // 22021: NUL byte in text
     &SqlState::UNTRANSLATABLE_CHARACTER,     // 22P05: \u0000 in jsonb
-    &SqlState::NUMERIC_VALUE_OUT_OF_RANGE,   // 22003
+    &SqlState::NUMERIC_VALUE_OUT_OF_RANGE,   // 22003: e.g. a counter past bigint
     &SqlState::PROGRAM_LIMIT_EXCEEDED,       // 54000: value or index row too large
     &SqlState::STRING_DATA_RIGHT_TRUNCATION, // 22001
-    &SqlState::INVALID_TEXT_REPRESENTATION,  // 22P02: e.g. a JSON number PostgreSQL rejects
 ];
 
 /// Whether `e` is a unique-constraint violation.
@@ -58,6 +59,11 @@ pub fn map(op: Op, what: &str, e: tokio_postgres::Error) -> Error {
     if let Some(code) = e.code() {
         if REFUSED_VALUES.contains(&code) {
             return Error::invalid_with(what, msg, e);
+        }
+        if *code == SqlState::INVALID_TEXT_REPRESENTATION {
+            // Every bound value is typed, so only a stored value read as a number (a
+            // step counter changed outside the kernel) fails to parse: nothing written.
+            return Error::Corrupt { message: msg, workflow_id: None, cause: Some(e.into()) };
         }
         // The server answered: an autocommit statement that failed was rolled back.
         return Error::unavailable_with(msg, e);

@@ -572,7 +572,6 @@ pub fn insert_statement(schema: &str, w: &WorkflowInstance, limits: &Limits) -> 
     }
     storable_in_postgres("input", input)?;
     let mut b = Binds::default();
-    let opt_time = |t: &Option<Instant>| t.map_or(Param::Int8(0), |t| Param::Int8(t.as_millis()));
     let mut vals = vec![
         b.bind(Param::Text(workflow_id.to_string())),
         b.bind(Param::Text(workflow_type.clone())),
@@ -586,7 +585,7 @@ pub fn insert_statement(schema: &str, w: &WorkflowInstance, limits: &Limits) -> 
         Some(p) => vals.push(b.bind(p)),
         None => vals.push("NULL".to_string()),
     };
-    nullable(&mut b, claimable_time.map(|_| opt_time(claimable_time)));
+    nullable(&mut b, claimable_time.map(|t| Param::Int8(t.as_millis())));
     nullable(&mut b, claim_token.as_ref().map(|t| Param::Text(t.to_string())));
     nullable(&mut b, wait.as_ref().map(|w| wait_of("wait", w)).transpose()?);
     nullable(&mut b, resume.as_ref().map(|r| jsonb_of("resume", r)).transpose()?);
@@ -598,7 +597,7 @@ pub fn insert_statement(schema: &str, w: &WorkflowInstance, limits: &Limits) -> 
     nullable(&mut b, Some(Param::Int8(i64_of("revision", *revision)?)));
     nullable(&mut b, Some(Param::Int8(created_at.as_millis())));
     nullable(&mut b, Some(Param::Int8(updated_at.as_millis())));
-    nullable(&mut b, finished_at.map(|_| opt_time(finished_at)));
+    nullable(&mut b, finished_at.map(|t| Param::Int8(t.as_millis())));
     let sql = format!(
         "INSERT INTO {} ({INSTANCE_COLUMNS}) VALUES ({}) ON CONFLICT DO NOTHING RETURNING workflow_id",
         table(schema, crate::INSTANCES),

@@ -74,3 +74,24 @@ async fn undecodable_rows_are_quarantined_and_paged_past() {
     drop(client);
     db.drop_schema().await;
 }
+
+/// A step counter changed outside the kernel into text: the write that increments it is
+/// `Corrupt` (not bad input, not retryable), and nothing is written.
+#[tokio::test]
+async fn a_counter_that_does_not_parse_is_corrupt_and_writes_nothing() {
+    let Some(db) = TestSchema::new().await else { return };
+    let store = db.store();
+    store.create(testkit::conformance::store::claimed("wf-1", "a")).await.unwrap();
+    let sql = format!(
+        "UPDATE \"{}\".workflow_instances SET steps = jsonb_set(steps, '{{1,attempt}}', '\"one\"') WHERE workflow_id = 'wf-1'",
+        db.schema()
+    );
+    db.client().await.batch_execute(&sql).await.unwrap();
+    let before = db.scalar("SELECT revision FROM {s}.workflow_instances WHERE workflow_id = 'wf-1'").await;
+    let t = kernel_core::transition::Transition::mark_running(1, T0);
+    let r = store.apply(&"wf-1".into(), &kernel_core::transition::Guard::Running { token: "a".into() }, &t).await;
+    assert!(matches!(r, Err(Error::Corrupt { .. })), "{r:?}");
+    let after = db.scalar("SELECT revision FROM {s}.workflow_instances WHERE workflow_id = 'wf-1'").await;
+    assert_eq!(before, after, "nothing written");
+    db.drop_schema().await;
+}
