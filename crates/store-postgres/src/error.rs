@@ -11,6 +11,8 @@
 //! - values PostgreSQL cannot store — NUL in text or JSONB (`22021`, `22P05`), a number
 //!   out of range (`22003`), an oversize value or row (`54000`, `22001`) — are
 //!   [`Error::InvalidInput`]: nothing was written and the same write would be refused again;
+//! - a row a table constraint refuses (`23514`: the instance would exceed 16 MiB of JSON)
+//!   is [`Error::InvalidInput`] (`document`), nothing written;
 //! - a stored value that does not parse where a statement reads it as a number (`22P02`)
 //!   is [`Error::Corrupt`]: nothing was written;
 //! - a connection that was already closed, a checkout from the pool that failed or timed
@@ -59,6 +61,15 @@ pub fn map(op: Op, what: &str, e: tokio_postgres::Error) -> Error {
     if let Some(code) = e.code() {
         if REFUSED_VALUES.contains(&code) {
             return Error::invalid_with(what, msg, e);
+        }
+        if *code == SqlState::CHECK_VIOLATION {
+            // A table constraint refused the row the write would leave (the document size
+            // of migration 2, a priority out of range): the statement failed whole.
+            let field = match e.as_db_error().and_then(|d| d.constraint()) {
+                Some("workflow_instances_document_size") => "document",
+                _ => what,
+            };
+            return Error::invalid_with(field, msg, e);
         }
         if *code == SqlState::INVALID_TEXT_REPRESENTATION {
             // Every bound value is typed, so only a stored value read as a number (a

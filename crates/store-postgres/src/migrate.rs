@@ -6,8 +6,10 @@ use kernel_core::{Error, Result};
 /// Every migration, in order: `(version, name, SQL)`. The SQL names the schema as
 /// `{schema}`; versions are never renumbered and a shipped file is never edited, only
 /// followed by a new one.
-pub const MIGRATIONS: &[(i32, &str, &str)] =
-    &[(1, "instances_and_inbox", include_str!("../migrations/0001_instances_and_inbox.sql"))];
+pub const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (1, "instances_and_inbox", include_str!("../migrations/0001_instances_and_inbox.sql")),
+    (2, "document_size", include_str!("../migrations/0002_document_size.sql")),
+];
 
 /// The advisory-lock key of migrations of `schema`: a fixed FNV-1a hash, so every process
 /// of every version agrees on it.

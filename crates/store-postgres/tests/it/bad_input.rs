@@ -110,3 +110,38 @@ async fn oversize_statements_are_refused() {
     assert!(store.apply(&"wf-1".into(), &running, &t).await.unwrap().applied());
     db.drop_schema().await;
 }
+
+/// An instance that would grow past 16 MiB of JSON (kernel-core's `DOCUMENT_BYTES_MAX`,
+/// checked by the table on the row a write would leave) is refused as `InvalidInput` on
+/// `document`, as the in-memory store refuses it; nothing is written, and smaller writes
+/// before it applied.
+#[tokio::test]
+async fn a_document_growing_past_16_mib_is_refused() {
+    let Some(db) = TestSchema::new().await else { return };
+    let store = db.store();
+    store.create(claimed("wf-1", "a")).await.unwrap();
+    let running = Guard::Running { token: "a".into() };
+    let chunk = "x".repeat(250 * 1024);
+    let mut refused = None;
+    for round in 0..12 {
+        let mut t = Transition::new(TransitionKind::CompleteStep, T0);
+        for n in 0..15 {
+            t.outputs.push((format!("o{round}_{n}"), json!(chunk)));
+        }
+        let before = db.scalar("SELECT revision FROM {s}.workflow_instances").await;
+        match store.apply(&"wf-1".into(), &running, &t).await {
+            Ok(o) => assert!(o.applied(), "round {round}"),
+            Err(e) => {
+                assert_eq!(db.scalar("SELECT revision FROM {s}.workflow_instances").await, before, "nothing written");
+                refused = Some((round, e));
+                break;
+            }
+        }
+    }
+    let (round, e) = refused.expect("refused before 12 × 3.7 MiB");
+    assert!(matches!(&e, Error::InvalidInput { field, .. } if field == "document"), "{e:?}");
+    assert_eq!(round, 4, "16 MiB is passed by the fifth write of 3.7 MiB");
+    let bytes = db.scalar("SELECT octet_length(output::text)::bigint FROM {s}.workflow_instances").await;
+    assert!(bytes <= 16 * 1024 * 1024 && bytes > 12 * 1024 * 1024, "{bytes}");
+    db.drop_schema().await;
+}
