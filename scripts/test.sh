@@ -113,7 +113,7 @@ REPORTS=(crash_at_every_boundary crash_sweep_on_mongo refused_writes_report
   redis_outage_engines_complete_through_the_store_and_lanes_are_rebuilt)
 # --- PostgreSQL (store-postgres): its reports run below, uncaptured ----------------------
 REPORTS+=(crash_sweep_on_postgres races_over_concurrent_connections both_paths_survive_crashes_on_postgres
-  store_queries_use_an_index)
+  store_queries_use_an_index live_summary_story_on_postgres)
 # --- end PostgreSQL -----------------------------------------------------------------------
 skip_args=()
 for r in "${REPORTS[@]}"; do skip_args+=(--skip "$r"); done
@@ -164,6 +164,10 @@ if [ -n "${MONGODB_URI:-}" ]; then
   cargo run -q -p store-mongo --example live_summary_mongo >/dev/null
   echo "demo: live_summary on MongoDB ok"
 fi
+# --- PostgreSQL (store-postgres): the story with its durable state in a fresh schema -------
+cargo test -q -p store-postgres --test it -- --nocapture --exact story::live_summary_story_on_postgres \
+  | grep -E '^(demo:|SKIPPED|test result)'
+# --- end PostgreSQL -----------------------------------------------------------------------
 
 section "worker process (MongoDB + Redis + observer, separate publisher, SIGTERM)"
 bash scripts/worker-check.sh

@@ -15,5 +15,6 @@ mod outbox;
 mod protocol;
 mod quarantine;
 mod races;
+mod story;
 mod support;
 mod sweep;
