@@ -5,9 +5,12 @@
 //! was rolled back whole:
 //!
 //! - a serialization failure or deadlock (`40001`, `40P01`), a statement cancelled by
-//!   `statement_timeout` (`57014`), a server shutting down or refusing connections
-//!   (`57P0x`, `53xxx`, `08xxx`) and any other error the server *answered* are
-//!   [`Error::Unavailable`]: certainly no effect, the same call may be tried again;
+//!   `statement_timeout` (`57014`), too many connections (`53xxx`) and any other `ERROR`
+//!   the server *answered* are [`Error::Unavailable`]: certainly no effect, the same call
+//!   may be tried again;
+//! - a `FATAL` answer to a write (the backend terminated or the server shutting down,
+//!   `57P0x`) is [`Error::Uncertain`]: the implicit transaction commits as the request
+//!   ends, so the connection may have ended just after the commit;
 //! - values PostgreSQL cannot store — NUL in text or JSONB (`22021`, `22P05`), a number
 //!   out of range (`22003`), an oversize value or row (`54000`, `22001`) — are
 //!   [`Error::InvalidInput`]: nothing was written and the same write would be refused again;
@@ -47,9 +50,9 @@ pub fn is_unique_violation(e: &tokio_postgres::Error) -> bool {
     e.code() == Some(&SqlState::UNIQUE_VIOLATION)
 }
 
-/// Whether the server refused the statement because it was ending the session
-/// (`pg_terminate_backend`, a shutdown): the statement did not run, and another
-/// connection may serve it.
+/// Whether the server answered by ending the connection (`pg_terminate_backend`, a
+/// shutdown): a statement it refused while preparing, or a read, may move to another
+/// connection; a write may have committed just before (see [`map`]).
 pub fn is_terminated(e: &tokio_postgres::Error) -> bool {
     matches!(e.code(), Some(c) if *c == SqlState::ADMIN_SHUTDOWN || *c == SqlState::CRASH_SHUTDOWN || *c == SqlState::CANNOT_CONNECT_NOW)
 }
@@ -58,6 +61,13 @@ pub fn is_terminated(e: &tokio_postgres::Error) -> bool {
 /// call in the message. The driver's error is kept as the cause (`source()`).
 pub fn map(op: Op, what: &str, e: tokio_postgres::Error) -> Error {
     let msg = format!("postgres {what}: {e}");
+    let fatal = e.as_db_error().is_some_and(|d| matches!(d.severity(), "FATAL" | "PANIC"));
+    if fatal && op == Op::Write {
+        // The server ended the connection (terminated, shutting down). In autocommit the
+        // commit happens when the request ends, so the connection may have ended just after
+        // committing this write: its outcome is unknown.
+        return Error::uncertain_with(msg, e);
+    }
     if let Some(code) = e.code() {
         if REFUSED_VALUES.contains(&code) {
             return Error::invalid_with(what, msg, e);

@@ -236,11 +236,10 @@ impl Db {
         let sent = AtomicBool::new(false);
         let call = async {
             // A pooled connection the server dropped (restart, idle kill, network) is
-            // only noticed when used. Where nothing can have been executed — the prepare
-            // failed, a read, or a statement the server refused because it was ending that
-            // session — the call moves to another connection, discarding the
-            // dead one, up to once per pooled connection; a write already sent is not
-            // retried (its outcome is uncertain).
+            // only noticed when used. Where nothing can have been written — the prepare
+            // failed, or a read — the call moves to another connection, discarding the
+            // dead one, up to once per pooled connection; a write already sent is never
+            // repeated (its outcome is uncertain).
             let mut tries = 0;
             loop {
                 tries += 1;
@@ -264,7 +263,7 @@ impl Db {
                 sent.store(op == Op::Write, Ordering::SeqCst);
                 match client.query(&prepared, &stmt.values()).await {
                     Ok(rows) => return Ok(rows),
-                    Err(e) if (error::is_terminated(&e) || (e.is_closed() && op == Op::Read)) && retry => {
+                    Err(e) if (error::is_terminated(&e) || e.is_closed()) && op == Op::Read && retry => {
                         drop(deadpool_postgres::Object::take(client));
                         continue;
                     }

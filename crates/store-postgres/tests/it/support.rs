@@ -32,7 +32,7 @@ pub async fn server_url() -> Option<String> {
     }
 }
 
-/// `url` with `synchronous_commit=off` for the sessions of the tests: a commit is as atomic
+/// `url` with `synchronous_commit=off` for the connections of the tests: a commit is as atomic
 /// and as visible as before, the server just does not wait for the disk (the tests never
 /// crash the server, so they cannot tell; the benchmark and the races' figures do not
 /// depend on it). It keeps the sweep's thousands of commits off the shared disk.
