@@ -86,9 +86,35 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# --- PostgreSQL (store-postgres) ---------------------------------------------------------
+# The store-postgres tests use $DATABASE_URL, else the local server
+# postgres://postgres@127.0.0.1:5432/test (trust authentication on 127.0.0.1). A local
+# server that does not answer is started with `pg_ctlcluster 15 main start`; under CI a
+# server that still does not answer fails the run (the tests fail too, by testkit::ci).
+PG_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}"
+pg_ready() { psql "$PG_URL" -Atqc 'SELECT 1' >/dev/null 2>&1; }
+if command -v psql >/dev/null 2>&1 && ! pg_ready && [ -z "${DATABASE_URL:-}" ]; then
+  log "starting the local PostgreSQL cluster"
+  pg_ctlcluster 15 main start >/dev/null 2>&1 || true
+  for _ in $(seq 1 50); do pg_ready && break; sleep 0.1; done
+fi
+if cargo tree -p kernel-core -p kernel-examples -e normal --prefix none | grep -Eq '^(tokio-postgres|deadpool-postgres|postgres-types) '; then
+  echo "kernel-core and the first demo's package must not depend on a PostgreSQL crate" >&2
+  exit 1
+fi
+if ! (command -v psql >/dev/null 2>&1 && pg_ready) && is_ci; then
+  echo "no PostgreSQL server answers at $PG_URL" >&2
+  exit 1
+fi
+# --- end PostgreSQL -----------------------------------------------------------------------
+
 # Reports whose one-line summaries belong in the output run separately, uncaptured.
 REPORTS=(crash_at_every_boundary crash_sweep_on_mongo refused_writes_report
   redis_outage_engines_complete_through_the_store_and_lanes_are_rebuilt)
+# --- PostgreSQL (store-postgres): its reports run below, uncaptured ----------------------
+REPORTS+=(crash_sweep_on_postgres races_over_concurrent_connections both_paths_survive_crashes_on_postgres
+  store_queries_use_an_index live_summary_story_on_postgres)
+# --- end PostgreSQL -----------------------------------------------------------------------
 skip_args=()
 for r in "${REPORTS[@]}"; do skip_args+=(--skip "$r"); done
 
@@ -114,6 +140,11 @@ section "reports"
 cargo test -p kernel-examples --test it crash_at_every_boundary -- --nocapture
 cargo test -p store-mongo --test it crash_sweep_on_mongo -- --nocapture
 cargo test -p store-mongo --test it refused_writes_report -- --nocapture
+# --- PostgreSQL (store-postgres) ---------------------------------------------------------
+cargo test -p store-postgres --test it -- --nocapture --exact sweep::crash_sweep_on_postgres \
+  races::races_over_concurrent_connections outbox::crash_windows::both_paths_survive_crashes_on_postgres \
+  explain::store_queries_use_an_index
+# --- end PostgreSQL -----------------------------------------------------------------------
 # A dedicated redis-server on a free port is killed and restarted (never the shared one).
 cargo test -p queue-redis --test it redis_outage_engines_complete_through_the_store_and_lanes_are_rebuilt -- --nocapture
 
@@ -133,6 +164,10 @@ if [ -n "${MONGODB_URI:-}" ]; then
   cargo run -q -p store-mongo --example live_summary_mongo >/dev/null
   echo "demo: live_summary on MongoDB ok"
 fi
+# --- PostgreSQL (store-postgres): the story with its durable state in a fresh schema -------
+cargo test -q -p store-postgres --test it -- --nocapture --exact story::live_summary_story_on_postgres \
+  | grep -E '^(demo:|SKIPPED|test result)'
+# --- end PostgreSQL -----------------------------------------------------------------------
 
 section "worker process (MongoDB + Redis + observer, separate publisher, SIGTERM)"
 bash scripts/worker-check.sh

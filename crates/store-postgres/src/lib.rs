@@ -1,0 +1,296 @@
+//! # store-postgres
+//!
+//! The durable side of the kernel on PostgreSQL (≥ 13): [`PostgresWorkflowStore`]
+//! implements [`WorkflowStore`](kernel_core::ports::WorkflowStore) and
+//! [`PostgresSignalInbox`] implements [`SignalInbox`](kernel_core::ports::SignalInbox).
+//!
+//! Every guarded write is **one** autocommit statement, `UPDATE … WHERE workflow_id = $1
+//! AND <guard> RETURNING revision` (K-6.4); `revision` is only ever incremented, never a
+//! guard. [`protocol`] generates the SQL of every [`Guard`](kernel_core::transition::Guard)
+//! and [`Transition`](kernel_core::transition::Transition) with pure functions, pinned by
+//! snapshot tests.
+//!
+//! ```no_run
+//! use kernel_core::ports::{DynStore, WorkflowStore};
+//! use std::sync::Arc;
+//! use store_postgres::{PostgresConfig, PostgresSignalInbox, PostgresWorkflowStore};
+//!
+//! # async fn demo() -> kernel_core::Result<()> {
+//! let config = PostgresConfig::default(); // schema `workflow_kernel`
+//! let pool = store_postgres::connect(&store_postgres::database_url(), &config)?;
+//! store_postgres::migrate(&pool, &config.schema).await?; // idempotent, safe to race
+//! let store: Arc<DynStore> = Arc::new(PostgresWorkflowStore::new(pool.clone(), config.clone())?);
+//! let inbox = PostgresSignalInbox::new(pool, config)?;
+//! assert!(store.get(&"wf-1".into()).await?.is_none());
+//! # let _ = inbox; Ok(()) }
+//! ```
+//!
+//! ## Driver
+//!
+//! [`tokio-postgres`](tokio_postgres) with the [`deadpool-postgres`](deadpool_postgres)
+//! pool. It speaks the extended protocol directly: each write is one prepared statement
+//! (cached per connection) sent as a single autocommit `UPDATE … RETURNING`, with no
+//! `BEGIN`/`COMMIT` round trips and no connection check per checkout (the pool's *fast*
+//! recycling only drops connections it saw closed). sqlx would add a query macro layer
+//! whose compile-time checking needs a database at build time, which this workspace does
+//! not allow; without it, sqlx offers nothing the kernel uses that tokio-postgres lacks.
+//! Both crates are maintained by the rust-postgres and deadpool projects and depend on
+//! tokio only.
+//!
+//! ## Connection
+//!
+//! [`database_url`] reads `DATABASE_URL`, else `postgres://postgres@127.0.0.1:5432/test`
+//! (the address, not `localhost`, so that trust authentication on 127.0.0.1 applies).
+//! Every call has a deadline: [`PostgresConfig::statement_timeout_ms`] is set as the
+//! server's `statement_timeout` (the server cancels and rolls back: `Unavailable`), and
+//! [`PostgresConfig::call_timeout_ms`] bounds the whole call on the client (checkout,
+//! prepare, execute; past it a write is `Uncertain`).
+//!
+//! ## Tables
+//!
+//! In the configured schema ([`PostgresConfig::schema`]), created by [`migrate`] from the
+//! versioned files in `migrations/`:
+//!
+//! ```text
+//! workflow_instances(workflow_id PK, biz_key UNIQUE, workflow_type, status, claimable_time,
+//!   claim_token, business_priority, revision, retry_count, prepare_failures,
+//!   definition_fingerprint, created_at, updated_at, finished_at,       -- real columns
+//!   steps, input, output, wait, resume, fingerprint_mismatch)          -- jsonb
+//! signal_inbox(signal_id PK, workflow_id, signal_type, wait_key, generation, status,
+//!   created_at, match_time, orphan)
+//! ```
+//!
+//! Times are `bigint` milliseconds since the Unix epoch, ids are `text COLLATE "C"` (byte
+//! order, as every other store pages them). `steps`, `wait`, `resume` and
+//! `fingerprint_mismatch` hold the kernel types' own serde form.
+//!
+//! ## Refused input
+//!
+//! kernel-core's K-2.0 rule first (the same refusals as every other store), then what
+//! PostgreSQL cannot store: NUL in any string of a JSONB value or in a text column,
+//! integers beyond the 64-bit signed range, statements whose values exceed
+//! [`Limits::document_bytes_max`], and (checked by the table) an instance whose JSON
+//! columns would exceed 16 MiB. All are [`Error::InvalidInput`](kernel_core::Error) with
+//! nothing written.
+
+mod codec;
+pub mod error;
+mod inbox;
+mod migrate;
+mod outbox;
+pub mod protocol;
+mod store;
+
+pub use inbox::PostgresSignalInbox;
+pub use migrate::{migrate, MIGRATIONS};
+pub use outbox::{OutboxTable, PostgresOutbox};
+pub use protocol::Limits;
+pub use store::PostgresWorkflowStore;
+
+use error::Op;
+use kernel_core::{Error, Result};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tokio_postgres::Row;
+
+pub use deadpool_postgres::Pool;
+
+/// Name of the instance table.
+pub const INSTANCES: &str = "workflow_instances";
+/// Name of the inbox table.
+pub const INBOX: &str = "signal_inbox";
+/// The URL used when `DATABASE_URL` is unset.
+pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+/// `DATABASE_URL`, or [`DEFAULT_DATABASE_URL`] when it is unset or blank.
+pub fn database_url() -> String {
+    match std::env::var("DATABASE_URL") {
+        Ok(u) if !u.trim().is_empty() => u,
+        _ => DEFAULT_DATABASE_URL.to_string(),
+    }
+}
+
+/// Adapter configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostgresConfig {
+    /// Schema holding the tables (an unquoted lower-case SQL identifier, see
+    /// [`schema_name`]); default `workflow_kernel`.
+    pub schema: String,
+    /// Payload and statement size limits, checked before anything is sent.
+    pub limits: Limits,
+    /// Upper bound on one page of any scan, whatever the caller asks for.
+    pub scan_page_max: usize,
+    /// Server-side `statement_timeout` of every connection, in milliseconds.
+    pub statement_timeout_ms: u64,
+    /// Client-side deadline of every call (checkout, prepare, execute), in milliseconds;
+    /// longer than the statement timeout, so a slow statement is normally cancelled by the
+    /// server (certainly no effect) before the client gives up on it (uncertain).
+    pub call_timeout_ms: u64,
+    /// Most connections the pool opens.
+    pub pool_size_max: usize,
+}
+
+impl Default for PostgresConfig {
+    fn default() -> Self {
+        PostgresConfig {
+            schema: "workflow_kernel".to_string(),
+            limits: Limits::default(),
+            scan_page_max: 1000,
+            statement_timeout_ms: 5_000,
+            call_timeout_ms: 10_000,
+            pool_size_max: 16,
+        }
+    }
+}
+
+impl PostgresConfig {
+    /// Check the configuration: a valid schema name, positive limits and timeouts.
+    pub fn validate(&self) -> Result<()> {
+        schema_name(&self.schema)?;
+        for (field, v) in [
+            ("scan_page_max", self.scan_page_max as u64),
+            ("statement_timeout_ms", self.statement_timeout_ms),
+            ("call_timeout_ms", self.call_timeout_ms),
+            ("pool_size_max", self.pool_size_max as u64),
+        ] {
+            if v == 0 {
+                return Err(Error::invalid(field, "must be > 0"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A schema name is 1–63 bytes of `[a-z0-9_]`, not starting with a digit: it is spliced
+/// into statements (quoted), so it is checked instead of escaped.
+pub fn schema_name(name: &str) -> Result<&str> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        && !name.as_bytes()[0].is_ascii_digit();
+    if ok {
+        Ok(name)
+    } else {
+        Err(Error::invalid(
+            "schema",
+            format_args!("{name:?} is not 1-63 bytes of [a-z0-9_] starting with a letter or _"),
+        ))
+    }
+}
+
+/// A connection pool on `url` with the deadlines of `config` (no round trip is made until
+/// first use). A malformed URL is [`Error::InvalidInput`].
+pub fn connect(url: &str, config: &PostgresConfig) -> Result<Pool> {
+    config.validate()?;
+    let mut pg: tokio_postgres::Config =
+        url.parse().map_err(|e| Error::invalid_with("database_url", "not a PostgreSQL URL", e))?;
+    let mut options = pg.get_options().map(|o| format!("{o} ")).unwrap_or_default();
+    options.push_str(&format!("-c statement_timeout={}", config.statement_timeout_ms));
+    pg.options(&options);
+    if pg.get_application_name().is_none() {
+        pg.application_name("workflow-kernel");
+    }
+    if pg.get_connect_timeout().is_none() {
+        pg.connect_timeout(Duration::from_millis(config.call_timeout_ms));
+    }
+    let manager = deadpool_postgres::Manager::from_config(
+        pg,
+        tokio_postgres::NoTls,
+        deadpool_postgres::ManagerConfig { recycling_method: deadpool_postgres::RecyclingMethod::Fast },
+    );
+    let deadline = Some(Duration::from_millis(config.call_timeout_ms));
+    deadpool_postgres::Pool::builder(manager)
+        .max_size(config.pool_size_max)
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .wait_timeout(deadline)
+        .create_timeout(deadline)
+        .build()
+        .map_err(|e| Error::invalid_with("database_url", "cannot build the connection pool", e))
+}
+
+/// The pool, schema and deadlines every adapter of this crate shares.
+#[derive(Clone)]
+pub(crate) struct Db {
+    pub(crate) pool: Pool,
+    pub(crate) config: PostgresConfig,
+}
+
+impl std::fmt::Debug for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Db").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+impl Db {
+    pub(crate) fn new(pool: Pool, config: PostgresConfig) -> Result<Self> {
+        config.validate()?;
+        Ok(Db { pool, config })
+    }
+
+    pub(crate) fn schema(&self) -> &str {
+        &self.config.schema
+    }
+
+    /// Run one statement under the call deadline; every failure mapped (see [`error`]).
+    pub(crate) async fn query(&self, op: Op, what: &str, stmt: &protocol::Statement) -> Result<Vec<Row>> {
+        let sent = AtomicBool::new(false);
+        let call = async {
+            // A pooled connection the server dropped (restart, idle kill, network) is
+            // only noticed when used. Where nothing can have been written — the prepare
+            // failed, or a read — the call moves to another connection, discarding the
+            // dead one, up to once per pooled connection; a write already sent is never
+            // repeated (its outcome is uncertain).
+            let mut tries = 0;
+            loop {
+                tries += 1;
+                let retry = tries <= self.config.pool_size_max;
+                let client = self.pool.get().await.map_err(|e| error::before_send(what, e))?;
+                let prepared = match client.prepare_cached(&stmt.sql).await {
+                    Ok(p) => p,
+                    Err(e) if (e.is_closed() || error::is_terminated(&e)) && retry => {
+                        drop(deadpool_postgres::Object::take(client));
+                        continue;
+                    }
+                    Err(e) => return Err(error::before_send(what, e)),
+                };
+                if client.is_closed() {
+                    drop(deadpool_postgres::Object::take(client));
+                    if retry {
+                        continue;
+                    }
+                    return Err(Error::unavailable(format!("postgres {what}: connection closed before sending")));
+                }
+                sent.store(op == Op::Write, Ordering::SeqCst);
+                match client.query(&prepared, &stmt.values()).await {
+                    Ok(rows) => return Ok(rows),
+                    Err(e) if (error::is_terminated(&e) || e.is_closed()) && op == Op::Read && retry => {
+                        drop(deadpool_postgres::Object::take(client));
+                        continue;
+                    }
+                    Err(e) => return Err(error::map(op, what, e)),
+                }
+            }
+        };
+        let ms = self.config.call_timeout_ms;
+        match tokio::time::timeout(Duration::from_millis(ms), call).await {
+            Ok(r) => r,
+            Err(_) => {
+                let op = if sent.load(Ordering::SeqCst) { op } else { Op::Read };
+                Err(error::deadline(op, what, ms))
+            }
+        }
+    }
+
+    pub(crate) async fn query_opt(&self, op: Op, what: &str, stmt: &protocol::Statement) -> Result<Option<Row>> {
+        let mut rows = self.query(op, what, stmt).await?;
+        if rows.len() > 1 {
+            return Err(Error::corrupt(format!("{what}: {} rows where at most one was expected", rows.len())));
+        }
+        Ok(rows.pop())
+    }
+
+    /// A scan limit: `None` for an empty page, else `limit` capped by `scan_page_max`.
+    pub(crate) fn page(&self, limit: usize) -> Option<i64> {
+        (limit > 0).then(|| limit.min(self.config.scan_page_max) as i64)
+    }
+}

@@ -1,0 +1,71 @@
+//! Versioned schema migrations, shipped in the crate (`migrations/*.sql`).
+
+use crate::error;
+use kernel_core::{Error, Result};
+
+/// Every migration, in order: `(version, name, SQL)`. The SQL names the schema as
+/// `{schema}`; versions are never renumbered and a shipped file is never edited, only
+/// followed by a new one.
+pub const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (1, "instances_and_inbox", include_str!("../migrations/0001_instances_and_inbox.sql")),
+    (2, "document_size", include_str!("../migrations/0002_document_size.sql")),
+];
+
+/// The advisory-lock key of migrations of `schema`: a fixed FNV-1a hash, so every process
+/// of every version agrees on it.
+pub fn lock_key(schema: &str) -> i64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in "store-postgres migrate ".bytes().chain(schema.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h as i64
+}
+
+/// Create `schema` and apply every migration it lacks, in one transaction under a
+/// transaction-level advisory lock: idempotent, and safe when several processes start at
+/// once (the others wait for the lock, then find every version applied). Returns the
+/// versions this call applied.
+///
+/// Not bounded by the call deadline of the adapters (a migration may legitimately wait for
+/// another process's); the server's `statement_timeout` still bounds each statement.
+pub async fn migrate(pool: &crate::Pool, schema: &str) -> Result<Vec<i32>> {
+    let schema = crate::schema_name(schema)?;
+    let mut client = pool.get().await.map_err(|e| error::before_send("migrate: connect", e))?;
+    let tx = client.transaction().await.map_err(|e| error::before_send("migrate: begin", e))?;
+    let q = format!("\"{schema}\"");
+    let run = |e| error::map(error::Op::Read, "migrate", e);
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&lock_key(schema)]).await.map_err(run)?;
+    tx.batch_execute(&format!(
+        "CREATE SCHEMA IF NOT EXISTS {q}; \
+         CREATE TABLE IF NOT EXISTS {q}.schema_migrations (version integer PRIMARY KEY, name text NOT NULL, \
+         applied_at timestamptz NOT NULL DEFAULT now())"
+    ))
+    .await
+    .map_err(run)?;
+    let applied: Vec<i32> = tx
+        .query(&format!("SELECT version FROM {q}.schema_migrations"), &[])
+        .await
+        .map_err(run)?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    if let Some(v) = applied.iter().find(|v| !MIGRATIONS.iter().any(|(m, _, _)| m == *v)) {
+        return Err(Error::Conflict(format!(
+            "schema `{schema}` has migration {v}, which this version does not know: it was written by a newer version"
+        )));
+    }
+    let mut done = Vec::new();
+    for (version, name, sql) in MIGRATIONS {
+        if applied.contains(version) {
+            continue;
+        }
+        tx.batch_execute(&sql.replace("{schema}", &q)).await.map_err(run)?;
+        tx.execute(&format!("INSERT INTO {q}.schema_migrations (version, name) VALUES ($1, $2)"), &[version, name])
+            .await
+            .map_err(run)?;
+        done.push(*version);
+    }
+    tx.commit().await.map_err(|e| error::map(error::Op::Write, "migrate: commit", e))?;
+    Ok(done)
+}

@@ -1,0 +1,52 @@
+//! `migrate()`: idempotent, and safe when several processes start at once.
+
+use crate::support::TestSchema;
+use store_postgres::{migrate, MIGRATIONS};
+
+/// Eight concurrent `migrate` calls on a fresh schema (as eight processes starting at
+/// once): all succeed, each version is applied by exactly one of them and recorded once;
+/// a later call applies nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_migrations_apply_each_version_once() {
+    let Some(db) = TestSchema::with_pool_size(10).await else { return };
+    // TestSchema migrated already: start again from an empty schema of the same name.
+    db.client().await.batch_execute(&format!("DROP SCHEMA \"{}\" CASCADE", db.schema())).await.unwrap();
+    let calls = (0..8).map(|_| {
+        let (pool, schema) = (db.pool.clone(), db.schema().to_string());
+        tokio::spawn(async move { migrate(&pool, &schema).await })
+    });
+    let mut applied = Vec::new();
+    for c in calls {
+        applied.extend(c.await.expect("task").expect("migrate"));
+    }
+    applied.sort_unstable();
+    let all: Vec<i32> = MIGRATIONS.iter().map(|(v, _, _)| *v).collect();
+    assert_eq!(applied, all, "each version applied by exactly one caller");
+    let recorded = db.scalar("SELECT count(*) FROM {s}.schema_migrations").await;
+    assert_eq!(recorded, all.len() as i64);
+    assert_eq!(migrate(&db.pool, db.schema()).await.unwrap(), Vec::<i32>::new(), "idempotent");
+    assert_eq!(db.scalar("SELECT count(*) FROM {s}.workflow_instances").await, 0);
+    db.drop_schema().await;
+}
+
+/// A schema migrated by a newer version (a version this one does not know) is refused,
+/// and a schema name that is not a plain identifier is bad input.
+#[tokio::test]
+async fn unknown_versions_and_bad_schema_names_are_refused() {
+    let Some(db) = TestSchema::new().await else { return };
+    db.client()
+        .await
+        .batch_execute(&format!(
+            "INSERT INTO \"{}\".schema_migrations (version, name) VALUES (999, 'future')",
+            db.schema()
+        ))
+        .await
+        .unwrap();
+    let r = migrate(&db.pool, db.schema()).await;
+    assert!(matches!(r, Err(kernel_core::Error::Conflict(_))), "{r:?}");
+    for bad in ["", "Upper", "a-b", "x\"; DROP", "1abc", &"s".repeat(64)] {
+        let r = migrate(&db.pool, bad).await;
+        assert!(matches!(r, Err(kernel_core::Error::InvalidInput { .. })), "{bad:?}: {r:?}");
+    }
+    db.drop_schema().await;
+}
