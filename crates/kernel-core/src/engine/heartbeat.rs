@@ -10,8 +10,10 @@
 //!
 //! Each claim keeps its own schedule, as a task per claim would: its first heartbeat is
 //! due `heartbeat_ms` after it registered (after the driver first ran, for the claim that
-//! started the driver), and the next one `heartbeat_ms` after the previous write returned. The heartbeats due together are written concurrently, each
-//! under its own `heartbeat_deadline_ms`.
+//! started the driver), and the next one `heartbeat_ms` after the previous write returned.
+//! Each due heartbeat is written on a short task of its own under its own
+//! `heartbeat_deadline_ms`, so a write that hangs until its deadline delays no other claim's
+//! heartbeat: the driver goes on scheduling while writes are in flight.
 
 use super::{deadline, ClaimEnd, Inner};
 use crate::error::Error;
@@ -96,6 +98,8 @@ struct Entry {
     /// `None` until a driver that was not running yet first sees the claim, which then
     /// schedules it one interval from then, as a task of its own would have.
     due: Option<Instant>,
+    /// A heartbeat write of this claim is in flight; the next is scheduled when it returns.
+    in_flight: bool,
 }
 
 #[derive(Default)]
@@ -111,9 +115,9 @@ struct Registry {
 #[derive(Default)]
 pub(crate) struct Heartbeats {
     registry: Mutex<Registry>,
-    /// Rung when the last claim deregistered, so an idle driver ends at once instead of at
-    /// its next due time.
-    idle: Notify,
+    /// Rung when the last claim deregistered (so an idle driver ends at once instead of at
+    /// its next due time) and when a heartbeat write returned (its claim's next one is due).
+    changed: Notify,
 }
 
 /// A claim's registration with the driver; removed when dropped (also when the claim's
@@ -138,7 +142,7 @@ impl Heartbeats {
         // A running driver sleeps until a due time no later than this one (each was set at
         // an earlier time, one interval ahead), so it needs no wake to pick the claim up.
         let due = (!start).then(|| now.saturating_add(inner.config.heartbeat_ms));
-        r.live.insert(id, Entry { lease: lease.clone(), due });
+        r.live.insert(id, Entry { lease: lease.clone(), due, in_flight: false });
         if start {
             r.running = true;
             let span = tracing::info_span!("heartbeats", worker = %inner.config.worker_id);
@@ -150,7 +154,7 @@ impl Heartbeats {
     fn remove(&self, id: u64) {
         let mut r = self.registry.lock().expect("heartbeat lock");
         if r.live.remove(&id).is_some() && r.live.is_empty() {
-            self.idle.notify_one();
+            self.changed.notify_one();
         }
     }
 }
@@ -172,54 +176,63 @@ impl Drop for Registration {
     }
 }
 
-/// The driver: sleep until the earliest due heartbeat, write every due one concurrently,
-/// and end once no claim is registered.
+/// The driver: sleep until the earliest due heartbeat, start a write for every due one
+/// (each on its own task, so none waits for another), and end once no claim is registered.
 async fn drive(inner: Arc<Inner>) {
     let clock = inner.ports.clock.clone();
     let hb = &inner.heartbeats;
     loop {
         let next = {
             let mut r = hb.registry.lock().expect("heartbeat lock");
+            if r.live.is_empty() {
+                r.running = false;
+                return;
+            }
             let first = clock.now().saturating_add(inner.config.heartbeat_ms);
             for e in r.live.values_mut() {
                 e.due.get_or_insert(first);
             }
-            match r.live.values().filter_map(|e| e.due).min() {
-                Some(next) => next,
-                None => {
-                    r.running = false;
-                    return;
+            r.live.values().filter(|e| !e.in_flight).filter_map(|e| e.due).min()
+        };
+        match next {
+            Some(next) => {
+                tokio::select! {
+                    _ = clock.sleep_until(next) => {}
+                    // The last claim left or a write returned: look again.
+                    _ = hb.changed.notified() => continue,
                 }
             }
-        };
-        tokio::select! {
-            _ = clock.sleep_until(next) => {}
-            // The last claim left; the check above ends the driver unless another came.
-            _ = hb.idle.notified() => continue,
+            // Every registered claim has a write in flight: wait for one to return.
+            None => {
+                hb.changed.notified().await;
+                continue;
+            }
         }
         let now = clock.now();
-        let due: Vec<(u64, Arc<Lease>)> = {
-            let r = hb.registry.lock().expect("heartbeat lock");
-            r.live
-                .iter()
-                .filter(|(_, e)| e.due.is_some_and(|d| d <= now))
-                .map(|(id, e)| (*id, e.lease.clone()))
-                .collect()
-        };
-        let on: &Inner = &inner;
-        let beats = due.iter().map(|(id, lease)| async move { (*id, beat(on, lease).await) });
-        let done = futures::future::join_all(beats).await;
         let mut r = hb.registry.lock().expect("heartbeat lock");
-        let next_due = clock.now().saturating_add(inner.config.heartbeat_ms);
-        for (id, keep) in done {
-            if keep {
-                if let Some(e) = r.live.get_mut(&id) {
-                    e.due = Some(next_due);
+        for (&id, e) in r.live.iter_mut().filter(|(_, e)| !e.in_flight && e.due.is_some_and(|d| d <= now)) {
+            e.in_flight = true;
+            let (inner, lease) = (inner.clone(), e.lease.clone());
+            tokio::spawn(
+                async move {
+                    let keep = beat(&inner, &lease).await;
+                    let hb = &inner.heartbeats;
+                    let mut r = hb.registry.lock().expect("heartbeat lock");
+                    if keep {
+                        let next_due = inner.ports.clock.now().saturating_add(inner.config.heartbeat_ms);
+                        if let Some(e) = r.live.get_mut(&id) {
+                            e.due = Some(next_due);
+                            e.in_flight = false;
+                        }
+                    } else {
+                        // Ended by its heartbeat: no more beats (its registration finds it gone).
+                        r.live.remove(&id);
+                    }
+                    drop(r);
+                    hb.changed.notify_one();
                 }
-            } else {
-                // Ended by its heartbeat: no more beats (its registration finds it gone).
-                r.live.remove(&id);
-            }
+                .in_current_span(),
+            );
         }
     }
 }

@@ -2,10 +2,11 @@
 //! also from an activity that blocks its thread.
 
 use kernel_core::engine::{ClaimEnd, RoundOutcome};
-use kernel_core::transition::TransitionKind;
+use kernel_core::ports::*;
+use kernel_core::transition::{Guard, Transition, TransitionKind};
 use kernel_core::*;
 use serde_json::json;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 use testkit::harness::World;
@@ -136,6 +137,119 @@ async fn claims_of_one_engine_share_the_driver_and_each_keeps_its_own_schedule()
         settle().await;
     }
     assert_eq!(world.audit.log().len(), before, "no heartbeat once the claims ended");
+}
+
+/// A store whose heartbeat writes for one workflow hang (until the caller's deadline);
+/// everything else passes through.
+struct HungHeartbeatsOf {
+    inner: Arc<DynStore>,
+    workflow_id: WorkflowId,
+    hung: AtomicU32,
+}
+
+#[async_trait::async_trait]
+impl WorkflowStore for HungHeartbeatsOf {
+    async fn create(&self, instance: WorkflowInstance) -> Result<CreateOutcome> {
+        self.inner.create(instance).await
+    }
+    async fn get(&self, workflow_id: &WorkflowId) -> Result<Option<WorkflowInstance>> {
+        self.inner.get(workflow_id).await
+    }
+    async fn get_by_biz_key(&self, biz_key: &str) -> Result<Option<WorkflowInstance>> {
+        self.inner.get_by_biz_key(biz_key).await
+    }
+    async fn claim(&self, workflow_id: &WorkflowId, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
+        self.inner.claim(workflow_id, spec).await
+    }
+    async fn claim_any(&self, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
+        self.inner.claim_any(spec).await
+    }
+    async fn apply(&self, workflow_id: &WorkflowId, guard: &Guard, transition: &Transition) -> Result<WriteOutcome> {
+        if *workflow_id == self.workflow_id && transition.kinds().any(|k| k == TransitionKind::Heartbeat) {
+            self.hung.fetch_add(1, Ordering::SeqCst);
+            std::future::pending::<()>().await;
+        }
+        self.inner.apply(workflow_id, guard, transition).await
+    }
+    async fn scan_due_waits(&self, now: Instant, after: Option<&DueCursor>, limit: usize) -> Result<ScanPage<DueWait>> {
+        self.inner.scan_due_waits(now, after, limit).await
+    }
+    async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<ScanPage<Candidate>> {
+        self.inner.scan_claimable(after, limit).await
+    }
+}
+
+#[tokio::test]
+async fn a_hung_heartbeat_write_delays_no_other_claims_heartbeat() {
+    // K-6.3 with one driver per engine: a's heartbeat write hangs until its deadline; b's
+    // heartbeat, due while a's is in flight, is written at its own time, not after a's
+    // deadline. a then ends uncertain (K-6.4), b keeps its schedule and completes.
+    let world = World::new(65);
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let g = gate.clone();
+    let wait = move |c: ActivityContext| {
+        let g = g.clone();
+        async move {
+            tokio::select! {
+                _ = g.notified() => Ok(StepOutcome::complete(json!(null))),
+                _ = c.cancellation().cancelled() => Err(ActivityError::canceled("cancelled")),
+            }
+        }
+    };
+    let def = Definition::builder("t").step(StepDef::new("wait", wait).timeout_ms(3_600_000)).build().unwrap();
+    let store =
+        Arc::new(HungHeartbeatsOf { inner: world.ports().store, workflow_id: "wf-a".into(), hung: AtomicU32::new(0) });
+    let mut ports = world.ports();
+    ports.store = store.clone();
+    let engine = world.engine_on(ports, testkit::harness::test_config("w"), vec![def]);
+    let (hb, deadline) = (engine.config().heartbeat_ms, engine.config().heartbeat_deadline_ms);
+    assert!(deadline.as_millis() > hb.as_millis() / 4, "b must fall due while a's write still hangs");
+    let quarter = DurationMs::from_millis(hb.as_millis() / 4);
+    let publisher = engine.publisher();
+    world.audit.reset_traffic();
+    let mut claims = Vec::new();
+    for id in ["wf-a", "wf-b"] {
+        publisher.start_or_resume(StartRequest::new("t", id, json!({})).workflow_id(id)).await.unwrap();
+        let e = engine.clone();
+        claims.push(tokio::spawn(async move { e.tick().await }));
+        settle().await;
+        world.clock.advance(quarter);
+        settle().await;
+    }
+    let beats_of = |id: &str| {
+        world
+            .audit
+            .log_of(id)
+            .iter()
+            .filter(|w| w.kinds.contains(&TransitionKind::Heartbeat))
+            .map(|w| w.at.unwrap())
+            .collect::<Vec<_>>()
+    };
+    // a was claimed 2 quarters ago, b 1 quarter ago: a falls due first and hangs.
+    world.clock.advance(DurationMs::from_millis(hb.as_millis() - 2 * quarter.as_millis()));
+    settle().await;
+    assert_eq!(store.hung.load(Ordering::SeqCst), 1, "a's heartbeat is in flight");
+    world.clock.advance(quarter);
+    settle().await;
+    let t_b = world.now();
+    assert_eq!(beats_of("wf-b"), vec![t_b], "b is beaten at its own time while a's write hangs");
+    // a's deadline passes: its claim ends uncertain; b goes on one interval after its beat.
+    let b_next = t_b.saturating_add(hb);
+    while world.now() < b_next {
+        world.clock.advance(quarter);
+        settle().await;
+    }
+    assert_eq!(beats_of("wf-b"), vec![t_b, b_next], "b keeps its schedule");
+    assert!(beats_of("wf-a").is_empty());
+    assert_eq!(store.hung.load(Ordering::SeqCst), 1, "a ended at its first hung heartbeat");
+    gate.notify_waiters();
+    let ends: Vec<_> = futures::future::join_all(claims).await.into_iter().map(|c| c.unwrap().unwrap()).collect();
+    assert!(matches!(&ends[0], RoundOutcome::Ran { end: ClaimEnd::Uncertain, .. }), "{:?}", ends[0]);
+    assert!(
+        matches!(&ends[1], RoundOutcome::Ran { end: ClaimEnd::Terminal(WorkflowStatus::Completed), .. }),
+        "{:?}",
+        ends[1]
+    );
 }
 
 async fn settle() {
