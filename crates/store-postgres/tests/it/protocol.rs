@@ -9,7 +9,7 @@ use kernel_core::ports::DueCursor;
 use kernel_core::transition::{Guard, Patch, Transition, TransitionKind};
 use serde_json::json;
 use std::fmt::Write as _;
-use store_postgres::protocol::{self, Limits, Statement};
+use store_postgres::protocol::{self, Limits, Param, Statement};
 use testkit::time::TestTime;
 
 const NOW: Instant = Instant::from_millis(1_700_000_000_000);
@@ -18,9 +18,32 @@ const SNAPSHOT: &str = "tests/it/snapshots/protocol.txt";
 fn render(out: &mut String, name: &str, s: &Statement) {
     let _ = writeln!(out, "## {name}\n{}", s.sql);
     for (i, p) in s.params.iter().enumerate() {
-        let _ = writeln!(out, "  ${} = {p:?}", i + 1);
+        match p {
+            // Keys sorted: serde_json's map order depends on its features, which another
+            // package of the workspace may switch on.
+            Param::Jsonb(v) => {
+                let _ = writeln!(out, "  ${} = Jsonb({})", i + 1, canonical(v));
+            }
+            _ => {
+                let _ = writeln!(out, "  ${} = {p:?}", i + 1);
+            }
+        }
     }
     out.push('\n');
+}
+
+/// JSON text with every object's keys in sorted order.
+fn canonical(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            let fields: Vec<String> = keys.iter().map(|k| format!("{:?}: {}", k, canonical(&m[k.as_str()]))).collect();
+            format!("{{{}}}", fields.join(", "))
+        }
+        serde_json::Value::Array(a) => format!("[{}]", a.iter().map(canonical).collect::<Vec<_>>().join(", ")),
+        other => other.to_string(),
+    }
 }
 
 fn err(class: ErrorClass) -> StepError {
