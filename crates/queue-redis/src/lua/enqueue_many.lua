@@ -4,6 +4,18 @@
 -- adapter checks the batch (at most 1000 triples, valid ids).
 -- Each triple is applied exactly as enqueue.lua applies one, in order. Returns how many
 -- triples left their member in the target lane with the given score.
+-- Every triple is checked before the first write: Redis does not undo a script's earlier
+-- writes when it fails midway, and the port refuses a bad batch as a whole.
+if #ARGV % 3 ~= 0 then
+  return redis.error_reply('enqueue_many: arguments are not member/lane/score triples')
+end
+for j = 1, #ARGV, 3 do
+  local lane = tonumber(ARGV[j + 1])
+  if ARGV[j] == '' or lane == nil or lane ~= math.floor(lane) or lane < 0 or lane > 3
+      or tonumber(ARGV[j + 2]) == nil then
+    return redis.error_reply('enqueue_many: bad triple at argument ' .. j)
+  end
+end
 local placed = 0
 for j = 1, #ARGV, 3 do
   local member = ARGV[j]

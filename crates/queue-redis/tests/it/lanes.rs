@@ -7,7 +7,7 @@ use kernel_core::model::{Instant, Priority};
 use kernel_core::ports::{LaneEntry, ReadyQueue};
 use kernel_core::Error;
 use kernel_core::WorkflowId;
-use queue_redis::test_support::DedicatedRedis;
+use queue_redis::test_support::{redis_url, DedicatedRedis};
 use queue_redis::{connect, LaneWeights, RedisReadyQueue};
 use rand::{Rng, SeedableRng};
 use std::sync::Arc;
@@ -355,4 +355,37 @@ async fn each_batch_call_is_one_script_call_on_the_server() {
     for cmd in ["eval", "script|load"] {
         assert_eq!(calls(cmd), None, "{cmd}: {info}");
     }
+}
+
+/// The port refuses a bad batch as a whole, and Redis does not undo a script's earlier
+/// writes when it fails midway: the bulk enqueue script checks every triple before its
+/// first write. Raw script calls, as a caller bypassing the adapter's checks would make.
+#[tokio::test]
+async fn enqueue_many_script_refuses_a_bad_triple_before_any_write() {
+    let Some(f) = queue_fixture("enqueue_many_script_refuses_a_bad_triple_before_any_write").await else { return };
+    let script = redis::Script::new(include_str!("../../src/lua/enqueue_many.lua"));
+    let lanes: Vec<String> = (0..4).map(|i| format!("{}:lane:p{i}", f.keys.prefix)).collect();
+    let mut conn = connect(&redis_url()).await.expect("connect");
+    let bad_batches: [&[&str]; 4] = [
+        &["good-1", "2", "100", "good-2", "7", "100"],
+        &["good-1", "2", "100", "good-2", "1", "soon"],
+        &["good-1", "2", "100", "good-2", "1.5", "100"],
+        &["good-1", "2", "100", "good-2", "1"],
+    ];
+    for batch in bad_batches {
+        let mut inv = script.prepare_invoke();
+        inv.key(&lanes);
+        for a in batch {
+            inv.arg(*a);
+        }
+        let out = inv.invoke_async::<i64>(&mut conn).await;
+        assert!(out.is_err(), "{batch:?} was taken: {out:?}");
+        for m in ["good-1", "good-2"] {
+            assert_eq!(f.queue.lane_of(m).await.unwrap(), None, "{m} was written by the refused batch {batch:?}");
+        }
+    }
+    let mut inv = script.prepare_invoke();
+    inv.key(&lanes).arg("good-1").arg("2").arg("100");
+    assert_eq!(inv.invoke_async::<i64>(&mut conn).await.unwrap(), 1, "a good batch is still taken");
+    assert_eq!(f.queue.lane_of("good-1").await.unwrap(), Some(Priority::ALL[2]));
 }
