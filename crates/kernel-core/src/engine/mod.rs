@@ -335,8 +335,9 @@ impl Engine {
     /// One scheduling round for `slots` free slots (K-6.1, K-6.7; the caller holds them):
     /// repair signals when due, pop at most as many candidates as slots are still free in
     /// one call, claim them concurrently, and pop again for the slots left by stale
-    /// candidates, at most `candidates_per_round_max` pops in all (so ≤ that many stale
-    /// candidates per slot). Falls back to claiming from the store, one free slot after the
+    /// candidates, meeting at most `candidates_per_round_max` stale candidates in the round
+    /// (each pop asks for no more than the slots still free and the stale candidates still
+    /// allowed). Falls back to claiming from the store, one free slot after the
     /// other, when the queue errors, or when it ran dry after a failed repair with no stale
     /// candidate in this round. Never returns more claims than `slots`.
     ///
@@ -355,8 +356,11 @@ impl Engine {
         }
         let mut round = Round { won: Vec::with_capacity(slots), stale: 0, drained: false };
         let mut fallback = false;
-        for _ in 0..inner.config.candidates_per_round_max {
-            let want = slots - round.won.len();
+        let stale_max = inner.config.candidates_per_round_max;
+        for _ in 0..stale_max {
+            // Never more than the free slots (K-6.1), nor more than the stale candidates
+            // this round may still meet: at most `candidates_per_round_max` in all.
+            let want = (slots - round.won.len()).min(stale_max.saturating_sub(round.stale));
             if want == 0 {
                 break;
             }

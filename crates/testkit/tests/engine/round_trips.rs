@@ -195,3 +195,29 @@ async fn one_workflow_started_on_a_running_engine() {
     assert_eq!(c, QueueCalls { enqueue: 1, notify: 1, pop_due: 2, popped: 1, ..QueueCalls::default() }, "{c:?}");
     assert_eq!(c.round_trips(), 4);
 }
+
+#[tokio::test]
+async fn a_round_meets_at_most_its_stale_candidate_budget() {
+    // K-6.1: ≤ `candidates_per_round_max` (8) stale candidates per round, with batch pops
+    // too. Five lane entries without an instance are due first, then 16 workflows: the
+    // first pop (8) meets 5 stale and wins 3; the round may meet only 3 more stale
+    // candidates, so its second pop asks for 3 (not for the 5 free slots).
+    let (world, counting, engine) = counted(SLOTS);
+    assert_eq!(engine.config().candidates_per_round_max, 8);
+    let early = world.now().saturating_sub(DurationMs::from_millis(1_000));
+    for i in 0..5 {
+        world.queue.enqueue(&WorkflowId::from(format!("ghost-{i}")), Priority::P2, early).await.unwrap();
+    }
+    engine.publisher().start_many(requests(WORKFLOWS)).await.unwrap();
+    counting.reset();
+    let running = engine.spawn();
+    run_until(&world, all_completed(WORKFLOWS)).await;
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    assert!(running.shutdown().await, "clean shutdown");
+    let pops = counting.pops();
+    assert_eq!(pops[..2], [(SLOTS, SLOTS), (3, 3)], "(max asked, members returned): {pops:?}");
+    assert_eq!(counting.counts().popped, WORKFLOWS as u64 + 5, "every entry popped once: {pops:?}");
+    assert!(world.queue.is_empty());
+}
