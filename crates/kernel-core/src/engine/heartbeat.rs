@@ -139,20 +139,24 @@ impl Heartbeats {
         let id = r.next_id;
         r.next_id += 1;
         let start = !r.running;
-        // A running driver sleeps until a due time no later than this one (each was set at
-        // an earlier time, one interval ahead), so it needs no wake to pick the claim up.
         let due = (!start).then(|| now.saturating_add(inner.config.heartbeat_ms));
         r.live.insert(id, Entry { lease: lease.clone(), due, in_flight: false });
         if start {
             r.running = true;
             let span = tracing::info_span!("heartbeats", worker = %inner.config.worker_id);
             tokio::spawn(drive(inner.clone()).instrument(span));
+        } else {
+            // A running driver may be waiting for writes in flight only (every other claim's
+            // heartbeat hanging until its deadline): wake it so it schedules this one.
+            drop(r);
+            hb.changed.notify_one();
         }
         (Registration { inner: inner.clone(), id, lease }, start)
     }
 
     fn remove(&self, id: u64) {
-        let mut r = self.registry.lock().expect("heartbeat lock");
+        // Called from a drop: a poisoned lock must not panic again.
+        let mut r = self.registry.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if r.live.remove(&id).is_some() && r.live.is_empty() {
             self.changed.notify_one();
         }
@@ -181,11 +185,13 @@ impl Drop for Registration {
 async fn drive(inner: Arc<Inner>) {
     let clock = inner.ports.clock.clone();
     let hb = &inner.heartbeats;
+    let mut exit = DriverExit { inner: &inner, normal: false };
     loop {
         let next = {
             let mut r = hb.registry.lock().expect("heartbeat lock");
             if r.live.is_empty() {
                 r.running = false;
+                exit.normal = true;
                 return;
             }
             let first = clock.now().saturating_add(inner.config.heartbeat_ms);
@@ -215,7 +221,16 @@ async fn drive(inner: Arc<Inner>) {
             let (inner, lease) = (inner.clone(), e.lease.clone());
             tokio::spawn(
                 async move {
-                    let keep = beat(&inner, &lease).await;
+                    // A hard shutdown (K-6.6) drops a write in flight: the lease is left to
+                    // expire, never extended after the engine gave up its claims.
+                    let keep = tokio::select! {
+                        biased;
+                        _ = inner.killed.cancelled() => {
+                            lease.stopped.store(true, Ordering::SeqCst);
+                            false
+                        }
+                        keep = beat(&inner, &lease) => keep,
+                    };
                     let hb = &inner.heartbeats;
                     let mut r = hb.registry.lock().expect("heartbeat lock");
                     if keep {
@@ -233,6 +248,31 @@ async fn drive(inner: Arc<Inner>) {
                 }
                 .in_current_span(),
             );
+        }
+    }
+}
+
+/// Ends a driver that stops without having found the registry empty: dropped with its
+/// runtime, or unwinding from a panic. Every claim still registered can no longer be
+/// heartbeaten: each is ended as uncertain (its activities cancelled, the lease left to
+/// expire, K-6.4), and the next registration starts a new driver.
+struct DriverExit<'a> {
+    inner: &'a Inner,
+    /// Set, under the registry lock, when the driver found no claim and said so: a new
+    /// driver may already run by the time this is dropped.
+    normal: bool,
+}
+
+impl Drop for DriverExit<'_> {
+    fn drop(&mut self) {
+        if self.normal {
+            return;
+        }
+        let mut r = self.inner.heartbeats.registry.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        r.running = false;
+        for e in std::mem::take(&mut r.live).into_values() {
+            e.lease.stopped.store(true, Ordering::SeqCst);
+            e.lease.end_with(ClaimEnd::Uncertain);
         }
     }
 }

@@ -252,6 +252,113 @@ async fn a_hung_heartbeat_write_delays_no_other_claims_heartbeat() {
     );
 }
 
+/// A one-step workflow whose activity waits for `gate` or its cancellation.
+fn gated(gate: Arc<tokio::sync::Notify>) -> Definition {
+    let wait = move |c: ActivityContext| {
+        let g = gate.clone();
+        async move {
+            tokio::select! {
+                _ = g.notified() => Ok(StepOutcome::complete(json!(null))),
+                _ = c.cancellation().cancelled() => Err(ActivityError::canceled("cancelled")),
+            }
+        }
+    };
+    Definition::builder("t").step(StepDef::new("wait", wait).timeout_ms(3_600_000)).build().unwrap()
+}
+
+fn beats_of(world: &World, id: &str) -> Vec<Instant> {
+    world
+        .audit
+        .log_of(id)
+        .iter()
+        .filter(|w| w.kinds.contains(&TransitionKind::Heartbeat))
+        .map(|w| w.at.unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_claim_registered_while_every_heartbeat_hangs_is_beaten_on_time() {
+    // The driver waits only for writes in flight when every claim's heartbeat hangs; a claim
+    // registered then must still be beaten one interval after its claim, not once the hung
+    // write's deadline (here longer than the interval) has passed.
+    let world = World::new(66);
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let store =
+        Arc::new(HungHeartbeatsOf { inner: world.ports().store, workflow_id: "wf-a".into(), hung: AtomicU32::new(0) });
+    let mut ports = world.ports();
+    ports.store = store.clone();
+    let config = EngineConfig {
+        lease_ms: DurationMs::from_secs(30),
+        heartbeat_ms: DurationMs::from_secs(2),
+        heartbeat_deadline_ms: DurationMs::from_secs(27),
+        ..testkit::harness::test_config("w")
+    };
+    let engine = world.engine_on(ports, config, vec![gated(gate.clone())]);
+    let publisher = engine.publisher();
+    world.audit.reset_traffic();
+    let mut claims = Vec::new();
+    let start = |id: &'static str| {
+        let (e, p) = (engine.clone(), publisher.clone());
+        tokio::spawn(async move {
+            p.start_or_resume(StartRequest::new("t", id, json!({})).workflow_id(id)).await.unwrap();
+            e.tick().await
+        })
+    };
+    claims.push(start("wf-a"));
+    settle().await;
+    world.clock.advance(DurationMs::from_secs(2));
+    settle().await;
+    assert_eq!(store.hung.load(Ordering::SeqCst), 1, "a's heartbeat hangs");
+    world.clock.advance(DurationMs::from_secs(1));
+    claims.push(start("wf-b"));
+    settle().await;
+    let t_b = world.now();
+    world.clock.advance(DurationMs::from_secs(2));
+    settle().await;
+    assert_eq!(beats_of(&world, "wf-b"), vec![t_b.saturating_add(DurationMs::from_secs(2))], "b is beaten on time");
+    gate.notify_waiters();
+    world.clock.advance(DurationMs::from_secs(30));
+    settle().await;
+    for c in claims {
+        c.await.unwrap().unwrap();
+    }
+}
+
+#[test]
+fn a_driver_dropped_with_its_runtime_is_replaced_by_the_next_claim() {
+    // The driver's runtime goes away while a claim is registered (an engine shared by two
+    // runtimes, the first one shut down): the next claim, on another runtime, starts a new
+    // driver and is heartbeaten.
+    let world = World::new(67);
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let engine = world.engine("w", vec![gated(gate.clone())]);
+    let hb = engine.config().heartbeat_ms;
+    let runtime = || tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let first = runtime();
+    first.block_on(async {
+        engine.publisher().start_or_resume(StartRequest::new("t", "one", json!({})).workflow_id("wf-1")).await.unwrap();
+        let e = engine.clone();
+        tokio::spawn(async move { e.tick().await });
+        settle().await;
+        assert!(world.store.peek("wf-1").unwrap().claim_token.is_some(), "wf-1 is claimed");
+    });
+    drop(first);
+    let second = runtime();
+    second.block_on(async {
+        engine.publisher().start_or_resume(StartRequest::new("t", "two", json!({})).workflow_id("wf-2")).await.unwrap();
+        let e = engine.clone();
+        let claim = tokio::spawn(async move { e.tick().await });
+        settle().await;
+        world.audit.reset_traffic();
+        world.clock.advance(hb);
+        settle().await;
+        assert_eq!(beats_of(&world, "wf-2"), vec![world.now()], "the new claim is heartbeaten");
+        gate.notify_waiters();
+        let out = claim.await.unwrap().unwrap();
+        assert!(matches!(out, RoundOutcome::Ran { end: ClaimEnd::Terminal(WorkflowStatus::Completed), .. }), "{out:?}");
+    });
+}
+
 async fn settle() {
     for _ in 0..50 {
         tokio::task::yield_now().await;
