@@ -206,7 +206,7 @@ mod tests {
     #[test]
     fn script_fingerprints_are_pinned() {
         assert_eq!(ENQUEUE.get_hash(), "55ab236ae81d376acd05a84f0048c59aee5c92ea");
-        assert_eq!(ENQUEUE_MANY.get_hash(), "73e3bfcd7f68b0f9cd5e860358e815332b4e9b5f");
+        assert_eq!(ENQUEUE_MANY.get_hash(), "021c4f2181384e54f513c71524942e847459d6bc");
         assert_eq!(POP.get_hash(), "3c2c187ed26441012b9290b8d1eff5acdc801bbb");
         assert_eq!(STATS.get_hash(), "c52c1d51178a38ab0c42224281f251f9b71c0172");
         assert_eq!(crate::dispatch::pop_script_hash(), "e4805134d70d05ac8838c09a69c8e33c4d448990");
