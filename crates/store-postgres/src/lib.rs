@@ -77,12 +77,17 @@ mod codec;
 pub mod error;
 mod inbox;
 mod migrate;
+mod observation;
 mod outbox;
 pub mod protocol;
 mod store;
 
 pub use inbox::PostgresSignalInbox;
 pub use migrate::{migrate, MIGRATIONS};
+pub use observation::{
+    attempt_upsert, attempts_query, snapshot_put, snapshot_upsert, snapshots_query, PostgresObservationRepository,
+    OBSERVATION_ATTEMPTS, OBSERVATION_SNAPSHOTS,
+};
 pub use outbox::{OutboxTable, PostgresOutbox};
 pub use protocol::Limits;
 pub use store::PostgresWorkflowStore;

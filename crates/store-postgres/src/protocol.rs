@@ -82,6 +82,8 @@ pub enum Param {
     Bool(bool),
     /// A `bigint` NULL.
     NullInt8,
+    /// A `text` NULL.
+    NullText,
 }
 
 impl Param {
@@ -95,6 +97,7 @@ impl Param {
             Param::TextArray(v) => v,
             Param::Bool(v) => v,
             Param::NullInt8 => &None::<i64>,
+            Param::NullText => &None::<String>,
         }
     }
 
@@ -107,6 +110,7 @@ impl Param {
             Param::TextArray(_) => "text[]",
             Param::Bool(_) => "bool",
             Param::NullInt8 => "bigint",
+            Param::NullText => "text",
         }
     }
 
@@ -118,7 +122,7 @@ impl Param {
             Param::Jsonb(v) => serde_json::to_vec(v).map_or(0, |b| b.len()),
             Param::TextArray(v) => v.iter().map(String::len).sum(),
             Param::Bool(_) => 1,
-            Param::NullInt8 => 0,
+            Param::NullInt8 | Param::NullText => 0,
         }
     }
 }
