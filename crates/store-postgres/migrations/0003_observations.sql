@@ -21,7 +21,7 @@ CREATE INDEX observation_attempts_type_step_outcome
 CREATE INDEX observation_attempts_step_outcome
     ON {schema}.observation_attempts (step_name, outcome, updated_at DESC);
 CREATE INDEX observation_attempts_updated
-    ON {schema}.observation_attempts (updated_at DESC);
+    ON {schema}.observation_attempts (updated_at DESC, biz_key, workflow_run, step_name, attempt);
 
 CREATE TABLE {schema}.observation_snapshots (
     biz_key       text COLLATE "C" PRIMARY KEY,
