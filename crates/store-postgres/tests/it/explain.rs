@@ -8,7 +8,7 @@ use crate::support::TestSchema;
 use futures::future::BoxFuture;
 use futures::StreamExt;
 use kernel_core::model::{DurationMs, WorkflowStatus};
-use kernel_core::ports::{ClaimSpec, DispatchOutbox, DueCursor, SignalInbox, SignalStatus};
+use kernel_core::ports::{ClaimSpec, DispatchOutbox, DueCursor, SignalInbox, SignalStatus, WorkflowStore};
 use kernel_core::transition::TransitionKind;
 use kernel_core::{ObjectId, WorkflowId};
 use observer::{AttemptOutcome, AttemptQuery, ObservationRepository, OpsView, SnapshotQuery};
@@ -66,6 +66,17 @@ async fn store_queries_use_an_index() {
         println!("explain: store=postgres rows={ROWS} query={name:?} plan={index:?}");
     }
     drop(client);
+    // claim_any's candidate is chosen inside `claim_candidate` (migration 4): its own plan,
+    // reported as a nested statement, walks the per-type index.
+    let ex = Explained::new(&db.config).await;
+    let store = store_postgres::PostgresWorkflowStore::new(ex.pool.clone(), db.config.clone()).unwrap();
+    let plans = ex.plans_of(store.claim_any(&spec)).await;
+    let got = plans.0.unwrap().expect("a due instance");
+    assert_eq!(got.workflow_type, TYPE);
+    let inner = plans.1.iter().find(|p| p.contains("FOR UPDATE OF i SKIP LOCKED")).expect("the candidate's plan");
+    assert!(inner.contains("workflow_instances_claim_by_type"), "claim_candidate uses another index:\n{inner}");
+    ex.check_plans("claim_any", &plans.1);
+    ex.pool.close();
     db.drop_schema().await;
 }
 
@@ -106,7 +117,8 @@ impl Explained {
         let mut pg: tokio_postgres::Config = url.parse().expect("url");
         let options = format!(
             "{} -c statement_timeout={} -c session_preload_libraries=auto_explain \
-             -c auto_explain.log_min_duration=0 -c auto_explain.log_level=notice",
+             -c auto_explain.log_min_duration=0 -c auto_explain.log_level=notice \
+             -c auto_explain.log_nested_statements=on",
             pg.get_options().unwrap_or_default(),
             config.statement_timeout_ms
         );
@@ -128,10 +140,20 @@ impl Explained {
     /// Run `call`, then check every plan it produced: at least one, each using an index and
     /// none scanning a table sequentially.
     async fn check<T, F: std::future::Future<Output = T>>(&self, name: &str, call: F) -> T {
+        let (out, plans) = self.plans_of(call).await;
+        self.check_plans(name, &plans);
+        out
+    }
+
+    /// Run `call`; its result and the plans reported meanwhile.
+    async fn plans_of<T, F: std::future::Future<Output = T>>(&self, call: F) -> (T, Vec<String>) {
         self.notices.lock().unwrap().clear();
         let out = call.await;
-        let plans: Vec<String> = std::mem::take(&mut *self.notices.lock().unwrap());
-        let plans: Vec<&String> = plans.iter().filter(|n| n.contains("plan:")).collect();
+        let notices: Vec<String> = std::mem::take(&mut *self.notices.lock().unwrap());
+        (out, notices.into_iter().filter(|n| n.contains("plan:")).collect())
+    }
+
+    fn check_plans(&self, name: &str, plans: &[String]) {
         assert!(!plans.is_empty(), "{name}: no plan was reported (is auto_explain loaded?)");
         for plan in plans {
             assert!(!plan.contains("Seq Scan"), "{name} scans a table sequentially:\n{plan}");
@@ -139,7 +161,6 @@ impl Explained {
             let index = plan.lines().find(|l| l.contains("Index")).unwrap_or_default().trim().to_string();
             println!("explain: store=postgres rows={ROWS} query={name:?} plan={index:?}");
         }
-        out
     }
 }
 
