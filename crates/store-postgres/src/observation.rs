@@ -133,7 +133,9 @@ pub fn snapshot_upsert(schema: &str, obs: &Observation) -> Result<Statement> {
 /// The wholesale replacement of a snapshot (repair), returning a row when applied.
 pub fn snapshot_put(schema: &str, snapshot: &Snapshot) -> Result<Statement> {
     let t = table(schema, OBSERVATION_SNAPSHOTS);
-    let sql = format!("INSERT INTO {t} AS s {SNAPSHOT_INSERT}doc = EXCLUDED.doc WHERE s.revision <= EXCLUDED.revision RETURNING 1");
+    let sql = format!(
+        "INSERT INTO {t} AS s {SNAPSHOT_INSERT}doc = EXCLUDED.doc WHERE s.revision <= EXCLUDED.revision RETURNING 1"
+    );
     Ok(Statement { sql, params: snapshot_params(snapshot)? })
 }
 
@@ -212,7 +214,8 @@ impl PostgresObservationRepository {
         let rows = self.db.query(Op::Read, what, &stmt?).await.map_err(|e| map(e, false))?;
         rows.iter()
             .map(|r| {
-                let doc: Value = r.try_get(0).map_err(|e| Error::unavailable_with(format!("{what}: decode: {e}"), e))?;
+                let doc: Value =
+                    r.try_get(0).map_err(|e| Error::unavailable_with(format!("{what}: decode: {e}"), e))?;
                 serde_json::from_value(doc).map_err(|e| Error::unavailable_with(format!("{what}: decode: {e}"), e))
             })
             .collect()

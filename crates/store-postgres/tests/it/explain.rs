@@ -15,9 +15,9 @@ use observer::{AttemptOutcome, AttemptQuery, ObservationRepository, OpsView, Sna
 use std::sync::{Arc, Mutex};
 use store_postgres::protocol::{self, ClaimSpecParts, Limits, Statement};
 use store_postgres::{OutboxTable, PostgresObservationRepository, PostgresOutbox, PostgresSignalInbox};
-use tokio_postgres::AsyncMessage;
 use testkit::conformance::store::{LEASE_MS, T0, TYPE};
 use testkit::time::TestTime;
+use tokio_postgres::AsyncMessage;
 
 const ROWS: i64 = 20_000;
 
@@ -193,9 +193,7 @@ async fn inbox_queries_use_an_index() {
     assert_eq!(page.len(), 100);
     ex.check("inbox scan_pending after", inbox.scan_pending(Some("sig-010000"), 100)).await.unwrap();
     ex.check("inbox scan_created_before", inbox.scan_created_before(mid, None, 100)).await.unwrap();
-    ex.check("inbox scan_created_before after", inbox.scan_created_before(mid, Some("sig-005000"), 100))
-        .await
-        .unwrap();
+    ex.check("inbox scan_created_before after", inbox.scan_created_before(mid, Some("sig-005000"), 100)).await.unwrap();
     let mine = ex.check("inbox scan_workflow", inbox.scan_workflow(&wf, SignalStatus::Pending, 100)).await.unwrap();
     assert!(!mine.is_empty());
     ex.check("inbox delete_if", inbox.delete_if(&["sig-000011".into(), "sig-000012".into()], SignalStatus::Matched))
@@ -319,7 +317,9 @@ async fn observation_queries_use_an_index() {
     ex.check("ops by_status", view.by_status(WorkflowStatus::Waiting)).await.unwrap();
     let window = ex.check("ops in_window", view.in_window(from, to)).await.unwrap();
     assert_eq!(window.len(), 500);
-    ex.check("ops snapshots, newest", view.snapshots(&SnapshotQuery { limit: 50, ..Default::default() })).await.unwrap();
+    ex.check("ops snapshots, newest", view.snapshots(&SnapshotQuery { limit: 50, ..Default::default() }))
+        .await
+        .unwrap();
     ex.check("ops attempts_of_step", view.attempts_of_step("step2", Some(AttemptOutcome::Retrying))).await.unwrap();
     ex.check("ops attempts of step", view.attempts_of_step("step2", None)).await.unwrap();
     let q = AttemptQuery { biz_key: Some("biz-17".into()), ..Default::default() };
