@@ -1,8 +1,12 @@
 //! # store-postgres
 //!
 //! The durable side of the kernel on PostgreSQL (≥ 13): [`PostgresWorkflowStore`]
-//! implements [`WorkflowStore`](kernel_core::ports::WorkflowStore) and
-//! [`PostgresSignalInbox`] implements [`SignalInbox`](kernel_core::ports::SignalInbox).
+//! implements [`WorkflowStore`](kernel_core::ports::WorkflowStore),
+//! [`PostgresSignalInbox`] implements [`SignalInbox`](kernel_core::ports::SignalInbox),
+//! [`PostgresOutbox`] the dispatch outbox on the user's business table, and
+//! [`PostgresObservationRepository`] the observer's
+//! [`ObservationRepository`](observer::ObservationRepository) (what
+//! [`OpsView`](observer::OpsView) queries).
 //!
 //! Every guarded write is **one** autocommit statement, `UPDATE … WHERE workflow_id = $1
 //! AND <guard> RETURNING revision` (K-6.4); `revision` is only ever incremented, never a
@@ -58,7 +62,15 @@
 //!   steps, input, output, wait, resume, fingerprint_mismatch)          -- jsonb
 //! signal_inbox(signal_id PK, workflow_id, signal_type, wait_key, generation, status,
 //!   created_at, match_time, orphan)
+//! observation_attempts(biz_key, workflow_run, step_name, attempt PK, workflow_type, outcome,
+//!   revision, updated_at, doc jsonb)
+//! observation_snapshots(biz_key PK, workflow_type, status, step_name, revision, updated_at,
+//!   doc jsonb)
 //! ```
+//!
+//! `claim_any` takes its candidate from the function `claim_candidate(now, types)`
+//! (migration 4): per claimed type the longest-due unlocked instance, of those the longest
+//! due, through the index `(workflow_type, claimable_time, workflow_id)`.
 //!
 //! Times are `bigint` milliseconds since the Unix epoch, ids are `text COLLATE "C"` (byte
 //! order, as every other store pages them). `steps`, `wait`, `resume` and
@@ -77,12 +89,17 @@ mod codec;
 pub mod error;
 mod inbox;
 mod migrate;
+mod observation;
 mod outbox;
 pub mod protocol;
 mod store;
 
 pub use inbox::PostgresSignalInbox;
 pub use migrate::{migrate, MIGRATIONS};
+pub use observation::{
+    attempt_upsert, attempts_query, snapshot_put, snapshot_upsert, snapshots_query, PostgresObservationRepository,
+    OBSERVATION_ATTEMPTS, OBSERVATION_SNAPSHOTS,
+};
 pub use outbox::{OutboxTable, PostgresOutbox};
 pub use protocol::Limits;
 pub use store::PostgresWorkflowStore;

@@ -9,6 +9,8 @@ use kernel_core::{Error, Result};
 pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "instances_and_inbox", include_str!("../migrations/0001_instances_and_inbox.sql")),
     (2, "document_size", include_str!("../migrations/0002_document_size.sql")),
+    (3, "observations", include_str!("../migrations/0003_observations.sql")),
+    (4, "claim_by_type", include_str!("../migrations/0004_claim_by_type.sql")),
 ];
 
 /// The advisory-lock key of migrations of `schema`: a fixed FNV-1a hash, so every process

@@ -82,6 +82,8 @@ pub enum Param {
     Bool(bool),
     /// A `bigint` NULL.
     NullInt8,
+    /// A `text` NULL.
+    NullText,
 }
 
 impl Param {
@@ -95,6 +97,7 @@ impl Param {
             Param::TextArray(v) => v,
             Param::Bool(v) => v,
             Param::NullInt8 => &None::<i64>,
+            Param::NullText => &None::<String>,
         }
     }
 
@@ -107,6 +110,7 @@ impl Param {
             Param::TextArray(_) => "text[]",
             Param::Bool(_) => "bool",
             Param::NullInt8 => "bigint",
+            Param::NullText => "text",
         }
     }
 
@@ -118,7 +122,7 @@ impl Param {
             Param::Jsonb(v) => serde_json::to_vec(v).map_or(0, |b| b.len()),
             Param::TextArray(v) => v.iter().map(String::len).sum(),
             Param::Bool(_) => 1,
-            Param::NullInt8 => 0,
+            Param::NullInt8 | Param::NullText => 0,
         }
     }
 }
@@ -511,14 +515,21 @@ pub fn claim_statement(
             format!("UPDATE {t} SET {sets} WHERE workflow_id = {id} AND {cond} RETURNING {INSTANCE_COLUMNS}")
         }
         None => {
+            let Guard::Claimable { now, types } = spec.guard else {
+                return Err(Error::invalid("guard", "claim_any takes the Claimable guard"));
+            };
             let cond = guard_sql(&mut b, spec.guard)?;
             let sets = set_sql(&mut b, spec.transition, limits)?;
-            // The guard is re-checked on the locked row by the outer UPDATE; SKIP LOCKED
-            // sends concurrent claimers to different instances instead of queueing them.
+            let now = b.bind(Param::Int8(now.as_millis()));
+            let types = b.bind(Param::TextArray(types.clone()));
+            // `claim_candidate` (migration 4): per claimed type, its longest-due instance not
+            // locked by another claimer (`workflow_instances_claim_by_type`, one index range
+            // per type), locked; of those, the longest due. The guard is re-checked on the
+            // locked row by the UPDATE; SKIP LOCKED sends concurrent claimers to different
+            // instances instead of queueing them.
             format!(
-                "UPDATE {t} SET {sets} WHERE workflow_id = (SELECT workflow_id FROM {t} WHERE {cond} \
-                 ORDER BY claimable_time, workflow_id LIMIT 1 FOR UPDATE SKIP LOCKED) AND {cond} \
-                 RETURNING {INSTANCE_COLUMNS}"
+                "UPDATE {t} SET {sets} WHERE workflow_id = (SELECT \"{schema}\".claim_candidate({now}, {types})) \
+                 AND {cond} RETURNING {INSTANCE_COLUMNS}"
             )
         }
     };

@@ -11,6 +11,7 @@ mod conformance;
 mod errors;
 mod explain;
 mod migrate;
+mod observation;
 mod outbox;
 mod protocol;
 mod quarantine;
