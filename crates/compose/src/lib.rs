@@ -20,7 +20,7 @@
 //! wires an adapter crate itself: [`StoreSide::dispatch_outbox`] (K-11),
 //! [`QueueSide::dispatch_candidates`] (K-12), `QueueSide::stream_sink` (K-16, `redis`), and
 //! the concrete handles `StoreSide::mongo_database`/`mongo_store` (`mongo`),
-//! `StoreSide::postgres_pool`/`postgres_config` (`postgres`) and
+//! `StoreSide::postgres_pool`/`postgres_config`/`postgres_store` (`postgres`) and
 //! `QueueSide::redis_connection` (`redis`). Asked of a scheme that has none, they return
 //! [`ComposeError::NotOffered`]. A process that needs one side reads its URL with
 //! [`url_from_args`].
@@ -329,7 +329,7 @@ enum StoreHandle {
     #[cfg(feature = "mongo")]
     Mongo(::mongodb::Database, store_mongo::MongoWorkflowStore),
     #[cfg(feature = "postgres")]
-    Postgres(store_postgres::Pool, store_postgres::PostgresConfig),
+    Postgres(store_postgres::Pool, store_postgres::PostgresConfig, store_postgres::PostgresWorkflowStore),
     #[cfg(feature = "memory")]
     Memory,
 }
@@ -390,7 +390,7 @@ impl StoreSide {
             #[cfg(feature = "mongo")]
             StoreHandle::Mongo(db, _) => mongo::destroy(db).await,
             #[cfg(feature = "postgres")]
-            StoreHandle::Postgres(pool, config) => postgres::destroy(pool, config).await,
+            StoreHandle::Postgres(pool, config, _) => postgres::destroy(pool, config).await,
             #[cfg(feature = "memory")]
             StoreHandle::Memory => Ok(()),
         }
@@ -406,7 +406,7 @@ impl StoreSide {
             #[cfg(feature = "mongo")]
             StoreHandle::Mongo(db, _) => mongo::outbox(db).await,
             #[cfg(feature = "postgres")]
-            StoreHandle::Postgres(pool, config) => postgres::outbox(pool, config).await,
+            StoreHandle::Postgres(pool, config, _) => postgres::outbox(pool, config).await,
             #[cfg(feature = "memory")]
             StoreHandle::Memory => Ok(Arc::new(testkit::memory::InMemoryOutbox::new())),
             // Only in a build without store drivers, where no `StoreSide` exists.
@@ -447,7 +447,7 @@ impl StoreSide {
     #[cfg(feature = "postgres")]
     pub fn postgres_pool(&self) -> Result<&store_postgres::Pool, ComposeError> {
         match &self.handle {
-            StoreHandle::Postgres(pool, _) => Ok(pool),
+            StoreHandle::Postgres(pool, ..) => Ok(pool),
             #[allow(unreachable_patterns)]
             _ => Err(not_offered(Role::Store, self.scheme, "PostgreSQL pool")),
         }
@@ -459,9 +459,21 @@ impl StoreSide {
     #[cfg(feature = "postgres")]
     pub fn postgres_config(&self) -> Result<&store_postgres::PostgresConfig, ComposeError> {
         match &self.handle {
-            StoreHandle::Postgres(_, config) => Ok(config),
+            StoreHandle::Postgres(_, config, _) => Ok(config),
             #[allow(unreachable_patterns)]
             _ => Err(not_offered(Role::Store, self.scheme, "PostgreSQL configuration")),
+        }
+    }
+
+    /// The concrete PostgreSQL store behind [`store`](Self::store), for what the port does
+    /// not offer (listing instances for a report, `PostgresWorkflowStore::list`).
+    /// [`ComposeError::NotOffered`] for any other scheme.
+    #[cfg(feature = "postgres")]
+    pub fn postgres_store(&self) -> Result<&store_postgres::PostgresWorkflowStore, ComposeError> {
+        match &self.handle {
+            StoreHandle::Postgres(_, _, store) => Ok(store),
+            #[allow(unreachable_patterns)]
+            _ => Err(not_offered(Role::Store, self.scheme, "PostgreSQL store")),
         }
     }
 }

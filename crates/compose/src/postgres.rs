@@ -24,10 +24,10 @@ pub(crate) async fn store(target: &Target) -> Result<StoreSide, ComposeError> {
     let inbox =
         PostgresSignalInbox::new(pool.clone(), config.clone()).map_err(|e| store_error(url, "open the inbox", e))?;
     Ok(StoreSide {
-        store: Arc::new(store),
+        store: Arc::new(store.clone()),
         inbox: Arc::new(inbox),
         scheme: target.scheme,
-        handle: StoreHandle::Postgres(pool, config),
+        handle: StoreHandle::Postgres(pool, config, store),
     })
 }
 

@@ -91,6 +91,9 @@ async fn a_scratch_schema_holds_the_store_inbox_and_outbox_and_is_dropped() {
         pooled.query_one(&format!("SELECT count(*) FROM \"{schema}\".workflow_instances"), &[]).await.unwrap().get(0);
     assert_eq!(n, 1);
     drop(pooled);
+    // The concrete store lists what the port wrote.
+    let listed = store.postgres_store().unwrap().list(10).await.unwrap();
+    assert_eq!(listed.iter().map(|i| i.workflow_id.as_str()).collect::<Vec<_>>(), [read.workflow_id.as_str()]);
 
     // The outbox's business table is created in the same schema.
     let outbox = store.dispatch_outbox().await.unwrap();
