@@ -153,6 +153,10 @@ cargo run -q -p dispatch-recovery -- --seed 7 --requests 1000
 if [ -n "${MONGODB_URI:-}" ]; then
   cargo run -q -p dispatch-recovery -- --seed 7 --requests 50 --backend mongo
 fi
+# --- PostgreSQL (store-postgres): the same run in a fresh schema, dropped at the end ------
+if pg_ready || is_ci; then
+  cargo run -q -p dispatch-recovery -- --seed 7 --requests 50 --backend postgres --store "$PG_URL"
+fi
 
 section "browser check (headless chromium on the SSE example page)"
 bash scripts/browser-check.sh

@@ -8,16 +8,19 @@
 //! |---|---|---|---|
 //! | `mongodb://host[:port][/database][?options]`, `mongodb+srv://…` | store | `mongo` | `MongoWorkflowStore`, `MongoSignalInbox`, `MongoObservationRepository` |
 //! | `redis://host[:port][/db][?prefix=<p>]`, `rediss://…` | queue | `redis` | `RedisReadyQueue`, `RedisWakeup`, `RedisPermits` |
+//! | `postgres://[user@]host[:port][/database][?schema=<s>&options]`, `postgresql://…` | store | `postgres` | `PostgresWorkflowStore`, `PostgresSignalInbox`, `PostgresOutbox` (migrated on connect) |
 //! | `memory:` | store or queue | `memory` | testkit's in-process adapters (**demos only**: nothing survives the process, and nothing is shared between processes) |
 //!
-//! The database defaults to [`DEFAULT_DATABASE`] and the key prefix to [`DEFAULT_PREFIX`];
+//! The database defaults to [`DEFAULT_DATABASE`], the PostgreSQL schema to [`DEFAULT_SCHEMA`]
+//! and the key prefix to [`DEFAULT_PREFIX`];
 //! [`StoreSide::connect_scratch`] and [`QueueSide::connect_scratch`] use a fresh one instead,
 //! for a throw-away run that `destroy` deletes.
 //!
 //! What the five ports do not cover comes from the same sides, so a demo or a binary never
 //! wires an adapter crate itself: [`StoreSide::dispatch_outbox`] (K-11),
 //! [`QueueSide::dispatch_candidates`] (K-12), `QueueSide::stream_sink` (K-16, `redis`), and
-//! the concrete handles `StoreSide::mongo_database`/`mongo_store` (`mongo`) and
+//! the concrete handles `StoreSide::mongo_database`/`mongo_store` (`mongo`),
+//! `StoreSide::postgres_pool`/`postgres_config`/`postgres_store` (`postgres`) and
 //! `QueueSide::redis_connection` (`redis`). Asked of a scheme that has none, they return
 //! [`ComposeError::NotOffered`]. A process that needs one side reads its URL with
 //! [`url_from_args`].
@@ -25,7 +28,7 @@
 //! whose driver this build does not have, a scheme used in the wrong role, a server that
 //! cannot be reached. URLs in messages have their password replaced by `***`.
 //!
-//! Further stores (PostgreSQL, SQLite, …) add their scheme to [`SCHEMES`], a [`Scheme`]
+//! Further stores (SQLite, …) add their scheme to [`SCHEMES`], a [`Scheme`]
 //! variant, a feature and a driver module next to `mongo.rs`; nothing else changes.
 //!
 //! # Example
@@ -53,11 +56,13 @@
 mod memory;
 #[cfg(feature = "mongo")]
 mod mongo;
+#[cfg(feature = "postgres")]
+mod postgres;
 #[cfg(feature = "redis")]
 mod redis;
 mod url;
 
-pub use url::{redact, Role, Scheme, SchemeInfo, Target, DEFAULT_DATABASE, DEFAULT_PREFIX, SCHEMES};
+pub use url::{redact, Role, Scheme, SchemeInfo, Target, DEFAULT_DATABASE, DEFAULT_PREFIX, DEFAULT_SCHEMA, SCHEMES};
 
 use kernel_core::engine::{MissingPort, PortsBuilder};
 use kernel_core::model::DurationMs;
@@ -77,7 +82,7 @@ pub const QUEUE_ENV: &str = "WFK_QUEUE";
 pub const PERMIT_LEASE_MS_DEFAULT: DurationMs = DurationMs::from_millis(30_000);
 
 /// Longest tag of a scratch namespace (the namespace adds `_` and up to 32 hex digits, and
-/// MongoDB database names stay under 64 bytes).
+/// MongoDB database names and PostgreSQL schema names stay under 64 bytes).
 pub const SCRATCH_TAG_BYTES_MAX: usize = 24;
 
 /// A driver cause, kept for the log.
@@ -267,7 +272,12 @@ fn scratch_target(role: Role, url: &str, tag: &str) -> Result<Target, ComposeErr
             reason: format!("bad scratch tag `{tag}`: 1..={SCRATCH_TAG_BYTES_MAX} ASCII letters, digits, `_`, `-`"),
         });
     }
-    if target.scheme != Scheme::Memory {
+    if target.scheme == Scheme::Postgres {
+        // A schema name is `[a-z0-9_]` not starting with a digit.
+        let tag = tag.to_ascii_lowercase().replace('-', "_");
+        let tag = if tag.starts_with(|c: char| c.is_ascii_digit()) { format!("_{tag}") } else { tag };
+        target.namespace = scratch_namespace(&tag);
+    } else if target.scheme != Scheme::Memory {
         target.namespace = scratch_namespace(tag);
     }
     Ok(target)
@@ -318,6 +328,8 @@ pub struct StoreSide {
 enum StoreHandle {
     #[cfg(feature = "mongo")]
     Mongo(::mongodb::Database, store_mongo::MongoWorkflowStore),
+    #[cfg(feature = "postgres")]
+    Postgres(store_postgres::Pool, store_postgres::PostgresConfig, store_postgres::PostgresWorkflowStore),
     #[cfg(feature = "memory")]
     Memory,
 }
@@ -346,6 +358,8 @@ impl StoreSide {
         match target.scheme {
             #[cfg(feature = "mongo")]
             Scheme::Mongo => mongo::store(&target).await,
+            #[cfg(feature = "postgres")]
+            Scheme::Postgres => postgres::store(&target).await,
             #[cfg(feature = "memory")]
             Scheme::Memory => Ok(memory::store()),
             // `Target::parse` refused every scheme whose driver is absent or cannot store.
@@ -355,22 +369,28 @@ impl StoreSide {
     }
 
     /// The observation repository (K-15) next to the instances: the same database on
-    /// MongoDB, a fresh in-process one for `memory:`.
+    /// MongoDB, a fresh in-process one for `memory:`. PostgreSQL offers none yet
+    /// ([`ComposeError::NotOffered`]).
     pub async fn observation_repository(&self) -> Result<Arc<observer::DynRepository>, ComposeError> {
         match self.handle.clone() {
             #[cfg(feature = "mongo")]
             StoreHandle::Mongo(db, _) => mongo::observation_repository(&db).await,
+            #[cfg(feature = "postgres")]
+            StoreHandle::Postgres(..) => Err(not_offered(Role::Store, self.scheme, "observation repository")),
             #[cfg(feature = "memory")]
             StoreHandle::Memory => Ok(Arc::new(observer::InMemoryObservationRepository::new())),
         }
     }
 
-    /// Delete everything this store holds (drop the database): the end of a throw-away
-    /// deployment such as a test run. Never call it on a deployment that matters.
+    /// Delete everything this store holds (drop the database; on PostgreSQL, drop the
+    /// schema with everything in it): the end of a throw-away deployment such as a test
+    /// run. Never call it on a deployment that matters.
     pub async fn destroy(self) -> Result<(), ComposeError> {
         match self.handle {
             #[cfg(feature = "mongo")]
             StoreHandle::Mongo(db, _) => mongo::destroy(db).await,
+            #[cfg(feature = "postgres")]
+            StoreHandle::Postgres(pool, config, _) => postgres::destroy(pool, config).await,
             #[cfg(feature = "memory")]
             StoreHandle::Memory => Ok(()),
         }
@@ -378,11 +398,15 @@ impl StoreSide {
 
     /// The business collection with its dispatch intents (K-11), next to the instances so
     /// that accept is one write there: `MongoOutbox` (default schema) in the same database
-    /// on MongoDB, a fresh in-process one for `memory:`.
+    /// on MongoDB, `PostgresOutbox` on the table `business_objects` (default columns,
+    /// created when absent) in the same schema on PostgreSQL, a fresh in-process one for
+    /// `memory:`.
     pub async fn dispatch_outbox(&self) -> Result<Arc<DynOutbox>, ComposeError> {
         match &self.handle {
             #[cfg(feature = "mongo")]
             StoreHandle::Mongo(db, _) => mongo::outbox(db).await,
+            #[cfg(feature = "postgres")]
+            StoreHandle::Postgres(pool, config, _) => postgres::outbox(pool, config).await,
             #[cfg(feature = "memory")]
             StoreHandle::Memory => Ok(Arc::new(testkit::memory::InMemoryOutbox::new())),
             // Only in a build without store drivers, where no `StoreSide` exists.
@@ -412,6 +436,44 @@ impl StoreSide {
             StoreHandle::Mongo(_, store) => Ok(store),
             #[allow(unreachable_patterns)]
             _ => Err(not_offered(Role::Store, self.scheme, "MongoDB store")),
+        }
+    }
+}
+
+impl StoreSide {
+    /// The PostgreSQL connection pool the store, inbox and outbox share, for what the ports
+    /// do not offer (a business table of the same deployment, a report, a benchmark's raw
+    /// statements). [`ComposeError::NotOffered`] for any other scheme.
+    #[cfg(feature = "postgres")]
+    pub fn postgres_pool(&self) -> Result<&store_postgres::Pool, ComposeError> {
+        match &self.handle {
+            StoreHandle::Postgres(pool, ..) => Ok(pool),
+            #[allow(unreachable_patterns)]
+            _ => Err(not_offered(Role::Store, self.scheme, "PostgreSQL pool")),
+        }
+    }
+
+    /// The store-postgres configuration in use; its `schema` is the URL's `?schema=`,
+    /// [`DEFAULT_SCHEMA`], or the scratch schema. [`ComposeError::NotOffered`] for any
+    /// other scheme.
+    #[cfg(feature = "postgres")]
+    pub fn postgres_config(&self) -> Result<&store_postgres::PostgresConfig, ComposeError> {
+        match &self.handle {
+            StoreHandle::Postgres(_, config, _) => Ok(config),
+            #[allow(unreachable_patterns)]
+            _ => Err(not_offered(Role::Store, self.scheme, "PostgreSQL configuration")),
+        }
+    }
+
+    /// The concrete PostgreSQL store behind [`store`](Self::store), for what the port does
+    /// not offer (listing instances for a report, `PostgresWorkflowStore::list`).
+    /// [`ComposeError::NotOffered`] for any other scheme.
+    #[cfg(feature = "postgres")]
+    pub fn postgres_store(&self) -> Result<&store_postgres::PostgresWorkflowStore, ComposeError> {
+        match &self.handle {
+            StoreHandle::Postgres(_, _, store) => Ok(store),
+            #[allow(unreachable_patterns)]
+            _ => Err(not_offered(Role::Store, self.scheme, "PostgreSQL store")),
         }
     }
 }

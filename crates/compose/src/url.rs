@@ -7,6 +7,8 @@ use crate::ComposeError;
 pub const DEFAULT_DATABASE: &str = "wfk";
 /// Key prefix of a `redis://` URL without `?prefix=`.
 pub const DEFAULT_PREFIX: &str = "wfk";
+/// Schema of a `postgres://` URL without `?schema=` (store-postgres's default schema).
+pub const DEFAULT_SCHEMA: &str = "workflow_kernel";
 
 /// What a URL is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -46,13 +48,16 @@ pub enum Scheme {
     Redis,
     /// testkit's in-process adapters; demos only.
     Memory,
+    /// PostgreSQL (`store-postgres`).
+    Postgres,
 }
 
 impl Scheme {
-    /// Short name for logs and report lines: `mongo`, `redis`, `memory`.
+    /// Short name for logs and report lines: `mongo`, `redis`, `memory`, `postgres`.
     pub fn kind(self) -> &'static str {
         match self {
             Scheme::Mongo => "mongo",
+            Scheme::Postgres => "postgres",
             Scheme::Redis => "redis",
             Scheme::Memory => "memory",
         }
@@ -79,6 +84,12 @@ pub const SCHEMES: &[SchemeInfo] = &[
     SchemeInfo { names: &["mongodb", "mongodb+srv"], scheme: Scheme::Mongo, roles: &[Role::Store], feature: "mongo" },
     SchemeInfo { names: &["redis", "rediss"], scheme: Scheme::Redis, roles: &[Role::Queue], feature: "redis" },
     SchemeInfo { names: &["memory"], scheme: Scheme::Memory, roles: &[Role::Store, Role::Queue], feature: "memory" },
+    SchemeInfo {
+        names: &["postgres", "postgresql"],
+        scheme: Scheme::Postgres,
+        roles: &[Role::Store],
+        feature: "postgres",
+    },
 ];
 
 /// Whether this build has the driver behind `feature`.
@@ -89,6 +100,7 @@ fn compiled_in(feature: &str) -> bool {
         "mongo" => cfg!(feature = "mongo"),
         "redis" => cfg!(feature = "redis"),
         "memory" => cfg!(feature = "memory"),
+        "postgres" => cfg!(feature = "postgres"),
         _ => false,
     }
 }
@@ -103,7 +115,8 @@ pub struct Target {
     /// What the driver connects to: the URL without compose's own parameters (`prefix`).
     pub url: String,
     /// MongoDB: the database (the URL's path, else [`DEFAULT_DATABASE`]); Redis: the key
-    /// prefix (`?prefix=`, else [`DEFAULT_PREFIX`]); `memory:`: empty.
+    /// prefix (`?prefix=`, else [`DEFAULT_PREFIX`]); PostgreSQL: the schema (`?schema=`,
+    /// else [`DEFAULT_SCHEMA`]); `memory:`: empty.
     pub namespace: String,
 }
 
@@ -200,9 +213,47 @@ impl Target {
                 }
                 (driver_url, prefix)
             }
+            Scheme::Postgres => {
+                let authority = rest.strip_prefix("//").ok_or_else(|| malformed("expected postgres://host"))?;
+                let (before_query, query) = authority.split_once('?').unwrap_or((authority, ""));
+                let host = before_query.split_once('/').map_or(before_query, |(h, _)| h);
+                let host = host.rsplit_once('@').map_or(host, |(_, h)| h);
+                if host.is_empty() {
+                    return Err(malformed("no host"));
+                }
+                let mut schema = None;
+                let mut kept = Vec::new();
+                for pair in query.split('&').filter(|p| !p.is_empty()) {
+                    match pair.split_once('=') {
+                        Some(("schema", s)) => schema = Some(s.to_string()),
+                        _ => kept.push(pair),
+                    }
+                }
+                let schema = schema.unwrap_or_else(|| DEFAULT_SCHEMA.to_string());
+                if !postgres_schema_name(&schema) {
+                    return Err(malformed(&format!(
+                        "bad schema `{schema}`: 1-63 bytes of [a-z0-9_] starting with a letter or `_`"
+                    )));
+                }
+                let mut driver_url = format!("{scheme}://{before_query}");
+                if !kept.is_empty() {
+                    driver_url.push('?');
+                    driver_url.push_str(&kept.join("&"));
+                }
+                (driver_url, schema)
+            }
         };
         Ok(Target { role, scheme: info.scheme, url, namespace })
     }
+}
+
+/// store-postgres's rule for schema names (spliced into statements, so checked instead of
+/// escaped): 1–63 bytes of `[a-z0-9_]`, not starting with a digit.
+pub(crate) fn postgres_schema_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        && !name.as_bytes()[0].is_ascii_digit()
 }
 
 /// `url` with the password of its user info replaced by `***`, for messages and logs.
@@ -250,6 +301,19 @@ mod tests {
     }
 
     #[test]
+    fn postgres_url_takes_the_schema_out_for_the_driver() {
+        let t = parse(Role::Store, "postgres://app@127.0.0.1:5432/test?schema=orders&sslmode=disable").unwrap();
+        assert_eq!((t.scheme, t.namespace.as_str()), (Scheme::Postgres, "orders"));
+        assert_eq!(t.url, "postgres://app@127.0.0.1:5432/test?sslmode=disable");
+        let t = parse(Role::Store, "postgresql://h/db").unwrap();
+        assert_eq!(
+            (t.scheme, t.namespace.as_str(), t.url.as_str()),
+            (Scheme::Postgres, DEFAULT_SCHEMA, "postgresql://h/db")
+        );
+        assert_eq!(Scheme::Postgres.kind(), "postgres");
+    }
+
+    #[test]
     fn memory_serves_both_roles() {
         for role in [Role::Store, Role::Queue] {
             assert_eq!(parse(role, "memory:").unwrap().scheme, Scheme::Memory);
@@ -259,10 +323,16 @@ mod tests {
 
     #[test]
     fn unknown_scheme_is_a_typed_error_listing_the_known_ones() {
-        let e = parse(Role::Store, "postgres://db.example.com/app").unwrap_err();
-        assert!(matches!(&e, ComposeError::UnknownScheme { scheme, role: Role::Store, .. } if scheme == "postgres"));
+        let e = parse(Role::Store, "sqlite://db.example.com/app").unwrap_err();
+        assert!(matches!(&e, ComposeError::UnknownScheme { scheme, role: Role::Store, .. } if scheme == "sqlite"));
         let msg = e.to_string();
-        assert!(msg.contains("unknown scheme `postgres`") && msg.contains("mongodb") && msg.contains("redis"), "{msg}");
+        assert!(
+            msg.contains("unknown scheme `sqlite`")
+                && msg.contains("mongodb")
+                && msg.contains("redis")
+                && msg.contains("postgresql"),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -277,6 +347,11 @@ mod tests {
             (Role::Queue, "redis://h?prefix=", "bad key prefix"),
             (Role::Queue, "redis://h?prefix=a\tb", "bad key prefix"),
             (Role::Queue, "memory:extra", "takes nothing"),
+            (Role::Store, "postgres:h/db", "expected postgres://host"),
+            (Role::Store, "postgres:///db", "no host"),
+            (Role::Store, "postgres://h/db?schema=Bad", "bad schema"),
+            (Role::Store, "postgres://h/db?schema=1st", "bad schema"),
+            (Role::Store, "postgres://h/db?schema=", "bad schema"),
         ] {
             match parse(role, url) {
                 Err(ComposeError::Malformed { reason, .. }) => assert!(reason.contains(why), "{url}: {reason}"),
@@ -292,6 +367,7 @@ mod tests {
             (Role::Store, "mongodb://h/db", "mongo"),
             (Role::Queue, "redis://h", "redis"),
             (Role::Store, "memory:", "memory"),
+            (Role::Store, "postgres://h/db", "postgres"),
         ] {
             match Target::parse_with(role, url, &none) {
                 Err(e @ ComposeError::NotCompiledIn { .. }) => {
@@ -310,6 +386,8 @@ mod tests {
         assert!(matches!(e, ComposeError::WrongRole { role: Role::Store, .. }), "{e:?}");
         let e = parse(Role::Queue, "mongodb://h/db").unwrap_err();
         assert!(matches!(e, ComposeError::WrongRole { role: Role::Queue, .. }), "{e:?}");
+        let e = parse(Role::Queue, "postgres://h/db").unwrap_err();
+        assert!(matches!(e, ComposeError::WrongRole { role: Role::Queue, .. }), "{e:?}");
     }
 
     #[test]
@@ -317,7 +395,8 @@ mod tests {
         assert_eq!(compiled_in("mongo"), cfg!(feature = "mongo"));
         assert_eq!(compiled_in("redis"), cfg!(feature = "redis"));
         assert_eq!(compiled_in("memory"), cfg!(feature = "memory"));
-        assert!(!compiled_in("postgres"));
+        assert_eq!(compiled_in("postgres"), cfg!(feature = "postgres"));
+        assert!(!compiled_in("sqlite"));
     }
 
     #[test]
@@ -325,6 +404,7 @@ mod tests {
         assert_eq!(redact("mongodb://app:s3cret@h:27017/db"), "mongodb://app:***@h:27017/db");
         assert_eq!(redact("redis://:s3cret@h/0?prefix=x"), "redis://:***@h/0?prefix=x");
         assert_eq!(redact("redis://h:6379"), "redis://h:6379");
+        assert_eq!(redact("postgres://app:s3cret@h/db?schema=s"), "postgres://app:***@h/db?schema=s");
         let e = parse(Role::Store, "mongodb://app:s3cret@h/bad.name").unwrap_err();
         assert!(!e.to_string().contains("s3cret"), "{e}");
     }

@@ -18,9 +18,13 @@
 //! candidate index is lost — and at the end; nothing else on that Redis is touched. Both
 //! come from `compose`, like every binary's adapters.
 //!
-//! Run: `cargo run -p dispatch-recovery -- [--seed S] [--requests N] [--backend memory|mongo] [--store URL] [--queue URL]`
+//! `postgres`: the same with instances, inbox and the business table on PostgreSQL, in a
+//! fresh schema (dropped at the end) of the database named by `--store <url>`, else
+//! `WFK_STORE`, else `DATABASE_URL`, else `postgres://postgres@127.0.0.1:5432/test`.
+//!
+//! Run: `cargo run -p dispatch-recovery -- [--seed S] [--requests N] [--backend memory|mongo|postgres] [--store URL] [--queue URL]`
 
-use compose::{url_from_args, QueueOptions, QueueSide, Role, StoreSide};
+use compose::{url_from_args, QueueOptions, QueueSide, Role, Scheme, StoreSide};
 use kernel_core::dispatch::{AcceptRequest, Dispatch, DispatchConfig};
 use kernel_core::ports::{DispatchStatus, DynCandidates, DynOutbox};
 use kernel_core::ObjectId;
@@ -35,11 +39,14 @@ use std::sync::Arc;
 use testkit::harness::{Lister, World};
 use testkit::memory::{InMemoryCandidates, InMemoryOutbox};
 
+/// The local server of the test machines (trust authentication on the address).
+const POSTGRES_DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
 struct Args {
     seed: u64,
     requests: usize,
     backend: String,
-    /// `--store`, `WFK_STORE` or `MONGODB_URI` (the `mongo` backend's server).
+    /// `--store`, `WFK_STORE`, else `MONGODB_URI` (`mongo`) or `DATABASE_URL` (`postgres`).
     store_url: Option<String>,
     /// `--queue`, `WFK_QUEUE` or `REDIS_URL` (the `mongo` backend's candidate index).
     queue_url: Option<String>,
@@ -47,7 +54,7 @@ struct Args {
 
 fn args() -> Result<Args, Box<dyn std::error::Error>> {
     let env = |k: &str| std::env::var(k).ok();
-    let (store_url, rest) = url_from_args(Role::Store, std::env::args().skip(1), env, &["MONGODB_URI"])?;
+    let (store_url, rest) = url_from_args(Role::Store, std::env::args().skip(1), env, &[])?;
     let (queue_url, rest) = url_from_args(Role::Queue, rest, env, &["REDIS_URL"])?;
     let mut a = Args { seed: 7, requests: 1_000, backend: "memory".into(), store_url, queue_url };
     let mut it = rest.into_iter();
@@ -56,10 +63,17 @@ fn args() -> Result<Args, Box<dyn std::error::Error>> {
         match flag.as_str() {
             "--seed" => a.seed = value.parse().map_err(|e| format!("--seed: {e}"))?,
             "--requests" => a.requests = value.parse().map_err(|e| format!("--requests: {e}"))?,
-            "--backend" if value == "memory" || value == "mongo" => a.backend = value,
+            "--backend" if matches!(value.as_str(), "memory" | "mongo" | "postgres") => a.backend = value,
             other => return Err(format!("unknown flag {other}").into()),
         }
     }
+    // Each backend's own server variable, when neither the flag nor WFK_STORE names one.
+    let set = |k: &str| env(k).filter(|v| !v.is_empty());
+    a.store_url = a.store_url.take().or_else(|| match a.backend.as_str() {
+        "mongo" => set("MONGODB_URI"),
+        "postgres" => set("DATABASE_URL").or_else(|| Some(POSTGRES_DEFAULT_URL.to_string())),
+        _ => None,
+    });
     if a.requests == 0 || a.requests > 100_000 {
         return Err("--requests must be 1..=100000".into());
     }
@@ -91,17 +105,32 @@ async fn backend(args: &Args) -> Result<Backend, Box<dyn std::error::Error>> {
         });
     }
     let url = args.store_url.as_deref().ok_or("--backend mongo needs --store <url>, WFK_STORE or MONGODB_URI")?;
+    let scheme = compose::Target::parse(Role::Store, url)?.scheme;
+    let wanted = if args.backend == "postgres" { Scheme::Postgres } else { Scheme::Mongo };
+    if scheme != wanted {
+        return Err(
+            format!("--backend {} needs a {} store url, got {}", args.backend, wanted.kind(), scheme.kind()).into()
+        );
+    }
     let store = StoreSide::connect_scratch(url, "dispatch_recovery").await?;
     let outbox = store.dispatch_outbox().await?;
     // The server comes from the flags or the environment (started by the scripts), never from here.
     let redis_url = args.queue_url.as_deref().unwrap_or("redis://127.0.0.1:6379");
     let queue = QueueSide::connect_scratch(redis_url, &QueueOptions::default(), "dispatch-demo").await?;
     let candidates = queue.dispatch_candidates()?;
-    let listed = store.mongo_store()?.clone();
-    let lister: Lister = Arc::new(move || {
-        let s = listed.clone();
-        Box::pin(async move { s.list(100_000).await })
-    });
+    let lister: Lister = if scheme == Scheme::Postgres {
+        let listed = store.postgres_store()?.clone();
+        Arc::new(move || {
+            let s = listed.clone();
+            Box::pin(async move { s.list(100_000).await })
+        })
+    } else {
+        let listed = store.mongo_store()?.clone();
+        Arc::new(move || {
+            let s = listed.clone();
+            Box::pin(async move { s.list(100_000).await })
+        })
+    };
     let lost = queue.clone();
     let flush: Box<dyn Fn() -> Pin<Box<dyn Future<Output = ()>>>> = Box::new(move || {
         // Our own prefix only.

@@ -3,6 +3,9 @@
 
 use std::path::PathBuf;
 
+/// Where PostgreSQL is when neither `--postgres-url` nor `DATABASE_URL` says (trust
+/// authentication on the address).
+pub const POSTGRES_URL_DEFAULT: &str = "postgres://postgres@127.0.0.1:5432/test";
 /// Where Redis is when neither `--redis-url` nor `REDIS_URL` says.
 pub const REDIS_URL_DEFAULT: &str = "redis://127.0.0.1:6379";
 /// Burst size on the in-memory store.
@@ -35,6 +38,9 @@ pub enum StoreKind {
     /// store-mongo against the project's Mongo-wire test server (a functional imitation:
     /// its figures are printed, never compared).
     MongoWire,
+    /// store-postgres on a real PostgreSQL server, measured against the raw PostgreSQL
+    /// floor (`pgfloor`) instead of the Lua floor.
+    Postgres,
 }
 
 impl StoreKind {
@@ -43,6 +49,7 @@ impl StoreKind {
         match self {
             StoreKind::Memory => "memory",
             StoreKind::MongoWire => "mongo-wire",
+            StoreKind::Postgres => "postgres",
         }
     }
 
@@ -50,7 +57,8 @@ impl StoreKind {
         match s {
             "memory" => Ok(StoreKind::Memory),
             "mongo-wire" => Ok(StoreKind::MongoWire),
-            other => Err(format!("--store `{other}`: expected memory or mongo-wire")),
+            "postgres" => Ok(StoreKind::Postgres),
+            other => Err(format!("--store `{other}`: expected memory, mongo-wire or postgres")),
         }
     }
 }
@@ -80,6 +88,8 @@ pub struct BenchArgs {
     pub redis_url: String,
     /// The Mongo-wire server (`--store mongo-wire`).
     pub mongo_url: Option<String>,
+    /// The PostgreSQL server (`--store postgres`); the bench runs in a fresh database on it.
+    pub postgres_url: String,
 }
 
 /// Settings of `plot`.
@@ -107,12 +117,14 @@ pub enum Command {
 
 /// The usage text.
 pub const USAGE: &str = "\
-usage: e2e-bench [--store memory|mongo-wire] [--workflows N] [--slots S] [--singles K] [--runs R]
+usage: e2e-bench [--store memory|mongo-wire|postgres] [--workflows N] [--slots S] [--singles K] [--runs R]
                  [--floor-connections C] [--start-batches B] [--warmup W] [--floor|--no-floor]
-                 [--redis-url URL] [--mongo-url URL]
+                 [--redis-url URL] [--mongo-url URL] [--postgres-url URL]
        e2e-bench plot --input <file with e2e-bench lines> --out <png> [--font <ttf>]
 
-REDIS_URL (default redis://127.0.0.1:6379) and MONGODB_URI are read when the flags are absent.
+REDIS_URL (default redis://127.0.0.1:6379), MONGODB_URI and DATABASE_URL (default
+postgres://postgres@127.0.0.1:5432/test) are read when the flags are absent. With
+--store postgres the floor is the raw PostgreSQL floor, in a fresh database dropped at the end.
 ";
 
 /// Read the command line (`args` without the program name); `env` reads a variable.
@@ -187,6 +199,7 @@ fn parse_bench(
     let mut warmup = WARMUP_DEFAULT;
     let mut redis_url = read("REDIS_URL").unwrap_or_else(|| REDIS_URL_DEFAULT.to_string());
     let mut mongo_url = read("MONGODB_URI");
+    let mut postgres_url = read("DATABASE_URL").unwrap_or_else(|| POSTGRES_URL_DEFAULT.to_string());
     for (name, value) in flags {
         if is_switch(&name) {
             if value.is_some() {
@@ -207,10 +220,11 @@ fn parse_bench(
             "warmup" => warmup = count(&name, &value, 0)?,
             "redis-url" => redis_url = value,
             "mongo-url" => mongo_url = Some(value),
+            "postgres-url" => postgres_url = value,
             other => return Err(format!("unknown flag --{other}\n{USAGE}")),
         }
     }
-    let small = store != StoreKind::Memory;
+    let small = store == StoreKind::MongoWire;
     if store == StoreKind::MongoWire && mongo_url.is_none() {
         return Err("--store mongo-wire needs --mongo-url or MONGODB_URI \
                     (eval \"$(bash scripts/mongo-wire.sh start)\"; export MONGODB_URI)"
@@ -228,6 +242,7 @@ fn parse_bench(
         floor: floor.unwrap_or(!small),
         redis_url,
         mongo_url,
+        postgres_url,
     })
 }
 
@@ -281,6 +296,18 @@ mod tests {
         let b = bench(&["--store", "mongo-wire", "--mongo-url", "mongodb://m", "--floor", "--workflows", "7"], &[]);
         assert_eq!((b.workflows, b.floor), (7, true));
         assert!(!bench(&["--no-floor"], &[]).floor);
+    }
+
+    #[test]
+    fn postgres_is_full_size_with_its_floor_and_reads_database_url() {
+        let b = bench(&["--store", "postgres"], &[]);
+        assert_eq!((b.store, b.store.label()), (StoreKind::Postgres, "postgres"));
+        assert_eq!((b.workflows, b.singles, b.floor), (WORKFLOWS_DEFAULT, SINGLES_DEFAULT, true));
+        assert_eq!(b.postgres_url, POSTGRES_URL_DEFAULT);
+        assert_eq!(bench(&[], &[("DATABASE_URL", "postgres://env/db")]).postgres_url, "postgres://env/db");
+        let b =
+            bench(&["--store=postgres", "--postgres-url", "postgres://x/y"], &[("DATABASE_URL", "postgres://env/db")]);
+        assert_eq!(b.postgres_url, "postgres://x/y");
     }
 
     #[test]

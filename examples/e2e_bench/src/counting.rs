@@ -19,6 +19,9 @@ pub struct Tally {
     pub writes: AtomicU64,
     /// Guarded writes whose guard missed (claims of stale candidates included).
     pub misses: AtomicU64,
+    /// Every store call (reads, creates and writes; on store-postgres one statement each,
+    /// but for a create that finds its key taken).
+    pub calls: AtomicU64,
     /// Terminal writes seen, completed ones counted in `completed`.
     terminal: watch::Sender<u64>,
     /// Terminal writes that completed the workflow.
@@ -33,6 +36,7 @@ impl Tally {
         Tally {
             writes: AtomicU64::new(0),
             misses: AtomicU64::new(0),
+            calls: AtomicU64::new(0),
             terminal: watch::Sender::new(0),
             completed: AtomicU64::new(0),
             last_terminal: Mutex::new(None),
@@ -104,18 +108,22 @@ impl CountingStore {
 #[warn(clippy::missing_trait_methods)]
 impl WorkflowStore for CountingStore {
     async fn create(&self, instance: WorkflowInstance) -> Result<CreateOutcome> {
+        self.tally.calls.fetch_add(1, Ordering::Relaxed);
         self.inner.create(instance).await
     }
 
     async fn get(&self, workflow_id: &WorkflowId) -> Result<Option<WorkflowInstance>> {
+        self.tally.calls.fetch_add(1, Ordering::Relaxed);
         self.inner.get(workflow_id).await
     }
 
     async fn get_by_biz_key(&self, biz_key: &str) -> Result<Option<WorkflowInstance>> {
+        self.tally.calls.fetch_add(1, Ordering::Relaxed);
         self.inner.get_by_biz_key(biz_key).await
     }
 
     async fn claim(&self, workflow_id: &WorkflowId, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
+        self.tally.calls.fetch_add(1, Ordering::Relaxed);
         let out = self.inner.claim(workflow_id, spec).await?;
         let counter = if out.is_some() { &self.tally.writes } else { &self.tally.misses };
         counter.fetch_add(1, Ordering::Relaxed);
@@ -123,6 +131,7 @@ impl WorkflowStore for CountingStore {
     }
 
     async fn claim_any(&self, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
+        self.tally.calls.fetch_add(1, Ordering::Relaxed);
         let out = self.inner.claim_any(spec).await?;
         if out.is_some() {
             self.tally.writes.fetch_add(1, Ordering::Relaxed);
@@ -131,6 +140,7 @@ impl WorkflowStore for CountingStore {
     }
 
     async fn apply(&self, workflow_id: &WorkflowId, guard: &Guard, transition: &Transition) -> Result<WriteOutcome> {
+        self.tally.calls.fetch_add(1, Ordering::Relaxed);
         let out = self.inner.apply(workflow_id, guard, transition).await?;
         match out {
             WriteOutcome::Applied { .. } => {
@@ -147,10 +157,12 @@ impl WorkflowStore for CountingStore {
     }
 
     async fn scan_due_waits(&self, now: Instant, after: Option<&DueCursor>, limit: usize) -> Result<ScanPage<DueWait>> {
+        self.tally.calls.fetch_add(1, Ordering::Relaxed);
         self.inner.scan_due_waits(now, after, limit).await
     }
 
     async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<ScanPage<Candidate>> {
+        self.tally.calls.fetch_add(1, Ordering::Relaxed);
         self.inner.scan_claimable(after, limit).await
     }
 }

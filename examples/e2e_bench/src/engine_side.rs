@@ -90,6 +90,7 @@ impl EngineBench {
                 let url = args.mongo_url.as_deref().ok_or("no Mongo URL")?;
                 StoreSide::connect_scratch(url, SCRATCH_TAG).await
             }
+            StoreKind::Postgres => StoreSide::connect_scratch(&args.postgres_url, SCRATCH_TAG).await,
         }
         .map_err(err("store"))?;
         let queue = QueueSide::connect_scratch(&args.redis_url, &QueueOptions::default(), SCRATCH_TAG)
@@ -132,8 +133,11 @@ impl EngineBench {
     ) -> Result<Burst, String> {
         let requests: Vec<StartRequest> =
             (0..n).map(|i| StartRequest::new(WORKFLOW_TYPE, format!("{tag}-b{i}"), json!({ "i": i }))).collect();
-        let (terminal0, writes0) =
-            (self.tally.terminal(), self.tally.writes.load(std::sync::atomic::Ordering::Relaxed));
+        let (terminal0, writes0, calls0) = (
+            self.tally.terminal(),
+            self.tally.writes.load(std::sync::atomic::Ordering::Relaxed),
+            self.tally.calls.load(std::sync::atomic::Ordering::Relaxed),
+        );
         let cpu0 = crate::cpu::CpuSnapshot::take(redis).await?;
         let t0 = Instant::now();
         let ids = start_all(&self.publisher, requests, concurrency).await?;
@@ -141,8 +145,17 @@ impl EngineBench {
         let cpu = crate::cpu::CpuSnapshot::take(redis).await?.since(cpu0);
         let last = self.tally.last_terminal().ok_or("no terminal write seen")?;
         let writes = self.tally.writes.load(std::sync::atomic::Ordering::Relaxed) - writes0;
+        let calls = self.tally.calls.load(std::sync::atomic::Ordering::Relaxed) - calls0;
         self.check_completed(&ids).await?;
-        Ok(Burst { elapsed: last - t0, cpu, writes })
+        // Store calls are statements on PostgreSQL; elsewhere they are not printed.
+        let statements = (self.store.scheme == compose::Scheme::Postgres).then_some(calls);
+        Ok(Burst { elapsed: last - t0, cpu, writes, statements, commits: None })
+    }
+
+    /// Store calls so far on PostgreSQL (one statement each), `None` on other stores.
+    pub fn statements(&self) -> Option<u64> {
+        (self.store.scheme == compose::Scheme::Postgres)
+            .then(|| self.tally.calls.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// The store as the oracle: every id is completed with every step completed and its

@@ -210,7 +210,7 @@ impl FloorBench {
         let last = self.tally.last_terminal().ok_or("no terminal write seen")?;
         let writes = self.tally.writes.load(Ordering::Relaxed) - writes0;
         self.check_done(&ids).await?;
-        Ok(Burst { elapsed: last - t0, cpu, writes })
+        Ok(Burst { elapsed: last - t0, cpu, writes, statements: None, commits: None })
     }
 
     /// Redis as the oracle: every state is `done`, past the last step, with every output.

@@ -20,20 +20,30 @@
 //! - K one-at-a-time workflows: start → terminal write, p50 and p99;
 //! - applied guarded writes per workflow (claim and steps, not the create).
 //!
-//! See BENCHMARKS.md ("End to end: engine vs raw Lua floor") for the recorded runs.
+//! `--store postgres` puts the engine on store-postgres (a scratch schema via compose) and
+//! replaces the Lua floor with the raw PostgreSQL floor ([`pgfloor`]), both in a fresh
+//! database that is dropped at the end; its lines add statements and commits per step
+//! (statements counted client side, commits from `pg_stat_database`).
+//!
+//! See BENCHMARKS.md ("End to end: engine vs raw Lua floor", "End to end on PostgreSQL")
+//! for the recorded runs.
 
 mod args;
 mod counting;
 mod cpu;
 mod engine_side;
 mod floor;
+mod pgfloor;
+mod pgstat;
 mod plot;
 mod report;
 
-use args::{BenchArgs, Command};
+use args::{BenchArgs, Command, StoreKind};
 use cpu::CpuSnapshot;
 use engine_side::{EngineBench, STEPS};
 use floor::FloorBench;
+use pgfloor::PgFloor;
+use pgstat::PgStat;
 use report::{percentile, RunLine, Side};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -47,6 +57,11 @@ pub struct Burst {
     pub cpu: CpuSnapshot,
     /// Applied guarded writes.
     pub writes: u64,
+    /// Statements sent (counted client side), where counted.
+    pub statements: Option<u64>,
+    /// Transactions the server committed in the bench database (`pg_stat_database`), where
+    /// counted.
+    pub commits: Option<u64>,
 }
 
 /// How long a burst of `n` may take before the run is declared stuck.
@@ -63,13 +78,32 @@ fn side(n: usize, burst: Burst, singles: &[f64]) -> Side {
         single_p50_ms: percentile(singles, 0.50).unwrap_or(f64::NAN),
         single_p99_ms: percentile(singles, 0.99).unwrap_or(f64::NAN),
         writes_per_wf: per(burst.writes as f64),
+        stmts_per_step: burst.statements.map(|x| per(x as f64) / STEPS as f64),
+        commits_per_step: burst.commits.map(|x| per(x as f64) / STEPS as f64),
     }
 }
 
-async fn measure_engine(a: &BenchArgs, tag: &str, n: usize, singles: usize, redis: &mut Conn) -> Result<Side, String> {
+async fn measure_engine(
+    a: &BenchArgs,
+    tag: &str,
+    n: usize,
+    singles: usize,
+    redis: &mut Conn,
+    stat: Option<&PgStat>,
+) -> Result<Side, String> {
     let bench = EngineBench::open(a).await?;
     let measured = async {
-        let burst = bench.burst(tag, n, a.start_batches, redis).await?;
+        // Commits and statements over the same window: from a settled counter before the
+        // burst to a settled one after it.
+        let c0 = match stat {
+            Some(s) => Some((s.settled_commits().await?, bench.statements())),
+            None => None,
+        };
+        let mut burst = bench.burst(tag, n, a.start_batches, redis).await?;
+        if let (Some(s), Some((c0, s0))) = (stat, c0) {
+            burst.commits = Some(s.settled_commits().await? - c0);
+            burst.statements = bench.statements().zip(s0).map(|(s1, s0)| s1 - s0);
+        }
         let lat = bench.singles(tag, singles).await?;
         Ok::<_, String>(side(n, burst, &lat))
     }
@@ -80,7 +114,41 @@ async fn measure_engine(a: &BenchArgs, tag: &str, n: usize, singles: usize, redi
     Ok(s)
 }
 
-async fn measure_floor(a: &BenchArgs, tag: &str, n: usize, singles: usize, redis: &mut Conn) -> Result<Side, String> {
+async fn measure_pg_floor(
+    a: &BenchArgs,
+    tag: &str,
+    n: usize,
+    singles: usize,
+    redis: &mut Conn,
+    stat: &PgStat,
+) -> Result<Side, String> {
+    let bench = PgFloor::open(&a.postgres_url, tag, a.slots, a.start_batches).await?;
+    let measured = async {
+        let (c0, s0) = (stat.settled_commits().await?, bench.statements());
+        let mut burst = bench.burst(tag, n, a.start_batches, redis).await?;
+        burst.commits = Some(stat.settled_commits().await? - c0);
+        burst.statements = bench.statements().zip(s0).map(|(s1, s0)| s1 - s0);
+        let lat = bench.singles(tag, singles).await?;
+        Ok::<_, String>(side(n, burst, &lat))
+    }
+    .await;
+    let closed = bench.close().await;
+    let s = measured?;
+    closed?;
+    Ok(s)
+}
+
+async fn measure_floor(
+    a: &BenchArgs,
+    tag: &str,
+    n: usize,
+    singles: usize,
+    redis: &mut Conn,
+    stat: Option<&PgStat>,
+) -> Result<Side, String> {
+    if let Some(stat) = stat {
+        return measure_pg_floor(a, tag, n, singles, redis, stat).await;
+    }
     let bench = FloorBench::open(&a.redis_url, a.floor_connections, a.slots).await?;
     let measured = async {
         let burst = bench.burst(tag, n, a.start_batches, redis).await?;
@@ -96,7 +164,27 @@ async fn measure_floor(a: &BenchArgs, tag: &str, n: usize, singles: usize, redis
 
 type Conn = redis::aio::MultiplexedConnection;
 
-async fn bench(a: BenchArgs) -> Result<(), String> {
+async fn bench(mut a: BenchArgs) -> Result<(), String> {
+    // `--store postgres`: everything in a fresh database, so that its commit counter counts
+    // only this run's transactions; dropped at the end.
+    let stat = match a.store {
+        StoreKind::Postgres => {
+            let (stat, url) = PgStat::create(&a.postgres_url).await?;
+            a.postgres_url = url;
+            Some(stat)
+        }
+        _ => None,
+    };
+    let result = bench_in(&a, stat.as_ref()).await;
+    if let Some(stat) = stat {
+        let dropped = stat.drop_database().await;
+        result?;
+        return dropped;
+    }
+    result
+}
+
+async fn bench_in(a: &BenchArgs, stat: Option<&PgStat>) -> Result<(), String> {
     let client = redis::Client::open(a.redis_url.as_str()).map_err(|e| format!("redis url: {e}"))?;
     let mut redis = floor::connect(&client).await?;
     let info: String =
@@ -104,7 +192,7 @@ async fn bench(a: BenchArgs) -> Result<(), String> {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     eprintln!(
         "e2e-bench setup: store={} redis_version={} cores={cores} workflows={} slots={} singles={} runs={} \
-         floor={} floor_connections={} start_batches={} warmup={} (engine: one multiplexed Redis connection + one pub/sub)",
+         floor={} floor_connections={} start_batches={} warmup={}{} (engine: one multiplexed Redis connection + one pub/sub)",
         a.store.label(),
         cpu::info_field(&info, "redis_version").unwrap_or("?"),
         a.workflows,
@@ -115,6 +203,10 @@ async fn bench(a: BenchArgs) -> Result<(), String> {
         a.floor_connections,
         a.start_batches,
         a.warmup,
+        match stat {
+            Some(s) => s.setup_fields().await?,
+            None => String::new(),
+        },
     );
     let run_id = format!(
         "{:x}",
@@ -122,9 +214,9 @@ async fn bench(a: BenchArgs) -> Result<(), String> {
     );
     if a.warmup > 0 {
         let n = a.warmup.min(a.workflows);
-        measure_engine(&a, &format!("w{run_id}-e"), n, 0, &mut redis).await?;
+        measure_engine(a, &format!("w{run_id}-e"), n, 0, &mut redis, stat).await?;
         if a.floor {
-            measure_floor(&a, &format!("w{run_id}-f"), n, 0, &mut redis).await?;
+            measure_floor(a, &format!("w{run_id}-f"), n, 0, &mut redis, stat).await?;
         }
     }
     let mut lines = Vec::new();
@@ -134,11 +226,11 @@ async fn bench(a: BenchArgs) -> Result<(), String> {
         let (etag, ftag) = (format!("r{run_id}-{run}-e"), format!("r{run_id}-{run}-f"));
         let mut floor = None;
         if a.floor && floor_first {
-            floor = Some(measure_floor(&a, &ftag, a.workflows, a.singles, &mut redis).await?);
+            floor = Some(measure_floor(a, &ftag, a.workflows, a.singles, &mut redis, stat).await?);
         }
-        let engine = measure_engine(&a, &etag, a.workflows, a.singles, &mut redis).await?;
+        let engine = measure_engine(a, &etag, a.workflows, a.singles, &mut redis, stat).await?;
         if a.floor && !floor_first {
-            floor = Some(measure_floor(&a, &ftag, a.workflows, a.singles, &mut redis).await?);
+            floor = Some(measure_floor(a, &ftag, a.workflows, a.singles, &mut redis, stat).await?);
         }
         let line = RunLine {
             store: a.store.label().to_string(),

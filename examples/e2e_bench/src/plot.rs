@@ -55,6 +55,9 @@ pub fn series(lines: &[RunLine]) -> Vec<Series> {
         if let Some(f) = &l.floor {
             let label = if l.store == "memory" {
                 "raw Lua floor".to_string()
+            } else if l.store == "postgres" {
+                // Next to store-postgres the floor is the raw PostgreSQL one.
+                "raw PostgreSQL floor".to_string()
             } else {
                 format!("raw Lua floor (with {})", l.store)
             };
@@ -234,6 +237,8 @@ mod tests {
             single_p50_ms: 0.3,
             single_p99_ms: 1.1,
             writes_per_wf: 6.0,
+            stmts_per_step: None,
+            commits_per_step: None,
         }
     }
 
@@ -258,6 +263,10 @@ mod tests {
         assert_eq!(s[0].wf_s, [7000.0, 8000.0, 7500.0]);
         assert_eq!(s[1].wf_s, [14000.0, 16000.0, 15000.0]);
         assert_eq!(s[2].wf_s, [40.0, 40.0]);
+        // Next to the PostgreSQL store, the floor is the PostgreSQL one.
+        let pg = RunLine { store: "postgres".into(), ..sample()[0].clone() };
+        let labels: Vec<String> = series(&[pg]).into_iter().map(|s| s.label).collect();
+        assert_eq!(labels, ["engine, store=postgres", "raw PostgreSQL floor"]);
     }
 
     /// Writes a real PNG from printed lines (needs a TTF font on the machine; the plot is

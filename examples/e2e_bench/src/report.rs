@@ -23,6 +23,10 @@ pub struct Side {
     pub single_p99_ms: f64,
     /// Applied guarded writes per workflow (claim or pop lease and steps; not the create).
     pub writes_per_wf: f64,
+    /// Statements sent per step during the burst, counted client side (PostgreSQL only).
+    pub stmts_per_step: Option<f64>,
+    /// Transactions committed per step during the burst, from the server (PostgreSQL only).
+    pub commits_per_step: Option<f64>,
 }
 
 /// One run: the engine on `store` and, when it ran, the floor.
@@ -56,7 +60,7 @@ impl RunLine {
         let (e, f) = (&self.engine, self.floor.as_ref());
         let ratio = f.map(|f| e.wf_s / f.wf_s);
         let cpu_ratio = f.map(|f| e.cpu_us_per_wf / f.cpu_us_per_wf);
-        vec![
+        let mut fields = vec![
             ("store", self.store.clone()),
             ("workflows", self.workflows.to_string()),
             ("steps", self.steps.to_string()),
@@ -75,7 +79,17 @@ impl RunLine {
             ("proc_cpu_us_per_wf", num(e.proc_cpu_us_per_wf, 1)),
             ("floor_proc_cpu_us_per_wf", opt(f.map(|f| f.proc_cpu_us_per_wf), 1)),
             ("floor_writes_per_wf", opt(f.map(|f| f.writes_per_wf), 2)),
-        ]
+        ];
+        // Only where counted (PostgreSQL), so the other stores' lines stay as they were.
+        if e.stmts_per_step.is_some() || e.commits_per_step.is_some() {
+            fields.extend([
+                ("stmts_per_step", opt(e.stmts_per_step, 2)),
+                ("floor_stmts_per_step", opt(f.and_then(|f| f.stmts_per_step), 2)),
+                ("commits_per_step", opt(e.commits_per_step, 2)),
+                ("floor_commits_per_step", opt(f.and_then(|f| f.commits_per_step), 2)),
+            ]);
+        }
+        fields
     }
 
     /// `e2e-bench: store=… workflows=… …`.
@@ -100,6 +114,8 @@ impl RunLine {
                 single_p50_ms: pick(&|r| get(r).map(|s| s.single_p50_ms))?,
                 single_p99_ms: pick(&|r| get(r).map(|s| s.single_p99_ms))?,
                 writes_per_wf: pick(&|r| get(r).map(|s| s.writes_per_wf))?,
+                stmts_per_step: pick(&|r| get(r).and_then(|s| s.stmts_per_step)),
+                commits_per_step: pick(&|r| get(r).and_then(|s| s.commits_per_step)),
             })
         };
         let m = RunLine { engine: side(&|r| Some(&r.engine))?, floor: side(&|r| r.floor.as_ref()), ..first.clone() };
@@ -134,6 +150,8 @@ impl RunLine {
                 single_p50_ms: f(&format!("{p}single_p50_ms"))?,
                 single_p99_ms: f(&format!("{p}single_p99_ms")).unwrap_or(f64::NAN),
                 writes_per_wf: f(&format!("{p}writes_per_wf")).unwrap_or(f64::NAN),
+                stmts_per_step: f(&format!("{p}stmts_per_step")),
+                commits_per_step: f(&format!("{p}commits_per_step")),
             })
         };
         Some(RunLine {
@@ -180,6 +198,8 @@ mod tests {
             single_p50_ms: 0.25,
             single_p99_ms: 0.9,
             writes_per_wf: 6.0,
+            stmts_per_step: None,
+            commits_per_step: None,
         }
     }
 
@@ -224,6 +244,29 @@ mod tests {
         // Ratios 0.50, 0.90, 0.40: the median ratio is 0.50, not 8000/14000.
         assert!(m.contains(" ratio=0.50 "), "{m}");
         assert_eq!(RunLine::median_line(&[]), None);
+    }
+
+    #[test]
+    fn postgres_lines_carry_statements_and_commits_per_step_and_read_back() {
+        let counted = |s: Side, st: f64, c: f64| Side { stmts_per_step: Some(st), commits_per_step: Some(c), ..s };
+        let l = RunLine {
+            store: "postgres".into(),
+            engine: counted(side(900.0, 300.0), 2.25, 2.5),
+            floor: Some(counted(side(3000.0, 100.0), 1.5, 1.5)),
+            ..line(1.0, 1.0)
+        };
+        let printed = l.line();
+        assert!(
+            printed.ends_with(
+                " stmts_per_step=2.25 floor_stmts_per_step=1.50 commits_per_step=2.50 floor_commits_per_step=1.50"
+            ),
+            "{printed}"
+        );
+        assert_eq!(RunLine::parse(&printed), Some(l.clone()));
+        let m = RunLine::median_line(&[l.clone(), l]).unwrap();
+        assert!(m.contains(" commits_per_step=2.50 floor_commits_per_step=1.50"), "{m}");
+        // The other stores' lines carry none of them.
+        assert!(!line(1.0, 1.0).line().contains("per_step"));
     }
 
     #[test]

@@ -26,6 +26,9 @@ async fn a_memory_store_offers_no_mongo_handles_but_an_outbox() {
     let side = StoreSide::connect("memory:").await.unwrap();
     not_offered(side.mongo_database().unwrap_err(), Role::Store, "MongoDB database");
     not_offered(side.mongo_store().unwrap_err(), Role::Store, "MongoDB store");
+    not_offered(side.postgres_pool().unwrap_err(), Role::Store, "PostgreSQL pool");
+    not_offered(side.postgres_config().unwrap_err(), Role::Store, "PostgreSQL configuration");
+    not_offered(side.postgres_store().unwrap_err(), Role::Store, "PostgreSQL store");
     let outbox = side.dispatch_outbox().await.unwrap();
     assert!(outbox.get(&ObjectId::from("nothing-here")).await.unwrap().is_none());
 }

@@ -6,4 +6,5 @@ mod accessors;
 mod live;
 mod memory;
 mod ports;
+mod postgres;
 mod urls;

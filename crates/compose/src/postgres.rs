@@ -1,0 +1,53 @@
+//! The `postgres://` store driver: instances, the signal inbox and the dispatch outbox in
+//! one schema of one database, migrated on connect.
+
+use crate::{ComposeError, Role, StoreHandle, StoreSide, Target};
+use std::sync::Arc;
+use store_postgres::{OutboxTable, PostgresConfig, PostgresOutbox, PostgresSignalInbox, PostgresWorkflowStore};
+
+fn store_error(url: String, what: &'static str, e: impl std::error::Error + Send + Sync + 'static) -> ComposeError {
+    ComposeError::Connect { role: Role::Store, url, what, source: Box::new(e) }
+}
+
+fn in_schema(schema: &str) -> String {
+    format!("schema {schema}")
+}
+
+pub(crate) async fn store(target: &Target) -> Result<StoreSide, ComposeError> {
+    let url = crate::redact(&target.url);
+    let config = PostgresConfig { schema: target.namespace.clone(), ..PostgresConfig::default() };
+    let pool = store_postgres::connect(&target.url, &config).map_err(|e| store_error(url.clone(), "connect", e))?;
+    // The first round trip: an unreachable server is reported here, not at the first call.
+    store_postgres::migrate(&pool, &config.schema).await.map_err(|e| store_error(url.clone(), "migrate", e))?;
+    let store = PostgresWorkflowStore::new(pool.clone(), config.clone())
+        .map_err(|e| store_error(url.clone(), "open the store", e))?;
+    let inbox =
+        PostgresSignalInbox::new(pool.clone(), config.clone()).map_err(|e| store_error(url, "open the inbox", e))?;
+    Ok(StoreSide {
+        store: Arc::new(store.clone()),
+        inbox: Arc::new(inbox),
+        scheme: target.scheme,
+        handle: StoreHandle::Postgres(pool, config, store),
+    })
+}
+
+/// The default business table (`business_objects`, `OutboxTable::default`'s columns) in
+/// the store's own schema, created when absent.
+pub(crate) async fn outbox(
+    pool: &store_postgres::Pool,
+    config: &PostgresConfig,
+) -> Result<Arc<kernel_core::ports::DynOutbox>, ComposeError> {
+    let table = OutboxTable { schema: config.schema.clone(), ..OutboxTable::default() };
+    let open = |e| store_error(in_schema(&config.schema), "open the dispatch outbox", e);
+    let outbox = PostgresOutbox::new(pool.clone(), config.clone(), table).map_err(open)?;
+    outbox.ensure_table().await.map_err(open)?;
+    Ok(Arc::new(outbox))
+}
+
+pub(crate) async fn destroy(pool: store_postgres::Pool, config: PostgresConfig) -> Result<(), ComposeError> {
+    let url = in_schema(&config.schema);
+    let client = pool.get().await.map_err(|e| store_error(url.clone(), "connect to drop the schema", e))?;
+    // The name passed store-postgres's identifier check (`[a-z0-9_]`), so quoting is enough.
+    let sql = format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", config.schema);
+    client.batch_execute(&sql).await.map_err(|e| store_error(url, "drop the schema", e))
+}
