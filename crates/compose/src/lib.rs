@@ -8,7 +8,7 @@
 //! |---|---|---|---|
 //! | `mongodb://host[:port][/database][?options]`, `mongodb+srv://…` | store | `mongo` | `MongoWorkflowStore`, `MongoSignalInbox`, `MongoObservationRepository` |
 //! | `redis://host[:port][/db][?prefix=<p>]`, `rediss://…` | queue | `redis` | `RedisReadyQueue`, `RedisWakeup`, `RedisPermits` |
-//! | `postgres://[user@]host[:port][/database][?schema=<s>&options]`, `postgresql://…` | store | `postgres` | `PostgresWorkflowStore`, `PostgresSignalInbox`, `PostgresOutbox` (migrated on connect) |
+//! | `postgres://[user@]host[:port][/database][?schema=<s>&options]`, `postgresql://…` | store | `postgres` | `PostgresWorkflowStore`, `PostgresSignalInbox`, `PostgresOutbox`, `PostgresObservationRepository` (migrated on connect) |
 //! | `memory:` | store or queue | `memory` | testkit's in-process adapters (**demos only**: nothing survives the process, and nothing is shared between processes) |
 //!
 //! The database defaults to [`DEFAULT_DATABASE`], the PostgreSQL schema to [`DEFAULT_SCHEMA`]
@@ -376,7 +376,7 @@ impl StoreSide {
             #[cfg(feature = "mongo")]
             StoreHandle::Mongo(db, _) => mongo::observation_repository(&db).await,
             #[cfg(feature = "postgres")]
-            StoreHandle::Postgres(..) => Err(not_offered(Role::Store, self.scheme, "observation repository")),
+            StoreHandle::Postgres(pool, config, _) => postgres::observation_repository(&pool, &config),
             #[cfg(feature = "memory")]
             StoreHandle::Memory => Ok(Arc::new(observer::InMemoryObservationRepository::new())),
         }

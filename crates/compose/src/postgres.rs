@@ -44,6 +44,17 @@ pub(crate) async fn outbox(
     Ok(Arc::new(outbox))
 }
 
+/// The observer's repository in the store's own schema (its tables come with the
+/// store's migrations).
+pub(crate) fn observation_repository(
+    pool: &store_postgres::Pool,
+    config: &PostgresConfig,
+) -> Result<Arc<observer::DynRepository>, ComposeError> {
+    let repo = store_postgres::PostgresObservationRepository::new(pool.clone(), config.clone())
+        .map_err(|e| store_error(in_schema(&config.schema), "open the observation repository", e))?;
+    Ok(Arc::new(repo))
+}
+
 pub(crate) async fn destroy(pool: store_postgres::Pool, config: PostgresConfig) -> Result<(), ComposeError> {
     let url = in_schema(&config.schema);
     let client = pool.get().await.map_err(|e| store_error(url.clone(), "connect to drop the schema", e))?;

@@ -101,11 +101,37 @@ async fn a_scratch_schema_holds_the_store_inbox_and_outbox_and_is_dropped() {
     let after = tables(&client, &schema).await;
     assert!(after.iter().any(|t| t == "business_objects"), "{after:?}");
 
-    // What PostgreSQL does not offer yet, or at all, is a typed refusal.
-    match store.observation_repository().await {
-        Err(ComposeError::NotOffered { role: Role::Store, scheme: "postgres", what: "observation repository" }) => {}
-        other => panic!("expected NotOffered, got {:?}", other.map(|_| "a repository")),
-    }
+    // The observation repository lives in the same schema: a record written through it
+    // is a row of its table there.
+    let repo = store.observation_repository().await.unwrap();
+    let observation = kernel_core::ports::Observation {
+        workflow_id: read.workflow_id.clone(),
+        biz_key: "compose-obs".into(),
+        workflow_type: "one".into(),
+        workflow_run: 0,
+        revision: 2,
+        kind: kernel_core::transition::TransitionKind::MarkRunning,
+        status: kernel_core::model::WorkflowStatus::Running,
+        step_name: Some("s".into()),
+        attempt: 1,
+        elapsed_ms: kernel_core::model::DurationMs::ZERO,
+        traffic_wait_ms: kernel_core::model::DurationMs::ZERO,
+        error_class: None,
+        at: kernel_core::model::Instant::from_millis(1_700_000_000_000),
+        worker_id: Some("w".into()),
+        claim_token: None,
+    };
+    repo.write_batch(&[observation]).await.unwrap();
+    let rows: i64 = client
+        .query_one(
+            &format!("SELECT count(*) FROM \"{schema}\".observation_attempts WHERE biz_key = 'compose-obs'"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 1, "the observation is a row in the store's schema");
+    // What PostgreSQL does not offer at all is a typed refusal.
     assert!(matches!(store.mongo_database(), Err(ComposeError::NotOffered { scheme: "postgres", .. })));
 
     d.destroy().await.unwrap();
