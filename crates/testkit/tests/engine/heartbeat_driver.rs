@@ -81,51 +81,26 @@ async fn claims_of_one_engine_share_the_driver_and_each_keeps_its_own_schedule()
     // claimed, and every interval after, one write per claim per interval.
     let world = World::new(64);
     let gate = Arc::new(tokio::sync::Notify::new());
-    let g = gate.clone();
-    let wait = move |_c: ActivityContext| {
-        let g = g.clone();
-        async move {
-            g.notified().await;
-            Ok(StepOutcome::complete(json!(null)))
-        }
-    };
-    let def = Definition::builder("t").step(StepDef::new("wait", wait).timeout_ms(3_600_000)).build().unwrap();
+    let def = gated(gate.clone());
     let engine = world.engine("w", vec![def]);
     let hb = engine.config().heartbeat_ms;
     let half = DurationMs::from_millis(hb.as_millis() / 2);
     let publisher = engine.publisher();
     world.audit.reset_traffic();
-    let mut claims = Vec::new();
-    for id in ["wf-a", "wf-b"] {
-        publisher.start_or_resume(StartRequest::new("t", id, json!({})).workflow_id(id)).await.unwrap();
-        let e = engine.clone();
-        claims.push(tokio::spawn(async move { e.tick().await }));
-        settle().await;
-        world.clock.advance(half);
-        settle().await;
-    }
+    let claims = claim_two_apart(&world, &engine, &publisher, half).await;
     // Now: a claimed 1 interval ago, b half an interval ago.
-    let beats_of = |id: &str| {
-        world
-            .audit
-            .log_of(id)
-            .iter()
-            .filter(|w| w.kinds.contains(&TransitionKind::Heartbeat))
-            .map(|w| w.at.unwrap())
-            .collect::<Vec<_>>()
-    };
     let t_a = world.now();
-    assert_eq!(beats_of("wf-a"), vec![t_a], "a is beaten one interval after its claim");
-    assert!(beats_of("wf-b").is_empty(), "b is not due yet");
+    assert_eq!(beats_of(&world, "wf-a"), vec![t_a], "a is beaten one interval after its claim");
+    assert!(beats_of(&world, "wf-b").is_empty(), "b is not due yet");
     world.clock.advance(half);
     settle().await;
     let t_b = world.now();
-    assert_eq!(beats_of("wf-a"), vec![t_a]);
-    assert_eq!(beats_of("wf-b"), vec![t_b], "b is beaten one interval after its claim");
+    assert_eq!(beats_of(&world, "wf-a"), vec![t_a]);
+    assert_eq!(beats_of(&world, "wf-b"), vec![t_b], "b is beaten one interval after its claim");
     world.clock.advance(half);
     settle().await;
-    assert_eq!(beats_of("wf-a"), vec![t_a, world.now()], "then every interval");
-    assert_eq!(beats_of("wf-b"), vec![t_b]);
+    assert_eq!(beats_of(&world, "wf-a"), vec![t_a, world.now()], "then every interval");
+    assert_eq!(beats_of(&world, "wf-b"), vec![t_b]);
     gate.notify_waiters();
     for c in claims {
         let out = c.await.unwrap().unwrap();
@@ -186,17 +161,7 @@ async fn a_hung_heartbeat_write_delays_no_other_claims_heartbeat() {
     // deadline. a then ends uncertain (K-6.4), b keeps its schedule and completes.
     let world = World::new(65);
     let gate = Arc::new(tokio::sync::Notify::new());
-    let g = gate.clone();
-    let wait = move |c: ActivityContext| {
-        let g = g.clone();
-        async move {
-            tokio::select! {
-                _ = g.notified() => Ok(StepOutcome::complete(json!(null))),
-                _ = c.cancellation().cancelled() => Err(ActivityError::canceled("cancelled")),
-            }
-        }
-    };
-    let def = Definition::builder("t").step(StepDef::new("wait", wait).timeout_ms(3_600_000)).build().unwrap();
+    let def = gated(gate.clone());
     let store =
         Arc::new(HungHeartbeatsOf { inner: world.ports().store, workflow_id: "wf-a".into(), hung: AtomicU32::new(0) });
     let mut ports = world.ports();
@@ -207,24 +172,7 @@ async fn a_hung_heartbeat_write_delays_no_other_claims_heartbeat() {
     let quarter = DurationMs::from_millis(hb.as_millis() / 4);
     let publisher = engine.publisher();
     world.audit.reset_traffic();
-    let mut claims = Vec::new();
-    for id in ["wf-a", "wf-b"] {
-        publisher.start_or_resume(StartRequest::new("t", id, json!({})).workflow_id(id)).await.unwrap();
-        let e = engine.clone();
-        claims.push(tokio::spawn(async move { e.tick().await }));
-        settle().await;
-        world.clock.advance(quarter);
-        settle().await;
-    }
-    let beats_of = |id: &str| {
-        world
-            .audit
-            .log_of(id)
-            .iter()
-            .filter(|w| w.kinds.contains(&TransitionKind::Heartbeat))
-            .map(|w| w.at.unwrap())
-            .collect::<Vec<_>>()
-    };
+    let claims = claim_two_apart(&world, &engine, &publisher, quarter).await;
     // a was claimed 2 quarters ago, b 1 quarter ago: a falls due first and hangs.
     world.clock.advance(DurationMs::from_millis(hb.as_millis() - 2 * quarter.as_millis()));
     settle().await;
@@ -232,15 +180,15 @@ async fn a_hung_heartbeat_write_delays_no_other_claims_heartbeat() {
     world.clock.advance(quarter);
     settle().await;
     let t_b = world.now();
-    assert_eq!(beats_of("wf-b"), vec![t_b], "b is beaten at its own time while a's write hangs");
+    assert_eq!(beats_of(&world, "wf-b"), vec![t_b], "b is beaten at its own time while a's write hangs");
     // a's deadline passes: its claim ends uncertain; b goes on one interval after its beat.
     let b_next = t_b.saturating_add(hb);
     while world.now() < b_next {
         world.clock.advance(quarter);
         settle().await;
     }
-    assert_eq!(beats_of("wf-b"), vec![t_b, b_next], "b keeps its schedule");
-    assert!(beats_of("wf-a").is_empty());
+    assert_eq!(beats_of(&world, "wf-b"), vec![t_b, b_next], "b keeps its schedule");
+    assert!(beats_of(&world, "wf-a").is_empty());
     assert_eq!(store.hung.load(Ordering::SeqCst), 1, "a ended at its first hung heartbeat");
     gate.notify_waiters();
     let ends: Vec<_> = futures::future::join_all(claims).await.into_iter().map(|c| c.unwrap().unwrap()).collect();
@@ -357,6 +305,26 @@ fn a_driver_dropped_with_its_runtime_is_replaced_by_the_next_claim() {
         let out = claim.await.unwrap().unwrap();
         assert!(matches!(out, RoundOutcome::Ran { end: ClaimEnd::Terminal(WorkflowStatus::Completed), .. }), "{out:?}");
     });
+}
+
+/// Claims `wf-a`, then `wf-b` `apart` later, each on a tick of its own; the clock ends
+/// `apart` after b's claim.
+async fn claim_two_apart(
+    world: &World,
+    engine: &Engine,
+    publisher: &Publisher,
+    apart: DurationMs,
+) -> Vec<tokio::task::JoinHandle<Result<RoundOutcome>>> {
+    let mut claims = Vec::new();
+    for id in ["wf-a", "wf-b"] {
+        publisher.start_or_resume(StartRequest::new("t", id, json!({})).workflow_id(id)).await.unwrap();
+        let e = engine.clone();
+        claims.push(tokio::spawn(async move { e.tick().await }));
+        settle().await;
+        world.clock.advance(apart);
+        settle().await;
+    }
+    claims
 }
 
 async fn settle() {
