@@ -14,8 +14,8 @@
 //! - values PostgreSQL cannot store — NUL in text or JSONB (`22021`, `22P05`), a number
 //!   out of range (`22003`), an oversize value or row (`54000`, `22001`) — are
 //!   [`Error::InvalidInput`]: nothing was written and the same write would be refused again;
-//! - a row a table constraint refuses (`23514`: the instance would exceed 16 MiB of JSON)
-//!   is [`Error::InvalidInput`] (`document`), nothing written;
+//! - a row a table constraint or the size trigger refuses (`23514`: the instance would
+//!   exceed 16 MiB of JSON) is [`Error::InvalidInput`] (`document`), nothing written;
 //! - a stored value that does not parse where a statement reads it as a number (`22P02`)
 //!   is [`Error::Corrupt`]: nothing was written;
 //! - a connection that was already closed, a checkout from the pool that failed or timed

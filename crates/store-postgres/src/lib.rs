@@ -69,8 +69,8 @@
 //! kernel-core's K-2.0 rule first (the same refusals as every other store), then what
 //! PostgreSQL cannot store: NUL in any string of a JSONB value or in a text column,
 //! integers beyond the 64-bit signed range, statements whose values exceed
-//! [`Limits::document_bytes_max`], and (checked by the table) an instance whose JSON
-//! columns would exceed 16 MiB. All are [`Error::InvalidInput`](kernel_core::Error) with
+//! [`Limits::document_bytes_max`], and (checked by a trigger on writes of the JSON
+//! columns) an instance whose JSON columns would exceed 16 MiB. All are [`Error::InvalidInput`](kernel_core::Error) with
 //! nothing written.
 
 mod codec;
