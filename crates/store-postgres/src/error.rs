@@ -25,7 +25,7 @@
 //!   effect, so every transport failure of a read is `Unavailable`.
 
 use kernel_core::Error;
-use tokio_postgres::error::SqlState;
+use tokio_postgres::error::{Severity, SqlState};
 
 /// Whether a call could have changed the database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,11 +57,22 @@ pub fn is_terminated(e: &tokio_postgres::Error) -> bool {
     matches!(e.code(), Some(c) if *c == SqlState::ADMIN_SHUTDOWN || *c == SqlState::CRASH_SHUTDOWN || *c == SqlState::CANNOT_CONNECT_NOW)
 }
 
+/// Whether a server error ended the session (`FATAL`, `PANIC`): decided on the
+/// untranslated severity field — `DbError::severity()` is translated by the server's
+/// `lc_messages` (`SCHWERWIEGEND`, `致命的エラー`) — else, on a server too old to send it,
+/// on the SQLSTATE of a terminated or shutting-down backend (`57P01`–`57P03`).
+pub fn ends_session(parsed: Option<Severity>, code: Option<&SqlState>) -> bool {
+    match parsed {
+        Some(s) => matches!(s, Severity::Fatal | Severity::Panic),
+        None => matches!(code, Some(c) if *c == SqlState::ADMIN_SHUTDOWN || *c == SqlState::CRASH_SHUTDOWN || *c == SqlState::CANNOT_CONNECT_NOW),
+    }
+}
+
 /// Map a driver error of a call of kind `op` whose statement was sent; `what` names the
 /// call in the message. The driver's error is kept as the cause (`source()`).
 pub fn map(op: Op, what: &str, e: tokio_postgres::Error) -> Error {
     let msg = format!("postgres {what}: {e}");
-    let fatal = e.as_db_error().is_some_and(|d| matches!(d.severity(), "FATAL" | "PANIC"));
+    let fatal = e.as_db_error().is_some_and(|d| ends_session(d.parsed_severity(), Some(d.code())));
     if fatal && op == Op::Write {
         // The server ended the connection (terminated, shutting down). In autocommit the
         // commit happens when the request ends, so the connection may have ended just after
@@ -110,5 +121,26 @@ pub fn deadline(op: Op, what: &str, ms: u64) -> Error {
     match op {
         Op::Read => Error::unavailable(msg),
         Op::Write => Error::uncertain(msg),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The decision reads the untranslated severity (a server answering in German sends
+    /// `SCHWERWIEGEND` as the translated field, `FATAL` as the parsed one), falling back
+    /// on the SQLSTATE only when the server did not send it.
+    #[test]
+    fn session_end_is_decided_on_untranslated_fields() {
+        assert!(ends_session(Some(Severity::Fatal), Some(&SqlState::ADMIN_SHUTDOWN)));
+        assert!(ends_session(Some(Severity::Panic), None));
+        assert!(ends_session(Some(Severity::Fatal), Some(&SqlState::T_R_SERIALIZATION_FAILURE)));
+        assert!(!ends_session(Some(Severity::Error), Some(&SqlState::QUERY_CANCELED)));
+        assert!(!ends_session(Some(Severity::Error), Some(&SqlState::ADMIN_SHUTDOWN)), "the severity decides when sent");
+        assert!(ends_session(None, Some(&SqlState::ADMIN_SHUTDOWN)));
+        assert!(ends_session(None, Some(&SqlState::CRASH_SHUTDOWN)));
+        assert!(!ends_session(None, Some(&SqlState::QUERY_CANCELED)));
+        assert!(!ends_session(None, None));
     }
 }

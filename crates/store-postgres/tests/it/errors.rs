@@ -79,6 +79,42 @@ async fn call_deadline_on_a_write_is_uncertain() {
     db.drop_schema().await;
 }
 
+/// A write waiting on a row lock whose backend is terminated (`pg_terminate_backend`, a
+/// `FATAL` answer): the client cannot tell a commit just before the end from none, so the
+/// call is `Uncertain`; here the server had not applied it, and nothing applies once the
+/// lock is released.
+#[tokio::test]
+async fn a_terminated_write_is_uncertain_and_nothing_applies() {
+    let Some(db) = TestSchema::new().await else { return };
+    let store = db.store();
+    let seeded = claimed("wf-1", "a");
+    store.create(seeded.clone()).await.unwrap();
+    let release = lock_row(&db).await;
+    let (admin, conn) = tokio_postgres::connect(&store_postgres::database_url(), tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let write = tokio::spawn(async move { store.apply(&"wf-1".into(), &running(), &Transition::failing(T0)).await });
+    let sql = format!(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+         WHERE pid <> pg_backend_pid() AND wait_event_type = 'Lock' AND query LIKE '%\"{}\".workflow_instances SET%'",
+        db.schema()
+    );
+    let mut killed = 0;
+    for _ in 0..500 {
+        killed = admin.query_one(sql.as_str(), &[]).await.unwrap().get::<_, i64>(0);
+        if killed > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(killed, 1, "the waiting write's backend was terminated");
+    let r = write.await.unwrap();
+    assert!(matches!(r, Err(Error::Uncertain { .. })), "{r:?}");
+    release.send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(db.store().get(&"wf-1".into()).await.unwrap(), Some(seeded), "nothing applied");
+    db.drop_schema().await;
+}
+
 /// No server at the address: every call is `Unavailable` (retryable), nothing is sent.
 #[tokio::test]
 async fn no_server_is_unavailable() {
