@@ -16,8 +16,10 @@
 //!   [`Error::InvalidInput`]: nothing was written and the same write would be refused again;
 //! - a row a table constraint or the size trigger refuses (`23514`: the instance would
 //!   exceed 16 MiB of JSON) is [`Error::InvalidInput`] (`document`), nothing written;
-//! - a stored value that does not parse where a statement reads it as a number (`22P02`)
-//!   is [`Error::Corrupt`]: nothing was written;
+//! - a stored value that does not parse where a statement reads it as a number (`22P02`),
+//!   or a stored document of the wrong shape for a JSON function (`22023`, e.g.
+//!   `jsonb_array_length` of a `steps` that is not an array), is [`Error::Corrupt`]:
+//!   nothing was written;
 //! - a connection that was already closed, a checkout from the pool that failed or timed
 //!   out, a statement that failed to *prepare*: nothing was sent, [`Error::Unavailable`];
 //! - a connection lost or the client-side deadline passed **after** a write was sent:
@@ -92,9 +94,11 @@ pub fn map(op: Op, what: &str, e: tokio_postgres::Error) -> Error {
             };
             return Error::invalid_with(field, msg, e);
         }
-        if *code == SqlState::INVALID_TEXT_REPRESENTATION {
+        if *code == SqlState::INVALID_TEXT_REPRESENTATION || *code == SqlState::INVALID_PARAMETER_VALUE {
             // Every bound value is typed, so only a stored value read as a number (a
-            // step counter changed outside the kernel) fails to parse: nothing written.
+            // step counter changed outside the kernel, 22P02) fails to parse, and only a
+            // stored document of the wrong shape (`steps` not an array, 22023) is refused
+            // by a JSON function: nothing written, and retrying would fail the same way.
             return Error::Corrupt { message: msg, workflow_id: None, cause: Some(e.into()) };
         }
         // The server answered: an autocommit statement that failed was rolled back.
