@@ -223,3 +223,38 @@ async fn claims_and_heartbeats_do_not_measure_the_document() {
     pool.close();
     db.drop_schema().await;
 }
+
+/// An insert that conflicts with a record deleted before it is read back (retention,
+/// concurrently) wrote nothing: it is tried again and inserts, instead of reporting an
+/// uncertain outcome. The deletion is made deterministic by a statement trigger of the
+/// test schema that deletes the record once, right after the conflicting insert.
+#[tokio::test]
+async fn an_insert_conflicting_with_a_deleted_record_is_retried() {
+    let Some(db) = TestSchema::new().await else { return };
+    let inbox = db.inbox();
+    let r = record("sig-1", T0);
+    assert_eq!(inbox.insert(r.clone()).await.unwrap(), InsertOutcome::Inserted);
+    let s = format!("\"{}\"", db.schema());
+    db.client()
+        .await
+        .batch_execute(&format!(
+            "CREATE TABLE {s}.delete_once (n int);
+             INSERT INTO {s}.delete_once VALUES (1);
+             CREATE FUNCTION {s}.delete_once() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 IF EXISTS (SELECT 1 FROM {s}.delete_once) THEN
+                     DELETE FROM {s}.delete_once;
+                     DELETE FROM {s}.signal_inbox WHERE signal_id = 'sig-1';
+                 END IF;
+                 RETURN NULL;
+             END $$;
+             CREATE TRIGGER delete_once AFTER INSERT ON {s}.signal_inbox
+                 FOR EACH STATEMENT EXECUTE FUNCTION {s}.delete_once();"
+        ))
+        .await
+        .unwrap();
+    let got = inbox.insert(r.clone()).await;
+    assert_eq!(got.unwrap(), InsertOutcome::Inserted, "retried after the conflict's record vanished");
+    assert_eq!(inbox.get("sig-1").await.unwrap(), Some(r));
+    db.drop_schema().await;
+}
