@@ -66,7 +66,9 @@ pub fn is_terminated(e: &tokio_postgres::Error) -> bool {
 pub fn ends_session(parsed: Option<Severity>, code: Option<&SqlState>) -> bool {
     match parsed {
         Some(s) => matches!(s, Severity::Fatal | Severity::Panic),
-        None => matches!(code, Some(c) if *c == SqlState::ADMIN_SHUTDOWN || *c == SqlState::CRASH_SHUTDOWN || *c == SqlState::CANNOT_CONNECT_NOW),
+        None => {
+            matches!(code, Some(c) if *c == SqlState::ADMIN_SHUTDOWN || *c == SqlState::CRASH_SHUTDOWN || *c == SqlState::CANNOT_CONNECT_NOW)
+        }
     }
 }
 
@@ -141,7 +143,10 @@ mod tests {
         assert!(ends_session(Some(Severity::Panic), None));
         assert!(ends_session(Some(Severity::Fatal), Some(&SqlState::T_R_SERIALIZATION_FAILURE)));
         assert!(!ends_session(Some(Severity::Error), Some(&SqlState::QUERY_CANCELED)));
-        assert!(!ends_session(Some(Severity::Error), Some(&SqlState::ADMIN_SHUTDOWN)), "the severity decides when sent");
+        assert!(
+            !ends_session(Some(Severity::Error), Some(&SqlState::ADMIN_SHUTDOWN)),
+            "the severity decides when sent"
+        );
         assert!(ends_session(None, Some(&SqlState::ADMIN_SHUTDOWN)));
         assert!(ends_session(None, Some(&SqlState::CRASH_SHUTDOWN)));
         assert!(!ends_session(None, Some(&SqlState::QUERY_CANCELED)));

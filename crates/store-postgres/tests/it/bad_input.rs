@@ -6,12 +6,12 @@ use crate::support::TestSchema;
 use kernel_core::model::*;
 use kernel_core::ports::*;
 use kernel_core::transition::{Guard, Patch, Transition, TransitionKind};
-use testkit::time::TestTime;
 use kernel_core::Error;
 use serde_json::json;
 use store_postgres::{Limits, PostgresConfig, PostgresWorkflowStore};
 use testkit::conformance::inbox::record;
 use testkit::conformance::store::{claimed, instance, LEASE_MS, T0, TYPE};
+use testkit::time::TestTime;
 
 fn field<T: std::fmt::Debug>(r: kernel_core::Result<T>) -> String {
     match r {

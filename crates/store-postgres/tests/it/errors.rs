@@ -59,7 +59,8 @@ async fn statement_timeout_is_unavailable_and_writes_nothing() {
 async fn call_deadline_on_a_write_is_uncertain() {
     let Some(db) = TestSchema::new().await else { return };
     let url = store_postgres::database_url();
-    let config = PostgresConfig { call_timeout_ms: 150, statement_timeout_ms: 100, pool_size_max: 1, ..db.config.clone() };
+    let config =
+        PostgresConfig { call_timeout_ms: 150, statement_timeout_ms: 100, pool_size_max: 1, ..db.config.clone() };
     let pool = store_postgres::connect(&url, &config).unwrap();
     pool.get().await.unwrap().batch_execute("SET statement_timeout = 0").await.unwrap();
     let store = PostgresWorkflowStore::new(pool, config).unwrap();
@@ -137,7 +138,8 @@ fn statement_timeout_must_be_shorter_than_the_call_deadline() {
 #[tokio::test]
 async fn checkout_deadline_is_unavailable() {
     let Some(db) = TestSchema::new().await else { return };
-    let config = PostgresConfig { pool_size_max: 1, statement_timeout_ms: 100, call_timeout_ms: 200, ..db.config.clone() };
+    let config =
+        PostgresConfig { pool_size_max: 1, statement_timeout_ms: 100, call_timeout_ms: 200, ..db.config.clone() };
     let pool = store_postgres::connect(&store_postgres::database_url(), &config).unwrap();
     let store = PostgresWorkflowStore::new(pool.clone(), config).unwrap();
     let seeded = claimed("wf-1", "a");
@@ -156,7 +158,8 @@ async fn checkout_deadline_is_unavailable() {
 #[tokio::test]
 async fn a_slow_checkout_leaves_the_statement_its_whole_timeout() {
     let Some(db) = TestSchema::new().await else { return };
-    let config = PostgresConfig { pool_size_max: 1, statement_timeout_ms: 400, call_timeout_ms: 800, ..db.config.clone() };
+    let config =
+        PostgresConfig { pool_size_max: 1, statement_timeout_ms: 400, call_timeout_ms: 800, ..db.config.clone() };
     let pool = store_postgres::connect(&store_postgres::database_url(), &config).unwrap();
     let store = PostgresWorkflowStore::new(pool.clone(), config).unwrap();
     let seeded = claimed("wf-1", "a");

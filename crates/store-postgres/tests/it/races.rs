@@ -69,7 +69,8 @@ async fn races_over_concurrent_connections() {
     // connection of its own for as long as the races last.
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let sampler = {
-        let (client, conn) = tokio_postgres::connect(&store_postgres::database_url(), tokio_postgres::NoTls).await.unwrap();
+        let (client, conn) =
+            tokio_postgres::connect(&store_postgres::database_url(), tokio_postgres::NoTls).await.unwrap();
         tokio::spawn(conn);
         let sql = format!(
             "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND state = 'active' AND query LIKE '%{}%'",
