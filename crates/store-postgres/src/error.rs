@@ -14,10 +14,12 @@
 //! - values PostgreSQL cannot store — NUL in text or JSONB (`22021`, `22P05`), a number
 //!   out of range (`22003`), an oversize value or row (`54000`, `22001`) — are
 //!   [`Error::InvalidInput`]: nothing was written and the same write would be refused again;
-//! - a row a table constraint refuses (`23514`: the instance would exceed 16 MiB of JSON)
-//!   is [`Error::InvalidInput`] (`document`), nothing written;
-//! - a stored value that does not parse where a statement reads it as a number (`22P02`)
-//!   is [`Error::Corrupt`]: nothing was written;
+//! - a row a table constraint or the size trigger refuses (`23514`: the instance would
+//!   exceed 16 MiB of JSON) is [`Error::InvalidInput`] (`document`), nothing written;
+//! - a stored value that does not parse where a statement reads it as a number (`22P02`),
+//!   or a stored document of the wrong shape for a JSON function (`22023`, e.g.
+//!   `jsonb_array_length` of a `steps` that is not an array), is [`Error::Corrupt`]:
+//!   nothing was written;
 //! - a connection that was already closed, a checkout from the pool that failed or timed
 //!   out, a statement that failed to *prepare*: nothing was sent, [`Error::Unavailable`];
 //! - a connection lost or the client-side deadline passed **after** a write was sent:
@@ -25,7 +27,7 @@
 //!   effect, so every transport failure of a read is `Unavailable`.
 
 use kernel_core::Error;
-use tokio_postgres::error::SqlState;
+use tokio_postgres::error::{Severity, SqlState};
 
 /// Whether a call could have changed the database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,11 +59,24 @@ pub fn is_terminated(e: &tokio_postgres::Error) -> bool {
     matches!(e.code(), Some(c) if *c == SqlState::ADMIN_SHUTDOWN || *c == SqlState::CRASH_SHUTDOWN || *c == SqlState::CANNOT_CONNECT_NOW)
 }
 
+/// Whether a server error ended the session (`FATAL`, `PANIC`): decided on the
+/// untranslated severity field — `DbError::severity()` is translated by the server's
+/// `lc_messages` (`SCHWERWIEGEND`, `致命的エラー`) — else, on a server too old to send it,
+/// on the SQLSTATE of a terminated or shutting-down backend (`57P01`–`57P03`).
+pub fn ends_session(parsed: Option<Severity>, code: Option<&SqlState>) -> bool {
+    match parsed {
+        Some(s) => matches!(s, Severity::Fatal | Severity::Panic),
+        None => {
+            matches!(code, Some(c) if *c == SqlState::ADMIN_SHUTDOWN || *c == SqlState::CRASH_SHUTDOWN || *c == SqlState::CANNOT_CONNECT_NOW)
+        }
+    }
+}
+
 /// Map a driver error of a call of kind `op` whose statement was sent; `what` names the
 /// call in the message. The driver's error is kept as the cause (`source()`).
 pub fn map(op: Op, what: &str, e: tokio_postgres::Error) -> Error {
     let msg = format!("postgres {what}: {e}");
-    let fatal = e.as_db_error().is_some_and(|d| matches!(d.severity(), "FATAL" | "PANIC"));
+    let fatal = e.as_db_error().is_some_and(|d| ends_session(d.parsed_severity(), Some(d.code())));
     if fatal && op == Op::Write {
         // The server ended the connection (terminated, shutting down). In autocommit the
         // commit happens when the request ends, so the connection may have ended just after
@@ -81,9 +96,11 @@ pub fn map(op: Op, what: &str, e: tokio_postgres::Error) -> Error {
             };
             return Error::invalid_with(field, msg, e);
         }
-        if *code == SqlState::INVALID_TEXT_REPRESENTATION {
+        if *code == SqlState::INVALID_TEXT_REPRESENTATION || *code == SqlState::INVALID_PARAMETER_VALUE {
             // Every bound value is typed, so only a stored value read as a number (a
-            // step counter changed outside the kernel) fails to parse: nothing written.
+            // step counter changed outside the kernel, 22P02) fails to parse, and only a
+            // stored document of the wrong shape (`steps` not an array, 22023) is refused
+            // by a JSON function: nothing written, and retrying would fail the same way.
             return Error::Corrupt { message: msg, workflow_id: None, cause: Some(e.into()) };
         }
         // The server answered: an autocommit statement that failed was rolled back.
@@ -110,5 +127,29 @@ pub fn deadline(op: Op, what: &str, ms: u64) -> Error {
     match op {
         Op::Read => Error::unavailable(msg),
         Op::Write => Error::uncertain(msg),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The decision reads the untranslated severity (a server answering in German sends
+    /// `SCHWERWIEGEND` as the translated field, `FATAL` as the parsed one), falling back
+    /// on the SQLSTATE only when the server did not send it.
+    #[test]
+    fn session_end_is_decided_on_untranslated_fields() {
+        assert!(ends_session(Some(Severity::Fatal), Some(&SqlState::ADMIN_SHUTDOWN)));
+        assert!(ends_session(Some(Severity::Panic), None));
+        assert!(ends_session(Some(Severity::Fatal), Some(&SqlState::T_R_SERIALIZATION_FAILURE)));
+        assert!(!ends_session(Some(Severity::Error), Some(&SqlState::QUERY_CANCELED)));
+        assert!(
+            !ends_session(Some(Severity::Error), Some(&SqlState::ADMIN_SHUTDOWN)),
+            "the severity decides when sent"
+        );
+        assert!(ends_session(None, Some(&SqlState::ADMIN_SHUTDOWN)));
+        assert!(ends_session(None, Some(&SqlState::CRASH_SHUTDOWN)));
+        assert!(!ends_session(None, Some(&SqlState::QUERY_CANCELED)));
+        assert!(!ends_session(None, None));
     }
 }

@@ -84,13 +84,19 @@ impl SignalInbox for PostgresSignalInbox {
                 Param::Bool(*orphan),
             ],
         };
-        if self.db.query_opt(Op::Write, "insert signal", &stmt).await?.is_some() {
-            return Ok(InsertOutcome::Inserted);
+        // A conflict whose record is gone by the read (retention deleted it in between)
+        // wrote nothing (`DO NOTHING`): the insert is tried once more.
+        for _ in 0..2 {
+            if self.db.query_opt(Op::Write, "insert signal", &stmt).await?.is_some() {
+                return Ok(InsertOutcome::Inserted);
+            }
+            if let Some(existing) = self.get(signal_id).await? {
+                return Ok(InsertOutcome::Duplicate(existing));
+            }
         }
-        match self.get(signal_id).await? {
-            Some(existing) => Ok(InsertOutcome::Duplicate(existing)),
-            None => Err(Error::uncertain(format!("signal `{signal_id}` conflicted on insert but is not found"))),
-        }
+        Err(Error::unavailable(format!(
+            "signal `{signal_id}` conflicted on insert twice but was deleted each time before it could be read; nothing written"
+        )))
     }
 
     async fn get(&self, signal_id: &str) -> Result<Option<SignalRecord>> {

@@ -47,8 +47,9 @@
 //! (the address, not `localhost`, so that trust authentication on 127.0.0.1 applies).
 //! Every call has a deadline: [`PostgresConfig::statement_timeout_ms`] is set as the
 //! server's `statement_timeout` (the server cancels and rolls back: `Unavailable`), and
-//! [`PostgresConfig::call_timeout_ms`] bounds the whole call on the client (checkout,
-//! prepare, execute; past it a write is `Uncertain`).
+//! [`PostgresConfig::call_timeout_ms`] bounds, on the client, the checkout from the pool
+//! (past it nothing was sent: `Unavailable`) and then, afresh, prepare and execute (past it
+//! a write is `Uncertain`); it must exceed the statement timeout.
 //!
 //! ## Tables
 //!
@@ -81,8 +82,8 @@
 //! kernel-core's K-2.0 rule first (the same refusals as every other store), then what
 //! PostgreSQL cannot store: NUL in any string of a JSONB value or in a text column,
 //! integers beyond the 64-bit signed range, statements whose values exceed
-//! [`Limits::document_bytes_max`], and (checked by the table) an instance whose JSON
-//! columns would exceed 16 MiB. All are [`Error::InvalidInput`](kernel_core::Error) with
+//! [`Limits::document_bytes_max`], and (checked by a trigger on writes of the JSON
+//! columns) an instance whose JSON columns would exceed 16 MiB. All are [`Error::InvalidInput`](kernel_core::Error) with
 //! nothing written.
 
 mod codec;
@@ -139,9 +140,11 @@ pub struct PostgresConfig {
     pub scan_page_max: usize,
     /// Server-side `statement_timeout` of every connection, in milliseconds.
     pub statement_timeout_ms: u64,
-    /// Client-side deadline of every call (checkout, prepare, execute), in milliseconds;
-    /// longer than the statement timeout, so a slow statement is normally cancelled by the
-    /// server (certainly no effect) before the client gives up on it (uncertain).
+    /// Client-side deadlines of every call, in milliseconds: one for the checkout from the
+    /// pool (past it, nothing was sent: `Unavailable`), then a fresh one for prepare and
+    /// execute. Must be longer than [`statement_timeout_ms`](Self::statement_timeout_ms)
+    /// ([`validate`](Self::validate)), so a slow statement is cancelled by the server
+    /// (certainly no effect) before the client gives up on it (uncertain).
     pub call_timeout_ms: u64,
     /// Most connections the pool opens.
     pub pool_size_max: usize,
@@ -161,7 +164,8 @@ impl Default for PostgresConfig {
 }
 
 impl PostgresConfig {
-    /// Check the configuration: a valid schema name, positive limits and timeouts.
+    /// Check the configuration: a valid schema name, positive limits and timeouts, and
+    /// `statement_timeout_ms < call_timeout_ms`.
     pub fn validate(&self) -> Result<()> {
         schema_name(&self.schema)?;
         for (field, v) in [
@@ -173,6 +177,16 @@ impl PostgresConfig {
             if v == 0 {
                 return Err(Error::invalid(field, "must be > 0"));
             }
+        }
+        if self.statement_timeout_ms >= self.call_timeout_ms {
+            return Err(Error::invalid(
+                "call_timeout_ms",
+                format_args!(
+                    "{} ms must be longer than statement_timeout_ms ({} ms), so that the server cancels a slow \
+                     statement (no effect) before the client gives up on it (uncertain)",
+                    self.call_timeout_ms, self.statement_timeout_ms
+                ),
+            ));
         }
         Ok(())
     }
@@ -248,52 +262,62 @@ impl Db {
         &self.config.schema
     }
 
-    /// Run one statement under the call deadline; every failure mapped (see [`error`]).
+    /// Run one statement; every failure mapped (see [`error`]). Two deadlines, each of
+    /// [`PostgresConfig::call_timeout_ms`]: the checkout from the pool (past it nothing was
+    /// sent: `Unavailable`), then prepare and execute on the connection, so a statement
+    /// always has more than the server's `statement_timeout` however long it waited for a
+    /// connection (the server cancels and rolls back first, `Unavailable`, before the
+    /// client gives up on a write, `Uncertain`).
     pub(crate) async fn query(&self, op: Op, what: &str, stmt: &protocol::Statement) -> Result<Vec<Row>> {
-        let sent = AtomicBool::new(false);
-        let call = async {
-            // A pooled connection the server dropped (restart, idle kill, network) is
-            // only noticed when used. Where nothing can have been written — the prepare
-            // failed, or a read — the call moves to another connection, discarding the
-            // dead one, up to once per pooled connection; a write already sent is never
-            // repeated (its outcome is uncertain).
-            let mut tries = 0;
-            loop {
-                tries += 1;
-                let retry = tries <= self.config.pool_size_max;
-                let client = self.pool.get().await.map_err(|e| error::before_send(what, e))?;
+        let ms = self.config.call_timeout_ms;
+        // A pooled connection the server dropped (restart, idle kill, network) is only
+        // noticed when used. Where nothing can have been written — the prepare failed, or
+        // a read — the call moves to another connection, discarding the dead one, up to
+        // once per pooled connection; a write already sent is never repeated (its outcome
+        // is uncertain).
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let retry = tries <= self.config.pool_size_max;
+            let client = match tokio::time::timeout(Duration::from_millis(ms), self.pool.get()).await {
+                Ok(c) => c.map_err(|e| error::before_send(what, e))?,
+                Err(_) => {
+                    return Err(Error::unavailable(format!(
+                        "postgres {what}: no pooled connection within the checkout deadline of {ms} ms"
+                    )))
+                }
+            };
+            let sent = AtomicBool::new(false);
+            let call = async {
                 let prepared = match client.prepare_cached(&stmt.sql).await {
                     Ok(p) => p,
-                    Err(e) if (e.is_closed() || error::is_terminated(&e)) && retry => {
-                        drop(deadpool_postgres::Object::take(client));
-                        continue;
-                    }
+                    Err(e) if (e.is_closed() || error::is_terminated(&e)) && retry => return Ok(None),
                     Err(e) => return Err(error::before_send(what, e)),
                 };
                 if client.is_closed() {
-                    drop(deadpool_postgres::Object::take(client));
                     if retry {
-                        continue;
+                        return Ok(None);
                     }
                     return Err(Error::unavailable(format!("postgres {what}: connection closed before sending")));
                 }
                 sent.store(op == Op::Write, Ordering::SeqCst);
                 match client.query(&prepared, &stmt.values()).await {
-                    Ok(rows) => return Ok(rows),
-                    Err(e) if (error::is_terminated(&e) || e.is_closed()) && op == Op::Read && retry => {
-                        drop(deadpool_postgres::Object::take(client));
-                        continue;
-                    }
-                    Err(e) => return Err(error::map(op, what, e)),
+                    Ok(rows) => Ok(Some(rows)),
+                    Err(e) if (error::is_terminated(&e) || e.is_closed()) && op == Op::Read && retry => Ok(None),
+                    Err(e) => Err(error::map(op, what, e)),
                 }
-            }
-        };
-        let ms = self.config.call_timeout_ms;
-        match tokio::time::timeout(Duration::from_millis(ms), call).await {
-            Ok(r) => r,
-            Err(_) => {
-                let op = if sent.load(Ordering::SeqCst) { op } else { Op::Read };
-                Err(error::deadline(op, what, ms))
+            };
+            match tokio::time::timeout(Duration::from_millis(ms), call).await {
+                Ok(Ok(Some(rows))) => return Ok(rows),
+                Ok(Ok(None)) => {
+                    // The connection is dead and nothing was applied: discard it, try another.
+                    drop(deadpool_postgres::Object::take(client));
+                }
+                Ok(Err(e)) => return Err(e),
+                Err(_) => {
+                    let op = if sent.load(Ordering::SeqCst) { op } else { Op::Read };
+                    return Err(error::deadline(op, what, ms));
+                }
             }
         }
     }

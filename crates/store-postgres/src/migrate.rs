@@ -13,6 +13,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     (4, "claim_by_type", include_str!("../migrations/0004_claim_by_type.sql")),
 ];
 
+/// How long a migration's DDL waits for a table lock (`SET LOCAL lock_timeout`), in
+/// milliseconds; the wait for another process's migration (the advisory lock) is not
+/// bounded by it.
+const LOCK_TIMEOUT_MS: u64 = 2_000;
+
 /// The advisory-lock key of migrations of `schema`: a fixed FNV-1a hash, so every process
 /// of every version agrees on it.
 pub fn lock_key(schema: &str) -> i64 {
@@ -30,7 +35,12 @@ pub fn lock_key(schema: &str) -> i64 {
 /// versions this call applied.
 ///
 /// Not bounded by the call deadline of the adapters (a migration may legitimately wait for
-/// another process's); the server's `statement_timeout` still bounds each statement.
+/// another process's); the server's `statement_timeout` still bounds each statement, and
+/// a `lock_timeout` of 2 s each wait for a table lock (past it `Unavailable`).
+///
+/// A schema holding a version this one does not know (written by a newer version) is a
+/// [`Error::Conflict`], nothing applied: a rollback of the code below a schema version
+/// is refused rather than run on tables it does not understand.
 pub async fn migrate(pool: &crate::Pool, schema: &str) -> Result<Vec<i32>> {
     let schema = crate::schema_name(schema)?;
     let mut client = pool.get().await.map_err(|e| error::before_send("migrate: connect", e))?;
@@ -38,6 +48,10 @@ pub async fn migrate(pool: &crate::Pool, schema: &str) -> Result<Vec<i32>> {
     let q = format!("\"{schema}\"");
     let run = |e| error::map(error::Op::Read, "migrate", e);
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&lock_key(schema)]).await.map_err(run)?;
+    // Holding the advisory lock, the DDL below waits at most LOCK_TIMEOUT_MS for a table
+    // lock (a long transaction on a table): queued behind it, every other statement on
+    // that table would wait too. Past it: 55P03, `Unavailable`, nothing applied.
+    tx.batch_execute(&format!("SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}")).await.map_err(run)?;
     tx.batch_execute(&format!(
         "CREATE SCHEMA IF NOT EXISTS {q}; \
          CREATE TABLE IF NOT EXISTS {q}.schema_migrations (version integer PRIMARY KEY, name text NOT NULL, \

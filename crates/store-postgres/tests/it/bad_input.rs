@@ -10,7 +10,8 @@ use kernel_core::Error;
 use serde_json::json;
 use store_postgres::{Limits, PostgresConfig, PostgresWorkflowStore};
 use testkit::conformance::inbox::record;
-use testkit::conformance::store::{claimed, instance, T0};
+use testkit::conformance::store::{claimed, instance, LEASE_MS, T0, TYPE};
+use testkit::time::TestTime;
 
 fn field<T: std::fmt::Debug>(r: kernel_core::Result<T>) -> String {
     match r {
@@ -143,5 +144,117 @@ async fn a_document_growing_past_16_mib_is_refused() {
     assert_eq!(round, 4, "16 MiB is passed by the fifth write of 3.7 MiB");
     let bytes = db.scalar("SELECT octet_length(output::text)::bigint FROM {s}.workflow_instances").await;
     assert!(bytes <= 16 * 1024 * 1024 && bytes > 12 * 1024 * 1024, "{bytes}");
+    db.drop_schema().await;
+}
+
+/// An instance kernel-core's `validate::document` accepts (its compact JSON is under 16 MiB)
+/// is stored, even though PostgreSQL's JSONB text of it — with a space after every `,` and
+/// `:` — is far over 16 MiB: the table's measure never refuses what kernel-core accepts.
+#[tokio::test]
+async fn a_document_kernel_core_accepts_is_stored() {
+    let Some(db) = TestSchema::new().await else { return };
+    // Writes of ~4 MB of small JSON values take seconds on a loaded machine.
+    let config = PostgresConfig { statement_timeout_ms: 120_000, call_timeout_ms: 180_000, ..db.config.clone() };
+    let pool = store_postgres::connect(&store_postgres::database_url(), &config).unwrap();
+    let store = PostgresWorkflowStore::new(pool.clone(), config).unwrap();
+    store.create(claimed("wf-1", "a")).await.unwrap();
+    let running = Guard::Running { token: "a".into() };
+    // 8 bytes per item in compact JSON (`"xxxxx",`), 9 in JSONB text (`"xxxxx", `).
+    let items = json!(vec!["xxxxx"; 32_000]);
+    for round in 0..4 {
+        let mut t = Transition::new(TransitionKind::CompleteStep, T0);
+        for n in 0..15 {
+            t.outputs.push((format!("o{round}_{n}"), items.clone()));
+        }
+        let o = store.apply(&"wf-1".into(), &running, &t).await.unwrap_or_else(|e| panic!("round {round}: {e:?}"));
+        assert!(o.applied(), "round {round}");
+    }
+    let stored = store.get(&"wf-1".into()).await.unwrap().expect("stored");
+    assert_eq!(stored.output.len(), 1 + 60, "every output stored");
+    let compact = serde_json::to_vec(&stored).unwrap().len();
+    assert!(compact > 14 * 1024 * 1024, "near the bound: {compact}");
+    kernel_core::validate::document("document", &stored, kernel_core::validate::DOCUMENT_BYTES_MAX)
+        .expect("kernel-core accepts the instance");
+    let text = db.scalar("SELECT octet_length(output::text)::bigint FROM {s}.workflow_instances").await;
+    assert!(text > 16 * 1024 * 1024, "JSONB text over 16 MiB: {text}");
+    pool.close();
+    db.drop_schema().await;
+}
+
+/// The size check runs only on writes that set a JSON column: a claim and a heartbeat of a
+/// large instance do not call it, a step write does. Counted by the server's function
+/// statistics (`track_functions = all` on the adapter's connection).
+#[tokio::test]
+async fn claims_and_heartbeats_do_not_measure_the_document() {
+    let Some(db) = TestSchema::new().await else { return };
+    let base = store_postgres::database_url();
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let url = format!("{base}{sep}options=-c%20track_functions%3Dall");
+    let config = PostgresConfig { pool_size_max: 1, ..db.config.clone() };
+    let pool = store_postgres::connect(&url, &config).unwrap();
+    let store = PostgresWorkflowStore::new(pool.clone(), config).unwrap();
+    let mut big = instance("wf-1");
+    big.input = json!({"blob": "x".repeat(200 * 1024)});
+    store.create(big).await.unwrap();
+    let calls = || async {
+        let c = pool.get().await.unwrap();
+        // Flush this backend's pending statistics when it next goes idle, then read them.
+        c.batch_execute("SELECT pg_stat_force_next_flush()").await.unwrap();
+        c.batch_execute("SELECT pg_stat_clear_snapshot()").await.unwrap();
+        let row = c
+            .query_opt(
+                "SELECT calls FROM pg_stat_user_functions WHERE schemaname = $1 AND funcname = 'workflow_instances_document_size'",
+                &[&db.config.schema],
+            )
+            .await
+            .unwrap();
+        row.map_or(0, |r| r.get::<_, i64>(0))
+    };
+    let after_create = calls().await;
+    assert_eq!(after_create, 1, "the insert is measured");
+    let spec = ClaimSpec { now: T0, lease_ms: LEASE_MS, token: "a".to_string().into(), types: vec![TYPE.to_string()] };
+    store.claim(&"wf-1".into(), &spec).await.unwrap().expect("claimed");
+    let hb = Transition::heartbeat(T0.plus(LEASE_MS), LEASE_MS).unwrap();
+    assert!(store.apply(&"wf-1".into(), &Guard::Token { token: "a".into() }, &hb).await.unwrap().applied());
+    assert_eq!(calls().await, after_create, "neither the claim nor the heartbeat measured the document");
+    let step = Transition::mark_running(0, T0.plus(LEASE_MS).plus(LEASE_MS));
+    assert!(store.apply(&"wf-1".into(), &Guard::Running { token: "a".into() }, &step).await.unwrap().applied());
+    assert_eq!(calls().await, after_create + 1, "a step write is measured");
+    pool.close();
+    db.drop_schema().await;
+}
+
+/// An insert that conflicts with a record deleted before it is read back (retention,
+/// concurrently) wrote nothing: it is tried again and inserts, instead of reporting an
+/// uncertain outcome. The deletion is made deterministic by a statement trigger of the
+/// test schema that deletes the record once, right after the conflicting insert.
+#[tokio::test]
+async fn an_insert_conflicting_with_a_deleted_record_is_retried() {
+    let Some(db) = TestSchema::new().await else { return };
+    let inbox = db.inbox();
+    let r = record("sig-1", T0);
+    assert_eq!(inbox.insert(r.clone()).await.unwrap(), InsertOutcome::Inserted);
+    let s = format!("\"{}\"", db.schema());
+    db.client()
+        .await
+        .batch_execute(&format!(
+            "CREATE TABLE {s}.delete_once (n int);
+             INSERT INTO {s}.delete_once VALUES (1);
+             CREATE FUNCTION {s}.delete_once() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 IF EXISTS (SELECT 1 FROM {s}.delete_once) THEN
+                     DELETE FROM {s}.delete_once;
+                     DELETE FROM {s}.signal_inbox WHERE signal_id = 'sig-1';
+                 END IF;
+                 RETURN NULL;
+             END $$;
+             CREATE TRIGGER delete_once AFTER INSERT ON {s}.signal_inbox
+                 FOR EACH STATEMENT EXECUTE FUNCTION {s}.delete_once();"
+        ))
+        .await
+        .unwrap();
+    let got = inbox.insert(r.clone()).await;
+    assert_eq!(got.unwrap(), InsertOutcome::Inserted, "retried after the conflict's record vanished");
+    assert_eq!(inbox.get("sig-1").await.unwrap(), Some(r));
     db.drop_schema().await;
 }

@@ -50,3 +50,34 @@ async fn unknown_versions_and_bad_schema_names_are_refused() {
     }
     db.drop_schema().await;
 }
+
+/// A migration's DDL waits for a table lock at most `lock_timeout` (2 s), not the whole
+/// statement timeout, behind a transaction holding a conflicting lock: refused with
+/// `55P03` (`Unavailable`), nothing applied, and applied once the lock is gone.
+#[tokio::test]
+async fn a_migration_waits_for_a_table_lock_at_most_the_lock_timeout() {
+    let Some(db) = TestSchema::new().await else { return };
+    let s = format!("\"{}\"", db.schema());
+    // Undo version 2, as on a schema migrated by the previous version.
+    db.client()
+        .await
+        .batch_execute(&format!(
+            "DELETE FROM {s}.schema_migrations WHERE version = 2;
+             DROP TRIGGER workflow_instances_document_size ON {s}.workflow_instances;
+             DROP FUNCTION {s}.workflow_instances_document_size();"
+        ))
+        .await
+        .unwrap();
+    let (holder, conn) = tokio_postgres::connect(&store_postgres::database_url(), tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    holder.batch_execute(&format!("BEGIN; LOCK TABLE {s}.workflow_instances IN ROW EXCLUSIVE MODE")).await.unwrap();
+    let r = migrate(&db.pool, db.schema()).await;
+    let missing = db.scalar("SELECT count(*) FROM {s}.schema_migrations WHERE version = 2").await;
+    holder.batch_execute("COMMIT").await.unwrap();
+    let text = format!("{r:?}");
+    assert!(matches!(r, Err(kernel_core::Error::Unavailable { .. })), "{text}");
+    assert!(text.contains("E55P03"), "lock_not_available, not the statement timeout: {text}");
+    assert_eq!(missing, 0, "nothing applied");
+    assert_eq!(migrate(&db.pool, db.schema()).await.unwrap(), vec![2]);
+    db.drop_schema().await;
+}

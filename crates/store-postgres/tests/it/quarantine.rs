@@ -95,3 +95,28 @@ async fn a_counter_that_does_not_parse_is_corrupt_and_writes_nothing() {
     assert_eq!(before, after, "nothing written");
     db.drop_schema().await;
 }
+
+/// A guarded write whose statement reads a corrupt `steps` (not an array: the server
+/// answers `22023`, `jsonb_array_length` of a non-array) is `Corrupt`, not `Unavailable`
+/// (which the engine would retry forever), and nothing is written.
+#[tokio::test]
+async fn a_write_over_corrupt_steps_is_corrupt() {
+    let Some(db) = TestSchema::new().await else { return };
+    let store = db.store();
+    store.create(testkit::conformance::store::claimed("wf-1", "a")).await.unwrap();
+    let s = format!("\"{}\"", db.schema());
+    db.client()
+        .await
+        .batch_execute(&format!(
+            "UPDATE {s}.workflow_instances SET steps = '{{\"not\": \"steps\"}}' WHERE workflow_id = 'wf-1'"
+        ))
+        .await
+        .unwrap();
+    let before = db.scalar("SELECT revision FROM {s}.workflow_instances").await;
+    let guard = kernel_core::transition::Guard::Running { token: "a".into() };
+    let t = kernel_core::transition::Transition::mark_running(1, T0.plus(LEASE_MS));
+    let r = store.apply(&"wf-1".into(), &guard, &t).await;
+    assert!(matches!(r, Err(Error::Corrupt { .. })), "{r:?}");
+    assert_eq!(db.scalar("SELECT revision FROM {s}.workflow_instances").await, before, "nothing written");
+    db.drop_schema().await;
+}
