@@ -58,7 +58,8 @@ async fn values_postgres_cannot_store_are_invalid_records() {
 /// An unreachable server is `Unavailable` (retryable), not a refused record.
 #[tokio::test]
 async fn no_server_is_unavailable() {
-    let config = store_postgres::PostgresConfig { call_timeout_ms: 500, ..Default::default() };
+    let config =
+        store_postgres::PostgresConfig { call_timeout_ms: 500, statement_timeout_ms: 250, ..Default::default() };
     let pool = store_postgres::connect("postgres://postgres@127.0.0.1:1/test", &config).unwrap();
     let repo = PostgresObservationRepository::new(pool, config).unwrap();
     let r = repo.write_batch(&[obs("k", 1, TransitionKind::Create, None, 0)]).await;
