@@ -71,9 +71,8 @@ mod crash_windows {
             move |seed: u64| -> BoxFuture<'static, DispatchEnv> {
                 let (pool, schemas) = (pool.clone(), schemas.clone());
                 Box::pin(async move {
-                    let schema = schemas.fresh();
-                    store_postgres::migrate(&pool, &schema).await.expect("migrate");
-                    let config = PostgresConfig { schema: schema.clone(), ..PostgresConfig::default() };
+                    let config = schemas.fresh_migrated(&pool).await;
+                    let schema = config.schema.clone();
                     let store = PostgresWorkflowStore::new(pool.clone(), config.clone()).expect("store");
                     let inbox = PostgresSignalInbox::new(pool.clone(), config.clone()).expect("inbox");
                     let table = OutboxTable { schema, ..OutboxTable::default() };

@@ -168,6 +168,13 @@ impl SchemaSet {
         name
     }
 
+    /// A fresh schema, migrated on `pool`, and the default configuration in it.
+    pub async fn fresh_migrated(&self, pool: &store_postgres::Pool) -> PostgresConfig {
+        let schema = self.fresh();
+        store_postgres::migrate(pool, &schema).await.expect("migrate");
+        PostgresConfig { schema, ..PostgresConfig::default() }
+    }
+
     /// Drop every schema made so far.
     pub async fn drop_all(&self) {
         let names: Vec<String> = std::mem::take(&mut *self.0.names.lock().unwrap());

@@ -20,9 +20,7 @@ async fn crash_sweep_on_postgres() {
         move |seed: u64| -> BoxFuture<'static, World> {
             let (pool, schemas) = (pool.clone(), schemas.clone());
             Box::pin(async move {
-                let schema = schemas.fresh();
-                store_postgres::migrate(&pool, &schema).await.expect("migrate");
-                let config = PostgresConfig { schema, ..PostgresConfig::default() };
+                let config = schemas.fresh_migrated(&pool).await;
                 let store = PostgresWorkflowStore::new(pool.clone(), config.clone()).expect("store");
                 let inbox = PostgresSignalInbox::new(pool, config).expect("inbox");
                 let listed = store.clone();
