@@ -93,9 +93,10 @@ pub const DOCUMENT_BYTES_MAX: usize = 16 * 1024 * 1024;
 const DBREF_KEYS: [&str; 3] = ["$ref", "$id", "$db"];
 
 /// Whether every store can represent `value` (K-2.0): integers within the 64-bit signed
-/// range (a JSON number above `i64::MAX` has no BSON type), object keys without NUL (BSON
-/// keys are C strings) and other than the DBRef keys `$ref`, `$id` and `$db` at any depth,
-/// and at most [`PAYLOAD_DEPTH_MAX`] levels of nesting.
+/// range (a JSON number above `i64::MAX` has no BSON type), strings and object keys without
+/// NUL (BSON keys are C strings; PostgreSQL refuses `\u0000` anywhere in a `jsonb` value, so
+/// one store's limit is every store's), keys other than the DBRef keys `$ref`, `$id` and
+/// `$db` at any depth, and at most [`PAYLOAD_DEPTH_MAX`] levels of nesting.
 /// Checked without recursion, so a pathologically deep value cannot overflow the stack.
 pub fn storable(field: &str, value: &serde_json::Value) -> Result<()> {
     use serde_json::Value;
@@ -107,6 +108,9 @@ pub fn storable(field: &str, value: &serde_json::Value) -> Result<()> {
                     field,
                     format_args!("integer {n} exceeds the 64-bit signed range a store can hold"),
                 ));
+            }
+            Value::String(s) if s.contains('\0') => {
+                return Err(Error::invalid(field, "a string contains NUL, which not every store can hold"));
             }
             Value::Array(items) => {
                 let depth = nested(field, depth)?;
@@ -473,7 +477,9 @@ mod tests {
     #[test]
     fn storable_values() {
         use serde_json::json;
-        assert!(storable("output", &json!({"a": [i64::MAX, i64::MIN, 1.5, "x\u{0}y"]})).is_ok());
+        assert!(storable("output", &json!({"a": [i64::MAX, i64::MIN, 1.5, "x y"]})).is_ok());
+        let e = storable("output", &json!({"a": [1, {"b": "x\u{0}y"}]})).unwrap_err();
+        assert!(e.to_string().contains("NUL"), "{e}");
         assert!(storable("output", &json!(u64::MAX)).is_err());
         assert!(storable("output", &json!({"a": [{"b": (i64::MAX as u64) + 1}]})).is_err());
         assert!(storable("output", &json!({"a": {"b\u{0}": 1}})).is_err());

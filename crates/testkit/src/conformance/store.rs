@@ -925,7 +925,7 @@ pub async fn k2_0_bad_output_key_is_refused(store: &DynStore) {
 }
 
 /// K-2.0: values no store can represent ([`validate::storable`](kernel_core::validate::storable):
-/// an integer above `i64::MAX`, NUL in a nested object key, nesting deeper than
+/// an integer above `i64::MAX`, NUL in a nested object key or in a string, nesting deeper than
 /// [`PAYLOAD_DEPTH_MAX`](kernel_core::validate::PAYLOAD_DEPTH_MAX)) are refused by `apply`
 /// and `create` before the write, whatever the backend; nothing is written.
 pub async fn k2_0_unrepresentable_values_are_refused(store: &DynStore) {
@@ -935,6 +935,7 @@ pub async fn k2_0_unrepresentable_values_are_refused(store: &DynStore) {
             let values = [
                 json!({ "amount": u64::MAX }),
                 json!({ "a": [{ "b\u{0}c": 1 }] }),
+                json!({ "a": [{ "b": "x\u{0}y" }] }),
                 deep,
                 json!({ "link": { "$ref": "x" } }),
             ];
