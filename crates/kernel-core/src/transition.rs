@@ -699,7 +699,7 @@ impl Transition {
         p.status = Some(StepStatus::Waiting);
         p.attempt = Some(AttemptChange::Inc(-1));
         p.elapsed_ms_inc = elapsed_ms;
-        p.checkpoint = Some(checkpoint.map_or(Patch::Unset, Patch::Set));
+        p.checkpoint = Some(checkpoint_patch(checkpoint));
         t.status = Some(WorkflowStatus::Waiting);
         t.claimable_time = Some(wait.poll_time().map_or(Patch::Unset, Patch::Set));
         t.wait = Some(Patch::Set(wait));
@@ -716,7 +716,7 @@ impl Transition {
         p.status = Some(StepStatus::Pending);
         p.attempt = Some(AttemptChange::Inc(-1));
         p.elapsed_ms_inc = elapsed_ms;
-        p.checkpoint = Some(checkpoint.map_or(Patch::Unset, Patch::Set));
+        p.checkpoint = Some(checkpoint_patch(checkpoint));
         t.claimable_time = Some(Patch::Set(now));
         t.claim_token = Some(Patch::Unset);
         t.resume = Some(Patch::Unset);
@@ -731,7 +731,7 @@ impl Transition {
         p.status = Some(StepStatus::Pending);
         p.attempt = Some(AttemptChange::Inc(-1));
         p.elapsed_ms_inc = elapsed_ms;
-        p.checkpoint = Some(checkpoint.map_or(Patch::Unset, Patch::Set));
+        p.checkpoint = Some(checkpoint_patch(checkpoint));
         t
     }
 
@@ -927,6 +927,16 @@ impl Transition {
         let mut t = Transition::new(TransitionKind::PriorityRaise, now);
         t.priority = Some(p);
         t
+    }
+}
+
+/// A step's checkpoint as saved: `None` and JSON `null` both clear it. A stored document
+/// cannot tell the two apart (a `null` field reads back as no checkpoint on every durable
+/// store), so the in-memory store must not either.
+fn checkpoint_patch(checkpoint: Option<Value>) -> Patch<Value> {
+    match checkpoint {
+        None | Some(Value::Null) => Patch::Unset,
+        Some(v) => Patch::Set(v),
     }
 }
 

@@ -493,6 +493,18 @@ pub async fn yield_guard(store: &DynStore) {
     check_write(store, "wf-1", &running("a"), &t, true).await;
 }
 
+/// A JSON `null` checkpoint is no checkpoint: a durable store cannot tell a `null` field
+/// from an absent one, so every store reads both back as `None` (the transition
+/// constructors clear the checkpoint for either).
+pub async fn null_checkpoint_reads_back_as_none(store: &DynStore) {
+    let mut inst = claimed("wf-1", "a");
+    inst.steps[1].checkpoint = Some(json!({"page": 2}));
+    seed(store, inst).await;
+    let t = Transition::park_sibling(1, Some(json!(null)), DurationMs::from_millis(10), T0.plus(5));
+    let after = check_write(store, "wf-1", &running("a"), &t, true).await;
+    assert_eq!(after.steps[1].checkpoint, None, "a null checkpoint clears the step's checkpoint");
+}
+
 /// A parked sibling (K-4.5): pending with checkpoint, attempt rolled back, claim kept.
 pub async fn park_sibling_guard(store: &DynStore) {
     seed(store, claimed("wf-1", "a")).await;
@@ -1063,6 +1075,7 @@ macro_rules! store_conformance {
             suspend_timer_guard,
             suspend_signal_guard,
             yield_guard,
+            null_checkpoint_reads_back_as_none,
             park_sibling_guard,
             retry_release_guard,
             permit_deferral_guard,
