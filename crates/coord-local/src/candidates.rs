@@ -12,7 +12,7 @@ pub const DISPATCH_BATCH_MAX: usize = 1_000;
 /// `coord_dispatch` (`object_id` primary key, `due` in ms). Identity and due time only,
 /// never tokens; losing it costs latency only (the store scan refills it).
 ///
-/// `add` is one autocommit upsert; `pop_due` one `BEGIN IMMEDIATE` transaction that reads
+/// `add` is one upsert; `pop_due` one `BEGIN IMMEDIATE` transaction that reads
 /// the earliest due candidates (by due time, then id) and deletes them, so two
 /// dispatchers — in one process or several — never pop the same one.
 #[derive(Debug, Clone)]
@@ -24,8 +24,8 @@ impl LocalCandidates {
     /// Number of candidates (due or not).
     pub async fn len(&self) -> Result<u64> {
         self.db
-            .call("dispatch.len", Kind::Read, |c, label| {
-                db::read(c, label, "dispatch.len", |tx| {
+            .call("dispatch.len", Kind::Read, |c, ctx| {
+                db::read(c, ctx, "dispatch.len", |tx| {
                     tx.query_row("SELECT count(*) FROM coord_dispatch", [], |r| r.get::<_, i64>(0))
                 })
             })
@@ -45,8 +45,8 @@ impl DispatchCandidates for LocalCandidates {
         validate::identifier("object_id", object_id.as_str())?;
         let id = object_id.to_string();
         self.db
-            .call("dispatch.add", Kind::Write, move |c, label| {
-                db::write(c, label, "dispatch.add", |tx| {
+            .call("dispatch.add", Kind::Write, move |c, ctx| {
+                db::write(c, ctx, "dispatch.add", |tx| {
                     tx.prepare_cached(
                         "INSERT INTO coord_dispatch (object_id, due) VALUES (?1, ?2) \
                          ON CONFLICT (object_id) DO UPDATE SET due = excluded.due",
@@ -65,8 +65,8 @@ impl DispatchCandidates for LocalCandidates {
         let max = max.min(DISPATCH_BATCH_MAX);
         let ids = self
             .db
-            .call("dispatch.pop_due", Kind::Write, move |c, label| {
-                db::write(c, label, "dispatch.pop_due", |tx| {
+            .call("dispatch.pop_due", Kind::Write, move |c, ctx| {
+                db::write(c, ctx, "dispatch.pop_due", |tx| {
                     let ids: Vec<String> = tx
                         .prepare_cached(
                             "SELECT object_id FROM coord_dispatch WHERE due <= ?1 ORDER BY due, object_id LIMIT ?2",

@@ -64,8 +64,25 @@ impl std::fmt::Debug for Db {
 /// transition, so that "the deadline passed before anything ran" is known for sure.
 const WAITING: u8 = 0;
 const STARTED: u8 = 1;
+/// The deadline passed before the call ran: it never runs.
 const ABANDONED: u8 = 2;
-const DONE: u8 = 3;
+/// The deadline passed while the call ran: it commits nothing from now on.
+const EXPIRED: u8 = 3;
+const DONE: u8 = 4;
+
+/// What a call's body needs besides the connection.
+pub(crate) struct Ctx<'a> {
+    /// What error messages call the database.
+    pub(crate) label: &'a str,
+    state: &'a AtomicU8,
+}
+
+impl Ctx<'_> {
+    /// Whether the caller was already answered (the deadline passed).
+    fn expired(&self) -> bool {
+        self.state.load(Ordering::SeqCst) == EXPIRED
+    }
+}
 
 impl Db {
     /// Open (creating it if needed) and migrate `path`, or an in-memory database.
@@ -123,7 +140,7 @@ impl Db {
     pub(crate) async fn call<T, F>(self: &Arc<Self>, what: &'static str, kind: Kind, f: F) -> Result<T>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Connection, &str) -> Result<T> + Send + 'static,
+        F: FnOnce(&mut Connection, &Ctx<'_>) -> Result<T> + Send + 'static,
     {
         let state = Arc::new(AtomicU8::new(WAITING));
         let db = Arc::clone(self);
@@ -135,12 +152,12 @@ impl Db {
             if st.compare_exchange(WAITING, STARTED, Ordering::SeqCst, Ordering::SeqCst).is_err() {
                 return Err(Error::unavailable(format!("{}: {what}: deadline passed before the call ran", db.label)));
             }
-            let out = f(&mut conn, &db.label);
+            let out = f(&mut conn, &Ctx { label: &db.label, state: &st });
             if !conn.is_autocommit() {
                 // Only a bug gets here (every transaction is committed or dropped).
                 let _ = conn.execute_batch("ROLLBACK");
             }
-            st.store(DONE, Ordering::SeqCst);
+            let _ = st.compare_exchange(STARTED, DONE, Ordering::SeqCst, Ordering::SeqCst);
             out
         });
         match tokio::time::timeout(self.call_timeout, job).await {
@@ -160,7 +177,10 @@ impl Db {
                         self.label
                     )));
                 }
-                if state.load(Ordering::SeqCst) == STARTED {
+                if state.compare_exchange(STARTED, EXPIRED, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+                    // The body checks EXPIRED once it holds the write lock and before it
+                    // commits, so a write answered here does not commit later; the
+                    // interrupt stops a statement that is running now.
                     self.interrupt.interrupt();
                 }
                 let msg = format!("{}: {what}: no answer within {ms} ms", self.label);
@@ -179,14 +199,24 @@ impl Db {
 ///
 /// A failure before `COMMIT` rolls back: [`Error::Unavailable`]. A failing `COMMIT` may
 /// have been durable or not: [`Error::Uncertain`], except a busy one (nothing committed).
+/// A call whose deadline passed while it waited for the lock or ran its body rolls back
+/// instead of committing (its caller was answered already).
 pub(crate) fn write<T>(
     conn: &mut Connection,
-    label: &str,
+    ctx: &Ctx<'_>,
     what: &str,
     body: impl FnOnce(&Transaction<'_>) -> rusqlite::Result<T>,
 ) -> Result<T> {
+    let label = ctx.label;
+    let expired = || Error::uncertain(format!("{label}: {what}: rolled back after its deadline"));
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(|e| map(label, what, e))?;
+    if ctx.expired() {
+        return Err(expired());
+    }
     let out = body(&tx).map_err(|e| map(label, what, e))?;
+    if ctx.expired() {
+        return Err(expired());
+    }
     tx.commit().map_err(|e| {
         if matches!(code(&e), Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)) {
             map(label, what, e)
@@ -200,10 +230,11 @@ pub(crate) fn write<T>(
 /// One read transaction (a consistent snapshot across its statements).
 pub(crate) fn read<T>(
     conn: &mut Connection,
-    label: &str,
+    ctx: &Ctx<'_>,
     what: &str,
     body: impl FnOnce(&Transaction<'_>) -> rusqlite::Result<T>,
 ) -> Result<T> {
+    let label = ctx.label;
     let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred).map_err(|e| map(label, what, e))?;
     let out = body(&tx).map_err(|e| map(label, what, e))?;
     // Nothing to keep: ending a read transaction releases its snapshot.
@@ -224,7 +255,9 @@ fn code(e: &rusqlite::Error) -> Option<ErrorCode> {
 /// back as it does when Redis is down.
 pub(crate) fn map(label: &str, what: &str, e: rusqlite::Error) -> Error {
     let why = match code(&e) {
-        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => "locked by another connection past the busy timeout",
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
+            "locked by another connection past the busy timeout"
+        }
         Some(ErrorCode::ReadOnly) => "the file is read-only",
         Some(ErrorCode::DiskFull) => "the disk is full",
         Some(ErrorCode::OperationInterrupted) => "interrupted at its deadline",

@@ -52,7 +52,8 @@
 //! the caller is answered at once, [`Error::Unavailable`](kernel_core::Error::Unavailable)
 //! when the call had not started (it then never runs) or was a read, and
 //! [`Error::Uncertain`](kernel_core::Error::Uncertain) when a started write may have
-//! committed (its statement is interrupted). SQLite failures that certainly committed
+//! committed: its statement is interrupted, and a write still waiting for the lock or not
+//! yet committed rolls back instead of committing later. SQLite failures that certainly committed
 //! nothing — locked past the busy timeout, read-only file, full disk — are `Unavailable`
 //! with the driver's error as the cause, so the engine falls back as it does when Redis is
 //! down (store-fallback claims, deferred permits).
@@ -163,9 +164,11 @@ impl LocalConfig {
     /// Check every field.
     pub fn validate(&self) -> Result<()> {
         let LocalConfig { busy_timeout_ms, call_timeout_ms, wakeup_poll_ms, synchronous: _, weights } = self;
-        for (field, ms) in
-            [("busy_timeout_ms", busy_timeout_ms), ("call_timeout_ms", call_timeout_ms), ("wakeup_poll_ms", wakeup_poll_ms)]
-        {
+        for (field, ms) in [
+            ("busy_timeout_ms", busy_timeout_ms),
+            ("call_timeout_ms", call_timeout_ms),
+            ("wakeup_poll_ms", wakeup_poll_ms),
+        ] {
             validate::positive_ms(field, *ms)?;
             if *ms > CONFIG_MS_MAX {
                 return Err(Error::invalid(field, format_args!("{ms} exceeds {CONFIG_MS_MAX}")));

@@ -131,9 +131,7 @@ fn acquire_in(
         return Ok(granted);
     }
     let live: Option<(i64, i64)> = tx
-        .prepare_cached(
-            "SELECT max_concurrency, max_starts_per_second FROM coord_permit_limits WHERE resource = ?1",
-        )?
+        .prepare_cached("SELECT max_concurrency, max_starts_per_second FROM coord_permit_limits WHERE resource = ?1")?
         .query_row([resource], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
     let (max_concurrency, max_starts) = match live {
@@ -187,8 +185,8 @@ impl LocalPermits {
         validate::key_name("resource", resource)?;
         let resource = resource.to_string();
         self.db
-            .call("permits.set_limits", Kind::Write, move |c, label| {
-                db::write(c, label, "permits.set_limits", |tx| {
+            .call("permits.set_limits", Kind::Write, move |c, ctx| {
+                db::write(c, ctx, "permits.set_limits", |tx| {
                     tx.execute(
                         "INSERT INTO coord_permit_limits (resource, max_concurrency, max_starts_per_second) \
                          VALUES (?1, ?2, ?3) ON CONFLICT (resource) DO UPDATE SET \
@@ -207,8 +205,8 @@ impl LocalPermits {
         validate::key_name("resource", resource)?;
         let resource = resource.to_string();
         self.db
-            .call("permits.clear_limits", Kind::Write, move |c, label| {
-                db::write(c, label, "permits.clear_limits", |tx| {
+            .call("permits.clear_limits", Kind::Write, move |c, ctx| {
+                db::write(c, ctx, "permits.clear_limits", |tx| {
                     tx.execute("DELETE FROM coord_permit_limits WHERE resource = ?1", [resource])
                 })
             })
@@ -220,8 +218,8 @@ impl LocalPermits {
     /// re-register on their next renewal, and the configured limits apply.
     pub async fn clear(&self) -> Result<()> {
         self.db
-            .call("permits.clear", Kind::Write, |c, label| {
-                db::write(c, label, "permits.clear", |tx| {
+            .call("permits.clear", Kind::Write, |c, ctx| {
+                db::write(c, ctx, "permits.clear", |tx| {
                     tx.execute_batch(
                         "DELETE FROM coord_permit_holder; DELETE FROM coord_permit_start; \
                          DELETE FROM coord_permit_limits;",
@@ -237,8 +235,8 @@ impl LocalPermits {
         let resource = resource.to_string();
         let clock = Arc::clone(&self.clock);
         self.db
-            .call("permits.holders", Kind::Read, move |c, label| {
-                db::read(c, label, "permits.holders", |tx| {
+            .call("permits.holders", Kind::Read, move |c, ctx| {
+                db::read(c, ctx, "permits.holders", |tx| {
                     let now = clock.now();
                     let mut st = tx.prepare_cached(
                         "SELECT owner FROM coord_permit_holder WHERE resource = ?1 AND lease_until > ?2 ORDER BY owner",
@@ -264,8 +262,8 @@ impl LocalPermits {
         let clock = Arc::clone(&self.clock);
         let what = if renewal { "permits.renew" } else { "permits.acquire" };
         self.db
-            .call(what, Kind::Write, move |c, label| {
-                db::write(c, label, what, |tx| {
+            .call(what, Kind::Write, move |c, ctx| {
+                db::write(c, ctx, what, |tx| {
                     // Read under the write lock: the file's transactions and their times
                     // are in the same order.
                     let now = clock.now();
@@ -292,8 +290,8 @@ impl Permits for LocalPermits {
         let (resource, key) = (resource.to_string(), owner.key());
         let clock = Arc::clone(&self.clock);
         self.db
-            .call("permits.release", Kind::Write, move |c, label| {
-                db::write(c, label, "permits.release", |tx| {
+            .call("permits.release", Kind::Write, move |c, ctx| {
+                db::write(c, ctx, "permits.release", |tx| {
                     purge(tx, clock.now())?;
                     tx.prepare_cached("DELETE FROM coord_permit_holder WHERE resource = ?1 AND owner = ?2")?
                         .execute(params![resource, key])

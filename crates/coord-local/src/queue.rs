@@ -34,10 +34,11 @@ const STATS: &str = "SELECT lane, count(*), coalesce(sum(claimable_at <= ?1), 0)
 /// `coord_lane_rotation` (`current`, `served`, `burst_left`) that every process shares.
 ///
 /// Semantics are exactly those of `testkit::memory::InMemoryQueue` and the Redis adapter;
-/// all three run the same conformance suite. Each call is one transaction: `enqueue` one
-/// autocommit statement, `enqueue_many` and `pop_due` one `BEGIN IMMEDIATE` transaction
-/// (so a batch pop sees no other writer between its pops, in this process or another),
-/// `stats` one read transaction (the four lanes consistent with each other).
+/// all three run the same conformance suite. Each call is one transaction: `enqueue` (one
+/// upsert), `enqueue_many` (its entries' upserts in order) and `pop_due` are one `BEGIN
+/// IMMEDIATE` transaction each (so a batch pop sees no other writer between its pops, in
+/// this process or another), `stats` one read transaction (the four lanes consistent with
+/// each other).
 ///
 /// Due-ness compares scores with the caller's `now` (K-13), so a manual clock drives it.
 /// Cheap to clone; clones share the connection.
@@ -57,8 +58,8 @@ impl LocalQueue {
     pub async fn lane_of(&self, member: &WorkflowId) -> Result<Option<(Priority, Instant)>> {
         let member = member.to_string();
         self.db
-            .call("lane_of", Kind::Read, move |c, label| {
-                db::read(c, label, "lane_of", |tx| {
+            .call("lane_of", Kind::Read, move |c, ctx| {
+                db::read(c, ctx, "lane_of", |tx| {
                     tx.query_row("SELECT lane, claimable_at FROM coord_lane WHERE workflow_id = ?1", [&member], |r| {
                         Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
                     })
@@ -73,8 +74,8 @@ impl LocalQueue {
     /// scan restores the lanes).
     pub async fn clear(&self) -> Result<()> {
         self.db
-            .call("clear", Kind::Write, |c, label| {
-                db::write(c, label, "clear", |tx| {
+            .call("clear", Kind::Write, |c, ctx| {
+                db::write(c, ctx, "clear", |tx| {
                     tx.execute_batch("DELETE FROM coord_lane; DELETE FROM coord_lane_rotation;")
                 })
             })
@@ -185,8 +186,8 @@ impl ReadyQueue for LocalQueue {
         validate::identifier("workflow_id", workflow_id.as_str())?;
         let id = workflow_id.to_string();
         self.db
-            .call("enqueue", Kind::Write, move |c, label| {
-                db::write(c, label, "enqueue", |tx| {
+            .call("enqueue", Kind::Write, move |c, ctx| {
+                db::write(c, ctx, "enqueue", |tx| {
                     tx.prepare_cached(ENQUEUE)?.execute(params![id, priority.index() as i64, claimable_at.as_millis()])
                 })
             })
@@ -207,8 +208,8 @@ impl ReadyQueue for LocalQueue {
             })
             .collect();
         self.db
-            .call("enqueue_many", Kind::Write, move |c, label| {
-                db::write(c, label, "enqueue_many", |tx| {
+            .call("enqueue_many", Kind::Write, move |c, ctx| {
+                db::write(c, ctx, "enqueue_many", |tx| {
                     let mut up = tx.prepare_cached(ENQUEUE)?;
                     for (id, lane, at) in &rows {
                         up.execute(params![id, lane, at])?;
@@ -224,8 +225,8 @@ impl ReadyQueue for LocalQueue {
         let weights = self.weights;
         let ids = self
             .db
-            .call("pop_due", Kind::Write, move |c, label| {
-                db::write(c, label, "pop_due", |tx| pop_batch(tx, &weights, now, max))
+            .call("pop_due", Kind::Write, move |c, ctx| {
+                db::write(c, ctx, "pop_due", |tx| pop_batch(tx, &weights, now, max))
             })
             .await?;
         debug_assert!(ids.len() <= max);
@@ -235,8 +236,8 @@ impl ReadyQueue for LocalQueue {
     async fn stats(&self, now: Instant) -> Result<[LaneStats; 4]> {
         let rows = self
             .db
-            .call("stats", Kind::Read, move |c, label| {
-                db::read(c, label, "stats", |tx| {
+            .call("stats", Kind::Read, move |c, ctx| {
+                db::read(c, ctx, "stats", |tx| {
                     let mut st = tx.prepare_cached(STATS)?;
                     let rows = st.query_map([now.as_millis()], |r| {
                         Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, Option<i64>>(3)?))

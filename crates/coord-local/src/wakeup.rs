@@ -91,10 +91,10 @@ impl LocalWakeup {
     async fn read_seq(&self) -> Result<i64> {
         self.shared
             .db
-            .call("wakeup.read", Kind::Read, |c, label| {
+            .call("wakeup.read", Kind::Read, |c, ctx| {
                 c.prepare_cached(READ)
                     .and_then(|mut st| st.query_row([], |r| r.get::<_, i64>(0)))
-                    .map_err(|e| crate::db::map(label, "wakeup.read", e))
+                    .map_err(|e| crate::db::map(ctx.label, "wakeup.read", e))
             })
             .await
     }
@@ -136,10 +136,10 @@ impl Wakeup for LocalWakeup {
             let r = self
                 .shared
                 .db
-                .call("wakeup.notify", Kind::Write, |c, label| {
+                .call("wakeup.notify", Kind::Write, |c, ctx| {
                     c.prepare_cached(BUMP)
                         .and_then(|mut st| st.query_row([], |r| r.get::<_, i64>(0)))
-                        .map_err(|e| crate::db::map(label, "wakeup.notify", e))
+                        .map_err(|e| crate::db::map(ctx.label, "wakeup.notify", e))
                 })
                 .await;
             if let Ok(seq) = r {

@@ -39,7 +39,10 @@ async fn a_newer_schema_is_refused_naming_file_and_versions() {
     let msg = e.to_string();
     assert!(matches!(e, Error::InvalidInput { .. }), "{e:?}");
     assert!(msg.contains("coord.db"), "names the file: {msg}");
-    assert!(msg.contains(&format!("version {}", SCHEMA_VERSION + 1)) && msg.contains(&format!("version {SCHEMA_VERSION}")), "{msg}");
+    assert!(
+        msg.contains(&format!("version {}", SCHEMA_VERSION + 1)) && msg.contains(&format!("version {SCHEMA_VERSION}")),
+        "{msg}"
+    );
     assert_eq!(schema_version(&path), SCHEMA_VERSION + 1, "nothing changed");
     let conn = rusqlite::Connection::open(&path).unwrap();
     let n: i64 = conn.query_row("SELECT count(*) FROM coord_lane", [], |r| r.get(0)).unwrap();
@@ -76,7 +79,8 @@ async fn racing_openings_migrate_once() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("race.db");
     let opens = (0..6).map(|_| LocalCoord::open(path.clone(), LocalConfig::default()));
-    let coords: Vec<LocalCoord> = futures::future::join_all(opens).await.into_iter().map(|r| r.expect("open")).collect();
+    let coords: Vec<LocalCoord> =
+        futures::future::join_all(opens).await.into_iter().map(|r| r.expect("open")).collect();
     assert_eq!(schema_version(&path), SCHEMA_VERSION);
     coords[0].queue().enqueue(&"wf".into(), Priority::P2, Instant::ZERO).await.unwrap();
     assert_eq!(coords[5].queue().pop_due(Instant::ZERO, 1).await.unwrap(), vec!["wf"]);
@@ -142,4 +146,38 @@ async fn subscriptions_are_bounded() {
     assert!(matches!(e, Error::LimitExceeded { .. }), "{e:?}");
     rxs.pop();
     w.subscribe().await.expect("a dropped receiver frees its place");
+}
+
+/// Every call answers by its deadline: one waits out the busy timeout (`Unavailable`,
+/// nothing written); the one queued behind it starts, is still waiting for the lock at its
+/// deadline and is answered `Uncertain` (a started write), not left hanging.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_started_write_past_its_deadline_is_uncertain() {
+    let config = LocalConfig {
+        busy_timeout_ms: DurationMs::from_millis(600),
+        call_timeout_ms: DurationMs::from_millis(1_000),
+        ..LocalConfig::default()
+    };
+    let (coord, _dir) = fresh(config).await;
+    let other = rusqlite::Connection::open(coord.path().unwrap()).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let q = coord.queue();
+    let (id_a, id_b) = ("wf-a".into(), "wf-b".into());
+    let started = std::time::Instant::now();
+    let (a, b) = tokio::join!(q.enqueue(&id_a, Priority::P1, Instant::ZERO), async {
+        // Queued behind `a` on the connection.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        q.enqueue(&id_b, Priority::P1, Instant::ZERO).await
+    });
+    let elapsed = started.elapsed();
+    let a = a.expect_err("locked");
+    let b = b.expect_err("past its deadline");
+    assert!(matches!(a, Error::Unavailable { .. }) && a.to_string().contains("locked"), "{a:?}");
+    assert!(matches!(b, Error::Uncertain { .. }) && b.to_string().contains("no answer within 1000 ms"), "{b:?}");
+    assert!(
+        elapsed < Duration::from_millis(1_600),
+        "answered at the deadline, not after the busy timeout: {elapsed:?}"
+    );
+    other.execute_batch("ROLLBACK").unwrap();
+    assert_eq!(q.stats(Instant::ZERO).await.unwrap().map(|s| s.depth), [0; 4], "nothing written");
 }

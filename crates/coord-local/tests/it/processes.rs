@@ -6,7 +6,9 @@
 
 use coord_local::{LocalConfig, LocalCoord, LocalPermitsConfig};
 use kernel_core::model::{Instant, Priority};
-use kernel_core::ports::{LaneEntry, PermitDecision, PermitLimits, PermitOwner, Permits, ReadyQueue, SystemClock, Wakeup};
+use kernel_core::ports::{
+    LaneEntry, PermitDecision, PermitLimits, PermitOwner, Permits, ReadyQueue, SystemClock, Wakeup,
+};
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
