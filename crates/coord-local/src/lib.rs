@@ -49,9 +49,9 @@
 //! rusqlite is blocking, so every call runs on tokio's blocking pool
 //! (`spawn_blocking`) on the one connection of its [`LocalCoord`], never on the async
 //! runtime's threads. Every call has a deadline, [`LocalConfig::call_timeout_ms`]: past it
-//! the caller is answered at once, [`Error::Unavailable`](kernel_core::Error::Unavailable)
+//! the caller is answered at once, [`Error::Unavailable`]
 //! when the call had not started (it then never runs) or was a read, and
-//! [`Error::Uncertain`](kernel_core::Error::Uncertain) when a started write may have
+//! [`Error::Uncertain`] when a started write may have
 //! committed: its statement is interrupted, and a write still waiting for the lock or not
 //! yet committed rolls back instead of committing later. SQLite failures that certainly committed
 //! nothing — locked past the busy timeout, read-only file, full disk — are `Unavailable`
@@ -61,7 +61,7 @@
 //! ## Time
 //!
 //! Lane due-ness compares scores with the `now` the kernel passes (K-13). Permits read the
-//! [`Clock`](kernel_core::ports::Clock) given to [`LocalCoord::permits`] inside their
+//! [`Clock`] given to [`LocalCoord::permits`] inside their
 //! transaction, where the Redis adapter reads Redis `TIME`: with the system clock, every
 //! process on the machine reads the same wall clock (see [`LocalPermits`]).
 //!
@@ -79,7 +79,7 @@
 //! `coord_meta`, not SQLite's `user_version`, so a store may keep its own tables and
 //! versioning in the same file. A file whose coordination tables are newer than this build
 //! knows, or a file that is not a SQLite database, is refused on open with an
-//! [`Error::InvalidInput`](kernel_core::Error::InvalidInput) naming the file (and the
+//! [`Error::InvalidInput`] naming the file (and the
 //! versions), and nothing is changed. Two processes opening a new file at once: one
 //! migrates, the other waits for its lock and finds the work done.
 //!
@@ -89,7 +89,7 @@
 //! implementation of the lane rotation, promote-only enqueue and permit decisions to keep
 //! right, checked by the same suites, instead of a second one in plain Rust structures that
 //! could drift (testkit's fakes are that, for tests). Its wakeups are in-process only (no
-//! polling task); calls still go through the blocking pool, which costs microseconds.
+//! polling task); calls still go through the blocking pool.
 //!
 //! ## The SQLite binding
 //!
