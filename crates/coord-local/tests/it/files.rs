@@ -181,3 +181,15 @@ async fn a_started_write_past_its_deadline_is_uncertain() {
     other.execute_batch("ROLLBACK").unwrap();
     assert_eq!(q.stats(Instant::ZERO).await.unwrap().map(|s| s.depth), [0; 4], "nothing written");
 }
+
+/// Tests in paused tokio time (simulated) can use the adapter: the call deadline does not
+/// fire while a call runs on the blocking pool.
+#[tokio::test(start_paused = true)]
+async fn paused_tokio_time_does_not_expire_calls() {
+    let (coord, _dir) = fresh(LocalConfig::default()).await;
+    let q = coord.queue();
+    for i in 0..50 {
+        q.enqueue(&format!("wf-{i}").into(), Priority::P2, Instant::ZERO).await.expect("enqueue");
+    }
+    assert_eq!(q.pop_due(Instant::ZERO, 100).await.expect("pop").len(), 50);
+}

@@ -1,8 +1,9 @@
 //! Integration tests of the SQLite coordination: the shared conformance suites (each case
-//! on a fresh file, and in memory), opening and migrating files, and several OS processes
-//! on one file.
+//! on a fresh file, and in memory), the engine on it, opening and migrating files, and
+//! several OS processes on one file.
 
 mod conformance;
+mod engine;
 mod files;
 mod processes;
 
