@@ -5,6 +5,11 @@ use kernel_core::{validate, ObjectId, Result};
 use rusqlite::params;
 use std::sync::Arc;
 
+pub(crate) const ADD: &str = "INSERT INTO coord_dispatch (object_id, due) VALUES (?1, ?2) \
+     ON CONFLICT (object_id) DO UPDATE SET due = excluded.due";
+pub(crate) const DUE: &str = "SELECT object_id FROM coord_dispatch WHERE due <= ?1 ORDER BY due, object_id LIMIT ?2";
+pub(crate) const TAKE: &str = "DELETE FROM coord_dispatch WHERE object_id = ?1";
+
 /// Most candidates one [`LocalCandidates`] pop returns (a larger `max` is capped).
 pub const DISPATCH_BATCH_MAX: usize = 1_000;
 
@@ -46,13 +51,7 @@ impl DispatchCandidates for LocalCandidates {
         let id = object_id.to_string();
         self.db
             .call("dispatch.add", Kind::Write, move |c, ctx| {
-                db::write(c, ctx, "dispatch.add", |tx| {
-                    tx.prepare_cached(
-                        "INSERT INTO coord_dispatch (object_id, due) VALUES (?1, ?2) \
-                         ON CONFLICT (object_id) DO UPDATE SET due = excluded.due",
-                    )?
-                    .execute(params![id, due.as_millis()])
-                })
+                db::write(c, ctx, "dispatch.add", |tx| tx.prepare_cached(ADD)?.execute(params![id, due.as_millis()]))
             })
             .await?;
         Ok(())
@@ -68,12 +67,10 @@ impl DispatchCandidates for LocalCandidates {
             .call("dispatch.pop_due", Kind::Write, move |c, ctx| {
                 db::write(c, ctx, "dispatch.pop_due", |tx| {
                     let ids: Vec<String> = tx
-                        .prepare_cached(
-                            "SELECT object_id FROM coord_dispatch WHERE due <= ?1 ORDER BY due, object_id LIMIT ?2",
-                        )?
+                        .prepare_cached(DUE)?
                         .query_map(params![now.as_millis(), max as i64], |r| r.get(0))?
                         .collect::<rusqlite::Result<_>>()?;
-                    let mut del = tx.prepare_cached("DELETE FROM coord_dispatch WHERE object_id = ?1")?;
+                    let mut del = tx.prepare_cached(TAKE)?;
                     for id in &ids {
                         del.execute([id])?;
                     }

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 pub const SCHEMA_VERSION: i64 = 1;
 
 /// The migrations, in order: migration `i` takes the tables from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[include_str!("../migrations/001_coord.sql")];
+pub(crate) const MIGRATIONS: &[&str] = &[include_str!("../migrations/001_coord.sql")];
 
 /// Durability of a commit (SQLite's `synchronous` pragma, per connection).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

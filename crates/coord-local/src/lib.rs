@@ -269,6 +269,48 @@ impl LocalCoord {
 mod tests {
     use super::*;
 
+    /// Processes of different versions share the tables during a rolling upgrade, so the
+    /// schema and every statement of the ports are a protocol: this snapshot makes a change
+    /// deliberate. Update it (`UPDATE_SNAPSHOTS=1 cargo test -p coord-local --lib`) only
+    /// together with docs/coord-local.md and, for a schema change, a new migration.
+    #[test]
+    fn sql_protocol_is_pinned() {
+        let statements: &[(&str, &str)] = &[
+            ("migration 1", db::MIGRATIONS[0]),
+            ("queue.enqueue (and each entry of enqueue_many)", queue::ENQUEUE),
+            ("queue.pop_due: due members of one lane", queue::DUE),
+            ("queue.pop_due: take one", queue::TAKE),
+            ("queue.pop_due: rotation", queue::ROTATION),
+            ("queue.pop_due: save rotation", queue::SAVE_ROTATION),
+            ("queue.stats", queue::STATS),
+            ("wakeup.notify", wakeup::BUMP),
+            ("wakeup poll", wakeup::READ),
+            ("permits: purge holders", permits::PURGE_HOLDERS),
+            ("permits: purge starts", permits::PURGE_STARTS),
+            ("permits: renew", permits::RENEW),
+            ("permits: insert holder", permits::INSERT_HOLDER),
+            ("permits: live limits", permits::LIVE_LIMITS),
+            ("permits: holders", permits::HOLDERS),
+            ("permits: starts", permits::STARTS),
+            ("permits: insert start", permits::INSERT_START),
+            ("permits.release", permits::RELEASE),
+            ("dispatch.add", candidates::ADD),
+            ("dispatch.pop_due: due", candidates::DUE),
+            ("dispatch.pop_due: take one", candidates::TAKE),
+        ];
+        let mut text = String::new();
+        for (name, sql) in statements {
+            text.push_str(&format!("## {name}\n{}\n\n", sql.trim_end()));
+        }
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("snapshots/protocol.sql");
+        if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, &text).unwrap();
+        }
+        let pinned = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(pinned == text, "the SQL protocol changed; see this test's docs. Now:\n{text}");
+    }
+
     #[test]
     fn config_limits() {
         assert!(LocalConfig::default().validate().is_ok());

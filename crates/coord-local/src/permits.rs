@@ -13,6 +13,22 @@ pub const LEASE_MS_DEFAULT: DurationMs = DurationMs::from_millis(30_000);
 /// The start-rate window.
 const SECOND: DurationMs = DurationMs::from_secs(1);
 
+/// Purge expired holders of every resource (index on `lease_until`).
+pub(crate) const PURGE_HOLDERS: &str = "DELETE FROM coord_permit_holder WHERE lease_until <= ?1";
+/// Purge starts older than the window, of every resource (index on `started_at`).
+pub(crate) const PURGE_STARTS: &str = "DELETE FROM coord_permit_start WHERE started_at <= ?1";
+/// Renew the owner's lease if it holds one.
+pub(crate) const RENEW: &str = "UPDATE coord_permit_holder SET lease_until = ?3 WHERE resource = ?1 AND owner = ?2";
+pub(crate) const INSERT_HOLDER: &str =
+    "INSERT INTO coord_permit_holder (resource, owner, lease_until) VALUES (?1, ?2, ?3)";
+pub(crate) const LIVE_LIMITS: &str =
+    "SELECT max_concurrency, max_starts_per_second FROM coord_permit_limits WHERE resource = ?1";
+pub(crate) const HOLDERS: &str = "SELECT count(*), min(lease_until) FROM coord_permit_holder WHERE resource = ?1";
+pub(crate) const STARTS: &str = "SELECT count(*), min(started_at) FROM coord_permit_start WHERE resource = ?1";
+pub(crate) const INSERT_START: &str =
+    "INSERT INTO coord_permit_start (resource, started_at, owner) VALUES (?1, ?2, ?3)";
+pub(crate) const RELEASE: &str = "DELETE FROM coord_permit_holder WHERE resource = ?1 AND owner = ?2";
+
 /// Settings of [`LocalPermits`] (the same as the Redis adapter's).
 #[derive(Debug, Clone)]
 pub struct LocalPermitsConfig {
@@ -98,9 +114,8 @@ impl std::fmt::Debug for LocalPermits {
 }
 
 fn purge(tx: &Transaction<'_>, now: Instant) -> rusqlite::Result<()> {
-    tx.prepare_cached("DELETE FROM coord_permit_holder WHERE lease_until <= ?1")?.execute([now.as_millis()])?;
-    tx.prepare_cached("DELETE FROM coord_permit_start WHERE started_at <= ?1")?
-        .execute([now.saturating_sub(SECOND).as_millis()])?;
+    tx.prepare_cached(PURGE_HOLDERS)?.execute([now.as_millis()])?;
+    tx.prepare_cached(PURGE_STARTS)?.execute([now.saturating_sub(SECOND).as_millis()])?;
     Ok(())
 }
 
@@ -117,49 +132,41 @@ fn acquire_in(
     let until = now.saturating_add(lease).as_millis();
     let granted = PermitDecision::Granted { lease_ms: lease };
     // Renewal by the same owner: never revoked, even above a lowered limit; not a start.
-    let renewed = tx
-        .prepare_cached("UPDATE coord_permit_holder SET lease_until = ?3 WHERE resource = ?1 AND owner = ?2")?
-        .execute(params![resource, owner, until])?;
+    let renewed = tx.prepare_cached(RENEW)?.execute(params![resource, owner, until])?;
     if renewed == 1 {
         return Ok(granted);
     }
-    let insert_holder = "INSERT INTO coord_permit_holder (resource, owner, lease_until) VALUES (?1, ?2, ?3)";
     if renewal {
         // A running activity re-registers a lost permit without a limit check and
         // without a start (K-14); the overshoot is bounded by one renewal interval.
-        tx.prepare_cached(insert_holder)?.execute(params![resource, owner, until])?;
+        tx.prepare_cached(INSERT_HOLDER)?.execute(params![resource, owner, until])?;
         return Ok(granted);
     }
-    let live: Option<(i64, i64)> = tx
-        .prepare_cached("SELECT max_concurrency, max_starts_per_second FROM coord_permit_limits WHERE resource = ?1")?
-        .query_row([resource], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()?;
+    let live: Option<(i64, i64)> =
+        tx.prepare_cached(LIVE_LIMITS)?.query_row([resource], |r| Ok((r.get(0)?, r.get(1)?))).optional()?;
     let (max_concurrency, max_starts) = match live {
         Some((c, s)) => (c, s),
         None => (i64::from(configured.max_concurrency), i64::from(configured.max_starts_per_second)),
     };
     if max_concurrency > 0 {
-        let (held, soonest): (i64, Option<i64>) = tx
-            .prepare_cached("SELECT count(*), min(lease_until) FROM coord_permit_holder WHERE resource = ?1")?
-            .query_row([resource], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let (held, soonest): (i64, Option<i64>) =
+            tx.prepare_cached(HOLDERS)?.query_row([resource], |r| Ok((r.get(0)?, r.get(1)?)))?;
         if held >= max_concurrency {
             let wait = soonest.map_or(100, |s| s - now.as_millis()).clamp(1, lease.as_millis());
             return Ok(PermitDecision::Denied { retry_after_ms: DurationMs::from_millis(wait) });
         }
     }
     if max_starts > 0 {
-        let (started, oldest): (i64, Option<i64>) = tx
-            .prepare_cached("SELECT count(*), min(started_at) FROM coord_permit_start WHERE resource = ?1")?
-            .query_row([resource], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let (started, oldest): (i64, Option<i64>) =
+            tx.prepare_cached(STARTS)?.query_row([resource], |r| Ok((r.get(0)?, r.get(1)?)))?;
         if started >= max_starts {
             let oldest = oldest.unwrap_or(now.as_millis());
             let wait = (oldest + SECOND.as_millis() - now.as_millis()).max(1);
             return Ok(PermitDecision::Denied { retry_after_ms: DurationMs::from_millis(wait) });
         }
     }
-    tx.prepare_cached(insert_holder)?.execute(params![resource, owner, until])?;
-    tx.prepare_cached("INSERT INTO coord_permit_start (resource, started_at, owner) VALUES (?1, ?2, ?3)")?
-        .execute(params![resource, now.as_millis(), owner])?;
+    tx.prepare_cached(INSERT_HOLDER)?.execute(params![resource, owner, until])?;
+    tx.prepare_cached(INSERT_START)?.execute(params![resource, now.as_millis(), owner])?;
     Ok(granted)
 }
 
@@ -293,8 +300,7 @@ impl Permits for LocalPermits {
             .call("permits.release", Kind::Write, move |c, ctx| {
                 db::write(c, ctx, "permits.release", |tx| {
                     purge(tx, clock.now())?;
-                    tx.prepare_cached("DELETE FROM coord_permit_holder WHERE resource = ?1 AND owner = ?2")?
-                        .execute(params![resource, key])
+                    tx.prepare_cached(RELEASE)?.execute(params![resource, key])
                 })
             })
             .await?;

@@ -10,23 +10,24 @@ use std::sync::Arc;
 /// member in a less urgent lane (or its own) takes the requested lane and score; a member
 /// in a more urgent lane is left alone (the `WHERE` of the update misses). The primary key
 /// keeps a member in one lane.
-const ENQUEUE: &str = "INSERT INTO coord_lane (workflow_id, lane, claimable_at) VALUES (?1, ?2, ?3) \
+pub(crate) const ENQUEUE: &str = "INSERT INTO coord_lane (workflow_id, lane, claimable_at) VALUES (?1, ?2, ?3) \
      ON CONFLICT (workflow_id) DO UPDATE SET lane = excluded.lane, claimable_at = excluded.claimable_at \
      WHERE excluded.lane <= coord_lane.lane";
 
 /// A lane's due members in pop order: (score, member bytes), like a Redis ZSET.
-const DUE: &str = "SELECT workflow_id FROM coord_lane WHERE lane = ?1 AND claimable_at <= ?2 \
+pub(crate) const DUE: &str = "SELECT workflow_id FROM coord_lane WHERE lane = ?1 AND claimable_at <= ?2 \
      ORDER BY claimable_at, workflow_id LIMIT ?3";
 
-const TAKE: &str = "DELETE FROM coord_lane WHERE workflow_id = ?1";
+pub(crate) const TAKE: &str = "DELETE FROM coord_lane WHERE workflow_id = ?1";
 
-const ROTATION: &str = "SELECT current, served, burst_left FROM coord_lane_rotation WHERE id = 0";
+pub(crate) const ROTATION: &str = "SELECT current, served, burst_left FROM coord_lane_rotation WHERE id = 0";
 
-const SAVE_ROTATION: &str = "INSERT INTO coord_lane_rotation (id, current, served, burst_left) VALUES (0, ?1, ?2, ?3) \
+pub(crate) const SAVE_ROTATION: &str =
+    "INSERT INTO coord_lane_rotation (id, current, served, burst_left) VALUES (0, ?1, ?2, ?3) \
      ON CONFLICT (id) DO UPDATE SET current = excluded.current, served = excluded.served, \
      burst_left = excluded.burst_left";
 
-const STATS: &str = "SELECT lane, count(*), coalesce(sum(claimable_at <= ?1), 0), min(claimable_at) \
+pub(crate) const STATS: &str = "SELECT lane, count(*), coalesce(sum(claimable_at <= ?1), 0), min(claimable_at) \
      FROM coord_lane GROUP BY lane";
 
 /// The ready lanes (K-13) in the SQLite file: table `coord_lane` (one row per member:

@@ -9,9 +9,10 @@ use std::time::Duration;
 pub const SUBSCRIBERS_MAX: usize = 1_024;
 
 /// Bump the counter; wraps long before `i64::MAX` (subscribers compare for inequality).
-const BUMP: &str = "UPDATE coord_wakeup SET seq = CASE WHEN seq >= 4611686018427387904 THEN 0 ELSE seq + 1 END \
+pub(crate) const BUMP: &str =
+    "UPDATE coord_wakeup SET seq = CASE WHEN seq >= 4611686018427387904 THEN 0 ELSE seq + 1 END \
      WHERE id = 0 RETURNING seq";
-const READ: &str = "SELECT seq FROM coord_wakeup WHERE id = 0";
+pub(crate) const READ: &str = "SELECT seq FROM coord_wakeup WHERE id = 0";
 
 #[derive(Debug, Default)]
 struct Subs {
