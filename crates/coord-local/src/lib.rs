@@ -31,13 +31,13 @@
 //!
 //! ## How processes share it
 //!
-//! Every decision that reads and writes several rows (a batch pop and the lane rotation,
-//! a bulk enqueue, a permit's check-and-take, a candidate pop) is one `BEGIN IMMEDIATE`
-//! transaction: it takes the file's write lock first, so concurrent callers, threads or
-//! processes, are serialized by SQLite's lock and none decides on a stale snapshot. A
-//! caller that finds the lock taken waits up to [`LocalConfig::busy_timeout_ms`]. Single
-//! upserts (`enqueue`, `add`) are one statement. The file is in WAL mode, so reads never
-//! block the writer.
+//! Every call that writes is one `BEGIN IMMEDIATE` transaction — a batch pop with the lane
+//! rotation, a bulk enqueue, a permit's check-and-take, a candidate pop, and the single
+//! upserts (`enqueue`, `add`, one statement each): it takes the file's write lock first,
+//! so concurrent callers, threads or processes, are serialized by SQLite's lock and none
+//! decides on a stale snapshot. A caller that finds the lock taken waits up to
+//! [`LocalConfig::busy_timeout_ms`]. The file is in WAL mode, so reads never block the
+//! writer.
 //!
 //! Wakeups cross processes through a counter row that `notify` bumps and that each
 //! process with subscribers reads every [`LocalConfig::wakeup_poll_ms`] (default 25 ms):
@@ -46,24 +46,23 @@
 //!
 //! ## Calls, deadlines and errors
 //!
-//! rusqlite is blocking, so every call runs on tokio's blocking pool
-//! (`spawn_blocking`) on the one connection of its [`LocalCoord`], never on the async
-//! runtime's threads. Every call has a deadline, [`LocalConfig::call_timeout_ms`]: past it
-//! the caller is answered at once, [`Error::Unavailable`]
-//! when the call had not started (it then never runs) or was a read, and
-//! [`Error::Uncertain`] when a started write may have
-//! committed: its statement is interrupted, and a write still waiting for the lock or not
-//! yet committed rolls back instead of committing later. SQLite failures that certainly committed
-//! nothing — locked past the busy timeout, read-only file, full disk — are `Unavailable`
-//! with the driver's error as the cause, so the engine falls back as it does when Redis is
-//! down (store-fallback claims, deferred permits).
+//! rusqlite is blocking, so every call runs on tokio's blocking pool (`spawn_blocking`) on
+//! the one connection of its [`LocalCoord`], never on the async runtime's threads. Every
+//! call has a deadline, [`LocalConfig::call_timeout_ms`]; past it the caller is answered at
+//! once: [`Error::Unavailable`] when the call had not started (it then never runs) or was a
+//! read, and [`Error::Uncertain`] when a started write may have committed — its statement
+//! is interrupted, and a write still waiting for the lock or not yet committed rolls back
+//! instead of committing later. SQLite failures that certainly committed nothing (locked
+//! past the busy timeout, read-only file, full disk) are `Unavailable` with the driver's
+//! error as the cause, so the engine falls back as it does when Redis is down
+//! (store-fallback claims, deferred permits).
 //!
 //! ## Time
 //!
 //! Lane due-ness compares scores with the `now` the kernel passes (K-13). Permits read the
-//! [`Clock`] given to [`LocalCoord::permits`] inside their
-//! transaction, where the Redis adapter reads Redis `TIME`: with the system clock, every
-//! process on the machine reads the same wall clock (see [`LocalPermits`]).
+//! [`Clock`] given to [`LocalCoord::permits`] inside their transaction, where the Redis
+//! adapter reads Redis `TIME`: with the system clock, every process on the machine reads
+//! the same wall clock (see [`LocalPermits`]).
 //!
 //! ## Durability
 //!
