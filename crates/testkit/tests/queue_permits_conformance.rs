@@ -1,5 +1,6 @@
-//! The queue and permits conformance suites against the in-memory adapters, both directly
-//! and through `Arc<dyn …>`, so the suites themselves are checked on every run.
+//! The queue, wakeup and permits conformance suites against the in-memory adapters (queue
+//! and permits both directly and through `Arc<dyn …>`), so the suites themselves are
+//! checked on every run.
 
 use kernel_core::model::{DurationMs, Instant};
 use kernel_core::ports::{Clock, DynPermits, DynQueue};
@@ -19,6 +20,17 @@ mod queue_dyn {
     testkit::queue_conformance!(|_case: &'static str| async {
         let q: Arc<DynQueue> = Arc::new(InMemoryQueue::default());
         Some(q)
+    });
+}
+
+mod wakeup {
+    use super::*;
+    use testkit::conformance::wakeup::SharedWakeup;
+    use testkit::memory::InMemoryWakeup;
+    // Clones share the subscriber list: two values on one backing.
+    testkit::wakeup_conformance!(|_case: &'static str| async {
+        let w = InMemoryWakeup::new();
+        Some(SharedWakeup::new(Arc::new(w.clone()), Arc::new(w)).settle(std::time::Duration::from_millis(20)))
     });
 }
 

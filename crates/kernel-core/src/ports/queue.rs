@@ -113,6 +113,15 @@ pub fn check_enqueue_many(entries: &[LaneEntry]) -> Result<()> {
 pub type WakeupReceiver = tokio::sync::mpsc::Receiver<()>;
 
 /// The wakeup doorbell (K-13). Lost messages only delay (poll fallback).
+///
+/// # Contract
+/// A hint, never a grant: a message means "look at the queue now", and a spurious one
+/// costs one look. Rings made after a subscription is established reach it (best effort),
+/// coalesced: however many rings, a receiver holds a bounded number of pending messages.
+/// Adapter values on the same backing (workers on one Redis channel, processes on one
+/// SQLite file) reach each other's subscribers. Dropping a receiver ends its subscription
+/// and whatever task served it; other subscriptions are unaffected. Checked for every
+/// adapter by `testkit::conformance::wakeup`.
 #[async_trait::async_trait]
 pub trait Wakeup: Send + Sync + 'static {
     /// Ring: every subscriber should look at the queue now.

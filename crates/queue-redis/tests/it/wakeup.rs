@@ -78,3 +78,41 @@ async fn subscriber_resubscribes_after_its_connection_is_killed() {
     w.notify().await.unwrap();
     tokio::time::timeout(ARRIVAL_BOUND, rx.recv()).await.expect("rings reach the new subscription").expect("open");
 }
+
+/// The shared wakeup suite: two doorbells on their own connections under one fresh prefix
+/// (two workers), a ring crossing Redis pub/sub.
+mod conformance {
+    use super::doorbell;
+    use kernel_core::ports::DynWakeup;
+    use queue_redis::test_support::{require_redis, TestKeys};
+    use queue_redis::RedisWakeup;
+    use std::time::Duration;
+    use testkit::conformance::wakeup::WakeupFixture;
+
+    pub struct Doorbells {
+        a: RedisWakeup,
+        b: RedisWakeup,
+        _keys: TestKeys,
+    }
+
+    impl WakeupFixture for Doorbells {
+        fn wakeup(&self) -> &DynWakeup {
+            &self.a
+        }
+        fn peer(&self) -> &DynWakeup {
+            &self.b
+        }
+        fn settle(&self) -> Duration {
+            Duration::from_millis(300)
+        }
+    }
+
+    pub async fn doorbells(case: &'static str) -> Option<Doorbells> {
+        let url = require_redis(case)?;
+        let keys = TestKeys::new(&url, case);
+        let (a, b) = (doorbell(&url, &keys.prefix).await, doorbell(&url, &keys.prefix).await);
+        Some(Doorbells { a, b, _keys: keys })
+    }
+
+    testkit::wakeup_conformance!(doorbells);
+}

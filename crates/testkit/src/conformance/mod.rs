@@ -7,3 +7,4 @@ pub mod outbox;
 pub mod permits;
 pub mod queue;
 pub mod store;
+pub mod wakeup;
