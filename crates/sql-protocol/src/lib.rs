@@ -34,9 +34,10 @@
 //! a field added to them in kernel-core is a compile error here, never a dropped write.
 //!
 //! What is refused is decided by kernel-core first ([`Guard::validate`],
-//! [`Transition::validate`]); this crate adds only what the database cannot hold (see
-//! [`storable`]): NUL in a string, integers beyond the 64-bit signed range, and (SQLite) a
-//! JSON key that its JSON path syntax cannot address.
+//! [`Transition::validate`]); this crate adds only what the database cannot hold or
+//! address (see [`storable`], [`path_key`], [`text_of`]): NUL in a text column, NUL in a
+//! JSON string (PostgreSQL), integers beyond the 64-bit signed range, and (SQLite) an
+//! output name that its JSON path syntax cannot address.
 
 use kernel_core::model::*;
 use kernel_core::transition::{AttemptChange, Guard, Patch, StepPatch, Transition};
@@ -49,7 +50,7 @@ use std::fmt::Write as _;
 pub enum Dialect {
     /// PostgreSQL ≥ 13: `jsonb` columns, placeholders `$n::type` with an explicit cast.
     Postgres,
-    /// SQLite ≥ 3.45: JSON held as text, SQLite's JSON functions (`->`, `->>`,
+    /// SQLite ≥ 3.44 (aggregate `ORDER BY`): JSON held as text, SQLite's JSON functions (`->`, `->>`,
     /// `json_set`, `json_remove`, `json_each`), placeholders `?n`.
     Sqlite,
 }
@@ -318,12 +319,14 @@ pub fn check_size(field: &str, params: &[Param], limits: &Limits) -> Result<()> 
 /// What the database cannot store in a JSON value, refused naming `field` before anything
 /// is sent (checked without recursion):
 ///
-/// - both dialects: NUL (`\u0000`) in any string or object key. PostgreSQL refuses it in
-///   `jsonb`; SQLite's JSON functions hand strings to C code that stops at NUL, so a guard
-///   or patch reading such a string would see it cut short.
-/// - SQLite: an object key holding `"`, which SQLite's JSON path syntax (`$."key"`) cannot
-///   address, so such a key could not be patched later.
+/// - PostgreSQL: NUL (`\u0000`) in any string or object key (`jsonb` refuses it).
+/// - SQLite: nothing; JSON is kept as text, a NUL escaped as `\u0000`, and SQLite's JSON
+///   functions read such strings back whole. (What SQLite cannot address, an output name
+///   holding `"`, is [`path_key`]'s.)
 pub fn storable(dialect: Dialect, field: &str, value: &Value) -> Result<()> {
+    if dialect == Dialect::Sqlite {
+        return Ok(());
+    }
     let mut stack = vec![value];
     while let Some(v) = stack.pop() {
         match v {
@@ -363,7 +366,9 @@ pub fn path_key(dialect: Dialect, field: &str, key: &str) -> Result<()> {
     Ok(())
 }
 
-/// A string for a text column, refused when it holds NUL.
+/// A string for a text column, refused when it holds NUL (PostgreSQL refuses it in
+/// `text`; SQLite's text functions and comparisons of bound text stop at it). Ids and
+/// tokens never hold one (K-2.0 refuses control characters); this is the last line.
 pub fn text_of(dialect: Dialect, field: &str, s: &str) -> Result<Param> {
     if s.contains('\0') {
         return Err(Error::invalid(field, format_args!("contains NUL, which {} cannot store", dialect.name())));

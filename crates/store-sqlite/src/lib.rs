@@ -32,7 +32,7 @@
 //!
 //! ## Binding
 //!
-//! [`rusqlite`] with its `bundled` feature: SQLite (3.50) is compiled into the binary, so no
+//! [`rusqlite`] with its `bundled` feature: SQLite (3.54) is compiled into the binary, so no
 //! system library is needed and every build has the same SQLite — the JSON functions,
 //! `RETURNING`, `STRICT` tables and aggregate `ORDER BY` the protocol uses included. It is
 //! the most used and maintained SQLite binding for Rust and exposes what a store needs
@@ -82,13 +82,15 @@
 //! ## Refused input
 //!
 //! kernel-core's K-2.0 rule first (the same refusals as every other store), then what
-//! SQLite cannot hold or address: NUL in any string (text column or JSON value), integers
-//! beyond the 64-bit signed range, an output name holding `"` (a JSON path cannot address
-//! it), statements whose values exceed [`Limits::document_bytes_max`], and (a `CHECK`
+//! SQLite cannot hold or address: integers beyond the 64-bit signed range, NUL in a text
+//! column (ids never hold one: K-2.0), an output name holding `"` (a JSON path cannot
+//! address it), statements whose values exceed [`Limits::document_bytes_max`], and (a `CHECK`
 //! constraint) an instance whose JSON columns would exceed 16 MiB. All are
 //! [`Error::InvalidInput`](kernel_core::Error) with nothing written. A read-only file, a
 //! full disk or a lock held past the busy timeout are `Unavailable`: the statement was
-//! rolled back, nothing written. Details: `docs/store-sqlite.md`.
+//! rolled back, nothing written. A NUL inside a JSON value is kept (escaped as `\u0000`)
+//! and read back whole, as MongoDB keeps it (PostgreSQL refuses it). Details:
+//! `docs/store-sqlite.md`.
 
 mod codec;
 pub mod error;

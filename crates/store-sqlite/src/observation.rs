@@ -12,7 +12,7 @@
 //! before snapshot.
 //!
 //! Errors: a record SQLite or K-2.0 refuses (a step name that cannot be a key, NUL in a
-//! string, a revision past the signed 64-bit range) is [`Error::InvalidRecord`], the
+//! key column, a revision past the signed 64-bit range) is [`Error::InvalidRecord`], the
 //! batch's other records still written. Every other failure is [`Error::Unavailable`],
 //! including a write whose outcome is uncertain: applying the same batch again is
 //! idempotent, so writing it again is the correct answer to both.

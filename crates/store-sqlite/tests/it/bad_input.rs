@@ -220,27 +220,34 @@ async fn oversize_values_are_refused_and_nothing_written() {
     assert_eq!(inst.revision, 5 + 5);
 }
 
-/// NUL (in a JSON string, an object key, a text column) and integers beyond the signed
-/// 64-bit range are refused naming the field; nothing written.
+/// Integers beyond the signed 64-bit range, and an output name a JSON path cannot address,
+/// are refused naming the field, nothing written; NUL inside JSON strings is kept and read
+/// back exactly.
 #[tokio::test]
-async fn nul_and_out_of_range_integers_are_refused() {
+async fn out_of_range_integers_are_refused_and_nul_round_trips() {
     let t = TestDb::new().await;
     let store = t.store();
     store.create(running("wf-1")).await.unwrap();
     let guard = Guard::Running { token: "tok".into() };
     let step = |v| Transition::complete_step(0, "fetch", v, DurationMs::from_millis(1), T0, false);
-    assert_eq!(invalid_field(store.apply(&"wf-1".into(), &guard, &step(json!({"a": "x\u{0}y"}))).await), "output.fetch");
-    assert_eq!(invalid_field(store.apply(&"wf-1".into(), &guard, &step(json!({"k\u{0}": 1}))).await), "output.fetch");
     assert!(invalid_field(store.apply(&"wf-1".into(), &guard, &step(json!(u64::MAX))).await).starts_with("output"));
+    let quoted = Transition::complete_step(0, "say \"hi\"", json!(1), DurationMs::from_millis(1), T0, false);
+    assert_eq!(invalid_field(store.apply(&"wf-1".into(), &guard, &quoted).await), "output.say \"hi\"");
     assert_eq!(store.get(&"wf-1".into()).await.unwrap().unwrap().revision, 5, "nothing written");
+    // NUL in an object key is K-2.0's refusal, the same in every store.
+    assert_eq!(invalid_field(store.apply(&"wf-1".into(), &guard, &step(json!({"k\u{0}": 1}))).await), "output.fetch");
+    let nul = json!({"a": "x\u{0}y", "k": ["\u{0}"]});
+    let r = store.apply(&"wf-1".into(), &guard, &step(nul.clone())).await.unwrap();
+    assert_eq!(r, WriteOutcome::Applied { revision: 6 });
+    assert_eq!(store.get(&"wf-1".into()).await.unwrap().unwrap().output.get("fetch"), Some(&nul));
     let mut w = running("wf-2");
     w.revision = u64::MAX;
     assert_eq!(invalid_field(store.create(w).await), "revision");
     let mut w = running("wf-3");
     w.input = json!({"n": "a\u{0}"});
-    assert_eq!(invalid_field(store.create(w).await), "input");
+    assert!(matches!(store.create(w).await.unwrap(), CreateOutcome::Created(_)));
+    assert_eq!(store.get(&"wf-3".into()).await.unwrap().unwrap().input, json!({"n": "a\u{0}"}));
     assert!(store.get(&"wf-2".into()).await.unwrap().is_none());
-    assert!(store.get(&"wf-3".into()).await.unwrap().is_none());
     let inbox = t.inbox();
     let rec = SignalRecord {
         signal_id: "sig-1".into(),
@@ -262,4 +269,17 @@ async fn nul_and_out_of_range_integers_are_refused() {
     let spec = ClaimSpec { now: T0, lease_ms: DurationMs::from_millis(1), token: "t2".into(), types: vec!["summary".into()] };
     let _ = store.claim(&"wf-4".into(), &spec).await.unwrap();
     assert_eq!(store.get(&"wf-4".into()).await.unwrap().unwrap().input, json!({"min": i64::MIN, "max": i64::MAX}));
+}
+
+/// A NUL inside a JSON value is kept escaped and read back whole by the bundled SQLite's
+/// JSON functions (which the guards read strings with): `"x\u0000y"` is not `"x"`.
+#[test]
+fn sqlite_keeps_nul_inside_json_strings() {
+    let c = rusqlite::Connection::open_in_memory().unwrap();
+    let (v, same): (String, bool) =
+        c.query_row(r#"SELECT '{"a":"x\u0000y"}' ->> '$.a', ('{"a":"x\u0000y"}' ->> '$.a') = 'x'"#, [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
+    assert_eq!((v.as_str(), same), ("x\0y", false));
 }
