@@ -48,8 +48,7 @@ pub(crate) fn priority_of(row: &Row<'_>) -> Result<Priority> {
 }
 
 pub(crate) fn status_of<T: DeserializeOwned>(row: &Row<'_>, column: &str) -> Result<T> {
-    serde_json::from_value(serde_json::Value::String(col::<String>(row, column)?))
-        .map_err(|e| corrupt(column, e))
+    serde_json::from_value(serde_json::Value::String(col::<String>(row, column)?)).map_err(|e| corrupt(column, e))
 }
 
 fn time(row: &Row<'_>, column: &str) -> Result<Instant> {

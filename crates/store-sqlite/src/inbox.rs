@@ -180,7 +180,8 @@ impl SignalInbox for SqliteSignalInbox {
             cond.push_str(" AND signal_id > ?2");
         }
         // Served by `signal_inbox_pending`.
-        let sql = format!("SELECT {INBOX_COLUMNS} FROM {INBOX} WHERE status = 'pending'{cond} ORDER BY signal_id LIMIT ?1");
+        let sql =
+            format!("SELECT {INBOX_COLUMNS} FROM {INBOX} WHERE status = 'pending'{cond} ORDER BY signal_id LIMIT ?1");
         self.records("scan pending signals", Statement { sql, params }).await
     }
 

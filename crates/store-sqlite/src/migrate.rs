@@ -65,11 +65,9 @@ fn check(path: &Path, id: Identity) -> Result<()> {
 
 fn open_error(path: &Path, what: &str, e: rusqlite::Error) -> Error {
     match error::map(Op::Read, what, e) {
-        Error::Corrupt { message, cause, .. } => Error::Corrupt {
-            message: format!("sqlite file `{}`: {message}", path.display()),
-            workflow_id: None,
-            cause,
-        },
+        Error::Corrupt { message, cause, .. } => {
+            Error::Corrupt { message: format!("sqlite file `{}`: {message}", path.display()), workflow_id: None, cause }
+        }
         Error::Unavailable { message, cause } => {
             Error::Unavailable { message: format!("sqlite file `{}`: {message}", path.display()), cause }
         }
@@ -100,9 +98,8 @@ pub fn migrate(path: &Path, config: &SqliteConfig) -> Result<Vec<u32>> {
     }
     // WAL is a property of the file, set once; another process switching it at the same
     // moment makes this wait on its lock (busy timeout).
-    let mode: String = conn
-        .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
-        .map_err(|e| open_error(path, "set WAL mode", e))?;
+    let mode: String =
+        conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0)).map_err(|e| open_error(path, "set WAL mode", e))?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(Error::unavailable(format!(
             "sqlite file `{}`: cannot switch to WAL mode (journal_mode stays `{mode}`)",

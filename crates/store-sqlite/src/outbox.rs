@@ -194,8 +194,11 @@ impl SqliteOutbox {
 
     /// One conditional update of one object; `true` when it matched.
     async fn update(&self, what: &'static str, set: &str, cond: &str, params: Vec<Param>) -> Result<bool> {
-        let sql =
-            format!("UPDATE {} SET {set} WHERE \"{}\" = ?1 AND {cond} RETURNING 1", self.table.t(), self.table.id_column);
+        let sql = format!(
+            "UPDATE {} SET {set} WHERE \"{}\" = ?1 AND {cond} RETURNING 1",
+            self.table.t(),
+            self.table.id_column
+        );
         let stmt = Statement { sql, params };
         self.db.call(Op::Write, what, move |c| Ok(!run(c, Op::Write, what, &stmt, |_| ())?.is_empty())).await
     }
@@ -321,8 +324,10 @@ impl DispatchOutbox for SqliteOutbox {
             self.intent_json(&intent)?,
         ];
         let stmt = Statement { sql, params };
-        let inserted =
-            self.db.call(Op::Write, "accept", move |c| Ok(!run(c, Op::Write, "accept", &stmt, |_| ())?.is_empty())).await?;
+        let inserted = self
+            .db
+            .call(Op::Write, "accept", move |c| Ok(!run(c, Op::Write, "accept", &stmt, |_| ())?.is_empty()))
+            .await?;
         Ok(if inserted { AcceptOutcome::Accepted } else { AcceptOutcome::Exists })
     }
 
@@ -330,7 +335,8 @@ impl DispatchOutbox for SqliteOutbox {
         validate::identifier("object_id", object_id.as_str())?;
         let sql = format!("SELECT {} FROM {} WHERE \"{}\" = ?1", self.cols, self.table.t(), self.table.id_column);
         let stmt = Statement { sql, params: vec![Param::Text(object_id.to_string())] };
-        let rows = self.db.call(Op::Read, "get object", move |c| run(c, Op::Read, "get object", &stmt, record_of)).await?;
+        let rows =
+            self.db.call(Op::Read, "get object", move |c| run(c, Op::Read, "get object", &stmt, record_of)).await?;
         one(rows, "get object")?.transpose()
     }
 
@@ -536,6 +542,10 @@ impl DispatchOutbox for SqliteOutbox {
             Param::Int8(now.as_millis()),
         ];
         let stmt = Statement { sql, params };
-        self.db.call(Op::Write, "take scan lock", move |c| Ok(!run(c, Op::Write, "take scan lock", &stmt, |_| ())?.is_empty())).await
+        self.db
+            .call(Op::Write, "take scan lock", move |c| {
+                Ok(!run(c, Op::Write, "take scan lock", &stmt, |_| ())?.is_empty())
+            })
+            .await
     }
 }

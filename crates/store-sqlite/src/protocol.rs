@@ -17,7 +17,7 @@ use kernel_core::ports::DueCursor;
 use kernel_core::transition::{Guard, Transition};
 use kernel_core::{validate, Error, Result};
 use rusqlite::types::Value as SqlValue;
-use sql_protocol::{check_size, guard_sql, i64_of, jsonb, json_of, set_sql, steps_exist_sql, text_of, wait_of};
+use sql_protocol::{check_size, guard_sql, i64_of, json_of, jsonb, set_sql, steps_exist_sql, text_of, wait_of};
 pub use sql_protocol::{Binds, Dialect, Limits, Param, Statement, ACTIVE_SQL, CLAIMABLE_SQL};
 
 const D: Dialect = Dialect::Sqlite;

@@ -35,7 +35,11 @@ impl SqliteWorkflowStore {
             sql: format!("SELECT {INSTANCE_COLUMNS} FROM {INSTANCES} ORDER BY workflow_id LIMIT ?1"),
             params: vec![Param::Int8(limit)],
         };
-        self.db.call(Op::Read, "list instances", move |c| run(c, Op::Read, "list instances", &stmt, codec::instance)?.into_iter().collect()).await
+        self.db
+            .call(Op::Read, "list instances", move |c| {
+                run(c, Op::Read, "list instances", &stmt, codec::instance)?.into_iter().collect()
+            })
+            .await
     }
 
     async fn find_one(&self, column: &'static str, value: &str) -> Result<Option<WorkflowInstance>> {

@@ -4,7 +4,9 @@
 
 use crate::support::{config, TestDb};
 use kernel_core::model::*;
-use kernel_core::ports::{ClaimSpec, CreateOutcome, SignalInbox, SignalRecord, SignalStatus, WorkflowStore, WriteOutcome};
+use kernel_core::ports::{
+    ClaimSpec, CreateOutcome, SignalInbox, SignalRecord, SignalStatus, WorkflowStore, WriteOutcome,
+};
 use kernel_core::transition::{Guard, Transition};
 use kernel_core::Error;
 use serde_json::json;
@@ -40,8 +42,10 @@ async fn a_database_that_is_not_ours_is_refused_unchanged() {
     let path = dir.path().join("theirs.db");
     {
         let c = rusqlite::Connection::open(&path).unwrap();
-        c.execute_batch("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total INTEGER); INSERT INTO invoices VALUES (1, 10);")
-            .unwrap();
+        c.execute_batch(
+            "CREATE TABLE invoices (id INTEGER PRIMARY KEY, total INTEGER); INSERT INTO invoices VALUES (1, 10);",
+        )
+        .unwrap();
     }
     let before = bytes(&path);
     let m = conflict_message(SqliteDb::open(&path, config()).await);
@@ -126,11 +130,15 @@ async fn a_read_only_file_refuses_writes_and_keeps_the_state() {
     let ro = SqliteDb::open(t.db.path(), SqliteConfig { read_only: true, ..config() }).await.expect("read-only open");
     let ro_store = SqliteWorkflowStore::new(ro);
     assert_eq!(ro_store.get(&"wf-1".into()).await.unwrap().as_ref(), Some(&before), "reads work");
-    let r = ro_store.apply(&"wf-1".into(), &Guard::Running { token: "tok".into() }, &Transition::mark_running(0, T0)).await;
+    let r =
+        ro_store.apply(&"wf-1".into(), &Guard::Running { token: "tok".into() }, &Transition::mark_running(0, T0)).await;
     match &r {
         Err(e @ Error::Unavailable { message, .. }) => {
             assert!(e.is_retryable());
-            assert!(message.contains("readonly") || message.contains("read-only") || message.contains("read only"), "{message}");
+            assert!(
+                message.contains("readonly") || message.contains("read-only") || message.contains("read only"),
+                "{message}"
+            );
         }
         other => panic!("expected Unavailable, got {other:?}"),
     }
@@ -186,7 +194,11 @@ async fn oversize_values_are_refused_and_nothing_written() {
     let guard = Guard::Running { token: "tok".into() };
     let big = json!("x".repeat(kernel_core::validate::STORE_PAYLOAD_BYTES_MAX + 1));
     let r = store
-        .apply(&"wf-1".into(), &guard, &Transition::complete_step(0, "fetch", big, DurationMs::from_millis(1), T0, false))
+        .apply(
+            &"wf-1".into(),
+            &guard,
+            &Transition::complete_step(0, "fetch", big, DurationMs::from_millis(1), T0, false),
+        )
         .await;
     assert!(invalid_field(r).starts_with("output"));
     assert_eq!(store.get(&"wf-1".into()).await.unwrap().unwrap().revision, 5);
@@ -197,7 +209,7 @@ async fn oversize_values_are_refused_and_nothing_written() {
     let t = TestDb::with(SqliteConfig { limits, ..config() }).await;
     let store = t.store();
     let mut w = running("wf-big");
-    w.steps = (0..8).map(|i| Step::pending(&format!("s{i}"))).collect();
+    w.steps = (0..8).map(|i| Step::pending(format!("s{i}"))).collect();
     store.create(w).await.unwrap();
     let chunk = json!("y".repeat(3 << 20));
     let mut refused = None;
@@ -266,7 +278,8 @@ async fn out_of_range_integers_are_refused_and_nul_round_trips() {
     let mut w = running("wf-4");
     w.input = json!({"min": i64::MIN, "max": i64::MAX});
     store.create(w).await.unwrap();
-    let spec = ClaimSpec { now: T0, lease_ms: DurationMs::from_millis(1), token: "t2".into(), types: vec!["summary".into()] };
+    let spec =
+        ClaimSpec { now: T0, lease_ms: DurationMs::from_millis(1), token: "t2".into(), types: vec!["summary".into()] };
     let _ = store.claim(&"wf-4".into(), &spec).await.unwrap();
     assert_eq!(store.get(&"wf-4".into()).await.unwrap().unwrap().input, json!({"min": i64::MIN, "max": i64::MAX}));
 }
@@ -276,8 +289,8 @@ async fn out_of_range_integers_are_refused_and_nul_round_trips() {
 #[test]
 fn sqlite_keeps_nul_inside_json_strings() {
     let c = rusqlite::Connection::open_in_memory().unwrap();
-    let (v, same): (String, bool) =
-        c.query_row(r#"SELECT '{"a":"x\u0000y"}' ->> '$.a', ('{"a":"x\u0000y"}' ->> '$.a') = 'x'"#, [], |r| {
+    let (v, same): (String, bool) = c
+        .query_row(r#"SELECT '{"a":"x\u0000y"}' ->> '$.a', ('{"a":"x\u0000y"}' ->> '$.a') = 'x'"#, [], |r| {
             Ok((r.get(0)?, r.get(1)?))
         })
         .unwrap();

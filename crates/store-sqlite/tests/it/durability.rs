@@ -37,8 +37,7 @@ async fn child(path: &str) {
     let inst = instance();
     let types = vec![inst.workflow_type.clone()];
     assert!(matches!(store.create(inst).await.expect("create"), CreateOutcome::Created(_)));
-    let spec =
-        ClaimSpec { now: T0, lease_ms: DurationMs::from_millis(60_000), token: "tok-1".into(), types };
+    let spec = ClaimSpec { now: T0, lease_ms: DurationMs::from_millis(60_000), token: "tok-1".into(), types };
     store.claim(&"wf-kill".into(), &spec).await.expect("claim").expect("claimed");
     let running = Guard::Running { token: "tok-1".into() };
     let r = store.apply(&"wf-kill".into(), &running, &Transition::mark_running(0, T0)).await.expect("mark running");

@@ -22,7 +22,10 @@ impl RepositoryFixture for ObsDb {
     fn repo(&self) -> &DynRepository {
         &self.1
     }
-    async fn teardown(self) {}
+    async fn teardown(self) {
+        drop(self.1);
+        self.0.close();
+    }
 }
 
 async fn fixture(_case: &str) -> Option<ObsDb> {

@@ -12,6 +12,11 @@ impl testkit::conformance::outbox::OutboxFixture for OutboxDb {
     fn outbox(&self) -> &DynOutbox {
         &self.1
     }
+    fn teardown(self) -> futures::future::BoxFuture<'static, ()> {
+        drop(self.1);
+        self.0.close();
+        Box::pin(async {})
+    }
 }
 
 /// A fresh fixture.

@@ -35,6 +35,14 @@ impl TestDb {
         SqliteSignalInbox::new(self.db.clone())
     }
 
+    /// Close the pool and delete the directory (a failure to delete is reported, not fatal).
+    pub fn close(self) {
+        drop(self.db);
+        if let Err(e) = self.dir.close() {
+            eprintln!("could not remove a test directory: {e}");
+        }
+    }
+
     /// One integer from a query, on a connection of its own.
     pub fn scalar(&self, sql: &str) -> i64 {
         let c = rusqlite::Connection::open(self.db.path()).expect("open");
@@ -57,6 +65,11 @@ impl StoreFixture for StoreDb {
     fn store(&self) -> &DynStore {
         &self.1
     }
+    fn teardown(self) -> futures::future::BoxFuture<'static, ()> {
+        drop(self.1);
+        self.0.close();
+        Box::pin(async {})
+    }
 }
 
 /// Inbox conformance fixture: an inbox in a fresh file.
@@ -73,5 +86,10 @@ impl InboxDb {
 impl InboxFixture for InboxDb {
     fn inbox(&self) -> &DynInbox {
         &self.1
+    }
+    fn teardown(self) -> futures::future::BoxFuture<'static, ()> {
+        drop(self.1);
+        self.0.close();
+        Box::pin(async {})
     }
 }

@@ -57,9 +57,5 @@ async fn crash_sweep_on_sqlite() {
     // the adapter changes where the state lives, never the protocol.
     let memory = testkit::harness::sweep(&scenarios, 7, SweepSample::AtMost(1)).await;
     assert_eq!(memory.runs, scenarios.len() as u64);
-    assert_eq!(
-        (report.boundaries, report.idle_skipped),
-        (memory.boundaries, memory.idle_skipped),
-        "sqlite vs memory"
-    );
+    assert_eq!((report.boundaries, report.idle_skipped), (memory.boundaries, memory.idle_skipped), "sqlite vs memory");
 }
