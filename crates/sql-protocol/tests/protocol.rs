@@ -226,3 +226,46 @@ fn unstorable_values_are_refused_naming_the_field() {
         other => panic!("expected InvalidInput, got {other:?}"),
     }
 }
+
+/// The API fits store-postgres's statements: its apply and claim statements, composed from
+/// `Binds` (the id bound first), `guard_sql`, `set_sql` and `steps_exist_sql`, equal the
+/// statement sections of its snapshot, text and values.
+#[test]
+fn postgres_statements_compose_from_the_api() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots/postgres.txt");
+    let file = std::fs::read_to_string(&path).expect("the copied snapshot");
+    let section = |name: &str| -> String {
+        let start = file.find(&format!("## {name}\n")).unwrap_or_else(|| panic!("section {name}"));
+        let rest = &file[start..];
+        rest[..rest.find("\n\n").map_or(rest.len(), |e| e + 2)].to_string()
+    };
+    let limits = Limits::default();
+    let table = "\"wfk\".workflow_instances";
+    let mut b = sql_protocol::Binds::new(Dialect::Postgres);
+    let id = b.bind(Param::Text("wf-1".into()));
+    let cond = sql_protocol::guard_sql(&mut b, &Guard::Running { token: "tok".into() }).unwrap();
+    let sets = sql_protocol::set_sql(&mut b, &Transition::mark_running(2, NOW), &limits).unwrap();
+    let exist = sql_protocol::steps_exist_sql(&mut b, 2);
+    let sql = format!("UPDATE {table} SET {sets} WHERE workflow_id = {id} AND {cond} AND {exist} RETURNING revision");
+    let mut got = String::new();
+    render(&mut got, "statement apply mark_running(2) under Running", &b.statement(sql), '$');
+    assert_eq!(got, section("statement apply mark_running(2) under Running"));
+
+    let spec = kernel_core::ports::ClaimSpec {
+        now: NOW,
+        lease_ms: DurationMs::from_millis(30_000),
+        token: "tok".into(),
+        types: vec!["summary".into()],
+    };
+    let mut b = sql_protocol::Binds::new(Dialect::Postgres);
+    let id = b.bind(Param::Text("wf-1".into()));
+    let cond = sql_protocol::guard_sql(&mut b, &spec.guard()).unwrap();
+    let sets = sql_protocol::set_sql(&mut b, &spec.transition().unwrap(), &limits).unwrap();
+    let columns = "workflow_id, workflow_type, biz_key, status, steps, input, output, claimable_time, claim_token, \
+                   wait, resume, definition_fingerprint, fingerprint_mismatch, business_priority, retry_count, \
+                   prepare_failures, revision, created_at, updated_at, finished_at";
+    let sql = format!("UPDATE {table} SET {sets} WHERE workflow_id = {id} AND {cond} RETURNING {columns}");
+    let mut got = String::new();
+    render(&mut got, "statement claim", &b.statement(sql), '$');
+    assert_eq!(got, section("statement claim"));
+}

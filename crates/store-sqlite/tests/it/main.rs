@@ -11,5 +11,6 @@ mod durability;
 mod observation;
 mod outbox;
 mod protocol;
+mod races;
 mod support;
 mod sweep;
