@@ -73,7 +73,7 @@ pub fn apply_statement(
 /// The one statement of a claim of `workflow_id`, or of any due instance when `None`
 /// (`claim_any`: the longest-due claimable instance of the claimed types, picked and
 /// written in one statement; SQLite runs one write at a time, so no other claimer can take
-/// it in between). Returns every column of the claimed row.
+/// it in between, and no `SKIP LOCKED` is needed). Returns every column of the claimed row.
 pub fn claim_statement(
     workflow_id: Option<&str>,
     guard: &Guard,
@@ -91,17 +91,22 @@ pub fn claim_statement(
             format!("UPDATE {t} SET {sets} WHERE workflow_id = {id} AND {cond} RETURNING {INSTANCE_COLUMNS}")
         }
         None => {
-            let Guard::Claimable { .. } = guard else {
+            let Guard::Claimable { now, types } = guard else {
                 return Err(Error::invalid("guard", "claim_any takes the Claimable guard"));
             };
             let cond = guard_sql(&mut b, guard)?;
             let sets = set_sql(&mut b, transition, limits)?;
-            // The candidate: the same condition, served per type by
-            // `workflow_instances_claim_by_type`, longest due first. The guard's own
-            // parameters are reused (`?1` now, `?2` the types).
+            let now = b.bind(Param::Int8(now.as_millis()));
+            let types = b.bind(Param::TextArray(types.clone()));
+            // The candidate: per claimed type, its longest-due claimable instance (one seek
+            // into `workflow_instances_claim_by_type` each); of those, the longest due. The
+            // guard is re-checked on the row by the UPDATE itself.
             format!(
-                "UPDATE {t} SET {sets} WHERE workflow_id = (SELECT workflow_id FROM {t} WHERE {cond} \
-                 ORDER BY claimable_time, workflow_id LIMIT 1) AND {cond} RETURNING {INSTANCE_COLUMNS}"
+                "UPDATE {t} SET {sets} WHERE workflow_id = (SELECT c.workflow_id FROM {t} AS c WHERE c.workflow_id IN \
+                 (SELECT (SELECT w.workflow_id FROM {t} AS w WHERE w.status IN ('running', 'failing') \
+                 AND w.claimable_time <= {now} AND w.workflow_type = ty.value \
+                 ORDER BY w.claimable_time, w.workflow_id LIMIT 1) FROM json_each({types}) AS ty) \
+                 ORDER BY c.claimable_time, c.workflow_id LIMIT 1) AND {cond} RETURNING {INSTANCE_COLUMNS}"
             )
         }
     };

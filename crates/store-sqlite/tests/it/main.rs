@@ -8,6 +8,7 @@
 mod bad_input;
 mod conformance;
 mod durability;
+mod explain;
 mod observation;
 mod outbox;
 mod protocol;
