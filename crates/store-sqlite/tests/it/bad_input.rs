@@ -296,3 +296,43 @@ fn sqlite_keeps_nul_inside_json_strings() {
         .unwrap();
     assert_eq!((v.as_str(), same), ("x\0y", false));
 }
+
+/// Every call has a deadline, the wait for a pooled connection included: with one pooled
+/// connection and the write lock held elsewhere, the first write fails after the busy
+/// timeout (`Unavailable`), the second — which waited for the connection first — reaches
+/// the call deadline while waiting for the lock and is interrupted (`Uncertain`: a write
+/// past its deadline may have committed; here it did not). The busy timeout must be
+/// shorter than the deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_past_their_deadline_are_interrupted() {
+    let bad = SqliteConfig { busy_timeout_ms: 1_000, call_timeout_ms: 1_000, ..config() };
+    assert_eq!(invalid_field(SqliteDb::open("unused.db", bad).await), "call_timeout_ms");
+    let t =
+        TestDb::with(SqliteConfig { busy_timeout_ms: 800, call_timeout_ms: 1_200, pool_size_max: 1, ..config() }).await;
+    let store = t.store();
+    store.create(running("wf-1")).await.unwrap();
+    let holder = rusqlite::Connection::open(t.db.path()).unwrap();
+    holder.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let guard = Guard::Running { token: "tok".into() };
+    let id: kernel_core::WorkflowId = "wf-1".into();
+    let (t0, t1) = (Transition::mark_running(0, T0), Transition::mark_running(1, T0));
+    let started = std::time::Instant::now();
+    let (a, b) = tokio::join!(store.apply(&id, &guard, &t0), store.apply(&id, &guard, &t1));
+    let elapsed = started.elapsed();
+    let mut outcomes = [&a, &b].map(|r| match r {
+        Err(Error::Unavailable { .. }) => "unavailable",
+        Err(Error::Uncertain { .. }) => "uncertain",
+        other => panic!("{other:?}"),
+    });
+    outcomes.sort();
+    assert_eq!(outcomes, ["unavailable", "uncertain"], "{a:?} {b:?}");
+    assert!(elapsed < std::time::Duration::from_millis(2_500), "bounded by the deadline: {elapsed:?}");
+    holder.execute_batch("ROLLBACK").unwrap();
+    let inst = store.get(&"wf-1".into()).await.unwrap().unwrap();
+    assert_eq!(inst.revision, 5, "nothing written");
+    assert_eq!(
+        store.apply(&"wf-1".into(), &guard, &Transition::mark_running(0, T0)).await.unwrap(),
+        WriteOutcome::Applied { revision: 6 },
+        "the pooled connection serves again"
+    );
+}
