@@ -1,8 +1,8 @@
 //! # sql-protocol
 //!
 //! The kernel's write protocol (K-6.4) as SQL, for the SQL stores: a
-//! [`Guard`](kernel_core::transition::Guard) becomes the condition of a `WHERE` clause, a
-//! [`Transition`](kernel_core::transition::Transition) the assignment list of a `SET`
+//! [`Guard`] becomes the condition of a `WHERE` clause, a
+//! [`Transition`] the assignment list of a `SET`
 //! clause, every caller-supplied value a typed bound parameter ([`Param`]), never text
 //! spliced into the statement. Two [`Dialect`]s: PostgreSQL (`jsonb`, placeholders
 //! `$n::type`) and SQLite (JSON text with SQLite's JSON functions, placeholders `?n`).
