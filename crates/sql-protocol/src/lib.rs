@@ -420,7 +420,16 @@ fn step_patch_sql(b: &mut Binds, p: &StepPatch) -> Result<String> {
     let cur = format!("(steps -> {i})");
     let num = |key: &str| {
         if sqlite {
-            format!("COALESCE({cur} ->> '$.{key}', 0)")
+            // A missing or null counter counts as 0, an integer as itself; anything else (a
+            // counter changed outside the kernel) fails the statement, as PostgreSQL's
+            // `::bigint` cast does: `json('x' || <value>)` is never valid JSON, so SQLite
+            // raises "malformed JSON" (the store's `Corrupt`) and nothing is written, rather
+            // than reading the text as 0.
+            let ty = format!("json_type({cur}, '$.{key}')");
+            format!(
+                "(CASE WHEN {ty} IS NULL OR {ty} = 'null' THEN 0 WHEN {ty} = 'integer' THEN {cur} ->> '$.{key}' \
+                 ELSE json('x' || ({cur} ->> '$.{key}')) END)"
+            )
         } else {
             format!("COALESCE(({cur} ->> '{key}')::bigint, 0)")
         }

@@ -12,6 +12,7 @@ mod explain;
 mod observation;
 mod outbox;
 mod protocol;
+mod quarantine;
 mod races;
 mod support;
 mod sweep;
