@@ -336,7 +336,7 @@ impl SqliteDb {
 /// A connection with this crate's settings: busy timeout, foreign keys, the configured
 /// `synchronous`, a statement cache.
 pub(crate) fn open_connection(path: &Path, config: &SqliteConfig) -> rusqlite::Result<Connection> {
-    let mut flags = OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
+    let mut flags = OpenFlags::SQLITE_OPEN_NO_MUTEX;
     if config.read_only {
         flags |= OpenFlags::SQLITE_OPEN_READ_ONLY;
     } else {
