@@ -46,8 +46,8 @@
 //!   transaction at a time for the whole file (SQLite's rule), across processes.
 //! - [`Synchronous::Full`] by default: a committed write is on disk before the call
 //!   returns, so a power loss loses nothing committed. [`Synchronous::Normal`] (for tests
-//!   and sweeps) keeps the file consistent after a crash of the process or the OS, but may
-//!   lose the last commits on a power loss.
+//!   and sweeps) loses nothing committed when the process is killed, but may lose the last
+//!   commits on a crash of the OS or a power loss; the file stays consistent either way.
 //! - SQLite calls block, so they never run on the async runtime: each call takes a
 //!   connection from a small pool ([`SqliteConfig::pool_size_max`]) and runs on tokio's
 //!   blocking threads (`spawn_blocking`). A pool rather than one dedicated thread, because
@@ -127,9 +127,10 @@ pub enum Synchronous {
     /// committed is lost on a power loss. The default.
     #[default]
     Full,
-    /// `synchronous=NORMAL`: in WAL mode commits are synced at checkpoints only. A crash of
-    /// the process (or the OS) loses nothing committed; a power loss may lose the last
-    /// commits, never the file's consistency. For tests and sweeps.
+    /// `synchronous=NORMAL`: in WAL mode commits are synced at checkpoints only. A killed
+    /// process loses nothing committed (the commit is in the operating system's cache); a
+    /// crash of the OS or a power loss may lose the last commits, never the file's
+    /// consistency. For tests and sweeps.
     Normal,
 }
 
