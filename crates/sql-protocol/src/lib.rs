@@ -1,0 +1,658 @@
+//! # sql-protocol
+//!
+//! The kernel's write protocol (K-6.4) as SQL, for the SQL stores: a
+//! [`Guard`] becomes the condition of a `WHERE` clause, a
+//! [`Transition`] the assignment list of a `SET`
+//! clause, every caller-supplied value a typed bound parameter ([`Param`]), never text
+//! spliced into the statement. Two [`Dialect`]s: PostgreSQL (`jsonb`, placeholders
+//! `$n::type`) and SQLite (JSON text with SQLite's JSON functions, placeholders `?n`).
+//!
+//! Pure functions: no driver, no I/O. A store builds its statements around them —
+//! `UPDATE <instances> SET <transition> WHERE workflow_id = <id> AND <guard> [AND <steps
+//! exist>] RETURNING revision` — and binds [`Param`]s with its own driver. The text of
+//! every guard and transition is pinned by snapshot tests (`tests/snapshots/`), the
+//! PostgreSQL one identical to what store-postgres sends.
+//!
+//! ```
+//! use kernel_core::transition::{Guard, Transition};
+//! use kernel_core::model::Instant;
+//! use sql_protocol::{Binds, Dialect, Limits, Param};
+//!
+//! let mut b = Binds::new(Dialect::Sqlite);
+//! let id = b.bind(Param::Text("wf-1".into()));
+//! let cond = sql_protocol::guard_sql(&mut b, &Guard::Running { token: "tok".into() }).unwrap();
+//! let now = Instant::from_millis(1_700_000_000_000);
+//! let sets = sql_protocol::set_sql(&mut b, &Transition::release(now), &Limits::default()).unwrap();
+//! assert_eq!(cond, "status = 'running' AND claim_token = ?2");
+//! assert_eq!(sets, "claimable_time = ?3, claim_token = NULL, updated_at = ?4, revision = revision + 1");
+//! let sql = format!("UPDATE workflow_instances SET {sets} WHERE workflow_id = {id} AND {cond} RETURNING revision");
+//! assert_eq!(b.params().len(), 4);
+//! # let _ = sql;
+//! ```
+//!
+//! Guards, transitions and step patches are destructured field by field, without `..`, so
+//! a field added to them in kernel-core is a compile error here, never a dropped write.
+//!
+//! What is refused is decided by kernel-core first ([`Guard::validate`],
+//! [`Transition::validate`]); this crate adds only what the database cannot hold or
+//! address (see [`storable`], [`path_key`], [`text_of`]): NUL in a text column, NUL in a
+//! JSON string (PostgreSQL), integers beyond the 64-bit signed range, and (SQLite) an
+//! output name that its JSON path syntax cannot address.
+
+use kernel_core::model::*;
+use kernel_core::transition::{AttemptChange, Guard, Patch, StepPatch, Transition};
+use kernel_core::{validate, Error, Result};
+use serde_json::Value;
+use std::fmt::Write as _;
+
+/// Which SQL the functions render.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// PostgreSQL ≥ 13: `jsonb` columns, placeholders `$n::type` with an explicit cast.
+    Postgres,
+    /// SQLite ≥ 3.44 (aggregate `ORDER BY`): JSON held as text, SQLite's JSON functions (`->`, `->>`,
+    /// `json_set`, `json_remove`, `json_each`), placeholders `?n`.
+    Sqlite,
+}
+
+impl Dialect {
+    fn name(self) -> &'static str {
+        match self {
+            Dialect::Postgres => "PostgreSQL",
+            Dialect::Sqlite => "SQLite",
+        }
+    }
+}
+
+/// Size limits checked before a statement reaches the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest input, output or checkpoint, as serialized JSON bytes; default
+    /// [`validate::STORE_PAYLOAD_BYTES_MAX`], the limit of the other adapters.
+    pub payload_bytes_max: usize,
+    /// Largest sum of the values one statement binds (an inserted instance, one
+    /// transition), in bytes; default 4 MiB, the MongoDB adapter's update limit.
+    pub document_bytes_max: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { payload_bytes_max: validate::STORE_PAYLOAD_BYTES_MAX, document_bytes_max: 4 * 1024 * 1024 }
+    }
+}
+
+/// A bound value of a statement. In PostgreSQL every placeholder carries an explicit cast
+/// (`$3::bigint`), so the parameter types the server infers are exactly these; SQLite
+/// binds `Jsonb` and `TextArray` as JSON text, `Int4`/`Int8` as integers, `Bool` as 0/1.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Param {
+    /// `text`
+    Text(String),
+    /// `bigint`
+    Int8(i64),
+    /// `int4`
+    Int4(i32),
+    /// `jsonb` (SQLite: its JSON text)
+    Jsonb(Value),
+    /// `text[]` (SQLite: a JSON array of strings, read with `json_each`)
+    TextArray(Vec<String>),
+    /// `bool`
+    Bool(bool),
+    /// A `bigint` NULL.
+    NullInt8,
+    /// A `text` NULL.
+    NullText,
+}
+
+impl Param {
+    /// The PostgreSQL type of the placeholder's cast.
+    pub fn cast(&self) -> &'static str {
+        match self {
+            Param::Text(_) => "text",
+            Param::Int8(_) => "bigint",
+            Param::Int4(_) => "int4",
+            Param::Jsonb(_) => "jsonb",
+            Param::TextArray(_) => "text[]",
+            Param::Bool(_) => "bool",
+            Param::NullInt8 => "bigint",
+            Param::NullText => "text",
+        }
+    }
+
+    /// The bytes the value takes, as counted against [`Limits::document_bytes_max`].
+    pub fn bytes(&self) -> usize {
+        match self {
+            Param::Text(s) => s.len(),
+            Param::Int8(_) => 8,
+            Param::Int4(_) => 4,
+            Param::Jsonb(v) => serde_json::to_vec(v).map_or(0, |b| b.len()),
+            Param::TextArray(v) => v.iter().map(String::len).sum(),
+            Param::Bool(_) => 1,
+            Param::NullInt8 | Param::NullText => 0,
+        }
+    }
+}
+
+/// A statement and its bound values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Statement {
+    /// The SQL text, placeholders `$1…$n` (PostgreSQL) or `?1…?n` (SQLite).
+    pub sql: String,
+    /// The values of the placeholders, in order.
+    pub params: Vec<Param>,
+}
+
+/// Collects bound values; [`bind`](Self::bind) returns the placeholder of the dialect.
+#[derive(Debug)]
+pub struct Binds {
+    dialect: Dialect,
+    params: Vec<Param>,
+}
+
+impl Binds {
+    /// No values yet: the next placeholder is number 1.
+    pub fn new(dialect: Dialect) -> Self {
+        Binds { dialect, params: Vec::new() }
+    }
+
+    /// The dialect the placeholders are written in.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// Add a value; returns its placeholder (`$n::type` or `?n`).
+    pub fn bind(&mut self, p: Param) -> String {
+        let cast = p.cast();
+        self.params.push(p);
+        match self.dialect {
+            Dialect::Postgres => format!("${}::{cast}", self.params.len()),
+            Dialect::Sqlite => format!("?{}", self.params.len()),
+        }
+    }
+
+    /// The values bound so far, in placeholder order.
+    pub fn params(&self) -> &[Param] {
+        &self.params
+    }
+
+    /// The values, and the statement made of `sql` and them.
+    pub fn statement(self, sql: String) -> Statement {
+        Statement { sql, params: self.params }
+    }
+
+    /// The values bound so far, in placeholder order.
+    pub fn into_params(self) -> Vec<Param> {
+        self.params
+    }
+}
+
+/// Statuses a claim may take (K-6.7).
+pub const CLAIMABLE_SQL: &str = "status IN ('running', 'failing')";
+/// Statuses of a workflow that has not ended.
+pub const ACTIVE_SQL: &str = "status IN ('running', 'waiting', 'failing')";
+
+/// `v` as a signed 64-bit integer, or refused naming `field`.
+pub fn i64_of(field: &str, v: u64) -> Result<i64> {
+    i64::try_from(v).map_err(|_| Error::invalid(field, format_args!("{v} exceeds the 64-bit signed range")))
+}
+
+fn status_lit(s: WorkflowStatus) -> String {
+    format!("'{}'", s.as_str())
+}
+
+/// The condition of `guard` (without `workflow_id`), its values bound into `b`. Validates
+/// every identifier it embeds ([`Guard::validate`]).
+///
+/// | guard | PostgreSQL | SQLite |
+/// |---|---|---|
+/// | `Claimable` | `… AND workflow_type = ANY($n::text[])` | `… AND workflow_type IN (SELECT value FROM json_each(?n))` |
+/// | `Failed { unless_round }` | `input -> 'fencing_token' IS DISTINCT FROM to_jsonb(r)` | `(json_type(input, '$.fencing_token') IS NOT 'text' OR input ->> '$.fencing_token' IS NOT r)` |
+/// | `DueWait` | `wait -> 'step_index' = to_jsonb(i)` | `wait ->> '$.step_index' = i` |
+/// | `SignalWait` | `wait @> {identity}` | one `wait ->> '$.<field>' = v` per identity field |
+///
+/// The other guards are the same text in both.
+pub fn guard_sql(b: &mut Binds, guard: &Guard) -> Result<String> {
+    guard.validate()?;
+    let sqlite = b.dialect == Dialect::Sqlite;
+    Ok(match guard {
+        Guard::Claimable { now, types } => {
+            let now = b.bind(Param::Int8(now.as_millis()));
+            let types = b.bind(Param::TextArray(types.clone()));
+            if sqlite {
+                format!("{CLAIMABLE_SQL} AND claimable_time <= {now} AND workflow_type IN (SELECT value FROM json_each({types}))")
+            } else {
+                format!("{CLAIMABLE_SQL} AND claimable_time <= {now} AND workflow_type = ANY({types})")
+            }
+        }
+        Guard::Running { token } => format!(
+            "status = {} AND claim_token = {}",
+            status_lit(WorkflowStatus::Running),
+            b.bind(text_of(b.dialect, "token", token.as_str())?)
+        ),
+        Guard::Failing { token } => format!(
+            "status = {} AND claim_token = {}",
+            status_lit(WorkflowStatus::Failing),
+            b.bind(text_of(b.dialect, "token", token.as_str())?)
+        ),
+        Guard::Token { token } => format!("claim_token = {}", b.bind(text_of(b.dialect, "token", token.as_str())?)),
+        Guard::Failed { unless_round } => {
+            let mut s = format!("status = {}", status_lit(WorkflowStatus::Failed));
+            if let Some(round) = unless_round {
+                // Distinct also when the round is missing or not a string, as
+                // `Guard::matches` has it.
+                let r = b.bind(text_of(b.dialect, "unless_round", round.as_str())?);
+                if sqlite {
+                    let _ = write!(
+                        s,
+                        " AND (json_type(input, '$.fencing_token') IS NOT 'text' OR input ->> '$.fencing_token' IS NOT {r})"
+                    );
+                } else {
+                    let _ = write!(s, " AND input -> 'fencing_token' IS DISTINCT FROM to_jsonb({r})");
+                }
+            }
+            s
+        }
+        Guard::DueWait { now, step_index } => {
+            let now = b.bind(Param::Int8(now.as_millis()));
+            let i = b.bind(Param::Int8(i64::from(*step_index)));
+            if sqlite {
+                format!(
+                    "status = {} AND claimable_time <= {now} AND wait ->> '$.step_index' = {i}",
+                    status_lit(WorkflowStatus::Waiting)
+                )
+            } else {
+                format!(
+                    "status = {} AND claimable_time <= {now} AND wait -> 'step_index' = to_jsonb({i})",
+                    status_lit(WorkflowStatus::Waiting)
+                )
+            }
+        }
+        Guard::SignalWait(WaitIdentity { signal_type, wait_key, generation, step_index }) => {
+            let generation = i64_of("generation", *generation)?;
+            if sqlite {
+                // Each field compared with its typed value: `->>` yields a JSON string as
+                // text and a JSON integer as an integer, and SQLite never finds a text equal
+                // to an integer, so this is the containment PostgreSQL's `@>` tests.
+                let st = b.bind(text_of(b.dialect, "signal_type", signal_type)?);
+                let wk = b.bind(text_of(b.dialect, "wait_key", wait_key)?);
+                let g = b.bind(Param::Int8(generation));
+                let i = b.bind(Param::Int8(i64::from(*step_index)));
+                format!(
+                    "status = {} AND wait ->> '$.kind' = 'signal' AND wait ->> '$.signal_type' = {st} \
+                     AND wait ->> '$.wait_key' = {wk} AND wait ->> '$.generation' = {g} AND wait ->> '$.step_index' = {i}",
+                    status_lit(WorkflowStatus::Waiting)
+                )
+            } else {
+                let identity = serde_json::json!({
+                    "kind": "signal",
+                    "signal_type": signal_type,
+                    "wait_key": wait_key,
+                    "generation": generation,
+                    "step_index": step_index,
+                });
+                format!(
+                    "status = {} AND wait @> {}",
+                    status_lit(WorkflowStatus::Waiting),
+                    b.bind(Param::Jsonb(identity))
+                )
+            }
+        }
+        Guard::Active => ACTIVE_SQL.to_string(),
+        Guard::PriorityBelow(p) => {
+            format!("{ACTIVE_SQL} AND business_priority > {}", b.bind(Param::Int8(i64::from(u8::from(*p)))))
+        }
+    })
+}
+
+/// Refused unless the statement's values fit [`Limits::document_bytes_max`] (nothing sent).
+pub fn check_size(field: &str, params: &[Param], limits: &Limits) -> Result<()> {
+    let bytes: usize = params.iter().map(Param::bytes).sum();
+    if bytes > limits.document_bytes_max {
+        return Err(Error::invalid(
+            field,
+            format_args!("{bytes} bytes of values exceed the statement limit of {}", limits.document_bytes_max),
+        ));
+    }
+    Ok(())
+}
+
+/// What the database cannot store in a JSON value, refused naming `field` before anything
+/// is sent (checked without recursion):
+///
+/// - PostgreSQL: NUL (`\u0000`) in any string or object key (`jsonb` refuses it).
+/// - SQLite: nothing; JSON is kept as text, a NUL escaped as `\u0000`, and SQLite's JSON
+///   functions read such strings back whole. (What SQLite cannot address, an output name
+///   holding `"`, is [`path_key`]'s.)
+pub fn storable(dialect: Dialect, field: &str, value: &Value) -> Result<()> {
+    if dialect == Dialect::Sqlite {
+        return Ok(());
+    }
+    let mut stack = vec![value];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::String(s) if s.contains('\0') => {
+                return Err(Error::invalid(
+                    field,
+                    format_args!("a string contains NUL, which {} cannot store", dialect.name()),
+                ));
+            }
+            Value::Array(items) => stack.extend(items.iter()),
+            Value::Object(map) => {
+                for (k, x) in map {
+                    if k.contains('\0') {
+                        return Err(Error::invalid(field, format_args!("object key {k:?} contains NUL")));
+                    }
+                    stack.push(x);
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// A key the statement addresses by a JSON path (an output name); SQLite cannot address a
+/// key holding `"`.
+pub fn path_key(dialect: Dialect, field: &str, key: &str) -> Result<()> {
+    if key.contains('\0') {
+        return Err(Error::invalid(field, "contains NUL"));
+    }
+    if dialect == Dialect::Sqlite && key.contains('"') {
+        return Err(Error::invalid(
+            field,
+            format_args!("{key:?} contains `\"`, which a SQLite JSON path cannot address"),
+        ));
+    }
+    Ok(())
+}
+
+/// A string for a text column, refused when it holds NUL (PostgreSQL refuses it in
+/// `text`; SQLite's text functions and comparisons of bound text stop at it). Ids and
+/// tokens never hold one (K-2.0 refuses control characters); this is the last line.
+pub fn text_of(dialect: Dialect, field: &str, s: &str) -> Result<Param> {
+    if s.contains('\0') {
+        return Err(Error::invalid(field, format_args!("contains NUL, which {} cannot store", dialect.name())));
+    }
+    Ok(Param::Text(s.to_string()))
+}
+
+/// A JSON value, checked by [`storable`].
+pub fn json_of(dialect: Dialect, field: &str, v: Value) -> Result<Param> {
+    storable(dialect, field, &v)?;
+    Ok(Param::Jsonb(v))
+}
+
+/// A kernel type's serde form, checked by [`storable`]: `jsonb(d, "wait", serde_json::to_value(w))`.
+pub fn jsonb(dialect: Dialect, field: &str, v: serde_json::Result<Value>) -> Result<Param> {
+    let v = v.map_err(|e| Error::invalid_with(field, e.to_string(), e))?;
+    json_of(dialect, field, v)
+}
+
+/// A wait as JSON; a signal wait's generation must fit the signed 64-bit range, as in
+/// every other store (and as the inbox's `generation` column does).
+pub fn wait_of(dialect: Dialect, field: &str, w: &Wait) -> Result<Param> {
+    if let Some(id) = w.signal_identity() {
+        i64_of(&format!("{field}.generation"), id.generation)?;
+    }
+    jsonb(dialect, field, serde_json::to_value(w))
+}
+
+/// The expression of one patched step and its location: PostgreSQL `ARRAY[i::text],
+/// (steps -> i) || {sets} - {unsets}` (the arguments of `jsonb_set` after `steps`),
+/// SQLite `'$[i]', json(json_remove(json_set(steps -> '$[i]', sets…), unsets…))`.
+fn step_patch_sql(b: &mut Binds, p: &StepPatch) -> Result<String> {
+    let StepPatch {
+        index,
+        status,
+        attempt,
+        error,
+        checkpoint,
+        elapsed_ms_inc,
+        traffic_wait_ms_inc,
+        traffic_waits_inc,
+        started_at,
+        finished_at,
+    } = p;
+    let d = b.dialect;
+    let sqlite = d == Dialect::Sqlite;
+    let idx = i32::try_from(*index).map_err(|_| Error::invalid("transition.steps", "step index out of range"))?;
+    let i = if sqlite { b.bind(Param::Text(format!("$[{idx}]"))) } else { b.bind(Param::Int4(idx)) };
+    let cur = format!("(steps -> {i})");
+    let num = |key: &str| {
+        if sqlite {
+            // A missing or null counter counts as 0, an integer as itself; anything else (a
+            // counter changed outside the kernel) fails the statement, as PostgreSQL's
+            // `::bigint` cast does: `json('x' || <value>)` is never valid JSON, so SQLite
+            // raises "malformed JSON" (the store's `Corrupt`) and nothing is written, rather
+            // than reading the text as 0.
+            let ty = format!("json_type({cur}, '$.{key}')");
+            format!(
+                "(CASE WHEN {ty} IS NULL OR {ty} = 'null' THEN 0 WHEN {ty} = 'integer' THEN {cur} ->> '$.{key}' \
+                 ELSE json('x' || ({cur} ->> '$.{key}')) END)"
+            )
+        } else {
+            format!("COALESCE(({cur} ->> '{key}')::bigint, 0)")
+        }
+    };
+    // SQLite: keys are paths, JSON values pass through json() so they are inserted as JSON.
+    let key = |k: &str| if sqlite { format!("'$.{k}'") } else { format!("'{k}'") };
+    let json_val = |ph: String| if sqlite { format!("json({ph})") } else { ph };
+    let mut sets: Vec<String> = Vec::new();
+    let mut unsets: Vec<&str> = Vec::new();
+    if let Some(s) = status {
+        sets.push(format!("{}, {}", key("status"), b.bind(Param::Text(s.as_str().to_string()))));
+    }
+    let greatest = if sqlite { "max" } else { "GREATEST" };
+    match attempt {
+        // The reference semantics never lets the counter go below zero.
+        Some(AttemptChange::Inc(delta)) => sets.push(format!(
+            "{}, {greatest}(0, {} + {})",
+            key("attempt"),
+            num("attempt"),
+            b.bind(Param::Int8(i64::from(*delta)))
+        )),
+        Some(AttemptChange::Reset) => sets.push(format!("{}, 0", key("attempt"))),
+        None => {}
+    }
+    let field = |f: &str| format!("steps.{index}.{f}");
+    match error {
+        Some(Patch::Set(e)) => {
+            let v = b.bind(jsonb(d, &field("error"), serde_json::to_value(e))?);
+            sets.push(format!("{}, {}", key("error"), json_val(v)));
+        }
+        Some(Patch::Unset) => unsets.push("error"),
+        None => {}
+    }
+    match checkpoint {
+        Some(Patch::Set(c)) => {
+            let v = b.bind(json_of(d, &field("checkpoint"), c.clone())?);
+            sets.push(format!("{}, {}", key("checkpoint"), json_val(v)));
+        }
+        Some(Patch::Unset) => unsets.push("checkpoint"),
+        None => {}
+    }
+    for (k, inc) in [("elapsed_ms", elapsed_ms_inc.as_millis()), ("traffic_wait_ms", traffic_wait_ms_inc.as_millis())] {
+        if inc != 0 {
+            sets.push(format!("{}, {} + {}", key(k), num(k), b.bind(Param::Int8(inc))));
+        }
+    }
+    if *traffic_waits_inc != 0 {
+        sets.push(format!(
+            "{}, {} + {}",
+            key("traffic_waits"),
+            num("traffic_waits"),
+            b.bind(Param::Int8(i64::from(*traffic_waits_inc)))
+        ));
+    }
+    if let Some(t) = started_at {
+        sets.push(format!("{}, {}", key("started_at"), b.bind(Param::Int8(t.as_millis()))));
+    }
+    match finished_at {
+        Some(Patch::Set(t)) => sets.push(format!("{}, {}", key("finished_at"), b.bind(Param::Int8(t.as_millis())))),
+        Some(Patch::Unset) => unsets.push("finished_at"),
+        None => {}
+    }
+    if sqlite {
+        let mut e = cur.clone();
+        if !sets.is_empty() {
+            e = format!("json_set({e}, {})", sets.join(", "));
+        }
+        if !unsets.is_empty() {
+            let keys: Vec<String> = unsets.iter().map(|k| key(k)).collect();
+            e = format!("json_remove({e}, {})", keys.join(", "));
+        }
+        return Ok(format!("{i}, json({e})"));
+    }
+    let mut e = cur.clone();
+    if !sets.is_empty() {
+        // jsonb_build_object takes at most 100 arguments; a step has 10 fields.
+        let _ = write!(e, " || jsonb_build_object({})", sets.join(", "));
+    }
+    if !unsets.is_empty() {
+        let keys: Vec<String> = unsets.iter().map(|k| format!("'{k}'")).collect();
+        e = format!("({e}) - ARRAY[{}]::text[]", keys.join(", "));
+    }
+    Ok(format!("ARRAY[{i}::text], {e}"))
+}
+
+/// Replay (`reset_failed_steps`) in PostgreSQL: every failed step becomes
+/// `Step::pending(name)`.
+const RESET_FAILED_STEPS_PG: &str = "steps = (SELECT COALESCE(jsonb_agg(CASE WHEN e ->> 'status' = 'failed' \
+THEN jsonb_build_object('name', e -> 'name', 'status', 'pending', 'attempt', 0, 'elapsed_ms', 0, \
+'traffic_wait_ms', 0, 'traffic_waits', 0) ELSE e END ORDER BY n), '[]'::jsonb) \
+FROM jsonb_array_elements(steps) WITH ORDINALITY AS x(e, n))";
+
+/// The same in SQLite (aggregate `ORDER BY`: SQLite ≥ 3.44).
+const RESET_FAILED_STEPS_SQLITE: &str = "steps = (SELECT json_group_array(CASE WHEN e.value ->> '$.status' = 'failed' \
+THEN json_object('name', e.value -> '$.name', 'status', 'pending', 'attempt', 0, 'elapsed_ms', 0, \
+'traffic_wait_ms', 0, 'traffic_waits', 0) ELSE json(e.value) END ORDER BY e.key) FROM json_each(steps) AS e)";
+
+/// The `SET` list of a transition, its values bound into `b`. Validates the transition
+/// first ([`Transition::validate`]).
+pub fn set_sql(b: &mut Binds, t: &Transition, limits: &Limits) -> Result<String> {
+    t.validate(limits.payload_bytes_max)?;
+    let Transition {
+        kinds: _,
+        now,
+        status,
+        steps,
+        outputs,
+        input,
+        claimable_time,
+        claim_token,
+        wait,
+        resume,
+        fingerprint_mismatch,
+        priority,
+        reset_failed_steps,
+        retry_count_inc,
+        prepare_failures,
+        finished_at,
+        bump_revision,
+    } = t;
+    let d = b.dialect;
+    let sqlite = d == Dialect::Sqlite;
+    let mut sets: Vec<String> = Vec::new();
+    if let Some(s) = status {
+        sets.push(format!("status = {}", b.bind(Param::Text(s.as_str().to_string()))));
+    }
+    if *reset_failed_steps {
+        sets.push(if sqlite { RESET_FAILED_STEPS_SQLITE } else { RESET_FAILED_STEPS_PG }.to_string());
+    }
+    if !steps.is_empty() {
+        // Nested `jsonb_set`/`json_set`s, one per patched index; each reads the row's old
+        // `steps`, which is right because the indices are distinct (Transition::validate).
+        let f = if sqlite { "json_set" } else { "jsonb_set" };
+        let mut e = "steps".to_string();
+        for p in steps {
+            e = format!("{f}({e}, {})", step_patch_sql(b, p)?);
+        }
+        sets.push(format!("steps = {e}"));
+    }
+    if !outputs.is_empty() {
+        if sqlite {
+            let mut pairs = Vec::new();
+            for (name, v) in outputs {
+                let field = format!("output.{name}");
+                path_key(d, &field, name)?;
+                let k = b.bind(Param::Text(format!("$.\"{name}\"")));
+                let v = b.bind(json_of(d, &field, v.clone())?);
+                pairs.push(format!("{k}, json({v})"));
+            }
+            sets.push(format!("output = json_set(output, {})", pairs.join(", ")));
+        } else {
+            let mut e = "output".to_string();
+            for (name, v) in outputs {
+                let field = format!("output.{name}");
+                storable(d, &field, v)?;
+                let k = b.bind(Param::Text(name.clone()));
+                let v = b.bind(Param::Jsonb(v.clone()));
+                let _ = write!(e, " || jsonb_build_object({k}, {v})");
+            }
+            sets.push(format!("output = {e}"));
+        }
+    }
+    if let Some(i) = input {
+        sets.push(format!("input = {}", b.bind(json_of(d, "input", i.clone())?)));
+    }
+    let mut patch = |b: &mut Binds, col: &str, p: Option<Result<Option<Param>>>| -> Result<()> {
+        match p.transpose()? {
+            Some(Some(v)) => sets.push(format!("{col} = {}", b.bind(v))),
+            Some(None) => sets.push(format!("{col} = NULL")),
+            None => {}
+        }
+        Ok(())
+    };
+    fn of<T>(p: &Option<Patch<T>>, f: impl FnOnce(&T) -> Result<Param>) -> Option<Result<Option<Param>>> {
+        p.as_ref().map(|p| match p {
+            Patch::Set(v) => f(v).map(Some),
+            Patch::Unset => Ok(None),
+        })
+    }
+    patch(b, "claimable_time", of(claimable_time, |x| Ok(Param::Int8(x.as_millis()))))?;
+    patch(b, "claim_token", of(claim_token, |x| text_of(d, "claim_token", x.as_str())))?;
+    patch(b, "wait", of(wait, |w| wait_of(d, "wait", w)))?;
+    patch(b, "resume", of(resume, |r| jsonb(d, "resume", serde_json::to_value(r))))?;
+    patch(
+        b,
+        "fingerprint_mismatch",
+        fingerprint_mismatch.as_ref().map(|m| jsonb(d, "fingerprint_mismatch", serde_json::to_value(m)).map(Some)),
+    )?;
+    patch(b, "business_priority", priority.map(|p| Ok(Some(Param::Int8(i64::from(u8::from(p)))))))?;
+    patch(b, "finished_at", of(finished_at, |x| Ok(Param::Int8(x.as_millis()))))?;
+    patch(b, "prepare_failures", prepare_failures.map(|n| Ok(Some(Param::Int8(i64::from(n))))))?;
+    patch(b, "updated_at", Some(Ok(Some(Param::Int8(now.as_millis())))))?;
+    if *retry_count_inc {
+        sets.push("retry_count = retry_count + 1".to_string());
+    }
+    if *bump_revision {
+        sets.push("revision = revision + 1".to_string());
+    }
+    Ok(sets.join(", "))
+}
+
+/// The structural addition to a guard of a write that patches `steps[max]`: the array
+/// must be longer than `max` (PostgreSQL's `jsonb_set` would append past the end).
+pub fn steps_exist_sql(b: &mut Binds, max: u32) -> String {
+    let n = b.bind(Param::Int8(i64::from(max)));
+    match b.dialect {
+        Dialect::Postgres => format!("jsonb_array_length(steps) > {n}"),
+        Dialect::Sqlite => format!("json_array_length(steps) > {n}"),
+    }
+}
+
+/// The condition of `guard` alone, its values numbered from 1 (for snapshots and
+/// documentation; a store embeds the same text after `workflow_id = <1>`).
+pub fn guard_condition(dialect: Dialect, guard: &Guard) -> Result<Statement> {
+    let mut b = Binds::new(dialect);
+    let sql = guard_sql(&mut b, guard)?;
+    Ok(b.statement(sql))
+}
+
+/// The `SET` list of `t` alone, its values numbered from 1 (for snapshots and
+/// documentation).
+pub fn transition_assignments(dialect: Dialect, t: &Transition, limits: &Limits) -> Result<Statement> {
+    let mut b = Binds::new(dialect);
+    let sql = set_sql(&mut b, t, limits)?;
+    Ok(b.statement(sql))
+}

@@ -1,0 +1,375 @@
+//! # store-sqlite
+//!
+//! The durable side of the kernel in one SQLite file, for one machine and no server:
+//! [`SqliteWorkflowStore`] implements [`WorkflowStore`](kernel_core::ports::WorkflowStore),
+//! [`SqliteSignalInbox`] implements [`SignalInbox`](kernel_core::ports::SignalInbox),
+//! [`SqliteOutbox`] the dispatch outbox on the user's business table, and
+//! [`SqliteObservationRepository`] the observer's
+//! [`ObservationRepository`](observer::ObservationRepository) (what
+//! [`OpsView`](observer::OpsView) queries). Several processes may share the file.
+//!
+//! Every guarded write is **one** autocommit statement, `UPDATE … WHERE workflow_id = ?1
+//! AND <guard> RETURNING revision` (K-6.4); `revision` is only ever incremented, never a
+//! guard. The SQL of every [`Guard`](kernel_core::transition::Guard) and
+//! [`Transition`](kernel_core::transition::Transition) comes from
+//! [`sql_protocol`] (the SQLite dialect), the crate store-postgres renders its own with,
+//! pinned by snapshot tests.
+//!
+//! ```no_run
+//! use kernel_core::ports::{DynStore, WorkflowStore};
+//! use std::sync::Arc;
+//! use store_sqlite::{SqliteConfig, SqliteDb, SqliteSignalInbox, SqliteWorkflowStore};
+//!
+//! # async fn demo() -> kernel_core::Result<()> {
+//! // Creates the file if needed, checks it is ours, switches it to WAL and migrates it
+//! // (idempotent, safe when several processes open it at once).
+//! let db = SqliteDb::open("wf.db", SqliteConfig::default()).await?;
+//! let store: Arc<DynStore> = Arc::new(SqliteWorkflowStore::new(db.clone()));
+//! let inbox = SqliteSignalInbox::new(db);
+//! assert!(store.get(&"wf-1".into()).await?.is_none());
+//! # let _ = inbox; Ok(()) }
+//! ```
+//!
+//! ## Binding
+//!
+//! [`rusqlite`] with its `bundled` feature: SQLite (3.54) is compiled into the binary, so no
+//! system library is needed and every build has the same SQLite — the JSON functions,
+//! `RETURNING`, `STRICT` tables and aggregate `ORDER BY` the protocol uses included. It is
+//! the most used and maintained SQLite binding for Rust and exposes what a store needs
+//! (busy timeout, interrupt handles, extended error codes, prepared-statement cache).
+//! sqlx would add an async facade over the same blocking library plus a query macro layer
+//! that wants a database at build time.
+//!
+//! ## Durability and concurrency
+//!
+//! - The file is in WAL mode: readers never block the writer nor each other; one write
+//!   transaction at a time for the whole file (SQLite's rule), across processes.
+//! - [`Synchronous::Full`] by default: a committed write is on disk before the call
+//!   returns, so a power loss loses nothing committed. [`Synchronous::Normal`] (for tests
+//!   and sweeps) loses nothing committed when the process is killed, but may lose the last
+//!   commits on a crash of the OS or a power loss; the file stays consistent either way.
+//! - SQLite calls block, so they never run on the async runtime: each call takes a
+//!   connection from a small pool ([`SqliteConfig::pool_size_max`]) and runs on tokio's
+//!   blocking threads (`spawn_blocking`). A pool rather than one dedicated thread, because
+//!   in WAL mode reads proceed in parallel with the one writer; writes from the pool's
+//!   connections queue on SQLite's lock as writes from other processes do.
+//! - Another connection's or process's write lock is waited for up to
+//!   [`SqliteConfig::busy_timeout_ms`] (`PRAGMA busy_timeout`); past it the call is
+//!   `Unavailable` (nothing written). Every call has a deadline,
+//!   [`SqliteConfig::call_timeout_ms`], longer than the busy timeout: past it the
+//!   statement is interrupted, a read is `Unavailable`, a write `Uncertain`.
+//!
+//! ## Tables
+//!
+//! Created by the versioned files of `migrations/` (see [`migrate`](SqliteDb::migrate)):
+//!
+//! ```text
+//! workflow_instances(workflow_id PK, biz_key UNIQUE, workflow_type, status, claimable_time,
+//!   claim_token, business_priority, revision, retry_count, prepare_failures,
+//!   definition_fingerprint, created_at, updated_at, finished_at,       -- real columns
+//!   steps, input, output, wait, resume, fingerprint_mismatch)          -- JSON text
+//! signal_inbox(signal_id PK, workflow_id, signal_type, wait_key, generation, status,
+//!   created_at, match_time, orphan)
+//! observation_attempts(biz_key, workflow_run, step_name, attempt PK, workflow_type, outcome,
+//!   revision, updated_at, doc)
+//! observation_snapshots(biz_key PK, workflow_type, status, step_name, revision, updated_at, doc)
+//! ```
+//!
+//! Times are `INTEGER` milliseconds since the Unix epoch; text compares byte-wise. The file
+//! carries `PRAGMA application_id` = [`APPLICATION_ID`] and `PRAGMA user_version` = its
+//! schema version.
+//!
+//! ## Refused input
+//!
+//! kernel-core's K-2.0 rule first (the same refusals as every other store), then what
+//! SQLite cannot hold or address: integers beyond the 64-bit signed range, NUL in a text
+//! column (ids never hold one: K-2.0), an output name holding `"` (a JSON path cannot
+//! address it), statements whose values exceed [`Limits::document_bytes_max`], and (a `CHECK`
+//! constraint) an instance whose JSON columns would exceed 16 MiB. All are
+//! [`Error::InvalidInput`](kernel_core::Error) with nothing written. A read-only file, a
+//! full disk or a lock held past the busy timeout are `Unavailable`: the statement was
+//! rolled back, nothing written. A NUL inside a JSON value is kept (escaped as `\u0000`)
+//! and read back whole, as MongoDB keeps it (PostgreSQL refuses it). Details:
+//! `docs/store-sqlite.md`.
+
+mod codec;
+pub mod error;
+mod inbox;
+mod migrate;
+mod observation;
+mod outbox;
+pub mod protocol;
+mod store;
+
+pub use inbox::SqliteSignalInbox;
+pub use migrate::{migrate, APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION};
+pub use observation::SqliteObservationRepository;
+pub use outbox::{OutboxTable, SqliteOutbox};
+pub use sql_protocol::Limits;
+pub use store::SqliteWorkflowStore;
+
+use error::Op;
+use kernel_core::{Error, Result};
+use rusqlite::{Connection, OpenFlags};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Name of the instance table.
+pub const INSTANCES: &str = "workflow_instances";
+/// Name of the inbox table.
+pub const INBOX: &str = "signal_inbox";
+
+/// SQLite's `synchronous` setting: when a commit waits for the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Synchronous {
+    /// `synchronous=FULL`: every commit is synced to disk before it returns; nothing
+    /// committed is lost on a power loss. The default.
+    #[default]
+    Full,
+    /// `synchronous=NORMAL`: in WAL mode commits are synced at checkpoints only. A killed
+    /// process loses nothing committed (the commit is in the operating system's cache); a
+    /// crash of the OS or a power loss may lose the last commits, never the file's
+    /// consistency. For tests and sweeps.
+    Normal,
+}
+
+impl Synchronous {
+    fn pragma(self) -> &'static str {
+        match self {
+            Synchronous::Full => "FULL",
+            Synchronous::Normal => "NORMAL",
+        }
+    }
+}
+
+/// Adapter configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SqliteConfig {
+    /// Payload and statement size limits, checked before anything is executed.
+    pub limits: Limits,
+    /// Upper bound on one page of any scan, whatever the caller asks for.
+    pub scan_page_max: usize,
+    /// How long a statement waits for another connection's or process's write lock
+    /// (`PRAGMA busy_timeout`), in milliseconds; past it the call is `Unavailable`.
+    pub busy_timeout_ms: u64,
+    /// The deadline of every call (waiting for a pooled connection included), in
+    /// milliseconds. Must exceed [`busy_timeout_ms`](Self::busy_timeout_ms), so that a call
+    /// blocked on a lock fails with no effect before the deadline makes it uncertain.
+    pub call_timeout_ms: u64,
+    /// Most connections open at once (so most calls running at once).
+    pub pool_size_max: usize,
+    /// When a commit waits for the disk.
+    pub synchronous: Synchronous,
+    /// Open the file read-only (inspection tools): every write is refused by SQLite
+    /// (`Unavailable`), nothing changed. [`SqliteDb::open`] then migrates nothing and
+    /// refuses a file whose schema is not current.
+    pub read_only: bool,
+    /// How long [`SqliteDb::open`] waits for another process's migration, in milliseconds.
+    pub migrate_wait_ms: u64,
+}
+
+impl Default for SqliteConfig {
+    fn default() -> Self {
+        SqliteConfig {
+            limits: Limits::default(),
+            scan_page_max: 1000,
+            busy_timeout_ms: 5_000,
+            call_timeout_ms: 10_000,
+            pool_size_max: 4,
+            synchronous: Synchronous::Full,
+            read_only: false,
+            migrate_wait_ms: 30_000,
+        }
+    }
+}
+
+impl SqliteConfig {
+    /// Check the configuration: positive limits and timeouts, `busy_timeout_ms <
+    /// call_timeout_ms`.
+    pub fn validate(&self) -> Result<()> {
+        for (field, v) in [
+            ("scan_page_max", self.scan_page_max as u64),
+            ("busy_timeout_ms", self.busy_timeout_ms),
+            ("call_timeout_ms", self.call_timeout_ms),
+            ("pool_size_max", self.pool_size_max as u64),
+            ("migrate_wait_ms", self.migrate_wait_ms),
+        ] {
+            if v == 0 {
+                return Err(Error::invalid(field, "must be > 0"));
+            }
+        }
+        if self.busy_timeout_ms >= self.call_timeout_ms {
+            return Err(Error::invalid(
+                "call_timeout_ms",
+                format_args!(
+                    "{} ms must be longer than busy_timeout_ms ({} ms), so that a call waiting for a lock fails with \
+                     no effect before the deadline makes it uncertain",
+                    self.call_timeout_ms, self.busy_timeout_ms
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+struct Inner {
+    path: PathBuf,
+    config: SqliteConfig,
+    idle: Mutex<Vec<Connection>>,
+    slots: Arc<tokio::sync::Semaphore>,
+}
+
+/// One SQLite file: its path, configuration and connection pool, shared by every adapter
+/// of this crate. Cheap to clone.
+#[derive(Clone)]
+pub struct SqliteDb {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for SqliteDb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteDb").field("path", &self.inner.path).field("config", &self.inner.config).finish()
+    }
+}
+
+impl SqliteDb {
+    /// Open `path` (created when missing, unless read-only), check that it is this crate's
+    /// database of a version this build knows, switch it to WAL and apply the migrations
+    /// it lacks. A file that is not ours, or of a newer schema version, is
+    /// [`Error::Conflict`] naming the file and the versions, and nothing in it is changed.
+    pub async fn open(path: impl AsRef<Path>, config: SqliteConfig) -> Result<SqliteDb> {
+        config.validate()?;
+        let db = SqliteDb {
+            inner: Arc::new(Inner {
+                path: path.as_ref().to_path_buf(),
+                slots: Arc::new(tokio::sync::Semaphore::new(config.pool_size_max)),
+                config,
+                idle: Mutex::new(Vec::new()),
+            }),
+        };
+        let inner = db.inner.clone();
+        tokio::task::spawn_blocking(move || migrate::migrate(&inner.path, &inner.config))
+            .await
+            .map_err(|e| Error::unavailable(format!("sqlite open: the opening task failed: {e}")))??;
+        Ok(db)
+    }
+
+    /// Apply the migrations the file lacks (see [`open`](Self::open), which calls it);
+    /// returns the versions applied.
+    pub async fn migrate(&self) -> Result<Vec<u32>> {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || migrate::migrate(&inner.path, &inner.config))
+            .await
+            .map_err(|e| Error::unavailable(format!("sqlite migrate: the task failed: {e}")))?
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &SqliteConfig {
+        &self.inner.config
+    }
+
+    /// A scan limit: `None` for an empty page, else `limit` capped by `scan_page_max`.
+    pub(crate) fn page(&self, limit: usize) -> Option<i64> {
+        (limit > 0).then(|| limit.min(self.inner.config.scan_page_max) as i64)
+    }
+
+    /// Run `f` on a pooled connection on a blocking thread, under the call deadline:
+    /// waiting for a connection counts; past the deadline the statement is interrupted and
+    /// the call is `Unavailable` (a read) or `Uncertain` (a write).
+    pub(crate) async fn call<T, F>(&self, op: Op, what: &'static str, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T> + Send + 'static,
+    {
+        let ms = self.inner.config.call_timeout_ms;
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(ms);
+        let slot = match tokio::time::timeout_at(deadline, self.inner.slots.clone().acquire_owned()).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(_)) => return Err(Error::unavailable(format!("sqlite {what}: the pool is closed"))),
+            Err(_) => {
+                return Err(Error::unavailable(format!(
+                    "sqlite {what}: no pooled connection within the call deadline of {ms} ms"
+                )))
+            }
+        };
+        let inner = self.inner.clone();
+        let interrupt: Arc<Mutex<Option<rusqlite::InterruptHandle>>> = Arc::default();
+        let handle = interrupt.clone();
+        let task = tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            let pooled = inner.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+            let mut conn = match pooled {
+                Some(c) => c,
+                None => open_connection(&inner.path, &inner.config).map_err(|e| error::map(Op::Read, what, e))?,
+            };
+            *handle.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn.get_interrupt_handle());
+            let r = f(&mut conn);
+            *handle.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            // A connection left inside a transaction (an error between BEGIN and COMMIT
+            // that could not roll back) is not reused.
+            if conn.is_autocommit() {
+                inner.idle.lock().unwrap_or_else(|p| p.into_inner()).push(conn);
+            }
+            r
+        });
+        match tokio::time::timeout_at(deadline, task).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(join)) => {
+                let msg = format!("sqlite {what}: the call's thread failed: {join}");
+                Err(if op == Op::Write { Error::uncertain(msg) } else { Error::unavailable(msg) })
+            }
+            Err(_) => {
+                if let Some(h) = interrupt.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+                    h.interrupt();
+                }
+                Err(error::deadline(op, what, ms))
+            }
+        }
+    }
+}
+
+/// A connection with this crate's settings: busy timeout, foreign keys, the configured
+/// `synchronous`, a statement cache.
+pub(crate) fn open_connection(path: &Path, config: &SqliteConfig) -> rusqlite::Result<Connection> {
+    let mut flags = OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    if config.read_only {
+        flags |= OpenFlags::SQLITE_OPEN_READ_ONLY;
+    } else {
+        flags |= OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE;
+    }
+    let conn = Connection::open_with_flags(path, flags)?;
+    conn.busy_timeout(Duration::from_millis(config.busy_timeout_ms))?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.pragma_update(None, "synchronous", config.synchronous.pragma())?;
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(conn)
+}
+
+/// Run `stmt` on `conn` to completion (so an autocommit write has committed, or its
+/// failure is reported, before this returns), mapping every row with `f`.
+pub(crate) fn run<T>(
+    conn: &Connection,
+    op: Op,
+    what: &str,
+    stmt: &protocol::Statement,
+    mut f: impl FnMut(&rusqlite::Row<'_>) -> T,
+) -> Result<Vec<T>> {
+    // A statement that does not prepare was not executed.
+    let mut st = conn.prepare_cached(&stmt.sql).map_err(|e| error::map(Op::Read, what, e))?;
+    let values = protocol::values(stmt);
+    let mut rows = st.query(rusqlite::params_from_iter(values.iter())).map_err(|e| error::map(op, what, e))?;
+    let mut out = Vec::new();
+    loop {
+        match rows.next() {
+            Ok(Some(r)) => out.push(f(r)),
+            Ok(None) => return Ok(out),
+            Err(e) => return Err(error::map(op, what, e)),
+        }
+    }
+}

@@ -1,0 +1,338 @@
+//! Bad input and faults: a file that is not ours or of a newer schema, migrations racing,
+//! a read-only file, a lock held by another connection, oversize values, NUL and integers
+//! SQLite cannot hold. Each refusal is typed and leaves the file as it was.
+
+use crate::support::{config, TestDb};
+use kernel_core::model::*;
+use kernel_core::ports::{
+    ClaimSpec, CreateOutcome, SignalInbox, SignalRecord, SignalStatus, WorkflowStore, WriteOutcome,
+};
+use kernel_core::transition::{Guard, Transition};
+use kernel_core::Error;
+use serde_json::json;
+use store_sqlite::{Limits, SqliteConfig, SqliteDb, SqliteWorkflowStore, SCHEMA_VERSION};
+
+const T0: Instant = Instant::from_millis(1_700_000_000_000);
+
+fn running(id: &str) -> WorkflowInstance {
+    let mut w = testkit::conformance::store::claimed(id, "tok");
+    w.steps = vec![Step::pending("fetch"), Step::pending("publish")];
+    w.output = Default::default();
+    w
+}
+
+/// The file's bytes (and its WAL's, if any), to show nothing changed.
+fn bytes(path: &std::path::Path) -> (Vec<u8>, Option<Vec<u8>>) {
+    let wal = path.with_extension("db-wal");
+    (std::fs::read(path).unwrap(), std::fs::read(wal).ok().filter(|w| !w.is_empty()))
+}
+
+fn conflict_message(r: kernel_core::Result<SqliteDb>) -> String {
+    match r {
+        Err(Error::Conflict(m)) => m,
+        other => panic!("expected Conflict, got {other:?}"),
+    }
+}
+
+/// Another application's SQLite database is refused, naming the file and what it holds;
+/// not a byte of it changes (no WAL switch, no table, no header write).
+#[tokio::test]
+async fn a_database_that_is_not_ours_is_refused_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("theirs.db");
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch(
+            "CREATE TABLE invoices (id INTEGER PRIMARY KEY, total INTEGER); INSERT INTO invoices VALUES (1, 10);",
+        )
+        .unwrap();
+    }
+    let before = bytes(&path);
+    let m = conflict_message(SqliteDb::open(&path, config()).await);
+    assert!(m.contains(&path.display().to_string()) && m.contains("not a workflow-kernel database"), "{m}");
+    assert!(m.contains("application_id 0x0") && m.contains("user_version 0"), "{m}");
+    assert_eq!(bytes(&path), before, "nothing changed");
+    // A file that is not a database at all: Corrupt, naming the file, unchanged.
+    let junk = dir.path().join("notes.db");
+    std::fs::write(&junk, "these are my notes, not a database; ".repeat(200)).unwrap();
+    let before = bytes(&junk);
+    match SqliteDb::open(&junk, config()).await {
+        Err(Error::Corrupt { message, .. }) => assert!(message.contains("notes.db"), "{message}"),
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    assert_eq!(bytes(&junk), before, "nothing changed");
+}
+
+/// A file of a newer schema version is refused naming the file and both versions; nothing
+/// is migrated or changed. Reopening at the current version migrates nothing.
+#[tokio::test]
+async fn a_newer_schema_version_is_refused_unchanged() {
+    let t = TestDb::new().await;
+    let path = t.db.path().to_path_buf();
+    assert_eq!(t.db.migrate().await.unwrap(), Vec::<u32>::new(), "idempotent");
+    drop(t.db);
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch(&format!("PRAGMA user_version = {}; PRAGMA wal_checkpoint(TRUNCATE);", SCHEMA_VERSION + 7))
+            .unwrap();
+    }
+    let before = bytes(&path);
+    let m = conflict_message(SqliteDb::open(&path, config()).await);
+    assert!(m.contains(&path.display().to_string()), "{m}");
+    assert!(m.contains(&format!("schema version {}", SCHEMA_VERSION + 7)), "{m}");
+    assert!(m.contains(&format!("version {SCHEMA_VERSION} this build knows")), "{m}");
+    assert_eq!(bytes(&path), before, "nothing changed");
+}
+
+/// Eight openers race on one new file (one thread and connection each, as separate
+/// processes would): exactly one applies the migrations, the others wait for its
+/// transaction and find nothing to do; the schema is there once.
+#[tokio::test]
+async fn racing_migrations_apply_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("race.db");
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(8));
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let (path, barrier) = (path.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                store_sqlite::migrate(&path, &config())
+            })
+        })
+        .collect();
+    let mut applied: Vec<Vec<u32>> = threads.into_iter().map(|t| t.join().unwrap().expect("migrate")).collect();
+    applied.sort();
+    let all: Vec<u32> = store_sqlite::MIGRATIONS.iter().map(|m| m.0).collect();
+    assert_eq!(applied.iter().filter(|a| !a.is_empty()).count(), 1, "{applied:?}");
+    assert_eq!(applied.last().unwrap(), &all);
+    let c = rusqlite::Connection::open(&path).unwrap();
+    let tables: i64 = c
+        .query_row("SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'workflow_instances'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(tables, 1);
+    let v: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+    assert_eq!(v, i64::from(SCHEMA_VERSION));
+    let mode: String = c.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
+    assert_eq!(mode, "wal");
+}
+
+/// A read-only file: every write is a typed, retryable `Unavailable` (SQLITE_READONLY,
+/// the statement rolled back) and the workflow state is unchanged; reads work.
+#[tokio::test]
+async fn a_read_only_file_refuses_writes_and_keeps_the_state() {
+    let t = TestDb::new().await;
+    let store = t.store();
+    assert!(matches!(store.create(running("wf-1")).await.unwrap(), CreateOutcome::Created(_)));
+    let before = store.get(&"wf-1".into()).await.unwrap().unwrap();
+    let ro = SqliteDb::open(t.db.path(), SqliteConfig { read_only: true, ..config() }).await.expect("read-only open");
+    let ro_store = SqliteWorkflowStore::new(ro);
+    assert_eq!(ro_store.get(&"wf-1".into()).await.unwrap().as_ref(), Some(&before), "reads work");
+    let r =
+        ro_store.apply(&"wf-1".into(), &Guard::Running { token: "tok".into() }, &Transition::mark_running(0, T0)).await;
+    match &r {
+        Err(e @ Error::Unavailable { message, .. }) => {
+            assert!(e.is_retryable());
+            assert!(
+                message.contains("readonly") || message.contains("read-only") || message.contains("read only"),
+                "{message}"
+            );
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    let r = ro_store.create(running("wf-2")).await;
+    assert!(matches!(r, Err(Error::Unavailable { .. })), "{r:?}");
+    assert_eq!(store.get(&"wf-1".into()).await.unwrap(), Some(before), "state unchanged");
+    assert!(store.get(&"wf-2".into()).await.unwrap().is_none());
+    // A file whose schema is behind cannot be opened read-only (it cannot be migrated).
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.db");
+    rusqlite::Connection::open(&empty).unwrap().execute_batch("PRAGMA user_version = 0").unwrap();
+    let r = SqliteDb::open(&empty, SqliteConfig { read_only: true, ..config() }).await;
+    assert!(matches!(r, Err(Error::Conflict(_))), "{r:?}");
+}
+
+/// Another connection (or process) holding the write lock past the busy timeout: the
+/// write is `Unavailable` after waiting, nothing written; once the lock is released the
+/// same write succeeds.
+#[tokio::test]
+async fn a_lock_held_past_the_busy_timeout_is_unavailable() {
+    let t = TestDb::with(SqliteConfig { busy_timeout_ms: 200, call_timeout_ms: 2_000, ..config() }).await;
+    let store = t.store();
+    store.create(running("wf-1")).await.unwrap();
+    let holder = rusqlite::Connection::open(t.db.path()).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let started = std::time::Instant::now();
+    let guard = Guard::Running { token: "tok".into() };
+    let r = store.apply(&"wf-1".into(), &guard, &Transition::mark_running(0, T0)).await;
+    assert!(matches!(&r, Err(e @ Error::Unavailable { .. }) if e.is_retryable()), "{r:?}");
+    assert!(started.elapsed() >= std::time::Duration::from_millis(150), "waited for the lock");
+    holder.execute_batch("ROLLBACK").unwrap();
+    assert_eq!(store.get(&"wf-1".into()).await.unwrap().unwrap().revision, 5, "nothing written");
+    let r = store.apply(&"wf-1".into(), &guard, &Transition::mark_running(0, T0)).await.unwrap();
+    assert_eq!(r, WriteOutcome::Applied { revision: 6 });
+}
+
+fn invalid_field<T: std::fmt::Debug>(r: kernel_core::Result<T>) -> String {
+    match r {
+        Err(Error::InvalidInput { field, .. }) => field,
+        other => panic!("expected InvalidInput, got {other:?}"),
+    }
+}
+
+/// Oversize values are refused before anything is written: a payload over the payload
+/// limit, a statement over the statement limit, and — through the table's CHECK
+/// constraint — an instance that would grow past 16 MiB of JSON, refused by SQLite with
+/// nothing written.
+#[tokio::test]
+async fn oversize_values_are_refused_and_nothing_written() {
+    let t = TestDb::new().await;
+    let store = t.store();
+    store.create(running("wf-1")).await.unwrap();
+    let guard = Guard::Running { token: "tok".into() };
+    let big = json!("x".repeat(kernel_core::validate::STORE_PAYLOAD_BYTES_MAX + 1));
+    let r = store
+        .apply(
+            &"wf-1".into(),
+            &guard,
+            &Transition::complete_step(0, "fetch", big, DurationMs::from_millis(1), T0, false),
+        )
+        .await;
+    assert!(invalid_field(r).starts_with("output"));
+    assert_eq!(store.get(&"wf-1".into()).await.unwrap().unwrap().revision, 5);
+
+    // The 16 MiB document limit, enforced by SQLite itself: limits raised so that only the
+    // table's CHECK constraint stands in the way of a sixth 3 MiB output.
+    let limits = Limits { payload_bytes_max: 4 << 20, document_bytes_max: 5 << 20 };
+    let t = TestDb::with(SqliteConfig { limits, ..config() }).await;
+    let store = t.store();
+    let mut w = running("wf-big");
+    w.steps = (0..8).map(|i| Step::pending(format!("s{i}"))).collect();
+    store.create(w).await.unwrap();
+    let chunk = json!("y".repeat(3 << 20));
+    let mut refused = None;
+    for i in 0..8usize {
+        let step = format!("s{i}");
+        let tr = Transition::complete_step(i, &step, chunk.clone(), DurationMs::from_millis(1), T0, false);
+        match store.apply(&"wf-big".into(), &guard, &tr).await {
+            Ok(WriteOutcome::Applied { .. }) => {}
+            Err(Error::InvalidInput { field, .. }) => {
+                refused = Some((i, field));
+                break;
+            }
+            other => panic!("step {i}: {other:?}"),
+        }
+    }
+    let (i, field) = refused.expect("refused before 24 MiB");
+    assert_eq!((i, field.as_str()), (5, "document"), "the sixth 3 MiB output passes 16 MiB");
+    let inst = store.get(&"wf-big".into()).await.unwrap().unwrap();
+    assert_eq!(inst.output.len(), 5, "nothing of the refused write");
+    assert_eq!(inst.revision, 5 + 5);
+}
+
+/// Integers beyond the signed 64-bit range, and an output name a JSON path cannot address,
+/// are refused naming the field, nothing written; NUL inside JSON strings is kept and read
+/// back exactly.
+#[tokio::test]
+async fn out_of_range_integers_are_refused_and_nul_round_trips() {
+    let t = TestDb::new().await;
+    let store = t.store();
+    store.create(running("wf-1")).await.unwrap();
+    let guard = Guard::Running { token: "tok".into() };
+    let step = |v| Transition::complete_step(0, "fetch", v, DurationMs::from_millis(1), T0, false);
+    assert!(invalid_field(store.apply(&"wf-1".into(), &guard, &step(json!(u64::MAX))).await).starts_with("output"));
+    let quoted = Transition::complete_step(0, "say \"hi\"", json!(1), DurationMs::from_millis(1), T0, false);
+    assert_eq!(invalid_field(store.apply(&"wf-1".into(), &guard, &quoted).await), "output.say \"hi\"");
+    assert_eq!(store.get(&"wf-1".into()).await.unwrap().unwrap().revision, 5, "nothing written");
+    // NUL in an object key is K-2.0's refusal, the same in every store.
+    assert_eq!(invalid_field(store.apply(&"wf-1".into(), &guard, &step(json!({"k\u{0}": 1}))).await), "output.fetch");
+    let nul = json!({"a": "x\u{0}y", "k": ["\u{0}"]});
+    let r = store.apply(&"wf-1".into(), &guard, &step(nul.clone())).await.unwrap();
+    assert_eq!(r, WriteOutcome::Applied { revision: 6 });
+    assert_eq!(store.get(&"wf-1".into()).await.unwrap().unwrap().output.get("fetch"), Some(&nul));
+    let mut w = running("wf-2");
+    w.revision = u64::MAX;
+    assert_eq!(invalid_field(store.create(w).await), "revision");
+    let mut w = running("wf-3");
+    w.input = json!({"n": "a\u{0}"});
+    assert!(matches!(store.create(w).await.unwrap(), CreateOutcome::Created(_)));
+    assert_eq!(store.get(&"wf-3".into()).await.unwrap().unwrap().input, json!({"n": "a\u{0}"}));
+    assert!(store.get(&"wf-2".into()).await.unwrap().is_none());
+    let inbox = t.inbox();
+    let rec = SignalRecord {
+        signal_id: "sig-1".into(),
+        workflow_id: "wf-1".into(),
+        signal_type: "approved".into(),
+        wait_key: "k".into(),
+        generation: u64::MAX,
+        status: SignalStatus::Pending,
+        created_at: T0,
+        match_time: None,
+        orphan: false,
+    };
+    assert_eq!(invalid_field(inbox.insert(rec).await), "generation");
+    assert_eq!(t.scalar("SELECT count(*) FROM signal_inbox"), 0);
+    // Integers at the edges of the range are held exactly.
+    let mut w = running("wf-4");
+    w.input = json!({"min": i64::MIN, "max": i64::MAX});
+    store.create(w).await.unwrap();
+    let spec =
+        ClaimSpec { now: T0, lease_ms: DurationMs::from_millis(1), token: "t2".into(), types: vec!["summary".into()] };
+    let _ = store.claim(&"wf-4".into(), &spec).await.unwrap();
+    assert_eq!(store.get(&"wf-4".into()).await.unwrap().unwrap().input, json!({"min": i64::MIN, "max": i64::MAX}));
+}
+
+/// A NUL inside a JSON value is kept escaped and read back whole by the bundled SQLite's
+/// JSON functions (which the guards read strings with): `"x\u0000y"` is not `"x"`.
+#[test]
+fn sqlite_keeps_nul_inside_json_strings() {
+    let c = rusqlite::Connection::open_in_memory().unwrap();
+    let (v, same): (String, bool) = c
+        .query_row(r#"SELECT '{"a":"x\u0000y"}' ->> '$.a', ('{"a":"x\u0000y"}' ->> '$.a') = 'x'"#, [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
+    assert_eq!((v.as_str(), same), ("x\0y", false));
+}
+
+/// Every call has a deadline, the wait for a pooled connection included: with one pooled
+/// connection and the write lock held elsewhere, the first write fails after the busy
+/// timeout (`Unavailable`), the second — which waited for the connection first — reaches
+/// the call deadline while waiting for the lock and is interrupted (`Uncertain`: a write
+/// past its deadline may have committed; here it did not). The busy timeout must be
+/// shorter than the deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_past_their_deadline_are_interrupted() {
+    let bad = SqliteConfig { busy_timeout_ms: 1_000, call_timeout_ms: 1_000, ..config() };
+    assert_eq!(invalid_field(SqliteDb::open("unused.db", bad).await), "call_timeout_ms");
+    let t =
+        TestDb::with(SqliteConfig { busy_timeout_ms: 800, call_timeout_ms: 1_200, pool_size_max: 1, ..config() }).await;
+    let store = t.store();
+    store.create(running("wf-1")).await.unwrap();
+    let holder = rusqlite::Connection::open(t.db.path()).unwrap();
+    holder.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let guard = Guard::Running { token: "tok".into() };
+    let id: kernel_core::WorkflowId = "wf-1".into();
+    let (t0, t1) = (Transition::mark_running(0, T0), Transition::mark_running(1, T0));
+    let started = std::time::Instant::now();
+    let (a, b) = tokio::join!(store.apply(&id, &guard, &t0), store.apply(&id, &guard, &t1));
+    let elapsed = started.elapsed();
+    let mut outcomes = [&a, &b].map(|r| match r {
+        Err(Error::Unavailable { .. }) => "unavailable",
+        Err(Error::Uncertain { .. }) => "uncertain",
+        other => panic!("{other:?}"),
+    });
+    outcomes.sort();
+    assert_eq!(outcomes, ["unavailable", "uncertain"], "{a:?} {b:?}");
+    assert!(elapsed < std::time::Duration::from_millis(2_500), "bounded by the deadline: {elapsed:?}");
+    holder.execute_batch("ROLLBACK").unwrap();
+    let inst = store.get(&"wf-1".into()).await.unwrap().unwrap();
+    assert_eq!(inst.revision, 5, "nothing written");
+    assert_eq!(
+        store.apply(&"wf-1".into(), &guard, &Transition::mark_running(0, T0)).await.unwrap(),
+        WriteOutcome::Applied { revision: 6 },
+        "the pooled connection serves again"
+    );
+}

@@ -1,0 +1,11 @@
+//! The testkit conformance suites against SQLite, each case in a fresh file.
+
+mod store {
+    use crate::support::StoreDb;
+    testkit::store_conformance!(StoreDb::new);
+}
+
+mod inbox {
+    use crate::support::InboxDb;
+    testkit::inbox_conformance!(InboxDb::new);
+}

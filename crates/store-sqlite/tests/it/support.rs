@@ -1,0 +1,95 @@
+//! Fixtures: a fresh SQLite file per test, in a temporary directory removed on drop.
+
+use kernel_core::ports::{DynInbox, DynStore};
+use store_sqlite::{SqliteConfig, SqliteDb, SqliteSignalInbox, SqliteWorkflowStore, Synchronous};
+use testkit::conformance::inbox::InboxFixture;
+use testkit::conformance::store::StoreFixture;
+
+/// The configuration of the tests: `synchronous=NORMAL` (see the crate's test docs).
+pub fn config() -> SqliteConfig {
+    SqliteConfig { synchronous: Synchronous::Normal, ..SqliteConfig::default() }
+}
+
+/// A fresh file, opened and migrated; the directory goes with the value.
+pub struct TestDb {
+    pub dir: tempfile::TempDir,
+    pub db: SqliteDb,
+}
+
+impl TestDb {
+    pub async fn new() -> TestDb {
+        Self::with(config()).await
+    }
+
+    pub async fn with(config: SqliteConfig) -> TestDb {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let db = SqliteDb::open(dir.path().join("wf.db"), config).await.expect("open");
+        TestDb { dir, db }
+    }
+
+    pub fn store(&self) -> SqliteWorkflowStore {
+        SqliteWorkflowStore::new(self.db.clone())
+    }
+
+    pub fn inbox(&self) -> SqliteSignalInbox {
+        SqliteSignalInbox::new(self.db.clone())
+    }
+
+    /// Close the pool and delete the directory (a failure to delete is reported, not fatal).
+    pub fn close(self) {
+        drop(self.db);
+        if let Err(e) = self.dir.close() {
+            eprintln!("could not remove a test directory: {e}");
+        }
+    }
+
+    /// One integer from a query, on a connection of its own.
+    pub fn scalar(&self, sql: &str) -> i64 {
+        let c = rusqlite::Connection::open(self.db.path()).expect("open");
+        c.query_row(sql, [], |r| r.get(0)).unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+}
+
+/// Store conformance fixture: a store in a fresh file.
+pub struct StoreDb(pub TestDb, pub SqliteWorkflowStore);
+
+impl StoreDb {
+    pub async fn new() -> Option<StoreDb> {
+        let t = TestDb::new().await;
+        let s = t.store();
+        Some(StoreDb(t, s))
+    }
+}
+
+impl StoreFixture for StoreDb {
+    fn store(&self) -> &DynStore {
+        &self.1
+    }
+    fn teardown(self) -> futures::future::BoxFuture<'static, ()> {
+        drop(self.1);
+        self.0.close();
+        Box::pin(async {})
+    }
+}
+
+/// Inbox conformance fixture: an inbox in a fresh file.
+pub struct InboxDb(pub TestDb, pub SqliteSignalInbox);
+
+impl InboxDb {
+    pub async fn new() -> Option<InboxDb> {
+        let t = TestDb::new().await;
+        let s = t.inbox();
+        Some(InboxDb(t, s))
+    }
+}
+
+impl InboxFixture for InboxDb {
+    fn inbox(&self) -> &DynInbox {
+        &self.1
+    }
+    fn teardown(self) -> futures::future::BoxFuture<'static, ()> {
+        drop(self.1);
+        self.0.close();
+        Box::pin(async {})
+    }
+}
