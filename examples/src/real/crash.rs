@@ -25,7 +25,7 @@
 use super::oracle::{judge, Effect, WorkflowView};
 use super::{
     cleanup, fresh_queue_url, fresh_store_url, queue_options, read_lines, run_dir, take_flag, urls_from_args, wall_ms,
-    EventLog, Oracle, Tail, Worker, WorkerArgs, WorkerEnv, LEASE_MS,
+    Oracle, Tail, Worker, WorkerArgs, WorkerEnv, LEASE_MS,
 };
 use compose::{Deployment, Urls};
 use futures::StreamExt;
@@ -243,7 +243,6 @@ async fn supervise(
     let cap_at = started + s.cap;
     let oracle_path = dir.join("effects.jsonl");
     let oracle = Oracle::open(&oracle_path)?;
-    let _sup_log = EventLog::open(&dir.join("events-supervisor.jsonl"), "supervisor")?;
     // Never spawned: the supervisor only starts workflows, delivers signals and reads.
     let engine = Engine::builder(deployment.ports().build()?)
         .config(super::engine_config("supervisor"))

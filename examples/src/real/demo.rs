@@ -396,6 +396,10 @@ pub async fn run(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
     if let Err(e) = cleanup(deployment, &urls).await {
         eprintln!("cleanup failed: {e}");
     }
+    println!("   kept for a look: {} (the workers' events and logs, the oracle file)", dir.display());
+    if let Some(file) = urls.store.strip_prefix("sqlite:") {
+        println!("   the database file: {file}");
+    }
     outcome
 }
 
