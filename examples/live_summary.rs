@@ -56,7 +56,13 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("live_summary: {e}");
+            let mut msg = e.to_string();
+            let mut cause = e.source();
+            while let Some(c) = cause {
+                msg.push_str(&format!(": {c}"));
+                cause = c.source();
+            }
+            eprintln!("live_summary: {msg}");
             ExitCode::FAILURE
         }
     }

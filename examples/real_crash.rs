@@ -28,7 +28,13 @@ fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {
-            eprintln!("real_crash: {e}");
+            let mut msg = e.to_string();
+            let mut cause = e.source();
+            while let Some(c) = cause {
+                msg.push_str(&format!(": {c}"));
+                cause = c.source();
+            }
+            eprintln!("real_crash: {msg}");
             ExitCode::FAILURE
         }
     }

@@ -220,7 +220,13 @@ pub async fn run(args: Vec<String>) -> Result<bool, Box<dyn std::error::Error>> 
     let dir = run_dir("real-crash")?;
     let store = fresh_store_url(&given.store, &dir, "real_crash");
     let urls = Urls { queue: fresh_queue_url(&given.queue, &store, "real_crash"), store };
-    let deployment = Deployment::from_urls(&urls, &queue_options(HashMap::new())).await?;
+    let deployment = match Deployment::from_urls(&urls, &queue_options(HashMap::new())).await {
+        Ok(d) => d,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(e.into());
+        }
+    };
     let outcome = supervise(&deployment, &urls, &dir, &settings).await;
     if let Err(e) = cleanup(deployment, &urls).await {
         eprintln!("cleanup failed: {e}");

@@ -402,7 +402,13 @@ pub async fn run(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
     let dir = run_dir("live-summary")?;
     let store = fresh_store_url(&given.store, &dir, "live_summary");
     let urls = Urls { queue: fresh_queue_url(&given.queue, &store, "live_summary"), store };
-    let deployment = Deployment::from_urls(&urls, &queue_options(story::limits())).await?;
+    let deployment = match Deployment::from_urls(&urls, &queue_options(story::limits())).await {
+        Ok(d) => d,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(e.into());
+        }
+    };
     println!("== real processes on {} (run directory {})", deployment.describe(), dir.display());
     if let Some(file) = urls.store.strip_prefix("sqlite:") {
         println!("   the database file: {file}");
@@ -413,7 +419,13 @@ pub async fn run(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
     if let Err(e) = cleanup(deployment, &urls).await {
         eprintln!("cleanup failed: {e}");
     }
-    println!("   kept for a look: {} (the workers' events and logs, the oracle file)", dir.display());
+    // The directory holds the database file of a file store: kept. With a server store it
+    // holds only the workers' events and logs and the oracle: kept when the run failed.
+    if outcome.is_err() || !super::is_server(&urls.store) {
+        println!("   kept for a look: {} (the workers' events and logs, the oracle file)", dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     if let Some(file) = urls.store.strip_prefix("sqlite:") {
         println!("   the database file: {file}");
     }
