@@ -317,6 +317,11 @@ fn describe(e: &Value) -> Option<String> {
     let s = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("?").to_string();
     match e.get("kind").and_then(Value::as_str)? {
         "obs" => serde_json::from_value::<Observation>(e.get("obs")?.clone()).ok().map(|o| story::describe(&o)),
+        "missed" if e.get("token").is_none_or(Value::is_null) => Some(format!(
+            "{w} {} on {} missed: another worker's write came first (a guarded write, nothing changed)",
+            e.get("kinds").map(Value::to_string).unwrap_or_default(),
+            s("wf")
+        )),
         "missed" => Some(format!(
             "{w} [{}] late write {} on {} REFUSED by the store: the claim token was superseded (K-3.4)",
             s("token"),
@@ -548,7 +553,10 @@ async fn scenario(deployment: &Deployment, urls: Urls, dir: &Path) -> Result<(),
         .say(&format!("-- the store: compose of {stopped_wf} completed under claim [{by}], not B's [{b_token}]"));
     run.workers[b].cont()?;
     run.timeline.say(&format!("!! SIGCONT worker B: it wakes up late, still holding [{b_token}] in its memory"));
-    run.until_event("worker B's late write to be refused", |e| is_kind(e, "missed", "B").then_some(())).await?;
+    run.until_event("worker B's late write to be refused", |e| {
+        (is_kind(e, "missed", "B") && e.get("token").and_then(Value::as_str) == Some(b_token.as_str())).then_some(())
+    })
+    .await?;
 
     // Everything completes.
     let ids: Vec<&str> = NOTES.iter().map(|(_, wf)| *wf).chain([FANOUT_ID]).collect();
