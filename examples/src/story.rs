@@ -17,7 +17,8 @@ use testkit::memory::PermitLimits;
 /// The four workers of the story.
 pub const WORKERS: [&str; 4] = ["A", "B", "C", "D"];
 
-fn describe(o: &Observation) -> String {
+/// One line of the timeline for a committed transition.
+pub fn describe(o: &Observation) -> String {
     let step = o.step_name.as_deref().map(|s| format!(" {s}")).unwrap_or_default();
     let what = match o.kind {
         TransitionKind::Create => format!("StartOrResume registers {}", o.workflow_id),

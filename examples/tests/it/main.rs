@@ -2,3 +2,4 @@
 
 mod crash_sweep;
 mod dispatch;
+mod story;
