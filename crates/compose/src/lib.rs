@@ -52,6 +52,8 @@
 //! # }
 //! ```
 
+#[cfg(any(feature = "sqlite", feature = "local"))]
+mod local;
 #[cfg(feature = "memory")]
 mod memory;
 #[cfg(feature = "mongo")]
@@ -60,6 +62,8 @@ mod mongo;
 mod postgres;
 #[cfg(feature = "redis")]
 mod redis;
+#[cfg(feature = "sqlite")]
+mod sqlite;
 mod url;
 
 pub use url::{redact, Role, Scheme, SchemeInfo, Target, DEFAULT_DATABASE, DEFAULT_PREFIX, DEFAULT_SCHEMA, SCHEMES};
@@ -277,7 +281,15 @@ fn scratch_target(role: Role, url: &str, tag: &str) -> Result<Target, ComposeErr
         let tag = tag.to_ascii_lowercase().replace('-', "_");
         let tag = if tag.starts_with(|c: char| c.is_ascii_digit()) { format!("_{tag}") } else { tag };
         target.namespace = scratch_namespace(&tag);
-    } else if target.scheme != Scheme::Memory {
+    } else if target.scheme == Scheme::Sqlite {
+        // A fresh file beside the one named: `<dir>/<tag>_<hex>.db`.
+        let dir =
+            std::path::Path::new(&target.namespace).parent().map(std::path::Path::to_path_buf).unwrap_or_default();
+        let file = dir.join(format!("{}.db", scratch_namespace(tag)));
+        let query = target.url.split_once('?').map(|(_, q)| format!("?{q}")).unwrap_or_default();
+        target.namespace = file.display().to_string();
+        target.url = format!("sqlite:{}{query}", target.namespace);
+    } else if !matches!(target.scheme, Scheme::Memory | Scheme::Local) {
         target.namespace = scratch_namespace(tag);
     }
     Ok(target)
@@ -330,6 +342,8 @@ enum StoreHandle {
     Mongo(::mongodb::Database, store_mongo::MongoWorkflowStore),
     #[cfg(feature = "postgres")]
     Postgres(store_postgres::Pool, store_postgres::PostgresConfig, store_postgres::PostgresWorkflowStore),
+    #[cfg(feature = "sqlite")]
+    Sqlite(store_sqlite::SqliteDb, std::path::PathBuf),
     #[cfg(feature = "memory")]
     Memory,
 }
@@ -360,6 +374,8 @@ impl StoreSide {
             Scheme::Mongo => mongo::store(&target).await,
             #[cfg(feature = "postgres")]
             Scheme::Postgres => postgres::store(&target).await,
+            #[cfg(feature = "sqlite")]
+            Scheme::Sqlite => sqlite::store(&target).await,
             #[cfg(feature = "memory")]
             Scheme::Memory => Ok(memory::store()),
             // `Target::parse` refused every scheme whose driver is absent or cannot store.
@@ -377,6 +393,8 @@ impl StoreSide {
             StoreHandle::Mongo(db, _) => mongo::observation_repository(&db).await,
             #[cfg(feature = "postgres")]
             StoreHandle::Postgres(pool, config, _) => postgres::observation_repository(&pool, &config),
+            #[cfg(feature = "sqlite")]
+            StoreHandle::Sqlite(db, _) => Ok(sqlite::observation_repository(&db)),
             #[cfg(feature = "memory")]
             StoreHandle::Memory => Ok(Arc::new(observer::InMemoryObservationRepository::new())),
         }
@@ -391,6 +409,8 @@ impl StoreSide {
             StoreHandle::Mongo(db, _) => mongo::destroy(db).await,
             #[cfg(feature = "postgres")]
             StoreHandle::Postgres(pool, config, _) => postgres::destroy(pool, config).await,
+            #[cfg(feature = "sqlite")]
+            StoreHandle::Sqlite(_, path) => sqlite::remove_files(&path, Role::Store),
             #[cfg(feature = "memory")]
             StoreHandle::Memory => Ok(()),
         }
@@ -407,6 +427,8 @@ impl StoreSide {
             StoreHandle::Mongo(db, _) => mongo::outbox(db).await,
             #[cfg(feature = "postgres")]
             StoreHandle::Postgres(pool, config, _) => postgres::outbox(pool, config).await,
+            #[cfg(feature = "sqlite")]
+            StoreHandle::Sqlite(db, path) => sqlite::outbox(db, path).await,
             #[cfg(feature = "memory")]
             StoreHandle::Memory => Ok(Arc::new(testkit::memory::InMemoryOutbox::new())),
             // Only in a build without store drivers, where no `StoreSide` exists.
@@ -496,6 +518,8 @@ pub struct QueueSide {
 enum QueueHandle {
     #[cfg(feature = "redis")]
     Redis(queue_redis::RedisConnection, String),
+    #[cfg(any(feature = "sqlite", feature = "local"))]
+    Local(coord_local::LocalCoord, Option<std::path::PathBuf>),
     #[cfg(feature = "memory")]
     Memory,
 }
@@ -525,6 +549,10 @@ impl QueueSide {
         match target.scheme {
             #[cfg(feature = "redis")]
             Scheme::Redis => redis::queue(&target, options).await,
+            #[cfg(feature = "sqlite")]
+            Scheme::Sqlite => local::queue(Some(std::path::Path::new(&target.namespace)), target.scheme, options).await,
+            #[cfg(feature = "local")]
+            Scheme::Local => local::queue(None, target.scheme, options).await,
             #[cfg(feature = "memory")]
             Scheme::Memory => Ok(memory::queue(options)),
             // `Target::parse` refused every scheme whose driver is absent or cannot queue.
@@ -538,6 +566,10 @@ impl QueueSide {
         match self.handle {
             #[cfg(feature = "redis")]
             QueueHandle::Redis(conn, prefix) => redis::destroy(conn, prefix).await,
+            #[cfg(any(feature = "sqlite", feature = "local"))]
+            QueueHandle::Local(_, Some(path)) => local::remove_files(&path, Role::Queue),
+            #[cfg(any(feature = "sqlite", feature = "local"))]
+            QueueHandle::Local(_, None) => Ok(()),
             #[cfg(feature = "memory")]
             QueueHandle::Memory => Ok(()),
         }
@@ -550,6 +582,8 @@ impl QueueSide {
         match &self.handle {
             #[cfg(feature = "redis")]
             QueueHandle::Redis(conn, prefix) => redis::candidates(conn, prefix),
+            #[cfg(any(feature = "sqlite", feature = "local"))]
+            QueueHandle::Local(coord, _) => Ok(Arc::new(coord.dispatch_candidates())),
             #[cfg(feature = "memory")]
             QueueHandle::Memory => Ok(Arc::new(testkit::memory::InMemoryCandidates::new())),
             // Only in a build without queue drivers, where no `QueueSide` exists.
@@ -564,6 +598,8 @@ impl QueueSide {
         match &self.handle {
             #[cfg(feature = "redis")]
             QueueHandle::Redis(_, prefix) => Some(prefix),
+            #[cfg(any(feature = "sqlite", feature = "local"))]
+            QueueHandle::Local(_, _) => None,
             #[cfg(feature = "memory")]
             QueueHandle::Memory => None,
             // Only in a build without queue drivers, where no `QueueSide` exists.
@@ -631,12 +667,18 @@ pub struct Deployment {
 }
 
 impl Deployment {
-    /// Connect both sides.
+    /// Connect both sides. A `local` queue with a `sqlite:` store keeps its coordination in
+    /// the store's file, so every process of the deployment shares it; with any other store
+    /// it lives in this process only.
     pub async fn connect(store_url: &str, queue_url: &str, options: &QueueOptions) -> Result<Self, ComposeError> {
-        Ok(Deployment {
-            store: StoreSide::connect(store_url).await?,
-            queue: QueueSide::connect(queue_url, options).await?,
-        })
+        let store = StoreSide::connect(store_url).await?;
+        let queue_target = Target::parse(Role::Queue, queue_url)?;
+        let queue = match (&store.handle, queue_target.scheme) {
+            #[cfg(feature = "sqlite")]
+            (StoreHandle::Sqlite(_, path), Scheme::Local) => local::queue(Some(path), Scheme::Local, options).await?,
+            _ => QueueSide::connect_target(queue_target, options).await?,
+        };
+        Ok(Deployment { store, queue })
     }
 
     /// Connect to [`Urls`].

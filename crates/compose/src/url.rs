@@ -50,12 +50,19 @@ pub enum Scheme {
     Memory,
     /// PostgreSQL (`store-postgres`).
     Postgres,
+    /// One SQLite file: the store (`store-sqlite`) and, as a queue, coord-local's tables.
+    Sqlite,
+    /// coord-local's coordination in the store's SQLite file, or in this process.
+    Local,
 }
 
 impl Scheme {
-    /// Short name for logs and report lines: `mongo`, `redis`, `memory`, `postgres`.
+    /// Short name for logs and report lines: `mongo`, `redis`, `memory`, `postgres`,
+    /// `sqlite`, `local`.
     pub fn kind(self) -> &'static str {
         match self {
+            Scheme::Sqlite => "sqlite",
+            Scheme::Local => "local",
             Scheme::Mongo => "mongo",
             Scheme::Postgres => "postgres",
             Scheme::Redis => "redis",
@@ -90,6 +97,8 @@ pub const SCHEMES: &[SchemeInfo] = &[
         roles: &[Role::Store],
         feature: "postgres",
     },
+    SchemeInfo { names: &["sqlite"], scheme: Scheme::Sqlite, roles: &[Role::Store, Role::Queue], feature: "sqlite" },
+    SchemeInfo { names: &["local"], scheme: Scheme::Local, roles: &[Role::Queue], feature: "local" },
 ];
 
 /// Whether this build has the driver behind `feature`.
@@ -101,6 +110,8 @@ fn compiled_in(feature: &str) -> bool {
         "redis" => cfg!(feature = "redis"),
         "memory" => cfg!(feature = "memory"),
         "postgres" => cfg!(feature = "postgres"),
+        "sqlite" => cfg!(feature = "sqlite"),
+        "local" => cfg!(feature = "local"),
         _ => false,
     }
 }
@@ -116,7 +127,7 @@ pub struct Target {
     pub url: String,
     /// MongoDB: the database (the URL's path, else [`DEFAULT_DATABASE`]); Redis: the key
     /// prefix (`?prefix=`, else [`DEFAULT_PREFIX`]); PostgreSQL: the schema (`?schema=`,
-    /// else [`DEFAULT_SCHEMA`]); `memory:`: empty.
+    /// else [`DEFAULT_SCHEMA`]); SQLite: the file's path; `memory:` and `local`: empty.
     pub namespace: String,
 }
 
@@ -143,6 +154,8 @@ impl Target {
     #[doc(hidden)]
     pub fn parse_with(role: Role, url: &str, compiled: &dyn Fn(&str) -> bool) -> Result<Target, ComposeError> {
         let malformed = |reason: &str| ComposeError::Malformed { role, url: redact(url), reason: reason.to_string() };
+        // `local` is a whole URL: coordination on this machine.
+        let url = if url.eq_ignore_ascii_case("local") { "local:" } else { url };
         let Some((scheme, rest)) = url.split_once(':') else {
             return Err(malformed("no scheme (expected <scheme>:…, e.g. mongodb://host/db)"));
         };
@@ -169,6 +182,37 @@ impl Target {
                     return Err(malformed("`memory:` takes nothing after the colon"));
                 }
                 (url.to_string(), String::new())
+            }
+            Scheme::Local => {
+                if !rest.is_empty() {
+                    return Err(malformed("`local` takes nothing after it (use sqlite:<path> for another file)"));
+                }
+                (url.to_string(), String::new())
+            }
+            Scheme::Sqlite => {
+                // `sqlite:<path>`; `sqlite://<path>` as well (`sqlite:///abs/path`).
+                let rest = rest.strip_prefix("//").unwrap_or(rest);
+                let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+                if path.is_empty() {
+                    return Err(malformed("expected sqlite:<path of the database file>"));
+                }
+                if path.contains('\0') {
+                    return Err(malformed("the path contains NUL"));
+                }
+                let query_ok = match role {
+                    Role::Store => {
+                        query.is_empty()
+                            || query.eq_ignore_ascii_case("synchronous=full")
+                            || query.eq_ignore_ascii_case("synchronous=normal")
+                    }
+                    Role::Queue => query.is_empty(),
+                };
+                if !query_ok {
+                    return Err(malformed(&format!(
+                        "unknown parameter `{query}` (a store takes only ?synchronous=full|normal, a queue none)"
+                    )));
+                }
+                (url.to_string(), path.to_string())
             }
             Scheme::Mongo => {
                 let authority = rest.strip_prefix("//").ok_or_else(|| malformed("expected mongodb://host"))?;
@@ -314,6 +358,21 @@ mod tests {
     }
 
     #[test]
+    fn sqlite_url_names_the_file_and_local_names_nothing() {
+        let t = parse(Role::Store, "sqlite:./wf.db").unwrap();
+        assert_eq!((t.scheme, t.namespace.as_str(), t.url.as_str()), (Scheme::Sqlite, "./wf.db", "sqlite:./wf.db"));
+        let t = parse(Role::Store, "sqlite:///var/lib/wf.db?synchronous=normal").unwrap();
+        assert_eq!(t.namespace, "/var/lib/wf.db");
+        let t = parse(Role::Queue, "SQLITE:wf.db").unwrap();
+        assert_eq!((t.scheme, t.namespace.as_str()), (Scheme::Sqlite, "wf.db"));
+        for url in ["local", "LOCAL", "local:"] {
+            let t = parse(Role::Queue, url).unwrap();
+            assert_eq!((t.scheme, t.namespace.as_str()), (Scheme::Local, ""), "{url}");
+        }
+        assert_eq!((Scheme::Sqlite.kind(), Scheme::Local.kind()), ("sqlite", "local"));
+    }
+
+    #[test]
     fn memory_serves_both_roles() {
         for role in [Role::Store, Role::Queue] {
             assert_eq!(parse(role, "memory:").unwrap().scheme, Scheme::Memory);
@@ -323,11 +382,12 @@ mod tests {
 
     #[test]
     fn unknown_scheme_is_a_typed_error_listing_the_known_ones() {
-        let e = parse(Role::Store, "sqlite://db.example.com/app").unwrap_err();
-        assert!(matches!(&e, ComposeError::UnknownScheme { scheme, role: Role::Store, .. } if scheme == "sqlite"));
+        let e = parse(Role::Store, "cassandra://db.example.com/app").unwrap_err();
+        assert!(matches!(&e, ComposeError::UnknownScheme { scheme, role: Role::Store, .. } if scheme == "cassandra"));
         let msg = e.to_string();
         assert!(
-            msg.contains("unknown scheme `sqlite`")
+            msg.contains("unknown scheme `cassandra`")
+                && msg.contains("sqlite")
                 && msg.contains("mongodb")
                 && msg.contains("redis")
                 && msg.contains("postgresql"),
@@ -352,6 +412,11 @@ mod tests {
             (Role::Store, "postgres://h/db?schema=Bad", "bad schema"),
             (Role::Store, "postgres://h/db?schema=1st", "bad schema"),
             (Role::Store, "postgres://h/db?schema=", "bad schema"),
+            (Role::Store, "sqlite:", "expected sqlite:<path"),
+            (Role::Store, "sqlite://", "expected sqlite:<path"),
+            (Role::Store, "sqlite:wf.db?synchronous=off", "unknown parameter"),
+            (Role::Queue, "sqlite:wf.db?synchronous=normal", "unknown parameter"),
+            (Role::Queue, "local:wf.db", "takes nothing"),
         ] {
             match parse(role, url) {
                 Err(ComposeError::Malformed { reason, .. }) => assert!(reason.contains(why), "{url}: {reason}"),
@@ -368,6 +433,8 @@ mod tests {
             (Role::Queue, "redis://h", "redis"),
             (Role::Store, "memory:", "memory"),
             (Role::Store, "postgres://h/db", "postgres"),
+            (Role::Store, "sqlite:wf.db", "sqlite"),
+            (Role::Queue, "local", "local"),
         ] {
             match Target::parse_with(role, url, &none) {
                 Err(e @ ComposeError::NotCompiledIn { .. }) => {
@@ -388,6 +455,8 @@ mod tests {
         assert!(matches!(e, ComposeError::WrongRole { role: Role::Queue, .. }), "{e:?}");
         let e = parse(Role::Queue, "postgres://h/db").unwrap_err();
         assert!(matches!(e, ComposeError::WrongRole { role: Role::Queue, .. }), "{e:?}");
+        let e = parse(Role::Store, "local").unwrap_err();
+        assert!(matches!(e, ComposeError::WrongRole { role: Role::Store, .. }), "{e:?}");
     }
 
     #[test]
@@ -396,7 +465,9 @@ mod tests {
         assert_eq!(compiled_in("redis"), cfg!(feature = "redis"));
         assert_eq!(compiled_in("memory"), cfg!(feature = "memory"));
         assert_eq!(compiled_in("postgres"), cfg!(feature = "postgres"));
-        assert!(!compiled_in("sqlite"));
+        assert_eq!(compiled_in("sqlite"), cfg!(feature = "sqlite"));
+        assert_eq!(compiled_in("local"), cfg!(feature = "local"));
+        assert!(!compiled_in("cassandra"));
     }
 
     #[test]

@@ -7,4 +7,5 @@ mod live;
 mod memory;
 mod ports;
 mod postgres;
+mod sqlite;
 mod urls;
