@@ -41,8 +41,13 @@ if cargo tree -p kernel-core -e normal --prefix none | grep -Eq '^(mongodb|redis
   echo "kernel-core must not depend on mongodb/redis/bson" >&2
   exit 1
 fi
+# The first demo runs durably on SQLite (bundled) with local coordination: no server crate.
 if cargo tree -p kernel-examples -e normal --prefix none | grep -Eq '^(mongodb|redis|bson) '; then
   echo "the first demo's package must not depend on mongodb/redis/bson" >&2
+  exit 1
+fi
+if ! cargo tree -p kernel-examples -e normal --prefix none | grep -Eq '^(store-sqlite|coord-local) '; then
+  echo "the first demo's package must run on store-sqlite and coord-local" >&2
   exit 1
 fi
 # No production build compiles test support: only dev-dependencies turn on a `testing`
@@ -115,6 +120,7 @@ REPORTS=(crash_at_every_boundary crash_sweep_on_mongo refused_writes_report
 REPORTS+=(crash_sweep_on_postgres races_over_concurrent_connections both_paths_survive_crashes_on_postgres
   store_queries_use_an_index live_summary_story_on_postgres)
 # --- end PostgreSQL -----------------------------------------------------------------------
+REPORTS+=(crash_sweep_on_sqlite both_paths_survive_crashes_on_sqlite)
 skip_args=()
 for r in "${REPORTS[@]}"; do skip_args+=(--skip "$r"); done
 
@@ -145,6 +151,8 @@ cargo test -p store-postgres --test it -- --nocapture --exact sweep::crash_sweep
   races::races_over_concurrent_connections outbox::crash_windows::both_paths_survive_crashes_on_postgres \
   explain::store_queries_use_an_index
 # --- end PostgreSQL -----------------------------------------------------------------------
+cargo test -p store-sqlite --test it -- --nocapture --exact sweep::crash_sweep_on_sqlite \
+  outbox::crash_windows::both_paths_survive_crashes_on_sqlite
 # A dedicated redis-server on a free port is killed and restarted (never the shared one).
 cargo test -p queue-redis --test it redis_outage_engines_complete_through_the_store_and_lanes_are_rebuilt -- --nocapture
 
@@ -161,9 +169,18 @@ fi
 section "browser check (headless chromium on the SSE example page)"
 bash scripts/browser-check.sh
 
-section "demo smoke run"
-cargo run -q -p kernel-examples --example live_summary >/dev/null
-echo "demo: live_summary ok"
+section "real processes on SQLite: the README's first command, and SIGKILL/SIGSTOP under load"
+# The demo's last line is its verdict (it exits non-zero when a count is wrong). Both keep
+# their run directory (the database file) in $TMPDIR: a scratch one, removed afterwards.
+real_tmp=$(mktemp -d)
+TMPDIR="$real_tmp" cargo run -q -p kernel-examples --example live_summary | tail -n 1
+TMPDIR="$real_tmp" cargo run -q -p kernel-examples --example real_crash -- --processes 3 --workflows 200 \
+  | grep '^real-crash:'
+rm -rf "$real_tmp"
+
+section "demo smoke run (the simulated story)"
+cargo run -q -p kernel-examples --example live_summary -- --simulated >/dev/null
+echo "demo: live_summary --simulated ok"
 if [ -n "${MONGODB_URI:-}" ]; then
   cargo run -q -p store-mongo --example live_summary_mongo >/dev/null
   echo "demo: live_summary on MongoDB ok"

@@ -36,17 +36,13 @@ use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// The store URL when neither `--store` nor `WFK_STORE` names one.
-///
-/// Development setup: a PostgreSQL server (each run in a fresh schema, dropped at its end).
-/// With store-sqlite: `"sqlite:"`, which [`fresh_store_url`] turns into a new file in the
-/// run's directory.
-pub const DEFAULT_STORE_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
-/// The queue URL when neither `--queue` nor `WFK_QUEUE` names one.
-///
-/// Development setup: a Redis server (each run under a fresh key prefix, purged at its
-/// end). With coord-local: `"local"` (or `"sqlite:"`, the store's file).
-pub const DEFAULT_QUEUE_URL: &str = "redis://127.0.0.1:6379";
+/// The store URL when neither `--store` nor `WFK_STORE` names one: `sqlite:` alone, which
+/// [`fresh_store_url`] turns into a new file `workflows.db` in the run's directory. Any
+/// `sqlite:<path>`, `postgres://…` or `mongodb://…` URL works where compose has the driver.
+pub const DEFAULT_STORE_URL: &str = "sqlite:";
+/// The queue URL when neither `--queue` nor `WFK_QUEUE` names one: `local`, coord-local's
+/// lanes, wakeup and permits in the store's own file, shared by every worker process.
+pub const DEFAULT_QUEUE_URL: &str = "local";
 
 /// The argument that makes the demo's binary a worker process.
 pub const WORKER_ARG: &str = "worker";
