@@ -88,8 +88,8 @@
 //! constraint) an instance whose JSON columns would exceed 16 MiB. All are
 //! [`Error::InvalidInput`](kernel_core::Error) with nothing written. A read-only file, a
 //! full disk or a lock held past the busy timeout are `Unavailable`: the statement was
-//! rolled back, nothing written. A NUL inside a JSON value is kept (escaped as `\u0000`)
-//! and read back whole, as MongoDB keeps it (PostgreSQL refuses it). Details:
+//! rolled back, nothing written. A NUL inside a JSON string is refused before any statement
+//! (`InvalidInput`), as on every store (kernel-core's K-2.0 rule). Details:
 //! `docs/store-sqlite.md`.
 
 mod codec;
