@@ -99,11 +99,13 @@ async fn measure_engine(
             Some(s) => Some((s.settled_commits().await?, bench.statements())),
             None => None,
         };
-        let mut burst = bench.burst(tag, n, a.start_batches, redis).await?;
+        let (mut burst, ids) = bench.burst(tag, n, a.start_batches, redis).await?;
         if let (Some(s), Some((c0, s0))) = (stat, c0) {
             burst.commits = Some(s.settled_commits().await? - c0);
             burst.statements = bench.statements().zip(s0).map(|(s1, s0)| s1 - s0);
         }
+        // After the counters: the check reads every instance back, one statement each.
+        bench.check_completed(&ids).await?;
         let lat = bench.singles(tag, singles).await?;
         Ok::<_, String>(side(n, burst, &lat))
     }
@@ -125,9 +127,10 @@ async fn measure_pg_floor(
     let bench = PgFloor::open(&a.postgres_url, tag, a.slots, a.start_batches).await?;
     let measured = async {
         let (c0, s0) = (stat.settled_commits().await?, bench.statements());
-        let mut burst = bench.burst(tag, n, a.start_batches, redis).await?;
+        let (mut burst, ids) = bench.burst(tag, n, a.start_batches, redis).await?;
         burst.commits = Some(stat.settled_commits().await? - c0);
         burst.statements = bench.statements().zip(s0).map(|(s1, s0)| s1 - s0);
+        bench.check_completed(&ids).await?;
         let lat = bench.singles(tag, singles).await?;
         Ok::<_, String>(side(n, burst, &lat))
     }
