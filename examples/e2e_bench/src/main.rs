@@ -8,6 +8,7 @@
 //! cargo run --release -p e2e-bench -- --runs 3 | tee e2e.txt
 //! cargo run --release -p e2e-bench -- --store mongo-wire      # MONGODB_URI from scripts/mongo-wire.sh
 //! cargo run --release -p e2e-bench -- plot --input e2e.txt --out docs/bench/e2e.png
+//! cargo run --release -p e2e-bench -- claim-latency            # store-postgres, 1k/100k/1M instances
 //! ```
 //!
 //! What a run measures, per side:
@@ -29,6 +30,7 @@
 //! for the recorded runs.
 
 mod args;
+mod claimlat;
 mod counting;
 mod cpu;
 mod engine_side;
@@ -269,6 +271,10 @@ fn main() -> ExitCode {
         Command::Plot(p) => plot::run(&p).map(|n| eprintln!("e2e-bench: plotted {n} lines into {}", p.out.display())),
         Command::Bench(b) => match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
             Ok(rt) => rt.block_on(bench(b)),
+            Err(e) => Err(format!("runtime: {e}")),
+        },
+        Command::ClaimLatency(c) => match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+            Ok(rt) => rt.block_on(claimlat::run(&c)),
             Err(e) => Err(format!("runtime: {e}")),
         },
     };
