@@ -111,6 +111,8 @@ pub enum Command {
     Bench(BenchArgs),
     /// Draw a PNG from printed lines.
     Plot(PlotArgs),
+    /// Claim latency against the size of the instance table on PostgreSQL.
+    ClaimLatency(crate::claimlat::ClaimLatencyArgs),
     /// Print the usage.
     Help,
 }
@@ -121,6 +123,7 @@ usage: e2e-bench [--store memory|mongo-wire|postgres] [--workflows N] [--slots S
                  [--floor-connections C] [--start-batches B] [--warmup W] [--floor|--no-floor]
                  [--redis-url URL] [--mongo-url URL] [--postgres-url URL]
        e2e-bench plot --input <file with e2e-bench lines> --out <png> [--font <ttf>]
+       e2e-bench claim-latency [--sizes 1000,100000,1000000] [--claims N] [--postgres-url URL]
 
 REDIS_URL (default redis://127.0.0.1:6379), MONGODB_URI and DATABASE_URL (default
 postgres://postgres@127.0.0.1:5432/test) are read when the flags are absent. With
@@ -131,7 +134,8 @@ postgres://postgres@127.0.0.1:5432/test) are read when the flags are absent. Wit
 pub fn parse(args: &[String], env: impl Fn(&str) -> Option<String>) -> Result<Command, String> {
     let mut it = args.iter().peekable();
     let plot = it.peek().is_some_and(|a| *a == "plot");
-    if plot {
+    let claim_latency = it.peek().is_some_and(|a| *a == "claim-latency");
+    if plot || claim_latency {
         it.next();
     }
     let mut flags: Vec<(String, Option<String>)> = Vec::new();
@@ -154,6 +158,8 @@ pub fn parse(args: &[String], env: impl Fn(&str) -> Option<String>) -> Result<Co
     }
     if plot {
         parse_plot(flags).map(Command::Plot)
+    } else if claim_latency {
+        parse_claim_latency(flags, env).map(Command::ClaimLatency)
     } else {
         parse_bench(flags, env).map(Command::Bench)
     }
@@ -175,6 +181,33 @@ fn parse_plot(flags: Vec<(String, Option<String>)>) -> Result<PlotArgs, String> 
         }
     }
     Ok(PlotArgs { input: input.ok_or("plot needs --input <file>")?, out: out.ok_or("plot needs --out <png>")?, font })
+}
+
+/// Table sizes of `claim-latency` by default.
+pub const CLAIM_LATENCY_SIZES_DEFAULT: [usize; 3] = [1_000, 100_000, 1_000_000];
+/// Timed claims of each kind per size by default.
+pub const CLAIM_LATENCY_CLAIMS_DEFAULT: usize = 3_000;
+
+fn parse_claim_latency(
+    flags: Vec<(String, Option<String>)>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<crate::claimlat::ClaimLatencyArgs, String> {
+    let mut sizes = CLAIM_LATENCY_SIZES_DEFAULT.to_vec();
+    let mut claims = CLAIM_LATENCY_CLAIMS_DEFAULT;
+    let mut postgres_url =
+        env("DATABASE_URL").filter(|v| !v.is_empty()).unwrap_or_else(|| POSTGRES_URL_DEFAULT.to_string());
+    for (name, value) in flags {
+        let value = value.ok_or_else(|| format!("--{name} needs a value"))?;
+        match name.as_str() {
+            "sizes" => {
+                sizes = value.split(',').map(|v| count(&name, v.trim(), 1)).collect::<Result<_, _>>()?;
+            }
+            "claims" => claims = count(&name, &value, 1)?,
+            "postgres-url" => postgres_url = value,
+            other => return Err(format!("claim-latency: unknown flag --{other}")),
+        }
+    }
+    Ok(crate::claimlat::ClaimLatencyArgs { sizes, claims, postgres_url })
 }
 
 fn count(name: &str, value: &str, min: usize) -> Result<usize, String> {
@@ -335,5 +368,20 @@ mod tests {
         assert!(run(&["plot", "--input", "a"], &[]).unwrap_err().contains("--out"));
         assert!(run(&["plot", "--workflows", "1"], &[]).unwrap_err().contains("unknown flag --workflows"));
         assert_eq!(run(&["--help"], &[]).unwrap(), Command::Help);
+    }
+
+    #[test]
+    fn claim_latency_takes_sizes_claims_and_the_database_url() {
+        let Ok(Command::ClaimLatency(c)) = run(&["claim-latency"], &[("DATABASE_URL", "postgres://env/db")]) else {
+            panic!("expected claim-latency")
+        };
+        assert_eq!(c.sizes, vec![1_000, 100_000, 1_000_000]);
+        assert_eq!((c.claims, c.postgres_url.as_str()), (CLAIM_LATENCY_CLAIMS_DEFAULT, "postgres://env/db"));
+        let Ok(Command::ClaimLatency(c)) = run(&["claim-latency", "--sizes", "10, 20", "--claims=5"], &[]) else {
+            panic!("expected claim-latency")
+        };
+        assert_eq!((c.sizes, c.claims, c.postgres_url.as_str()), (vec![10, 20], 5, POSTGRES_URL_DEFAULT));
+        assert!(run(&["claim-latency", "--sizes", "10,x"], &[]).unwrap_err().contains("--sizes `x`"));
+        assert!(run(&["claim-latency", "--workflows", "1"], &[]).unwrap_err().contains("unknown flag --workflows"));
     }
 }

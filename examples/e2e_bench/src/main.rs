@@ -8,6 +8,7 @@
 //! cargo run --release -p e2e-bench -- --runs 3 | tee e2e.txt
 //! cargo run --release -p e2e-bench -- --store mongo-wire      # MONGODB_URI from scripts/mongo-wire.sh
 //! cargo run --release -p e2e-bench -- plot --input e2e.txt --out docs/bench/e2e.png
+//! cargo run --release -p e2e-bench -- claim-latency            # store-postgres, 1k/100k/1M instances
 //! ```
 //!
 //! What a run measures, per side:
@@ -29,6 +30,7 @@
 //! for the recorded runs.
 
 mod args;
+mod claimlat;
 mod counting;
 mod cpu;
 mod engine_side;
@@ -99,11 +101,13 @@ async fn measure_engine(
             Some(s) => Some((s.settled_commits().await?, bench.statements())),
             None => None,
         };
-        let mut burst = bench.burst(tag, n, a.start_batches, redis).await?;
+        let (mut burst, ids) = bench.burst(tag, n, a.start_batches, redis).await?;
         if let (Some(s), Some((c0, s0))) = (stat, c0) {
             burst.commits = Some(s.settled_commits().await? - c0);
             burst.statements = bench.statements().zip(s0).map(|(s1, s0)| s1 - s0);
         }
+        // After the counters: the check reads every instance back, one statement each.
+        bench.check_completed(&ids).await?;
         let lat = bench.singles(tag, singles).await?;
         Ok::<_, String>(side(n, burst, &lat))
     }
@@ -125,9 +129,10 @@ async fn measure_pg_floor(
     let bench = PgFloor::open(&a.postgres_url, tag, a.slots, a.start_batches).await?;
     let measured = async {
         let (c0, s0) = (stat.settled_commits().await?, bench.statements());
-        let mut burst = bench.burst(tag, n, a.start_batches, redis).await?;
+        let (mut burst, ids) = bench.burst(tag, n, a.start_batches, redis).await?;
         burst.commits = Some(stat.settled_commits().await? - c0);
         burst.statements = bench.statements().zip(s0).map(|(s1, s0)| s1 - s0);
+        bench.check_completed(&ids).await?;
         let lat = bench.singles(tag, singles).await?;
         Ok::<_, String>(side(n, burst, &lat))
     }
@@ -266,6 +271,10 @@ fn main() -> ExitCode {
         Command::Plot(p) => plot::run(&p).map(|n| eprintln!("e2e-bench: plotted {n} lines into {}", p.out.display())),
         Command::Bench(b) => match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
             Ok(rt) => rt.block_on(bench(b)),
+            Err(e) => Err(format!("runtime: {e}")),
+        },
+        Command::ClaimLatency(c) => match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+            Ok(rt) => rt.block_on(claimlat::run(&c)),
             Err(e) => Err(format!("runtime: {e}")),
         },
     };

@@ -161,7 +161,8 @@ impl PgFloor {
         Ok(())
     }
 
-    async fn check_completed(&self, ids: &[String]) -> Result<(), String> {
+    /// The table as the oracle: every id completed all its steps (one statement).
+    pub async fn check_completed(&self, ids: &[String]) -> Result<(), String> {
         let (client, _) = &self.starters[0];
         let sql = format!(
             "SELECT count(*) FROM \"{}\".floor_wf WHERE id = ANY($1) AND status = 'completed' AND step = {STEPS} \
@@ -185,14 +186,15 @@ impl PgFloor {
         self.state.statements.load(Ordering::Relaxed)
     }
 
-    /// Start `n` rows at once; wait for the last completing write; check the table.
+    /// Start `n` rows at once; wait for the last completing write. Returns the ids, for
+    /// [`check_completed`](Self::check_completed).
     pub async fn burst(
         &self,
         tag: &str,
         n: usize,
         concurrency: usize,
         redis: &mut redis::aio::MultiplexedConnection,
-    ) -> Result<Burst, String> {
+    ) -> Result<(Burst, Vec<String>), String> {
         let ids: Vec<String> = (0..n).map(|i| format!("{tag}-b{i}")).collect();
         let (terminal0, writes0, statements0) =
             (self.terminal(), self.state.writes.load(Ordering::Relaxed), self.sent());
@@ -204,8 +206,7 @@ impl PgFloor {
         let last = (*self.state.last_terminal.lock().expect("floor lock")).ok_or("no terminal write seen")?;
         let writes = self.state.writes.load(Ordering::Relaxed) - writes0;
         let statements = self.sent() - statements0;
-        self.check_completed(&ids).await?;
-        Ok(Burst { elapsed: last - t0, cpu, writes, statements: Some(statements), commits: None })
+        Ok((Burst { elapsed: last - t0, cpu, writes, statements: Some(statements), commits: None }, ids))
     }
 
     /// `k` rows one at a time: milliseconds from the insert to the completing write.

@@ -214,7 +214,9 @@ impl Publisher {
 
     /// StartOrResume (K-5): idempotent on `biz_key`.
     ///
-    /// - not found → create (duplicate-key loser re-reads and reuses);
+    /// - not found → create (duplicate-key loser re-reads and reuses). The create is the
+    ///   first store call, with no read before it: a taken `biz_key` returns the stored
+    ///   instance (`CreateOutcome::Exists`), which the cases below then read;
     /// - running / waiting → existing (priority raised, never lowered);
     /// - completed / canceled → existing, not activated;
     /// - failed in the request's own business round (`input.fencing_token`, non-empty) →
@@ -328,44 +330,38 @@ impl Publisher {
         let store = &self.store;
         let now = self.clock.now();
 
-        let existing = store.get_by_biz_key(&req.biz_key).await?;
-        let (mut inst, mut activated, created) = match existing {
-            Some(inst) => (inst, false, false),
-            None => {
-                let doc = WorkflowInstance {
-                    workflow_id: req
-                        .workflow_id
-                        .clone()
-                        .unwrap_or_else(|| format!("wf-{}", self.ids.new_token()).into()),
-                    workflow_type: req.workflow_type.clone(),
-                    biz_key: req.biz_key.clone(),
-                    status: WorkflowStatus::Running,
-                    steps: plan.initial_steps(),
-                    input: req.input.clone(),
-                    output: Default::default(),
-                    claimable_time: Some(now),
-                    claim_token: None,
-                    wait: None,
-                    resume: None,
-                    definition_fingerprint: plan.fingerprint().to_string(),
-                    fingerprint_mismatch: None,
-                    business_priority: req.priority,
-                    retry_count: 0,
-                    prepare_failures: 0,
-                    revision: 0,
-                    created_at: now,
-                    updated_at: now,
-                    finished_at: None,
-                };
-                match store.create(doc).await? {
-                    CreateOutcome::Created(i) => {
-                        let t = Transition::new(TransitionKind::Create, now);
-                        effects::observe(&*self.observer, &i, &t, i.revision, Writer::default());
-                        (i, true, true)
-                    }
-                    CreateOutcome::Exists(i) => (i, false, false),
-                }
+        // The create comes first, with no read before it: the unique `biz_key` decides, and
+        // `Exists` carries the stored instance, so a new workflow costs one store call and an
+        // existing one two (the create that found its key taken reads the winner back).
+        let doc = WorkflowInstance {
+            workflow_id: req.workflow_id.clone().unwrap_or_else(|| format!("wf-{}", self.ids.new_token()).into()),
+            workflow_type: req.workflow_type.clone(),
+            biz_key: req.biz_key.clone(),
+            status: WorkflowStatus::Running,
+            steps: plan.initial_steps(),
+            input: req.input.clone(),
+            output: Default::default(),
+            claimable_time: Some(now),
+            claim_token: None,
+            wait: None,
+            resume: None,
+            definition_fingerprint: plan.fingerprint().to_string(),
+            fingerprint_mismatch: None,
+            business_priority: req.priority,
+            retry_count: 0,
+            prepare_failures: 0,
+            revision: 0,
+            created_at: now,
+            updated_at: now,
+            finished_at: None,
+        };
+        let (mut inst, mut activated, created) = match store.create(doc).await? {
+            CreateOutcome::Created(i) => {
+                let t = Transition::new(TransitionKind::Create, now);
+                effects::observe(&*self.observer, &i, &t, i.revision, Writer::default());
+                (i, true, true)
             }
+            CreateOutcome::Exists(i) => (i, false, false),
         };
         if inst.workflow_type != req.workflow_type {
             return Err(Error::Conflict(format!(

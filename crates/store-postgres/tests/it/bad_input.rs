@@ -181,9 +181,11 @@ async fn a_document_kernel_core_accepts_is_stored() {
     db.drop_schema().await;
 }
 
-/// The size check runs only on writes that set a JSON column: a claim and a heartbeat of a
-/// large instance do not call it, a step write does. Counted by the server's function
-/// statistics (`track_functions = all` on the adapter's connection).
+/// The size check runs only on writes that set a JSON column of an instance whose JSON
+/// columns hold more than 8 KiB as stored (migration 5): a claim and a heartbeat of a large
+/// instance do not call it, a step write does, and neither the insert nor a step write of a
+/// small instance calls it. Counted by the server's function statistics
+/// (`track_functions = all` on the adapter's connection).
 #[tokio::test]
 async fn claims_and_heartbeats_do_not_measure_the_document() {
     let Some(db) = TestSchema::new().await else { return };
@@ -194,7 +196,17 @@ async fn claims_and_heartbeats_do_not_measure_the_document() {
     let pool = store_postgres::connect(&url, &config).unwrap();
     let store = PostgresWorkflowStore::new(pool.clone(), config).unwrap();
     let mut big = instance("wf-1");
-    big.input = json!({"blob": "x".repeat(200 * 1024)});
+    // Hex of a xorshift sequence: PostgreSQL's compression cannot shrink it below 8 KiB.
+    let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+    let blob: String = (0..200 * 1024 / 16)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            format!("{x:016x}")
+        })
+        .collect();
+    big.input = json!({ "blob": blob });
     store.create(big).await.unwrap();
     let calls = || async {
         let c = pool.get().await.unwrap();
@@ -220,6 +232,10 @@ async fn claims_and_heartbeats_do_not_measure_the_document() {
     let step = Transition::mark_running(0, T0.plus(LEASE_MS).plus(LEASE_MS));
     assert!(store.apply(&"wf-1".into(), &Guard::Running { token: "a".into() }, &step).await.unwrap().applied());
     assert_eq!(calls().await, after_create + 1, "a step write is measured");
+    store.create(claimed("wf-2", "b")).await.unwrap();
+    let step = Transition::mark_running(0, T0);
+    assert!(store.apply(&"wf-2".into(), &Guard::Running { token: "b".into() }, &step).await.unwrap().applied());
+    assert_eq!(calls().await, after_create + 1, "neither the insert nor a step write of a small instance measured it");
     pool.close();
     db.drop_schema().await;
 }

@@ -137,7 +137,8 @@ async fn an_uncertain_write_ends_the_claim_without_retrying() {
 async fn a_store_outage_during_start_is_reported_and_writes_nothing_else() {
     let world = World::new(1);
     let mut store = MockStore::new();
-    store.expect_get_by_biz_key().times(1).returning(|_| Ok(None));
+    // The create is the start's first store call (no read before it): the mock panics on
+    // any other call.
     store.expect_create().times(1).returning(|_| Err(Error::unavailable("primary stepped down")));
     let engine = engine_with(&world, store);
     let r = engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({}))).await;
