@@ -41,6 +41,10 @@ pub enum StoreKind {
     /// store-postgres on a real PostgreSQL server, measured against the raw PostgreSQL
     /// floor (`pgfloor`) instead of the Lua floor.
     Postgres,
+    /// store-sqlite with coord-local's lanes, wakeup and permits in the same file (the
+    /// embedded default, `--store sqlite:… --queue local`, durable commits): no server and
+    /// no floor to compare with; its figures are printed, never compared.
+    Sqlite,
 }
 
 impl StoreKind {
@@ -50,6 +54,7 @@ impl StoreKind {
             StoreKind::Memory => "memory",
             StoreKind::MongoWire => "mongo-wire",
             StoreKind::Postgres => "postgres",
+            StoreKind::Sqlite => "sqlite",
         }
     }
 
@@ -58,7 +63,8 @@ impl StoreKind {
             "memory" => Ok(StoreKind::Memory),
             "mongo-wire" => Ok(StoreKind::MongoWire),
             "postgres" => Ok(StoreKind::Postgres),
-            other => Err(format!("--store `{other}`: expected memory, mongo-wire or postgres")),
+            "sqlite" => Ok(StoreKind::Sqlite),
+            other => Err(format!("--store `{other}`: expected memory, mongo-wire, postgres or sqlite")),
         }
     }
 }
@@ -119,7 +125,7 @@ pub enum Command {
 
 /// The usage text.
 pub const USAGE: &str = "\
-usage: e2e-bench [--store memory|mongo-wire|postgres] [--workflows N] [--slots S] [--singles K] [--runs R]
+usage: e2e-bench [--store memory|mongo-wire|postgres|sqlite] [--workflows N] [--slots S] [--singles K] [--runs R]
                  [--floor-connections C] [--start-batches B] [--warmup W] [--floor|--no-floor]
                  [--redis-url URL] [--mongo-url URL] [--postgres-url URL]
        e2e-bench plot --input <file with e2e-bench lines> --out <png> [--font <ttf>]
@@ -258,6 +264,9 @@ fn parse_bench(
         }
     }
     let small = store == StoreKind::MongoWire;
+    if store == StoreKind::Sqlite && floor == Some(true) {
+        return Err("--store sqlite has no floor (there is no raw SQLite protocol to compare with)".to_string());
+    }
     if store == StoreKind::MongoWire && mongo_url.is_none() {
         return Err("--store mongo-wire needs --mongo-url or MONGODB_URI \
                     (eval \"$(bash scripts/mongo-wire.sh start)\"; export MONGODB_URI)"
@@ -272,7 +281,7 @@ fn parse_bench(
         floor_connections,
         start_batches,
         warmup,
-        floor: floor.unwrap_or(!small),
+        floor: floor.unwrap_or(!small && store != StoreKind::Sqlite),
         redis_url,
         mongo_url,
         postgres_url,
@@ -349,7 +358,8 @@ mod tests {
             (&["--workflows", "0"][..], "--workflows 0"),
             (&["--workflows", "x"][..], "--workflows `x`"),
             (&["--slots"][..], "--slots needs a value"),
-            (&["--store", "sqlite"][..], "--store `sqlite`"),
+            (&["--store", "cassandra"][..], "--store `cassandra`"),
+            (&["--store", "sqlite", "--floor"][..], "--store sqlite has no floor"),
             (&["--bogus", "1"][..], "unknown flag --bogus"),
             (&["stray"][..], "unexpected argument `stray`"),
             (&["--no-floor=1"][..], "takes no value"),
@@ -357,6 +367,12 @@ mod tests {
             let e = run(args, &[]).unwrap_err();
             assert!(e.contains(needle), "{args:?}: {e}");
         }
+    }
+
+    #[test]
+    fn sqlite_runs_without_a_floor() {
+        let b = bench(&["--store", "sqlite"], &[]);
+        assert_eq!((b.store, b.store.label(), b.floor), (StoreKind::Sqlite, "sqlite", false));
     }
 
     #[test]

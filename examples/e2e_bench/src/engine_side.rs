@@ -91,11 +91,30 @@ impl EngineBench {
                 StoreSide::connect_scratch(url, SCRATCH_TAG).await
             }
             StoreKind::Postgres => StoreSide::connect_scratch(&args.postgres_url, SCRATCH_TAG).await,
+            StoreKind::Sqlite => {
+                // One fresh file in the temporary directory for the store and the local
+                // coordination (`--queue local`), removed by `close`.
+                let nanos =
+                    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+                let file = std::env::temp_dir().join(format!("{SCRATCH_TAG}_{}_{nanos:x}.db", std::process::id()));
+                let d = compose::Deployment::connect(
+                    &format!("sqlite:{}", file.display()),
+                    "local",
+                    &QueueOptions::default(),
+                )
+                .await
+                .map_err(err("sqlite"))?;
+                return Self::start(args, d.store, d.queue).await;
+            }
         }
         .map_err(err("store"))?;
         let queue = QueueSide::connect_scratch(&args.redis_url, &QueueOptions::default(), SCRATCH_TAG)
             .await
             .map_err(err("queue"))?;
+        Self::start(args, store, queue).await
+    }
+
+    async fn start(args: &BenchArgs, store: StoreSide, queue: QueueSide) -> Result<EngineBench, String> {
         let counting = CountingStore::new(store.store.clone());
         let tally = counting.tally();
         let ports = Ports::builder()
