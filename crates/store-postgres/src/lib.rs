@@ -10,9 +10,10 @@
 //!
 //! Every guarded write is **one** autocommit statement, `UPDATE … WHERE workflow_id = $1
 //! AND <guard> RETURNING revision` (K-6.4); `revision` is only ever incremented, never a
-//! guard. [`protocol`] generates the SQL of every [`Guard`](kernel_core::transition::Guard)
-//! and [`Transition`](kernel_core::transition::Transition) with pure functions, pinned by
-//! snapshot tests.
+//! guard. [`protocol`] builds these statements with pure functions around the SQL of every
+//! [`Guard`](kernel_core::transition::Guard) and
+//! [`Transition`](kernel_core::transition::Transition), which `sql-protocol` renders in its
+//! PostgreSQL dialect; pinned by snapshot tests.
 //!
 //! ```no_run
 //! use kernel_core::ports::{DynStore, WorkflowStore};
