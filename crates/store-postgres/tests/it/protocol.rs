@@ -213,11 +213,13 @@ fn user_values_are_bound_never_spliced() {
 }
 
 /// Strings PostgreSQL cannot store are refused before anything is built: NUL in a JSONB
-/// string (kernel-core accepts it: MongoDB stores it) names the field.
+/// string names the field — by kernel-core's K-2.0 rule for every store, and by the
+/// adapter's own check for values that never pass through it.
 #[test]
 fn nul_in_a_jsonb_string_is_refused_naming_the_field() {
     let t = Transition::complete_step(1, "compose", json!({"a": ["x\u{0}y"]}), DurationMs::from_millis(0), NOW, false);
-    assert!(kernel_core::validate::storable("output.compose", &json!({"a": ["x\u{0}y"]})).is_ok());
+    assert!(kernel_core::validate::storable("output.compose", &json!({"a": ["x\u{0}y"]})).is_err());
+    assert!(protocol::storable_in_postgres("output.compose", &json!({"a": ["x\u{0}y"]})).is_err());
     match protocol::transition_assignments(&t, &Limits::default()) {
         Err(kernel_core::Error::InvalidInput { field, .. }) => assert_eq!(field, "output.compose"),
         other => panic!("expected InvalidInput, got {other:?}"),
