@@ -120,3 +120,21 @@ async fn a_foreign_file_is_refused_and_left_alone() {
     assert!(e.to_string().contains("other.db"), "{e}");
     assert_eq!(std::fs::read(&file).unwrap(), before);
 }
+
+/// Coordination first, store second, on one file: coord-local keeps its tables apart
+/// (`coord_…`, its own version row) precisely so that a store may share the file, and the
+/// `local` driver says the store's file is the natural place for it. A process that opened
+/// the coordination of `wf.db` before any store did (a publisher-only tool, or a
+/// `--queue sqlite:wf.db` deployment later moved to `--store sqlite:wf.db`) must not make
+/// the file unusable as a store.
+#[tokio::test]
+async fn a_store_opens_a_file_whose_coordination_was_created_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("wf.db");
+    let url = format!("sqlite:{}", file.display());
+    let queue = QueueSide::connect(&url, &QueueOptions::default()).await.unwrap();
+    assert!(tables(&file).iter().any(|n| n.starts_with("coord_")));
+    let store = StoreSide::connect(&url).await;
+    assert!(store.is_ok(), "the store refuses a file holding only coordination tables: {:?}", store.err());
+    drop(queue);
+}
