@@ -35,8 +35,14 @@ struct Identity {
 fn identity(conn: &Connection) -> rusqlite::Result<Identity> {
     let application_id: i32 = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
     let user_version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    let objects: i64 =
-        conn.query_row("SELECT count(*) FROM sqlite_schema WHERE name NOT LIKE 'sqlite_%'", [], |r| r.get(0))?;
+    // coord-local's tables (`coord_…`, versioned in their own row) may share the file and
+    // may have been created first: they do not make a file foreign.
+    let objects: i64 = conn.query_row(
+        "SELECT count(*) FROM sqlite_schema WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\' \
+         AND name NOT LIKE 'coord\\_%' ESCAPE '\\'",
+        [],
+        |r| r.get(0),
+    )?;
     Ok(Identity { application_id, user_version: u32::try_from(user_version).unwrap_or(u32::MAX), objects })
 }
 
