@@ -56,8 +56,14 @@
 //! - Another connection's or process's write lock is waited for up to
 //!   [`SqliteConfig::busy_timeout_ms`] (`PRAGMA busy_timeout`); past it the call is
 //!   `Unavailable` (nothing written). Every call has a deadline,
-//!   [`SqliteConfig::call_timeout_ms`], longer than the busy timeout: past it the
-//!   statement is interrupted, a read is `Unavailable`, a write `Uncertain`.
+//!   [`SqliteConfig::call_timeout_ms`], counted from the call (the wait for a pooled
+//!   connection included): a call that had not started by then never starts and is
+//!   `Unavailable`; a running one is interrupted, a read is `Unavailable`, a write
+//!   `Uncertain` — it may have committed (an interrupt that falls between two statements
+//!   of a multi-statement write does not stop it), and the caller must treat it so
+//!   (K-6.4). A write that waited long for a connection and then meets a lock can reach
+//!   the deadline before the busy timeout, so under heavy contention a write may be
+//!   `Uncertain` rather than `Unavailable`.
 //!
 //! ## Tables
 //!
@@ -155,7 +161,9 @@ pub struct SqliteConfig {
     pub busy_timeout_ms: u64,
     /// The deadline of every call (waiting for a pooled connection included), in
     /// milliseconds. Must exceed [`busy_timeout_ms`](Self::busy_timeout_ms), so that a call
-    /// blocked on a lock fails with no effect before the deadline makes it uncertain.
+    /// that got its connection at once and is blocked on a lock fails with no effect
+    /// before the deadline makes it uncertain (a call that first waited for a connection
+    /// may still reach the deadline while waiting on the lock: `Uncertain` for a write).
     pub call_timeout_ms: u64,
     /// Most connections open at once (so most calls running at once).
     pub pool_size_max: usize,
@@ -299,8 +307,8 @@ impl SqliteDb {
             }
         };
         let inner = self.inner.clone();
-        let interrupt: Arc<Mutex<Option<rusqlite::InterruptHandle>>> = Arc::default();
-        let handle = interrupt.clone();
+        let state: Arc<Mutex<CallState>> = Arc::new(Mutex::new(CallState::Pending));
+        let handle = state.clone();
         let task = tokio::task::spawn_blocking(move || {
             let _slot = slot;
             let pooled = inner.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
@@ -308,9 +316,17 @@ impl SqliteDb {
                 Some(c) => c,
                 None => open_connection(&inner.path, &inner.config).map_err(|e| error::map(Op::Read, what, e))?,
             };
-            *handle.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn.get_interrupt_handle());
+            {
+                let mut st = handle.lock().unwrap_or_else(|p| p.into_inner());
+                if matches!(*st, CallState::Abandoned) {
+                    // The caller was told `Unavailable` at its deadline: nothing may run.
+                    inner.idle.lock().unwrap_or_else(|p| p.into_inner()).push(conn);
+                    return Err(error::deadline(Op::Read, what, 0));
+                }
+                *st = CallState::Running(conn.get_interrupt_handle());
+            }
             let r = f(&mut conn);
-            *handle.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            *handle.lock().unwrap_or_else(|p| p.into_inner()) = CallState::Done;
             // A connection left inside a transaction (an error between BEGIN and COMMIT
             // that could not roll back) is not reused.
             if conn.is_autocommit() {
@@ -325,13 +341,34 @@ impl SqliteDb {
                 Err(if op == Op::Write { Error::uncertain(msg) } else { Error::unavailable(msg) })
             }
             Err(_) => {
-                if let Some(h) = interrupt.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-                    h.interrupt();
+                let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+                match &*st {
+                    // Not started: it never will, so nothing was written.
+                    CallState::Pending => {
+                        *st = CallState::Abandoned;
+                        Err(error::deadline(Op::Read, what, ms))
+                    }
+                    CallState::Running(h) => {
+                        h.interrupt();
+                        Err(error::deadline(op, what, ms))
+                    }
+                    CallState::Abandoned | CallState::Done => Err(error::deadline(op, what, ms)),
                 }
-                Err(error::deadline(op, what, ms))
             }
         }
     }
+}
+
+/// Where a call's blocking task is, as its deadline sees it.
+enum CallState {
+    /// Queued on the blocking pool, nothing run yet.
+    Pending,
+    /// Past its deadline before it started: it must not run.
+    Abandoned,
+    /// Running its statements; the handle interrupts them.
+    Running(rusqlite::InterruptHandle),
+    /// Finished (its result may still be on its way).
+    Done,
 }
 
 /// A connection with this crate's settings: busy timeout, foreign keys, the configured

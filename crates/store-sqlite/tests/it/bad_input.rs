@@ -436,3 +436,29 @@ async fn a_full_disk_is_unavailable_and_the_state_unchanged() {
     drop(store);
     drop(db);
 }
+
+/// A call whose deadline passes before its blocking task even started (every blocking
+/// thread busy) never runs: the caller is told `Unavailable` — nothing written — and indeed
+/// nothing is written once a thread frees up. (Answering `Uncertain` and then committing
+/// later would be allowed by K-6.4 but would end a claim for nothing.)
+#[test]
+fn a_call_past_its_deadline_before_it_started_never_runs() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .max_blocking_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let t = TestDb::with(SqliteConfig { busy_timeout_ms: 50, call_timeout_ms: 200, ..config() }).await;
+        let store = t.store();
+        // The one blocking thread is busy for 600 ms.
+        let blocker = tokio::task::spawn_blocking(|| std::thread::sleep(std::time::Duration::from_millis(600)));
+        let r = store.create(running("wf-late")).await;
+        assert!(matches!(&r, Err(e @ Error::Unavailable { .. }) if e.is_retryable()), "{r:?}");
+        blocker.await.unwrap();
+        // Give the abandoned task its turn on the freed thread.
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(store.get(&"wf-late".into()).await.unwrap().is_none(), "the abandoned create never ran");
+    });
+}
