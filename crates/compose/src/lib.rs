@@ -711,9 +711,11 @@ impl Deployment {
         format!("store={} queue={}", self.store.scheme.kind(), self.queue.scheme.kind())
     }
 
-    /// [`StoreSide::destroy`] and [`QueueSide::destroy`].
+    /// [`StoreSide::destroy`] and [`QueueSide::destroy`]: both are attempted; the store's
+    /// error, if any, is returned first.
     pub async fn destroy(self) -> Result<(), ComposeError> {
-        self.store.destroy().await?;
-        self.queue.destroy().await
+        let store = self.store.destroy().await;
+        let queue = self.queue.destroy().await;
+        store.and(queue)
     }
 }
