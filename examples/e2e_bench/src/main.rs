@@ -197,7 +197,7 @@ async fn bench_in(a: &BenchArgs, stat: Option<&PgStat>) -> Result<(), String> {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     eprintln!(
         "e2e-bench setup: store={} redis_version={} cores={cores} workflows={} slots={} singles={} runs={} \
-         floor={} floor_connections={} start_batches={} warmup={}{} (engine: one multiplexed Redis connection + one pub/sub)",
+         floor={} floor_connections={} start_batches={} warmup={}{} ({})",
         a.store.label(),
         cpu::info_field(&info, "redis_version").unwrap_or("?"),
         a.workflows,
@@ -211,6 +211,10 @@ async fn bench_in(a: &BenchArgs, stat: Option<&PgStat>) -> Result<(), String> {
         match stat {
             Some(s) => s.setup_fields().await?,
             None => String::new(),
+        },
+        match a.store {
+            StoreKind::Sqlite => "engine: store and local coordination in one SQLite file, synchronous=FULL; Redis idle",
+            _ => "engine: one multiplexed Redis connection + one pub/sub",
         },
     );
     let run_id = format!(
