@@ -213,7 +213,8 @@ async fn bench_in(a: &BenchArgs, stat: Option<&PgStat>) -> Result<(), String> {
             None => String::new(),
         },
         match a.store {
-            StoreKind::Sqlite => "engine: store and local coordination in one SQLite file, synchronous=FULL; Redis idle",
+            StoreKind::Sqlite =>
+                "engine: store and local coordination in one SQLite file, synchronous=FULL; Redis idle",
             _ => "engine: one multiplexed Redis connection + one pub/sub",
         },
     );
