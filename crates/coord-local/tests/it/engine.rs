@@ -66,5 +66,10 @@ async fn two_engines_on_one_file_complete_every_workflow_within_the_permit_ceili
     }
     assert!(most.load(Ordering::SeqCst) <= 1, "the permit ceiling of 1 was exceeded");
     assert_eq!(a.queue().stats(world.now()).await.unwrap().map(|s| s.depth), [0; 4], "lanes drained");
-    assert!(report.claims_by("w1") > 0 && report.claims_by("w2") > 0, "both engines worked: {}", report.claims());
+    // Which engine claims what is the scheduler's business (one engine may take them all):
+    // half the workflows were enqueued through the second opening and every one completed
+    // with the first opening's lanes empty, so the lanes are shared; every claim is one of
+    // the two engines'.
+    assert_eq!(report.claims_by("w1") + report.claims_by("w2"), report.claims(), "claims by the two engines only");
+    assert!(report.claims() >= WORKFLOWS, "at least one claim per workflow: {}", report.claims());
 }
