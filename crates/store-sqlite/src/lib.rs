@@ -314,7 +314,9 @@ impl SqliteDb {
             let pooled = inner.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
             let mut conn = match pooled {
                 Some(c) => c,
-                None => open_connection(&inner.path, &inner.config).map_err(|e| error::map(Op::Read, what, e))?,
+                None => {
+                    open_connection(&inner.path, &inner.config, false).map_err(|e| error::map(Op::Read, what, e))?
+                }
             };
             {
                 let mut st = handle.lock().unwrap_or_else(|p| p.into_inner());
@@ -372,13 +374,18 @@ enum CallState {
 }
 
 /// A connection with this crate's settings: busy timeout, foreign keys, the configured
-/// `synchronous`, a statement cache.
-pub(crate) fn open_connection(path: &Path, config: &SqliteConfig) -> rusqlite::Result<Connection> {
+/// `synchronous`, a statement cache. Only [`SqliteDb::open`] (`create`) may create the
+/// file: a pooled connection opened later on a file removed meanwhile fails
+/// (`SQLITE_CANTOPEN`) instead of leaving an empty, unmigrated file behind.
+pub(crate) fn open_connection(path: &Path, config: &SqliteConfig, create: bool) -> rusqlite::Result<Connection> {
     let mut flags = OpenFlags::SQLITE_OPEN_NO_MUTEX;
     if config.read_only {
         flags |= OpenFlags::SQLITE_OPEN_READ_ONLY;
     } else {
-        flags |= OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE;
+        flags |= OpenFlags::SQLITE_OPEN_READ_WRITE;
+        if create {
+            flags |= OpenFlags::SQLITE_OPEN_CREATE;
+        }
     }
     let conn = Connection::open_with_flags(path, flags)?;
     conn.busy_timeout(Duration::from_millis(config.busy_timeout_ms))?;

@@ -87,7 +87,7 @@ fn open_error(path: &Path, what: &str, e: rusqlite::Error) -> Error {
 /// other waits (up to [`SqliteConfig::migrate_wait_ms`]) and then finds nothing to do.
 /// Returns the versions applied.
 pub fn migrate(path: &Path, config: &SqliteConfig) -> Result<Vec<u32>> {
-    let mut conn = open_connection(path, config).map_err(|e| open_error(path, "open", e))?;
+    let mut conn = open_connection(path, config, true).map_err(|e| open_error(path, "open", e))?;
     conn.busy_timeout(Duration::from_millis(config.migrate_wait_ms)).map_err(|e| open_error(path, "open", e))?;
     // A read: fails on a file that is not a database at all (SQLITE_NOTADB), changes nothing.
     let id = identity(&conn).map_err(|e| open_error(path, "read the header", e))?;

@@ -103,8 +103,15 @@ async fn a_scratch_sqlite_store_is_a_fresh_file_that_destroy_removes() {
     assert!(!named.exists(), "the named file is not touched");
     let files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert!(files.iter().any(|f| f.to_string_lossy().starts_with("demo_")), "{files:?}");
+    let kept = store.store.clone();
     store.destroy().await.unwrap();
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "the file and its WAL files are gone");
+    // A handle kept past destroy gets an error for calls that need a new connection; it
+    // never creates the file again.
+    for _ in 0..8 {
+        let _ = kept.get(&"wf-none".into()).await;
+    }
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "no empty file re-created");
 }
 
 /// A file that is not a workflow database is refused on connect, naming the file; nothing
