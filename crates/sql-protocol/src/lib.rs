@@ -656,3 +656,86 @@ pub fn transition_assignments(dialect: Dialect, t: &Transition, limits: &Limits)
     let sql = set_sql(&mut b, t, limits)?;
     Ok(b.statement(sql))
 }
+
+/// Instance columns in the order every `SELECT`/`RETURNING` reads them.
+pub const INSTANCE_COLUMNS: &str = "workflow_id, workflow_type, biz_key, status, steps, input, output, \
+claimable_time, claim_token, wait, resume, definition_fingerprint, fingerprint_mismatch, business_priority, \
+retry_count, prepare_failures, revision, created_at, updated_at, finished_at";
+
+/// The insert of a new instance into `table` (already qualified and quoted by the store):
+/// `INSERT … (`[`INSTANCE_COLUMNS`]`) VALUES (…) ON CONFLICT DO NOTHING RETURNING workflow_id`
+/// (a conflict on `biz_key` or `workflow_id` inserts nothing; the store then reads which).
+/// The instance is checked by [`WorkflowInstance::validate`] first.
+pub fn insert_instance(dialect: Dialect, table: &str, w: &WorkflowInstance, limits: &Limits) -> Result<Statement> {
+    w.validate(limits.payload_bytes_max)?;
+    let WorkflowInstance {
+        workflow_id,
+        workflow_type,
+        biz_key,
+        status,
+        steps,
+        input,
+        output,
+        claimable_time,
+        claim_token,
+        wait,
+        resume,
+        definition_fingerprint,
+        fingerprint_mismatch,
+        business_priority,
+        retry_count,
+        prepare_failures,
+        revision,
+        created_at,
+        updated_at,
+        finished_at,
+    } = w;
+    for (i, s) in steps.iter().enumerate() {
+        if let Some(c) = &s.checkpoint {
+            storable(dialect, &format!("steps[{i}].checkpoint"), c)?;
+        }
+    }
+    for (name, v) in output {
+        path_key(dialect, &format!("output.{name}"), name)?;
+        storable(dialect, &format!("output.{name}"), v)?;
+    }
+    let mut b = Binds::new(dialect);
+    let mut vals = vec![
+        b.bind(text_of(dialect, "workflow_id", workflow_id.as_str())?),
+        b.bind(text_of(dialect, "workflow_type", workflow_type)?),
+        b.bind(text_of(dialect, "biz_key", biz_key)?),
+        b.bind(Param::Text(status.as_str().to_string())),
+        b.bind(jsonb(dialect, "steps", serde_json::to_value(steps))?),
+        b.bind(json_of(dialect, "input", input.clone())?),
+        b.bind(jsonb(dialect, "output", serde_json::to_value(output))?),
+    ];
+    let mut nullable = |b: &mut Binds, p: Option<Param>| match p {
+        Some(p) => vals.push(b.bind(p)),
+        None => vals.push("NULL".to_string()),
+    };
+    nullable(&mut b, claimable_time.map(|t| Param::Int8(t.as_millis())));
+    nullable(&mut b, claim_token.as_ref().map(|t| text_of(dialect, "claim_token", t.as_str())).transpose()?);
+    nullable(&mut b, wait.as_ref().map(|w| wait_of(dialect, "wait", w)).transpose()?);
+    nullable(&mut b, resume.as_ref().map(|r| jsonb(dialect, "resume", serde_json::to_value(r))).transpose()?);
+    nullable(&mut b, Some(text_of(dialect, "definition_fingerprint", definition_fingerprint)?));
+    nullable(
+        &mut b,
+        fingerprint_mismatch
+            .as_ref()
+            .map(|m| jsonb(dialect, "fingerprint_mismatch", serde_json::to_value(m)))
+            .transpose()?,
+    );
+    nullable(&mut b, Some(Param::Int8(i64::from(u8::from(*business_priority)))));
+    nullable(&mut b, Some(Param::Int8(i64::from(*retry_count))));
+    nullable(&mut b, Some(Param::Int8(i64::from(*prepare_failures))));
+    nullable(&mut b, Some(Param::Int8(i64_of("revision", *revision)?)));
+    nullable(&mut b, Some(Param::Int8(created_at.as_millis())));
+    nullable(&mut b, Some(Param::Int8(updated_at.as_millis())));
+    nullable(&mut b, finished_at.map(|t| Param::Int8(t.as_millis())));
+    let sql = format!(
+        "INSERT INTO {table} ({INSTANCE_COLUMNS}) VALUES ({}) ON CONFLICT DO NOTHING RETURNING workflow_id",
+        vals.join(", ")
+    );
+    check_size("instance", b.params(), limits)?;
+    Ok(b.statement(sql))
+}

@@ -50,7 +50,7 @@ use kernel_core::model::*;
 use kernel_core::transition::{Guard, Transition};
 use kernel_core::{validate, Error, Result};
 use serde_json::Value;
-use sql_protocol::{check_size, guard_sql, i64_of, jsonb, set_sql, steps_exist_sql, text_of, wait_of, Binds, Dialect};
+use sql_protocol::{check_size, guard_sql, set_sql, steps_exist_sql, Binds, Dialect};
 use std::fmt::Write as _;
 use tokio_postgres::types::ToSql;
 
@@ -108,10 +108,7 @@ pub fn table(schema: &str, table: &str) -> String {
     format!("\"{schema}\".{table}")
 }
 
-/// Instance columns in the order every `SELECT`/`RETURNING` reads them.
-pub const INSTANCE_COLUMNS: &str = "workflow_id, workflow_type, biz_key, status, steps, input, output, \
-claimable_time, claim_token, wait, resume, definition_fingerprint, fingerprint_mismatch, business_priority, \
-retry_count, prepare_failures, revision, created_at, updated_at, finished_at";
+pub use sql_protocol::INSTANCE_COLUMNS;
 
 pub(crate) use sql_protocol::CLAIMABLE_SQL;
 
@@ -120,11 +117,6 @@ pub(crate) use sql_protocol::CLAIMABLE_SQL;
 /// ([`sql_protocol::storable`] in the PostgreSQL dialect).
 pub fn storable_in_postgres(field: &str, value: &Value) -> Result<()> {
     sql_protocol::storable(PG, field, value)
-}
-
-/// A typed value as `jsonb`, checked by [`storable_in_postgres`].
-fn jsonb_of(field: &str, v: &impl serde::Serialize) -> Result<Param> {
-    jsonb(PG, field, serde_json::to_value(v))
 }
 
 /// The one statement of [`WorkflowStore::apply`](kernel_core::ports::WorkflowStore::apply):
@@ -205,76 +197,10 @@ pub struct ClaimSpecParts<'a> {
     pub transition: &'a Transition,
 }
 
-/// The insert of a new instance: `INSERT … ON CONFLICT DO NOTHING RETURNING workflow_id`
-/// (a conflict on `biz_key` or `workflow_id` inserts nothing; the store then reads which).
-/// The instance is checked by [`WorkflowInstance::validate`] first.
+/// The insert of a new instance: [`sql_protocol::insert_instance`] into
+/// `<schema>.workflow_instances`.
 pub fn insert_statement(schema: &str, w: &WorkflowInstance, limits: &Limits) -> Result<Statement> {
-    w.validate(limits.payload_bytes_max)?;
-    let WorkflowInstance {
-        workflow_id,
-        workflow_type,
-        biz_key,
-        status,
-        steps,
-        input,
-        output,
-        claimable_time,
-        claim_token,
-        wait,
-        resume,
-        definition_fingerprint,
-        fingerprint_mismatch,
-        business_priority,
-        retry_count,
-        prepare_failures,
-        revision,
-        created_at,
-        updated_at,
-        finished_at,
-    } = w;
-    for (i, s) in steps.iter().enumerate() {
-        if let Some(c) = &s.checkpoint {
-            storable_in_postgres(&format!("steps[{i}].checkpoint"), c)?;
-        }
-    }
-    for (name, v) in output {
-        storable_in_postgres(&format!("output.{name}"), v)?;
-    }
-    storable_in_postgres("input", input)?;
-    let mut b = Binds::new(PG);
-    let mut vals = vec![
-        b.bind(Param::Text(workflow_id.to_string())),
-        b.bind(Param::Text(workflow_type.clone())),
-        b.bind(Param::Text(biz_key.clone())),
-        b.bind(Param::Text(status.as_str().to_string())),
-        b.bind(jsonb_of("steps", steps)?),
-        b.bind(Param::Jsonb(input.clone())),
-        b.bind(jsonb_of("output", output)?),
-    ];
-    let mut nullable = |b: &mut Binds, p: Option<Param>| match p {
-        Some(p) => vals.push(b.bind(p)),
-        None => vals.push("NULL".to_string()),
-    };
-    nullable(&mut b, claimable_time.map(|t| Param::Int8(t.as_millis())));
-    nullable(&mut b, claim_token.as_ref().map(|t| Param::Text(t.to_string())));
-    nullable(&mut b, wait.as_ref().map(|w| wait_of(PG, "wait", w)).transpose()?);
-    nullable(&mut b, resume.as_ref().map(|r| jsonb_of("resume", r)).transpose()?);
-    nullable(&mut b, Some(text_of(PG, "definition_fingerprint", definition_fingerprint)?));
-    nullable(&mut b, fingerprint_mismatch.as_ref().map(|m| jsonb_of("fingerprint_mismatch", m)).transpose()?);
-    nullable(&mut b, Some(Param::Int8(i64::from(u8::from(*business_priority)))));
-    nullable(&mut b, Some(Param::Int8(i64::from(*retry_count))));
-    nullable(&mut b, Some(Param::Int8(i64::from(*prepare_failures))));
-    nullable(&mut b, Some(Param::Int8(i64_of("revision", *revision)?)));
-    nullable(&mut b, Some(Param::Int8(created_at.as_millis())));
-    nullable(&mut b, Some(Param::Int8(updated_at.as_millis())));
-    nullable(&mut b, finished_at.map(|t| Param::Int8(t.as_millis())));
-    let sql = format!(
-        "INSERT INTO {} ({INSTANCE_COLUMNS}) VALUES ({}) ON CONFLICT DO NOTHING RETURNING workflow_id",
-        table(schema, crate::INSTANCES),
-        vals.join(", ")
-    );
-    check_size("instance", b.params(), limits)?;
-    Ok(b.statement(sql).into())
+    sql_protocol::insert_instance(PG, &table(schema, crate::INSTANCES), w, limits).map(Statement::from)
 }
 
 pub use crate::store::{claimable_statement, due_waits_statement};

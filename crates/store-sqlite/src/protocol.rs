@@ -17,15 +17,12 @@ use kernel_core::ports::DueCursor;
 use kernel_core::transition::{Guard, Transition};
 use kernel_core::{validate, Error, Result};
 use rusqlite::types::Value as SqlValue;
-use sql_protocol::{check_size, guard_sql, i64_of, json_of, jsonb, set_sql, steps_exist_sql, text_of, wait_of};
+use sql_protocol::{check_size, guard_sql, set_sql, steps_exist_sql, text_of};
 pub use sql_protocol::{Binds, Dialect, Limits, Param, Statement, ACTIVE_SQL, CLAIMABLE_SQL};
 
 const D: Dialect = Dialect::Sqlite;
 
-/// Instance columns in the order every `SELECT`/`RETURNING` reads them.
-pub const INSTANCE_COLUMNS: &str = "workflow_id, workflow_type, biz_key, status, steps, input, output, \
-claimable_time, claim_token, wait, resume, definition_fingerprint, fingerprint_mismatch, business_priority, \
-retry_count, prepare_failures, revision, created_at, updated_at, finished_at";
+pub use sql_protocol::INSTANCE_COLUMNS;
 
 /// The value as SQLite binds it: JSON and text arrays as JSON text.
 pub fn sql_value(p: &Param) -> SqlValue {
@@ -113,79 +110,9 @@ pub fn claim_statement(
     Ok(b.statement(sql))
 }
 
-/// The insert of a new instance: `INSERT … ON CONFLICT DO NOTHING RETURNING workflow_id`
-/// (a conflict on `biz_key` or `workflow_id` inserts nothing; the store then reads which).
-/// The instance is checked by [`WorkflowInstance::validate`] first.
+/// The insert of a new instance: [`sql_protocol::insert_instance`] into `workflow_instances`.
 pub fn insert_statement(w: &WorkflowInstance, limits: &Limits) -> Result<Statement> {
-    w.validate(limits.payload_bytes_max)?;
-    let WorkflowInstance {
-        workflow_id,
-        workflow_type,
-        biz_key,
-        status,
-        steps,
-        input,
-        output,
-        claimable_time,
-        claim_token,
-        wait,
-        resume,
-        definition_fingerprint,
-        fingerprint_mismatch,
-        business_priority,
-        retry_count,
-        prepare_failures,
-        revision,
-        created_at,
-        updated_at,
-        finished_at,
-    } = w;
-    for (i, s) in steps.iter().enumerate() {
-        if let Some(c) = &s.checkpoint {
-            sql_protocol::storable(D, &format!("steps[{i}].checkpoint"), c)?;
-        }
-    }
-    for (name, v) in output {
-        sql_protocol::path_key(D, &format!("output.{name}"), name)?;
-        sql_protocol::storable(D, &format!("output.{name}"), v)?;
-    }
-    let mut b = Binds::new(D);
-    let mut vals = vec![
-        b.bind(text_of(D, "workflow_id", workflow_id.as_str())?),
-        b.bind(text_of(D, "workflow_type", workflow_type)?),
-        b.bind(text_of(D, "biz_key", biz_key)?),
-        b.bind(Param::Text(status.as_str().to_string())),
-        b.bind(jsonb(D, "steps", serde_json::to_value(steps))?),
-        b.bind(json_of(D, "input", input.clone())?),
-        b.bind(jsonb(D, "output", serde_json::to_value(output))?),
-    ];
-    let mut nullable = |b: &mut Binds, p: Option<Param>| match p {
-        Some(p) => vals.push(b.bind(p)),
-        None => vals.push("NULL".to_string()),
-    };
-    nullable(&mut b, claimable_time.map(|t| Param::Int8(t.as_millis())));
-    nullable(&mut b, claim_token.as_ref().map(|t| text_of(D, "claim_token", t.as_str())).transpose()?);
-    nullable(&mut b, wait.as_ref().map(|w| wait_of(D, "wait", w)).transpose()?);
-    nullable(&mut b, resume.as_ref().map(|r| jsonb(D, "resume", serde_json::to_value(r))).transpose()?);
-    nullable(&mut b, Some(text_of(D, "definition_fingerprint", definition_fingerprint)?));
-    nullable(
-        &mut b,
-        fingerprint_mismatch.as_ref().map(|m| jsonb(D, "fingerprint_mismatch", serde_json::to_value(m))).transpose()?,
-    );
-    nullable(&mut b, Some(Param::Int8(i64::from(u8::from(*business_priority)))));
-    nullable(&mut b, Some(Param::Int8(i64::from(*retry_count))));
-    nullable(&mut b, Some(Param::Int8(i64::from(*prepare_failures))));
-    nullable(&mut b, Some(Param::Int8(i64_of("revision", *revision)?)));
-    nullable(&mut b, Some(Param::Int8(created_at.as_millis())));
-    nullable(&mut b, Some(Param::Int8(updated_at.as_millis())));
-    nullable(&mut b, finished_at.map(|t| Param::Int8(t.as_millis())));
-    let sql = format!(
-        "INSERT INTO {} ({INSTANCE_COLUMNS}) VALUES ({}) ON CONFLICT DO NOTHING RETURNING workflow_id",
-        crate::INSTANCES,
-        vals.join(", ")
-    );
-    check_size("instance", b.params(), limits)?;
-    Ok(b.statement(sql))
+    sql_protocol::insert_instance(D, crate::INSTANCES, w, limits)
 }
 
 /// The due-wait scan: waiting instances due at `now`, strictly after the cursor in
