@@ -18,6 +18,7 @@ pub mod error;
 pub mod id;
 pub mod model;
 pub mod ports;
+pub mod record;
 pub mod time;
 pub mod transition;
 pub mod validate;

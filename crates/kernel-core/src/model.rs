@@ -5,6 +5,7 @@
 
 use crate::error::{Error, Result};
 use crate::id::{BusinessRound, ClaimToken, WorkflowId};
+use crate::record::{HistoryEntry, StepRecord};
 use crate::validate;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -187,6 +188,26 @@ pub struct Step {
     /// Completion / failure time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<Instant>,
+    /// Per-step epoch (K-17.1): the logical attempt within a run is `(workflow_run,
+    /// epoch)`; an operator's regenerate or dead-letter retry moves it on. Stored only when
+    /// above 0, so a step that was never re-run keeps its stored shape.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub epoch: u32,
+    /// What the current logical attempt recorded (model calls, values, operator
+    /// decisions; K-17.3). A record of another `(run, epoch)` is never replayed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record: Option<StepRecord>,
+    /// Earlier logical attempts, bounded by count and bytes, oldest first (K-17.3).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<HistoryEntry>,
+    /// When the current logical attempt first failed retryably; the step's
+    /// `max_retry_duration` counts from it. Cleared when the attempt ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retrying_since: Option<Instant>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Step {
@@ -203,7 +224,16 @@ impl Step {
             checkpoint: None,
             started_at: None,
             finished_at: None,
+            epoch: 0,
+            record: None,
+            history: Vec::new(),
+            retrying_since: None,
         }
+    }
+
+    /// This step's record when it belongs to the logical attempt `(run, epoch)`.
+    pub fn record_of(&self, run: u32) -> Option<&StepRecord> {
+        self.record.as_ref().filter(|r| r.is_of(run, self.epoch))
     }
 }
 

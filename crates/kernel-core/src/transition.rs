@@ -9,6 +9,7 @@
 use crate::error::{Error, Result};
 use crate::id::{BusinessRound, ClaimToken, FencingToken};
 use crate::model::*;
+use crate::record::{HistoryEntry, StepRecord};
 use crate::validate;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -78,6 +79,15 @@ pub enum Guard {
     /// Priority raise (promote-only): `business_priority` less urgent than the given one,
     /// and the instance not terminal.
     PriorityBelow(Priority),
+    /// An operator's edit of a live instance (regenerate, K-17.3): `status ∈ {running,
+    /// waiting} AND revision = r` — optimistic: the operator read the instance at revision
+    /// `r` and computed the write from it; a miss means it changed meanwhile (re-read and
+    /// decide again), never a blind retry. The write clears the claim token, so a worker
+    /// holding a claim loses it at its next write.
+    Operator {
+        /// The revision the operator read.
+        revision: u64,
+    },
 }
 
 impl Guard {
@@ -100,7 +110,11 @@ impl Guard {
                 validate::identifier("signal_type", signal_type)?;
                 validate::identifier("wait_key", wait_key)
             }
-            Guard::Failed { .. } | Guard::DueWait { .. } | Guard::Active | Guard::PriorityBelow(_) => Ok(()),
+            Guard::Failed { .. }
+            | Guard::DueWait { .. }
+            | Guard::Active
+            | Guard::PriorityBelow(_)
+            | Guard::Operator { .. } => Ok(()),
         }
     }
 
@@ -149,6 +163,9 @@ impl Guard {
             }
             Guard::Active => matches!(inst.status, S::Running | S::Waiting | S::Failing),
             Guard::PriorityBelow(p) => !inst.status.is_terminal() && p.is_higher_than(inst.business_priority),
+            Guard::Operator { revision } => {
+                matches!(inst.status, S::Running | S::Waiting) && inst.revision == *revision
+            }
         }
     }
 }
@@ -206,6 +223,16 @@ pub enum TransitionKind {
     /// Claim released without progress: a shutdown between waves (claimable at once), or a
     /// claim handed back with a delay after the store could not take one of its writes.
     Release,
+    /// A step recorded a fact (a model call, a value) before its activity continued (K-17.3).
+    RecordStep,
+    /// An operator regenerated a step: a new logical attempt of it and of the steps that
+    /// depend on it (K-17.3).
+    Regenerate,
+    /// A step was dead-lettered: its error recorded, the workflow waits on the operator
+    /// signal (K-17.2).
+    DeadLetter,
+    /// An operator's dead-letter retry started the step's next logical attempt (K-17.2).
+    StepEpoch,
 }
 
 /// One logical transition a write carries, with the step it concerns (K-7.1: a fused write
@@ -252,6 +279,16 @@ pub struct StepPatch {
     pub started_at: Option<Instant>,
     /// Completion or failure time, set or cleared; `None` leaves it.
     pub finished_at: Option<Patch<Instant>>,
+    /// The step's epoch (K-17.1), set; `None` leaves it.
+    pub epoch: Option<u32>,
+    /// The step's record of its current logical attempt (K-17.3), set or cleared; counts
+    /// against the payload limit.
+    pub record: Option<Patch<StepRecord>>,
+    /// The step's history of earlier logical attempts, set (bounded by the writer) or
+    /// cleared; counts against the payload limit.
+    pub history: Option<Patch<Vec<HistoryEntry>>>,
+    /// When the current logical attempt first failed retryably, set or cleared.
+    pub retrying_since: Option<Patch<Instant>>,
 }
 
 impl StepPatch {
@@ -274,6 +311,10 @@ impl StepPatch {
             traffic_waits_inc,
             started_at,
             finished_at,
+            epoch,
+            record,
+            history,
+            retrying_since,
         } = o;
         if status.is_some() {
             self.status = *status;
@@ -298,6 +339,18 @@ impl StepPatch {
         if finished_at.is_some() {
             self.finished_at = finished_at.clone();
         }
+        if epoch.is_some() {
+            self.epoch = *epoch;
+        }
+        if record.is_some() {
+            self.record = record.clone();
+        }
+        if history.is_some() {
+            self.history = history.clone();
+        }
+        if retrying_since.is_some() {
+            self.retrying_since = retrying_since.clone();
+        }
     }
 
     fn apply_to(&self, step: &mut Step) {
@@ -312,6 +365,10 @@ impl StepPatch {
             traffic_waits_inc,
             started_at,
             finished_at,
+            epoch,
+            record,
+            history,
+            retrying_since,
         } = self;
         if let Some(s) = status {
             step.status = *s;
@@ -336,6 +393,20 @@ impl StepPatch {
         if let Some(p) = finished_at {
             p.apply(&mut step.finished_at);
         }
+        if let Some(e) = epoch {
+            step.epoch = *e;
+        }
+        if let Some(p) = record {
+            p.apply(&mut step.record);
+        }
+        match history {
+            Some(Patch::Set(h)) => step.history = h.clone(),
+            Some(Patch::Unset) => step.history.clear(),
+            None => {}
+        }
+        if let Some(p) = retrying_since {
+            p.apply(&mut step.retrying_since);
+        }
     }
 }
 
@@ -356,6 +427,9 @@ pub struct Transition {
     /// `output.<name> = value`, never the whole map (K-4.4); names are document keys
     /// ([`validate::key_name`]), values count against the payload limit.
     pub outputs: Vec<(String, Value)>,
+    /// `output.<name>` removed (regenerate: the steps that run again lose their output);
+    /// names are document keys; a name also in `outputs` is refused.
+    pub outputs_unset: Vec<String>,
     /// Input replaced wholesale (replay); counts against the payload limit.
     pub input: Option<Value>,
     /// When the instance may next be claimed (lease end, retry delay), set or cleared.
@@ -435,6 +509,7 @@ impl Transition {
             status,
             steps,
             outputs,
+            outputs_unset,
             input,
             claimable_time,
             claim_token,
@@ -458,7 +533,14 @@ impl Transition {
         }
         for (k, v) in outputs {
             self.outputs.retain(|(n, _)| *n != k);
+            self.outputs_unset.retain(|n| *n != k);
             self.outputs.push((k, v));
+        }
+        for k in outputs_unset {
+            self.outputs.retain(|(n, _)| *n != k);
+            if !self.outputs_unset.contains(&k) {
+                self.outputs_unset.push(k);
+            }
         }
         macro_rules! take {
             ($($f:ident),*) => {$( if $f.is_some() { self.$f = $f; } )*};
@@ -488,6 +570,7 @@ impl Transition {
             status,
             steps,
             outputs,
+            outputs_unset,
             input,
             claimable_time,
             claim_token,
@@ -505,9 +588,12 @@ impl Transition {
             inst.status = *s;
         }
         if *reset_failed_steps {
+            // A new run: the step starts afresh, and keeps its epoch, its record (now of an
+            // earlier run, so never replayed) and its history for audit (K-17.3).
             for s in inst.steps.iter_mut().filter(|s| s.status == StepStatus::Failed) {
                 let name = std::mem::take(&mut s.name);
-                *s = Step::pending(name);
+                let (epoch, record, history) = (s.epoch, s.record.take(), std::mem::take(&mut s.history));
+                *s = Step { epoch, record, history, ..Step::pending(name) };
             }
         }
         for p in steps {
@@ -517,6 +603,9 @@ impl Transition {
         }
         for (k, v) in outputs {
             inst.output.insert(k.clone(), v.clone());
+        }
+        for k in outputs_unset {
+            inst.output.remove(k);
         }
         if let Some(i) = input {
             inst.input = i.clone();
@@ -582,6 +671,7 @@ impl Transition {
             status: _,
             steps,
             outputs,
+            outputs_unset,
             input,
             claimable_time: _,
             claim_token,
@@ -607,6 +697,23 @@ impl Transition {
             }
             if let Some(Patch::Set(c)) = &p.checkpoint {
                 validate::payload(&format!("steps.{}.checkpoint", p.index), c, payload_bytes_max)?;
+            }
+            if let Some(Patch::Set(r)) = &p.record {
+                r.validate(&format!("steps.{}.record", p.index), payload_bytes_max)?;
+            }
+            if let Some(Patch::Set(h)) = &p.history {
+                let field = format!("steps.{}.history", p.index);
+                let v = serde_json::to_value(h).map_err(|e| Error::invalid(&field, e))?;
+                validate::payload(&field, &v, payload_bytes_max)?;
+            }
+        }
+        for name in outputs_unset {
+            validate::key_name("output", name)?;
+            if outputs.iter().any(|(n, _)| n == name) {
+                return Err(Error::invalid(
+                    "transition.outputs_unset",
+                    format_args!("output {name} both set and unset"),
+                ));
             }
         }
         for (name, v) in outputs {
@@ -927,6 +1034,101 @@ impl Transition {
         let mut t = Transition::new(TransitionKind::PriorityRaise, now);
         t.priority = Some(p);
         t
+    }
+
+    /// A step recorded a fact (K-17.3), under [`Guard::Running`]: the step's record set to
+    /// `record` (its logical attempt's entries so far); `history`, when given, replaces the
+    /// step's history (a record of an earlier attempt moved there, bounded by the writer).
+    /// No claim change.
+    pub fn record_step(index: usize, record: StepRecord, history: Option<Vec<HistoryEntry>>, now: Instant) -> Self {
+        let mut t = Transition::for_step(TransitionKind::RecordStep, index, now);
+        let p = t.step_mut(index);
+        p.record = Some(Patch::Set(record));
+        p.history = history.map(Patch::Set);
+        t
+    }
+
+    /// The first retryable failure of a logical attempt is remembered on the step
+    /// (`max_retry_duration` counts from it): added to a retry release.
+    pub fn retrying_since(mut self, index: usize, at: Instant) -> Self {
+        self.step_mut(index).retrying_since = Some(Patch::Set(at));
+        self
+    }
+
+    /// Dead letter (K-17.2), under [`Guard::Running`]: the step waits with its error kept
+    /// (its attempts were real: the counter stays), the workflow waits on the operator
+    /// signal `wait`, the claim is released. No new status, no worker held.
+    pub fn dead_letter(index: usize, wait: Wait, error: StepError, elapsed_ms: DurationMs, now: Instant) -> Self {
+        let mut t = Transition::for_step(TransitionKind::DeadLetter, index, now);
+        let p = t.step_mut(index);
+        p.status = Some(StepStatus::Waiting);
+        p.error = Some(Patch::Set(error));
+        p.elapsed_ms_inc = elapsed_ms;
+        t.status = Some(WorkflowStatus::Waiting);
+        t.claimable_time = Some(match wait.poll_time() {
+            Some(at) => Patch::Set(at),
+            None => Patch::Unset,
+        });
+        t.wait = Some(Patch::Set(wait));
+        t.claim_token = Some(Patch::Unset);
+        t.resume = Some(Patch::Unset);
+        t
+    }
+
+    /// The next logical attempt of one step (an operator's dead-letter retry, K-17.2),
+    /// under [`Guard::Running`]: epoch set, the step pending and fresh (attempt, error,
+    /// checkpoint, record, retry start and finish time cleared), `history` (the superseded
+    /// attempt appended by the writer, bounded) stored.
+    pub fn step_epoch(index: usize, epoch: u32, history: Vec<HistoryEntry>, now: Instant) -> Self {
+        let mut t = Transition::for_step(TransitionKind::StepEpoch, index, now);
+        t.step_mut(index).fresh_attempt(epoch, history);
+        t.resume = Some(Patch::Unset);
+        t
+    }
+
+    /// Regenerate (K-17.3), under [`Guard::Operator`]: each of `resets` — the regenerated
+    /// step and every step that depends on it and has run — starts its next logical attempt
+    /// ([`StepPatch::fresh_attempt`] with the given epoch and history) and loses its output;
+    /// the claim token is cleared (a worker holding a claim loses it). `wake`: the instance
+    /// becomes running and claimable now, its wait and resume cleared (it was running, or it
+    /// waited in one of the reset steps); otherwise it keeps waiting and the reset steps run
+    /// once its wait ends.
+    pub fn regenerate(
+        resets: Vec<(usize, u32, Vec<HistoryEntry>)>,
+        outputs_unset: Vec<String>,
+        wake: bool,
+        now: Instant,
+    ) -> Self {
+        let first = resets.first().map(|r| r.0).unwrap_or(0);
+        let mut t = Transition::for_step(TransitionKind::Regenerate, first, now);
+        for (index, epoch, history) in resets {
+            t.step_mut(index).fresh_attempt(epoch, history);
+        }
+        t.outputs_unset = outputs_unset;
+        t.claim_token = Some(Patch::Unset);
+        if wake {
+            t.status = Some(WorkflowStatus::Running);
+            t.claimable_time = Some(Patch::Set(now));
+            t.wait = Some(Patch::Unset);
+            t.resume = Some(Patch::Unset);
+        }
+        t
+    }
+}
+
+impl StepPatch {
+    /// A new logical attempt of the step (K-17.1): epoch set, pending, attempt reset, error,
+    /// checkpoint, record, retry start and finish time cleared, `history` stored.
+    pub fn fresh_attempt(&mut self, epoch: u32, history: Vec<HistoryEntry>) {
+        self.status = Some(StepStatus::Pending);
+        self.attempt = Some(AttemptChange::Reset);
+        self.error = Some(Patch::Unset);
+        self.checkpoint = Some(Patch::Unset);
+        self.finished_at = Some(Patch::Unset);
+        self.epoch = Some(epoch);
+        self.record = Some(Patch::Unset);
+        self.history = Some(if history.is_empty() { Patch::Unset } else { Patch::Set(history) });
+        self.retrying_since = Some(Patch::Unset);
     }
 }
 

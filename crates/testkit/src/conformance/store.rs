@@ -27,6 +27,7 @@ use crate::memory::InMemoryStore;
 use crate::time::TestTime;
 use kernel_core::model::*;
 use kernel_core::ports::*;
+use kernel_core::record::*;
 use kernel_core::transition::{Guard, Transition};
 use kernel_core::Error;
 use kernel_core::WorkflowId;
@@ -230,6 +231,213 @@ fn signal_wait(wait_key: &str) -> Wait {
         step_index: 1,
         poll_time: None,
     }
+}
+
+// --- recorded facts, epochs, history (K-17.1, K-17.3) ------------------------------------
+
+/// A record of a model call with every field a store must keep: unicode, nested values,
+/// floats, big integers, usage, cache provenance, a migration.
+pub fn sample_record(run: u32, epoch: u32) -> StepRecord {
+    StepRecord {
+        run,
+        epoch,
+        entries: vec![
+            RecordEntry::Model(ModelCall {
+                label: "extract".into(),
+                input_hash: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08".into(),
+                prompt: VersionRef::new("invoice-extract", "3"),
+                model: VersionRef::new("model-x", "2026-11-01"),
+                params: json!({"temperature": 0.2, "top_p": 1.0, "seed": 9_007_199_254_740_993_i64}),
+                schema: Some(VersionRef::new("invoice", "2")),
+                samples: vec![
+                    ModelSample {
+                        raw: "not json — «ошибка»".into(),
+                        parsed: None,
+                        errors: vec!["expected value at line 1".into()],
+                        usage: Usage { input_tokens: 120, output_tokens: 7, cost_micros: 31 },
+                        recorded_at: T0.plus(1),
+                    },
+                    ModelSample {
+                        raw: r#"{"total": 12.5, "lines": [{"sku": "a"}]}"#.into(),
+                        parsed: Some(json!({"total": 12.5, "lines": [{"sku": "a"}]})),
+                        errors: vec![],
+                        usage: Usage { input_tokens: 120, output_tokens: 20, cost_micros: 44 },
+                        recorded_at: T0.plus(2),
+                    },
+                ],
+                output: Some(json!({"total": 12.5, "lines": [{"sku": "a"}], "currency": "EUR"})),
+                cache: Some(CacheProvenance { key: "ab".repeat(32), stored_at: T0.minus(60_000) }),
+                migrations: vec![SchemaMigration {
+                    from: "1".into(),
+                    to: "2".into(),
+                    before: json!({"total": 12.5}),
+                    at: T0.plus(3),
+                }],
+                exhausted: false,
+            }),
+            RecordEntry::Value(RecordedValue {
+                label: "now".into(),
+                value: json!(1_700_000_000_123_i64),
+                recorded_at: T0.plus(4),
+            }),
+            RecordEntry::Operator(OperatorEntry {
+                action: "complete".into(),
+                actor: "ops@example".into(),
+                output: Some(json!({"ok": true})),
+                at: T0.plus(5),
+            }),
+        ],
+    }
+}
+
+fn history_entry(epoch: u32) -> HistoryEntry {
+    HistoryEntry {
+        run: 0,
+        epoch,
+        reason: HistoryReason::Regenerate,
+        output: Some(json!({"summary": "première"})),
+        error: None,
+        record: Some(sample_record(0, epoch)),
+        at: T0.minus(10),
+    }
+}
+
+/// RecordStep (K-17.3) under the running token: the record and the history read back
+/// exactly; another token misses.
+pub async fn record_step_guard(store: &DynStore) {
+    seed(store, claimed("wf-1", "a")).await;
+    let t = Transition::record_step(1, sample_record(0, 0), Some(vec![history_entry(0)]), T0.plus(6));
+    check_write(store, "wf-1", &running("b"), &t, false).await;
+    let after = check_write(store, "wf-1", &running("a"), &t, true).await;
+    assert_eq!(after.steps[1].record, Some(sample_record(0, 0)));
+    assert_eq!(after.steps[1].history, vec![history_entry(0)]);
+    let again = Transition::record_step(1, StepRecord::new(0, 0), None, T0.plus(7));
+    let after = check_write(store, "wf-1", &running("a"), &again, true).await;
+    assert_eq!(after.steps[1].history, vec![history_entry(0)], "no history patch leaves it");
+}
+
+/// A record over the payload limit is refused, nothing written (K-2, K-17.3).
+pub async fn k2_oversize_record_is_refused(store: &DynStore) {
+    refused_writes_nothing(store, |store| {
+        Box::pin(async move {
+            let mut r = StepRecord::new(0, 0);
+            for _ in 0..8 {
+                r.entries.push(RecordEntry::Value(RecordedValue {
+                    label: "blob".into(),
+                    value: json!("x".repeat(kernel_core::validate::STORE_PAYLOAD_BYTES_MAX / 8)),
+                    recorded_at: T0,
+                }));
+            }
+            let t = Transition::record_step(1, r, None, T0.plus(6));
+            assert_invalid(store.apply(&"wf-1".into(), &running("a"), &t).await, "oversize record");
+        })
+    })
+    .await;
+}
+
+/// Regenerate (K-17.3) under `Guard::Operator`: the revision read must still be current
+/// and the instance running or waiting; the reset steps start a new epoch with their
+/// history, lose their outputs, and the claim token is cleared.
+pub async fn regenerate_guard(store: &DynStore) {
+    let mut inst = claimed("wf-1", "a");
+    inst.steps[0].record = Some(sample_record(0, 0));
+    inst.steps[0].retrying_since = Some(T0.minus(300));
+    inst.steps[1].status = StepStatus::Completed;
+    inst.output.insert(STEPS[1].to_string(), json!("done"));
+    let inst = seed(store, inst).await;
+    let mut done = claimed("wf-2", "a");
+    done.status = WorkflowStatus::Completed;
+    seed(store, done).await;
+    let t = Transition::regenerate(
+        vec![(0, 1, vec![history_entry(0)]), (1, 1, vec![])],
+        vec![STEPS[0].to_string(), STEPS[1].to_string()],
+        true,
+        T0.plus(9),
+    );
+    check_write(store, "wf-1", &Guard::Operator { revision: inst.revision + 1 }, &t, false).await;
+    check_write(store, "wf-2", &Guard::Operator { revision: inst.revision }, &t, false).await;
+    let after = check_write(store, "wf-1", &Guard::Operator { revision: inst.revision }, &t, true).await;
+    assert_eq!(
+        (after.steps[0].epoch, after.steps[0].status, after.steps[0].record.clone()),
+        (1, StepStatus::Pending, None)
+    );
+    assert_eq!(after.steps[0].history, vec![history_entry(0)]);
+    assert_eq!(after.steps[0].retrying_since, None);
+    assert!(after.output.is_empty(), "outputs of the reset steps removed: {:?}", after.output);
+    assert_eq!(after.claim_token, None);
+    check_write(store, "wf-1", &Guard::Operator { revision: inst.revision }, &t, false).await;
+}
+
+/// Dead letter (K-17.2): the step waits with its error, the workflow waits on the operator
+/// signal; the operator's retry starts the next epoch under a new claim.
+pub async fn dead_letter_and_step_epoch(store: &DynStore) {
+    let mut inst = claimed("wf-1", "a");
+    inst.steps[1].record = Some(sample_record(0, 0));
+    inst.steps[1].retrying_since = Some(T0.minus(50));
+    seed(store, inst).await;
+    let wait = Wait::Signal {
+        signal_type: "kernel.dead_letter".into(),
+        wait_key: STEPS[1].into(),
+        generation: 0,
+        step_index: 1,
+        poll_time: Some(T0.plus(3_600_000)),
+    };
+    let t =
+        Transition::dead_letter(1, wait.clone(), err(ErrorClass::Permanent), DurationMs::from_millis(7), T0.plus(8));
+    check_write(store, "wf-1", &running("b"), &t, false).await;
+    let after = check_write(store, "wf-1", &running("a"), &t, true).await;
+    assert_eq!((after.status, after.wait.clone(), after.steps[1].attempt), (WorkflowStatus::Waiting, Some(wait), 1));
+    let act = Transition::signal_activation(1, "sig-1", T0.plus(9));
+    check_write(store, "wf-1", &Guard::SignalWait(after.wait.as_ref().unwrap().signal_identity().unwrap()), &act, true)
+        .await;
+    check_write(
+        store,
+        "wf-1",
+        &Guard::Claimable { now: T0.plus(10), types: vec![TYPE.into()] },
+        &Transition::claim(&"c".into(), T0.plus(10), LEASE_MS).unwrap(),
+        true,
+    )
+    .await;
+    let next = Transition::step_epoch(1, 1, vec![history_entry(0)], T0.plus(11));
+    check_write(store, "wf-1", &running("a"), &next, false).await;
+    let after = check_write(store, "wf-1", &running("c"), &next, true).await;
+    let s = &after.steps[1];
+    assert_eq!(
+        (s.epoch, s.status, s.attempt, s.error.clone(), s.record.clone()),
+        (1, StepStatus::Pending, 0, None, None)
+    );
+    assert_eq!((s.retrying_since, s.checkpoint.clone(), after.resume.clone()), (None, None, None));
+}
+
+/// A retry release remembers when the logical attempt first failed; replay keeps a failed
+/// step's epoch, record and history (a new run never replays them) and clears the rest.
+pub async fn retrying_since_and_replay_keep_the_audit(store: &DynStore) {
+    seed(store, claimed("wf-1", "a")).await;
+    let t = Transition::step_retry(1, err(ErrorClass::Transient), DurationMs::from_millis(3), T0.plus(5))
+        .retrying_since(1, T0.plus(5))
+        .release_until(T0.plus(500));
+    let after = check_write(store, "wf-1", &running("a"), &t, true).await;
+    assert_eq!(after.steps[1].retrying_since, Some(T0.plus(5)));
+    let mut f = failed_instance("wf-2");
+    f.steps[1].epoch = 3;
+    f.steps[1].record = Some(sample_record(1, 3));
+    f.steps[1].history = vec![history_entry(2)];
+    f.steps[1].retrying_since = Some(T0.minus(5));
+    seed(store, f).await;
+    let after = check_write(
+        store,
+        "wf-2",
+        &Guard::Failed { unless_round: None },
+        &Transition::replay(json!({"fencing_token": "f2"}), T0.plus(22)),
+        true,
+    )
+    .await;
+    let s = &after.steps[1];
+    assert_eq!(
+        (s.status, s.epoch, s.record.clone(), s.history.clone()),
+        (StepStatus::Pending, 3, Some(sample_record(1, 3)), vec![history_entry(2)])
+    );
+    assert_eq!(s.retrying_since, None);
 }
 
 // --- create (no token; unique biz_key) ---------------------------------------------------
@@ -1108,6 +1316,11 @@ macro_rules! store_conformance {
             scan_due_waits_bounded,
             scan_due_waits_pages,
             scan_claimable_pages,
+            record_step_guard,
+            k2_oversize_record_is_refused,
+            regenerate_guard,
+            dead_letter_and_step_epoch,
+            retrying_since_and_replay_keep_the_audit,
         );
     };
 }
