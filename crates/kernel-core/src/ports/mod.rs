@@ -7,6 +7,7 @@
 
 mod cache;
 mod clock;
+mod dead_letter;
 mod dispatch;
 mod ids;
 mod inbox;
@@ -18,6 +19,7 @@ mod stream;
 
 pub use cache::*;
 pub use clock::*;
+pub use dead_letter::*;
 pub use dispatch::*;
 pub use ids::*;
 pub use inbox::*;
