@@ -52,6 +52,12 @@ impl ActivityError {
     pub fn unknown_outcome(m: impl Into<String>) -> Self {
         ActivityError { class: ErrorClass::UnknownOutcome, message: m.into() }
     }
+    /// The step cannot run on this worker as it is (a recorded output of a schema version
+    /// this worker cannot migrate, K-17.4): the claim is handed back after the push-back
+    /// delay, as on a fingerprint mismatch (K-4.3), without counting against the retries.
+    pub fn parked(m: impl Into<String>) -> Self {
+        ActivityError { class: ErrorClass::Parked, message: m.into() }
+    }
     /// The business object no longer wants this work: the workflow is canceled.
     pub fn canceled(m: impl Into<String>) -> Self {
         ActivityError { class: ErrorClass::Canceled, message: m.into() }
@@ -166,6 +172,8 @@ pub struct ActivityContext {
     pub(crate) signals: SignalSender,
     pub(crate) stream: Option<StreamHandle>,
     pub(crate) now: Instant,
+    pub(crate) epoch: u32,
+    pub(crate) journal: Option<Arc<crate::journal::StepJournal>>,
 }
 
 impl std::fmt::Debug for ActivityContext {
@@ -180,9 +188,28 @@ impl std::fmt::Debug for ActivityContext {
 }
 
 /// K-17.1: `workflowId ∥ activityType ∥ logicalAttempt`, length-prefixed so that no two
-/// distinct triples encode alike.
+/// distinct triples encode alike. The key of epoch 0 (see [`idempotency_key_at`]).
 pub fn idempotency_key(workflow_id: &str, activity_type: &str, logical_attempt: u32) -> String {
     format!("{}:{}|{}:{}|{}", workflow_id.len(), workflow_id, activity_type.len(), activity_type, logical_attempt)
+}
+
+/// K-17.1 with per-step epochs: the logical attempt is `(workflow_run, epoch)`; epoch 0
+/// encodes exactly as [`idempotency_key`] (every key minted before epochs existed is
+/// unchanged), a later epoch appends `|e<epoch>` — no key of epoch 0 ends that way, since
+/// its last field is the bare run number.
+///
+/// ```
+/// use kernel_core::activity::{idempotency_key, idempotency_key_at};
+/// assert_eq!(idempotency_key_at("wf-42", "transcribe", 3, 0), idempotency_key("wf-42", "transcribe", 3));
+/// assert_eq!(idempotency_key_at("wf-42", "transcribe", 3, 2), "5:wf-42|10:transcribe|3|e2");
+/// ```
+pub fn idempotency_key_at(workflow_id: &str, activity_type: &str, run: u32, epoch: u32) -> String {
+    let key = idempotency_key(workflow_id, activity_type, run);
+    if epoch == 0 {
+        key
+    } else {
+        format!("{key}|e{epoch}")
+    }
 }
 
 impl ActivityContext {
@@ -231,9 +258,59 @@ impl ActivityContext {
         self.workflow_run
     }
     /// Idempotency key for external side effects (K-17.1): stable across physical retries,
-    /// suspensions and crashes of one round; new for a replayed round.
+    /// suspensions and crashes of one logical attempt; new for a replayed round and for a
+    /// new epoch of the step (regenerate, dead-letter retry).
     pub fn idempotency_key(&self) -> String {
-        idempotency_key(&self.workflow_id, &self.step_name, self.workflow_run)
+        idempotency_key_at(&self.workflow_id, &self.step_name, self.workflow_run, self.epoch)
+    }
+    /// The step's epoch (K-17.1): 0 until an operator re-runs the step within the run.
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    /// Call a model through the kernel (K-17.3, K-17.4, K-17.7). The call is recorded with
+    /// the step — every sample, validated against the step's output schema and re-sampled
+    /// up to the step's limit (default 2) — before this returns; a later invocation of the
+    /// same logical attempt gets the recorded output back without calling the model. An
+    /// output recorded under an older schema version is migrated by the schema's
+    /// registered migration (recorded), or the step parks. Calls are matched to records by
+    /// order and label: make them in the same order on every invocation, one at a time.
+    ///
+    /// Errors: the model's own (transient ones retry the step; recorded samples are not
+    /// drawn again), a permanent error when no sample is valid within the limit, when the
+    /// request differs from the recorded one, or when the record would exceed the payload
+    /// limits; a transient error when the record could not be written (stop then).
+    pub async fn model(&self, model: &dyn crate::model_call::Model, request: crate::model_call::ModelRequest) -> Result<Value, ActivityError> {
+        match &self.journal {
+            Some(j) => j.model(self, model, request).await,
+            None => Err(ActivityError::permanent("model calls are recorded per step; a finalizer cannot make one")),
+        }
+    }
+
+    /// Record a value that steers control (K-17.4a) — the time, a random draw, an external
+    /// lookup — once: `f` runs on the first invocation of the logical attempt, and every
+    /// later one gets the recorded value back. Matched by order and label like
+    /// [`model`](Self::model).
+    ///
+    /// ```
+    /// # use kernel_core::{ActivityContext, ActivityError, StepOutcome};
+    /// async fn route(ctx: ActivityContext) -> Result<StepOutcome, ActivityError> {
+    ///     // Never branch on ctx.now() directly: a re-run would see another time.
+    ///     let now = ctx.record("now", || async { Ok(serde_json::json!(ctx.now().as_millis())) }).await?;
+    ///     let lane = if now.as_i64().unwrap_or(0) % 2 == 0 { "even" } else { "odd" };
+    ///     Ok(StepOutcome::complete(serde_json::json!({"lane": lane})))
+    /// }
+    /// # let _ = route;
+    /// ```
+    pub async fn record<F, Fut>(&self, label: &str, f: F) -> Result<Value, ActivityError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Value, ActivityError>>,
+    {
+        match &self.journal {
+            Some(j) => j.value(label, f()).await,
+            None => Err(ActivityError::permanent("values are recorded per step; a finalizer cannot record one")),
+        }
     }
     /// Checkpoint saved by the last suspend or yield of this step.
     pub fn checkpoint(&self) -> Option<&Value> {
@@ -292,5 +369,18 @@ mod tests {
     fn idempotency_key_is_unambiguous() {
         assert_eq!(idempotency_key("wf-42", "transcribe", 0), "5:wf-42|10:transcribe|0");
         assert_ne!(idempotency_key("a|1:b", "c", 0), idempotency_key("a", "b|1:c", 0));
+    }
+
+    #[test]
+    fn epoch_keys_keep_epoch_zero_and_never_collide() {
+        // K-17.1 amendment: golden values of both encodings.
+        assert_eq!(idempotency_key_at("wf-42", "transcribe", 0, 0), "5:wf-42|10:transcribe|0");
+        assert_eq!(idempotency_key_at("wf-42", "transcribe", 1, 3), "5:wf-42|10:transcribe|1|e3");
+        let mut seen = std::collections::BTreeSet::new();
+        for run in 0..20 {
+            for epoch in 0..20 {
+                assert!(seen.insert(idempotency_key_at("wf", "s", run, epoch)), "({run}, {epoch}) collides");
+            }
+        }
     }
 }

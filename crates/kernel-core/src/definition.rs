@@ -21,6 +21,12 @@ pub enum OnFailed {
     Stop,
     /// Skip the step and continue with the next wave.
     Skip,
+    /// Dead-letter it (K-17.2): record a dead letter (workflow, step, error class, the
+    /// recorded inputs) and park the workflow on the operator signal — no new status, no
+    /// worker held — until an operator retries the step (next epoch), completes it with a
+    /// supplied output or fails it. Needs a [`DeadLetters`](crate::ports::DeadLetters)
+    /// port on the engine.
+    DeadLetter,
 }
 
 /// How long to wait before a retry (K-7.4). Persisted as `claimable_time`, never slept.
@@ -96,6 +102,40 @@ pub struct StepDef {
     pub(crate) on_failed: OnFailed,
     pub(crate) depends_on: Option<Vec<String>>,
     pub(crate) streaming: bool,
+    pub(crate) model: crate::journal::ModelSettings,
+    pub(crate) max_retry_duration: Option<DurationMs>,
+    pub(crate) query: Option<Arc<dyn OutcomeQuery>>,
+}
+
+/// What the external system says about an operation whose outcome was unknown (K-17.2).
+#[derive(Debug, Clone, PartialEq)]
+pub enum QueryAnswer {
+    /// It took effect: the step completes with this output, the activity is not run.
+    Done(Value),
+    /// It did not take effect: the activity runs again.
+    NotDone,
+    /// Still unknown: counted as a failed attempt; past the step's retry bounds the step
+    /// is dead-lettered (or fails, without a dead-letter policy) — never a blind retry.
+    StillUnknown,
+}
+
+/// The query hook asked before any retry of a step whose last attempt ended with an
+/// unknown outcome (K-17.2), e.g. "is invoice 42 posted?".
+#[async_trait::async_trait]
+pub trait OutcomeQuery: Send + Sync + 'static {
+    /// Ask the external system; `ctx` is the retry's context (same idempotency key).
+    async fn query(&self, ctx: &crate::activity::ActivityContext) -> std::result::Result<QueryAnswer, crate::activity::ActivityError>;
+}
+
+#[async_trait::async_trait]
+impl<F, Fut> OutcomeQuery for F
+where
+    F: Fn(crate::activity::ActivityContext) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = std::result::Result<QueryAnswer, crate::activity::ActivityError>> + Send + 'static,
+{
+    async fn query(&self, ctx: &crate::activity::ActivityContext) -> std::result::Result<QueryAnswer, crate::activity::ActivityError> {
+        (self)(ctx.clone()).await
+    }
 }
 
 impl std::fmt::Debug for StepDef {
@@ -123,7 +163,47 @@ impl StepDef {
             on_failed: OnFailed::Stop,
             depends_on: None,
             streaming: false,
+            model: Default::default(),
+            max_retry_duration: None,
+            query: None,
         }
+    }
+    /// The versioned output schema of the step's model calls (K-17.4): every answer is
+    /// validated against it; its id and version are recorded with each call and are not
+    /// part of the fingerprint (K-4.2).
+    pub fn output_schema(mut self, schema: crate::model_call::OutputSchema) -> Self {
+        self.model.schema = Some(schema);
+        self
+    }
+    /// Re-samples of an invalid model answer within one logical attempt (default 2).
+    pub fn resamples(mut self, n: u32) -> Self {
+        self.model.resamples = Some(n);
+        self
+    }
+    /// The step only reads: its model calls may be served from the result cache (K-17.7).
+    pub fn read_only(mut self) -> Self {
+        self.model.read_only = true;
+        self
+    }
+    /// Bound the total time spent retrying one logical attempt, counted from its first
+    /// retryable failure, as well as the count ([`max_retry`](Self::max_retry)).
+    pub fn max_retry_duration(mut self, ms: impl Into<DurationMs>) -> Self {
+        self.max_retry_duration = Some(ms.into());
+        self
+    }
+    /// Ask `query` before any retry after an unknown outcome (K-17.2) instead of running
+    /// the activity blindly.
+    pub fn on_unknown_outcome(mut self, query: impl OutcomeQuery) -> Self {
+        self.query = Some(Arc::new(query));
+        self
+    }
+    /// The step's output schema, if any.
+    pub fn get_output_schema(&self) -> Option<&crate::model_call::OutputSchema> {
+        self.model.schema.as_ref()
+    }
+    /// The retry time bound, if any.
+    pub fn get_max_retry_duration(&self) -> Option<DurationMs> {
+        self.max_retry_duration
     }
     /// Per-invocation timeout (a fresh window per entry, K-7.3).
     pub fn timeout_ms(mut self, ms: impl Into<DurationMs>) -> Self {

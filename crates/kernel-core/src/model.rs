@@ -134,6 +134,10 @@ pub enum ErrorClass {
     UnknownOutcome,
     /// The work should not be done any more: step skipped, workflow canceled.
     Canceled,
+    /// The step cannot run on this worker as it is (a recorded output of a schema version
+    /// it cannot migrate, K-17.4): handed back after the push-back delay, never counted
+    /// against the retries, as a fingerprint mismatch is (K-4.3).
+    Parked,
 }
 
 impl ErrorClass {
@@ -144,6 +148,7 @@ impl ErrorClass {
             Self::Permanent => "permanent",
             Self::UnknownOutcome => "unknown_outcome",
             Self::Canceled => "canceled",
+            Self::Parked => "parked",
         }
     }
 }

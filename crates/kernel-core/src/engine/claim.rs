@@ -128,6 +128,8 @@ struct Shared {
 }
 
 struct Claim {
+    /// This claim, for the record writers of its activities' contexts.
+    me: std::sync::Weak<Claim>,
     inner: Arc<Inner>,
     def: Arc<Definition>,
     workflow_id: WorkflowId,
@@ -183,7 +185,8 @@ pub(crate) async fn run(inner: Arc<Inner>, mut inst: WorkflowInstance, token: Cl
         };
         let cancel = inner.killed.child_token();
         let lease = Arc::new(Lease::new(inst.workflow_id.clone(), token.clone(), inst.claimable_time, cancel.clone()));
-        let claim = Arc::new(Claim {
+        let claim = Arc::new_cyclic(|me| Claim {
+            me: me.clone(),
             shared: Shared::of(&inner, &def, &mut inst, &token),
             cancel,
             inner: inner.clone(),
@@ -216,6 +219,52 @@ pub(crate) async fn run(inner: Arc<Inner>, mut inst: WorkflowInstance, token: Cl
     }
     .instrument(span)
     .await
+}
+
+/// The retry of a step whose last attempt ended with an unknown outcome (K-17.2): the
+/// query hook first; the activity only when the operation did not take effect.
+struct QueryFirst {
+    query: Arc<dyn crate::definition::OutcomeQuery>,
+    activity: Arc<dyn Activity>,
+}
+
+#[async_trait::async_trait]
+impl Activity for QueryFirst {
+    async fn run(&self, ctx: ActivityContext) -> Result<StepOutcome, ActivityError> {
+        match self.query.query(&ctx).await? {
+            crate::definition::QueryAnswer::Done(output) => Ok(StepOutcome::Complete(output)),
+            crate::definition::QueryAnswer::NotDone => self.activity.run(ctx).await,
+            crate::definition::QueryAnswer::StillUnknown => {
+                Err(ActivityError::unknown_outcome("the query could not tell whether the operation took effect"))
+            }
+        }
+    }
+}
+
+/// Writes a step's record under its claim (K-6.4: `status = running AND claim_token`).
+struct ClaimRecorder {
+    claim: std::sync::Weak<Claim>,
+    index: usize,
+}
+
+#[async_trait::async_trait]
+impl crate::journal::RecordWriter for ClaimRecorder {
+    async fn write(
+        &self,
+        record: crate::record::StepRecord,
+        history: Option<Vec<crate::record::HistoryEntry>>,
+    ) -> Result<(), ActivityError> {
+        let Some(claim) = self.claim.upgrade() else {
+            return Err(ActivityError::transient("the claim has ended; nothing recorded"));
+        };
+        let t = Transition::record_step(self.index, record, history, claim.now());
+        match claim.commit(G::Running, t).await {
+            Ok(()) => Ok(()),
+            Err(Unwritten::Refused(e)) => Err(ActivityError::permanent(format!("the store refused the step's record: {e}"))),
+            Err(Unwritten::Unavailable) => Err(ActivityError::transient("store unavailable; nothing recorded")),
+            Err(Unwritten::End(end)) => Err(ActivityError::transient(format!("claim ended ({end:?}); stop"))),
+        }
+    }
 }
 
 impl Shared {
@@ -727,7 +776,24 @@ impl Claim {
             signals: sh.signals.clone(),
             stream,
             now,
+            epoch: step.map_or(0, |s| s.epoch),
+            journal: idx.zip(step).map(|(i, s)| self.journal(i, s, d.inst.retry_count, now)),
         }
+    }
+
+    /// The journal of an invocation of step `idx` (K-17.3): its record for the current
+    /// logical attempt, written back through this claim.
+    fn journal(&self, idx: usize, step: &Step, run: u32, now: Instant) -> Arc<crate::journal::StepJournal> {
+        let limits = self.inner.config.history_limits;
+        Arc::new(crate::journal::StepJournal {
+            writer: Arc::new(ClaimRecorder { claim: self.me.clone(), index: idx }),
+            clock: self.inner.ports.clock.clone(),
+            cache: self.inner.ports.result_cache.clone(),
+            settings: self.def.steps()[idx].model.clone(),
+            key: crate::activity::idempotency_key_at(&self.shared.workflow_id, &step.name, run, step.epoch),
+            payload_bytes_max: self.inner.config.payload_bytes_max,
+            state: tokio::sync::Mutex::new(crate::journal::JournalState::of(step, run, &limits, now)),
+        })
     }
 
     async fn invoke_step(&self, idx: usize, permit: Option<HeldPermit>) -> Invocation {
@@ -741,7 +807,14 @@ impl Claim {
             every_ms: self.inner.config.permit_renew_ms,
         });
         let clock = &self.inner.ports.clock;
-        let out = invoke::invoke(clock, sd.activity().clone(), ctx, cancel, sd.get_timeout_ms(), renewal)
+        // K-17.2: after an unknown outcome, ask the external system before any retry.
+        let activity: Arc<dyn Activity> = match &sd.query {
+            Some(query) if ctx.must_query_before_retry() => {
+                Arc::new(QueryFirst { query: query.clone(), activity: sd.activity().clone() })
+            }
+            _ => sd.activity().clone(),
+        };
+        let out = invoke::invoke(clock, activity, ctx, cancel, sd.get_timeout_ms(), renewal)
             .instrument(span)
             .await;
         self.release_permit(permit).await;
@@ -758,6 +831,8 @@ impl Claim {
             policy: StepPolicy::from(&self.def.steps()[idx]),
             payload_bytes_max: self.inner.config.payload_bytes_max,
             error_message_bytes_max: self.inner.config.error_message_bytes_max,
+            retrying_since: self.doc().inst.steps[idx].retrying_since,
+            park_ms: self.inner.config.fingerprint_pushback_ms,
         };
         outcome::classify(inv.result, &entry, || self.inner.ports.ids.random_u64())
     }
@@ -924,7 +999,27 @@ impl Claim {
             return Next::Continue(None);
         };
         let failing = matches!(resolution.then, AfterWave::Failing | AfterWave::Canceled);
-        match self.commit(G::Running, resolution.transition).await {
+        let mut transition = resolution.transition;
+        {
+            // A retry release starts the step's retry clock (max_retry_duration) once per
+            // logical attempt.
+            let d = self.doc();
+            let now = self.now();
+            let starts: Vec<usize> = transition
+                .steps
+                .iter()
+                .filter(|p| {
+                    p.status == Some(StepStatus::Pending)
+                        && matches!(&p.error, Some(crate::transition::Patch::Set(e)) if matches!(e.class, ErrorClass::Transient | ErrorClass::UnknownOutcome))
+                        && d.inst.steps.get(p.index as usize).is_some_and(|s| s.retrying_since.is_none())
+                })
+                .map(|p| p.index as usize)
+                .collect();
+            for i in starts {
+                transition = transition.retrying_since(i, now);
+            }
+        }
+        match self.commit(G::Running, transition).await {
             Ok(()) => {}
             Err(Unwritten::End(e)) => return Next::End(e),
             Err(Unwritten::Unavailable) => return Next::End(self.hand_back(G::Running).await),

@@ -87,6 +87,11 @@ pub struct EngineConfig {
     pub prepare_retry_base_ms: DurationMs,
     /// Longest delay between two PrepareContext attempts.
     pub prepare_retry_max_ms: DurationMs,
+    /// Poll fallback of a dead-letter wait (K-17.2, K-9.5): how often a parked workflow
+    /// re-reads its dead letter (a decision whose signal was lost is applied then).
+    pub dead_letter_poll_ms: DurationMs,
+    /// How much history of earlier logical attempts each step keeps (K-17.3).
+    pub history_limits: crate::record::HistoryLimits,
 }
 
 impl Default for EngineConfig {
@@ -120,6 +125,8 @@ impl Default for EngineConfig {
             prepare_attempts_max: 5,
             prepare_retry_base_ms: DurationMs::from_millis(5_000),
             prepare_retry_max_ms: DurationMs::from_millis(300_000),
+            dead_letter_poll_ms: DurationMs::from_millis(600_000),
+            history_limits: Default::default(),
         }
     }
 }

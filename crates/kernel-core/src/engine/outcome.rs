@@ -19,11 +19,18 @@ pub(crate) struct StepPolicy {
     pub(crate) retry: RetryPolicy,
     /// Whether a step that failed for good is skipped or fails the workflow.
     pub(crate) on_failed: OnFailed,
+    /// Total time one logical attempt may spend retrying, from its first retryable failure.
+    pub(crate) max_retry_duration: Option<DurationMs>,
 }
 
 impl From<&StepDef> for StepPolicy {
     fn from(sd: &StepDef) -> Self {
-        StepPolicy { max_retry: sd.get_max_retry(), retry: sd.retry_policy(), on_failed: sd.get_on_failed() }
+        StepPolicy {
+            max_retry: sd.get_max_retry(),
+            retry: sd.retry_policy(),
+            on_failed: sd.get_on_failed(),
+            max_retry_duration: sd.get_max_retry_duration(),
+        }
     }
 }
 
@@ -44,6 +51,11 @@ pub(crate) struct Entry {
     pub(crate) payload_bytes_max: usize,
     /// Longest stored error message; longer ones are cut at a character boundary.
     pub(crate) error_message_bytes_max: usize,
+    /// When the logical attempt first failed retryably (`max_retry_duration` counts from
+    /// it; `None`: this would be the first).
+    pub(crate) retrying_since: Option<Instant>,
+    /// Delay of a parked step's hand-back (the fingerprint push-back delay, K-4.3).
+    pub(crate) park_ms: DurationMs,
 }
 
 /// What one invocation comes to for its step (K-7.4).
@@ -232,9 +244,15 @@ pub(crate) fn classify(
     let error = StepError { class: e.class, message: truncate(e.message, entry.error_message_bytes_max) };
     let elapsed_ms = entry.elapsed_ms;
     let policy = entry.policy;
+    let within_time = match (policy.max_retry_duration, entry.retrying_since) {
+        (Some(max), Some(since)) => entry.now - since < max,
+        _ => true,
+    };
     match e.class {
         ErrorClass::Canceled => StepResult::Halt(Halt::Canceled { error, elapsed_ms }),
-        ErrorClass::Transient | ErrorClass::UnknownOutcome if entry.attempt <= policy.max_retry => {
+        // Not a failure of the step: handed back for a worker that can run it (K-4.3).
+        ErrorClass::Parked => StepResult::Halt(Halt::Retry { error, delay_ms: entry.park_ms, elapsed_ms }),
+        ErrorClass::Transient | ErrorClass::UnknownOutcome if entry.attempt <= policy.max_retry && within_time => {
             let delay_ms = policy.retry.delay_ms(entry.attempt, jitter());
             StepResult::Halt(Halt::Retry { error, delay_ms, elapsed_ms })
         }
@@ -373,9 +391,12 @@ mod tests {
                 max_retry,
                 retry: RetryPolicy::Exponential { base_ms: ms(1_000), cap_ms: ms(60_000) },
                 on_failed,
+                max_retry_duration: None,
             },
             payload_bytes_max: LIMIT,
             error_message_bytes_max: 16,
+            retrying_since: None,
+            park_ms: ms(3_600_000),
         }
     }
 

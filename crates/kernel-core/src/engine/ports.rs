@@ -28,6 +28,10 @@ pub struct Ports {
     pub observer: Arc<DynObservationSink>,
     /// Client progress streams; best effort, never decides a result (K-1.3).
     pub stream: Arc<DynStreamSink>,
+    /// Content-hash cache of read-only model calls (K-17.7); none by default.
+    pub result_cache: Option<Arc<DynResultCache>>,
+    /// Dead-letter records (K-17.2); needed by steps with `OnFailed::DeadLetter`.
+    pub dead_letters: Option<Arc<DynDeadLetters>>,
 }
 
 impl std::fmt::Debug for Ports {
@@ -77,6 +81,8 @@ pub struct PortsBuilder {
     ids: Option<Arc<DynIds>>,
     observer: Option<Arc<DynObservationSink>>,
     stream: Option<Arc<DynStreamSink>>,
+    result_cache: Option<Arc<DynResultCache>>,
+    dead_letters: Option<Arc<DynDeadLetters>>,
 }
 
 impl std::fmt::Debug for PortsBuilder {
@@ -137,6 +143,16 @@ impl PortsBuilder {
         self.stream = Some(stream);
         self
     }
+    /// Serve read-only model calls from this cache (K-17.7; default none).
+    pub fn result_cache(mut self, cache: Arc<DynResultCache>) -> Self {
+        self.result_cache = Some(cache);
+        self
+    }
+    /// Keep dead letters here (K-17.2; needed by steps with `OnFailed::DeadLetter`).
+    pub fn dead_letters(mut self, dead_letters: Arc<DynDeadLetters>) -> Self {
+        self.dead_letters = Some(dead_letters);
+        self
+    }
 
     /// The ports, or the first required port that was not given (in the order store,
     /// inbox, queue, wakeup, permits).
@@ -152,6 +168,8 @@ impl PortsBuilder {
             ids: self.ids.unwrap_or_else(|| Arc::new(RandomIds::default())),
             observer: self.observer.unwrap_or_else(|| Arc::new(NoopObservationSink)),
             stream: self.stream.unwrap_or_else(|| Arc::new(NoopStreamSink)),
+            result_cache: self.result_cache,
+            dead_letters: self.dead_letters,
         })
     }
 }
