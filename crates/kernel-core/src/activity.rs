@@ -280,7 +280,11 @@ impl ActivityContext {
     /// drawn again), a permanent error when no sample is valid within the limit, when the
     /// request differs from the recorded one, or when the record would exceed the payload
     /// limits; a transient error when the record could not be written (stop then).
-    pub async fn model(&self, model: &dyn crate::model_call::Model, request: crate::model_call::ModelRequest) -> Result<Value, ActivityError> {
+    pub async fn model(
+        &self,
+        model: &dyn crate::model_call::Model,
+        request: crate::model_call::ModelRequest,
+    ) -> Result<Value, ActivityError> {
         match &self.journal {
             Some(j) => j.model(self, model, request).await,
             None => Err(ActivityError::permanent("model calls are recorded per step; a finalizer cannot make one")),

@@ -124,16 +124,23 @@ pub enum QueryAnswer {
 #[async_trait::async_trait]
 pub trait OutcomeQuery: Send + Sync + 'static {
     /// Ask the external system; `ctx` is the retry's context (same idempotency key).
-    async fn query(&self, ctx: &crate::activity::ActivityContext) -> std::result::Result<QueryAnswer, crate::activity::ActivityError>;
+    async fn query(
+        &self,
+        ctx: &crate::activity::ActivityContext,
+    ) -> std::result::Result<QueryAnswer, crate::activity::ActivityError>;
 }
 
 #[async_trait::async_trait]
 impl<F, Fut> OutcomeQuery for F
 where
     F: Fn(crate::activity::ActivityContext) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = std::result::Result<QueryAnswer, crate::activity::ActivityError>> + Send + 'static,
+    Fut:
+        std::future::Future<Output = std::result::Result<QueryAnswer, crate::activity::ActivityError>> + Send + 'static,
 {
-    async fn query(&self, ctx: &crate::activity::ActivityContext) -> std::result::Result<QueryAnswer, crate::activity::ActivityError> {
+    async fn query(
+        &self,
+        ctx: &crate::activity::ActivityContext,
+    ) -> std::result::Result<QueryAnswer, crate::activity::ActivityError> {
         (self)(ctx.clone()).await
     }
 }

@@ -224,7 +224,12 @@ impl StepJournal {
                     c.samples.pop();
                     c.output = None;
                 });
-                if st.record.entries.get(n).is_some_and(|e| matches!(e, RecordEntry::Model(c) if c.samples.is_empty() && c.cache.is_none())) {
+                if st
+                    .record
+                    .entries
+                    .get(n)
+                    .is_some_and(|e| matches!(e, RecordEntry::Model(c) if c.samples.is_empty() && c.cache.is_none()))
+                {
                     st.record.entries.truncate(n);
                 }
                 return Err(e);
@@ -246,7 +251,8 @@ impl StepJournal {
         if recorded.version == schema.version().version && recorded.id == schema.version().id {
             return Ok(out);
         }
-        let Some(migrate) = schema.migration_from(&recorded.version).filter(|_| recorded.id == schema.version().id) else {
+        let Some(migrate) = schema.migration_from(&recorded.version).filter(|_| recorded.id == schema.version().id)
+        else {
             return Err(ActivityError::parked(format!(
                 "recorded output of {} is schema {recorded}, the step expects {}, and no migration is registered",
                 c.label,
@@ -261,7 +267,12 @@ impl StepJournal {
         let at = self.clock.now();
         let to = schema.version().clone();
         set_call(st, n, |c| {
-            c.migrations.push(SchemaMigration { from: recorded.version.clone(), to: to.version.clone(), before: out, at });
+            c.migrations.push(SchemaMigration {
+                from: recorded.version.clone(),
+                to: to.version.clone(),
+                before: out,
+                at,
+            });
             c.schema = Some(to);
             c.output = Some(migrated.clone());
         });
@@ -272,7 +283,9 @@ impl StepJournal {
     async fn cache_get(&self, req: &ModelRequest, model: &VersionRef) -> Option<(Value, CacheProvenance)> {
         let (cache, key) = self.cache_key(req, model)?;
         match cache.get(&key, self.clock.now()).await {
-            Ok(Some(hit)) => Some((hit.value, CacheProvenance { key: key.as_str().to_string(), stored_at: hit.stored_at })),
+            Ok(Some(hit)) => {
+                Some((hit.value, CacheProvenance { key: key.as_str().to_string(), stored_at: hit.stored_at }))
+            }
             Ok(None) => None,
             Err(e) => {
                 tracing::warn!(error = %e, "result cache read failed; calling the model");

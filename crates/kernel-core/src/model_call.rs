@@ -132,8 +132,14 @@ impl ModelRequest {
     }
     /// Serve from the result cache when an answer for the same content is there (only in
     /// a step declared read-only, with a cache configured).
-    pub fn cached(mut self, tool_version: impl Into<String>, data_version: impl Into<String>, ttl: impl Into<crate::model::DurationMs>) -> Self {
-        self.cache = Some(CacheUse { tool_version: tool_version.into(), data_version: data_version.into(), ttl: ttl.into() });
+    pub fn cached(
+        mut self,
+        tool_version: impl Into<String>,
+        data_version: impl Into<String>,
+        ttl: impl Into<crate::model::DurationMs>,
+    ) -> Self {
+        self.cache =
+            Some(CacheUse { tool_version: tool_version.into(), data_version: data_version.into(), ttl: ttl.into() });
         self
     }
 
@@ -280,7 +286,10 @@ mod tests {
 
     #[test]
     fn canonical_json_sorts_keys_at_every_level() {
-        assert_eq!(canonical_json(&json!({"b": 1, "a": {"d": [1, {"z": 0, "y": "é"}], "c": null}})), r#"{"a":{"c":null,"d":[1,{"y":"é","z":0}]},"b":1}"#);
+        assert_eq!(
+            canonical_json(&json!({"b": 1, "a": {"d": [1, {"z": 0, "y": "é"}], "c": null}})),
+            r#"{"a":{"c":null,"d":[1,{"y":"é","z":0}]},"b":1}"#
+        );
     }
 
     #[test]
@@ -300,7 +309,8 @@ mod tests {
 
     #[test]
     fn schema_validates_and_refuses_to_compile_garbage() {
-        let s = OutputSchema::new(VersionRef::new("inv", "1"), json!({"type": "object", "required": ["total"]})).unwrap();
+        let s =
+            OutputSchema::new(VersionRef::new("inv", "1"), json!({"type": "object", "required": ["total"]})).unwrap();
         assert!(s.errors(&json!({"total": 1})).is_empty());
         assert_eq!(s.errors(&json!({})).len(), 1);
         assert!(OutputSchema::new(VersionRef::new("inv", "1"), json!({"type": "nonsense"})).is_err());

@@ -356,6 +356,8 @@ impl World {
             ids: self.ids.clone(),
             observer: Arc::new(self.observations.clone()),
             stream: Arc::new(self.streams.clone()),
+            result_cache: None,
+            dead_letters: None,
         }
     }
 

@@ -260,7 +260,9 @@ impl crate::journal::RecordWriter for ClaimRecorder {
         let t = Transition::record_step(self.index, record, history, claim.now());
         match claim.commit(G::Running, t).await {
             Ok(()) => Ok(()),
-            Err(Unwritten::Refused(e)) => Err(ActivityError::permanent(format!("the store refused the step's record: {e}"))),
+            Err(Unwritten::Refused(e)) => {
+                Err(ActivityError::permanent(format!("the store refused the step's record: {e}")))
+            }
             Err(Unwritten::Unavailable) => Err(ActivityError::transient("store unavailable; nothing recorded")),
             Err(Unwritten::End(end)) => Err(ActivityError::transient(format!("claim ended ({end:?}); stop"))),
         }
@@ -814,24 +816,26 @@ impl Claim {
             }
             _ => sd.activity().clone(),
         };
-        let out = invoke::invoke(clock, activity, ctx, cancel, sd.get_timeout_ms(), renewal)
-            .instrument(span)
-            .await;
+        let out = invoke::invoke(clock, activity, ctx, cancel, sd.get_timeout_ms(), renewal).instrument(span).await;
         self.release_permit(permit).await;
         out
     }
 
     /// What the invocation means for step `idx` (K-7.4), from the facts as they are now.
     fn classify(&self, idx: usize, inv: Invocation) -> StepResult {
+        let (attempt, retrying_since) = {
+            let d = self.doc();
+            (d.inst.steps[idx].attempt, d.inst.steps[idx].retrying_since)
+        };
         let entry = Entry {
             index: idx,
-            attempt: self.doc().inst.steps[idx].attempt,
+            attempt,
             elapsed_ms: inv.elapsed_ms,
             now: self.now(),
             policy: StepPolicy::from(&self.def.steps()[idx]),
             payload_bytes_max: self.inner.config.payload_bytes_max,
             error_message_bytes_max: self.inner.config.error_message_bytes_max,
-            retrying_since: self.doc().inst.steps[idx].retrying_since,
+            retrying_since,
             park_ms: self.inner.config.fingerprint_pushback_ms,
         };
         outcome::classify(inv.result, &entry, || self.inner.ports.ids.random_u64())

@@ -12,6 +12,7 @@ mod hot_path_counts;
 mod maintenance_hardening;
 mod mocks;
 mod model;
+mod model_steps;
 mod refused;
 mod renewal;
 mod round_trips;
