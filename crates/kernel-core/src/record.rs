@@ -190,6 +190,8 @@ pub struct OperatorEntry {
 }
 
 /// One recorded fact.
+// Model calls are most of the entries, so boxing them would not save memory.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum RecordEntry {
@@ -266,7 +268,7 @@ impl StepRecord {
                     }
                     if c.samples.len() > MODEL_SAMPLES_MAX {
                         return Err(Error::invalid(
-                            &format!("{f}.samples"),
+                            format!("{f}.samples"),
                             format_args!("{} samples, at most {MODEL_SAMPLES_MAX}", c.samples.len()),
                         ));
                     }

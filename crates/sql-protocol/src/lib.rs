@@ -298,6 +298,11 @@ pub fn guard_sql(b: &mut Binds, guard: &Guard) -> Result<String> {
             }
         }
         Guard::Active => ACTIVE_SQL.to_string(),
+        // Optimistic: the operator's write holds only on the revision it read.
+        Guard::Operator { revision } => format!(
+            "status IN ('running', 'waiting') AND revision = {}",
+            b.bind(Param::Int8(i64_of("revision", *revision)?))
+        ),
         Guard::PriorityBelow(p) => {
             format!("{ACTIVE_SQL} AND business_priority > {}", b.bind(Param::Int8(i64::from(u8::from(*p)))))
         }
@@ -412,6 +417,10 @@ fn step_patch_sql(b: &mut Binds, p: &StepPatch) -> Result<String> {
         traffic_waits_inc,
         started_at,
         finished_at,
+        epoch,
+        record,
+        history,
+        retrying_since,
     } = p;
     let d = b.dialect;
     let sqlite = d == Dialect::Sqlite;
@@ -492,6 +501,34 @@ fn step_patch_sql(b: &mut Binds, p: &StepPatch) -> Result<String> {
         Some(Patch::Unset) => unsets.push("finished_at"),
         None => {}
     }
+    // Stored only above 0, as the step serializes it: epoch 0 removes the key.
+    match epoch {
+        Some(0) => unsets.push("epoch"),
+        Some(e) => sets.push(format!("{}, {}", key("epoch"), b.bind(Param::Int8(i64::from(*e))))),
+        None => {}
+    }
+    match record {
+        Some(Patch::Set(r)) => {
+            let v = b.bind(jsonb(d, &field("record"), serde_json::to_value(r))?);
+            sets.push(format!("{}, {}", key("record"), json_val(v)));
+        }
+        Some(Patch::Unset) => unsets.push("record"),
+        None => {}
+    }
+    // Stored only when non-empty, as the step serializes it.
+    match history {
+        Some(Patch::Set(h)) if !h.is_empty() => {
+            let v = b.bind(jsonb(d, &field("history"), serde_json::to_value(h))?);
+            sets.push(format!("{}, {}", key("history"), json_val(v)));
+        }
+        Some(_) => unsets.push("history"),
+        None => {}
+    }
+    match retrying_since {
+        Some(Patch::Set(t)) => sets.push(format!("{}, {}", key("retrying_since"), b.bind(Param::Int8(t.as_millis())))),
+        Some(Patch::Unset) => unsets.push("retrying_since"),
+        None => {}
+    }
     if sqlite {
         let mut e = cur.clone();
         if !sets.is_empty() {
@@ -505,7 +542,7 @@ fn step_patch_sql(b: &mut Binds, p: &StepPatch) -> Result<String> {
     }
     let mut e = cur.clone();
     if !sets.is_empty() {
-        // jsonb_build_object takes at most 100 arguments; a step has 10 fields.
+        // jsonb_build_object takes at most 100 arguments; a step has 14 fields.
         let _ = write!(e, " || jsonb_build_object({})", sets.join(", "));
     }
     if !unsets.is_empty() {
@@ -515,17 +552,20 @@ fn step_patch_sql(b: &mut Binds, p: &StepPatch) -> Result<String> {
     Ok(format!("ARRAY[{i}::text], {e}"))
 }
 
-/// Replay (`reset_failed_steps`) in PostgreSQL: every failed step becomes
-/// `Step::pending(name)`.
+/// Replay (`reset_failed_steps`) in PostgreSQL: every failed step starts afresh as
+/// `Step::pending(name)` and keeps its epoch, record and history (K-17.3): the fields of
+/// the attempt are removed (`retrying_since` among them), the counters and status reset.
 const RESET_FAILED_STEPS_PG: &str = "steps = (SELECT COALESCE(jsonb_agg(CASE WHEN e ->> 'status' = 'failed' \
-THEN jsonb_build_object('name', e -> 'name', 'status', 'pending', 'attempt', 0, 'elapsed_ms', 0, \
+THEN (e - ARRAY['error', 'checkpoint', 'started_at', 'finished_at', 'retrying_since']::text[]) || \
+jsonb_build_object('name', e -> 'name', 'status', 'pending', 'attempt', 0, 'elapsed_ms', 0, \
 'traffic_wait_ms', 0, 'traffic_waits', 0) ELSE e END ORDER BY n), '[]'::jsonb) \
 FROM jsonb_array_elements(steps) WITH ORDINALITY AS x(e, n))";
 
 /// The same in SQLite (aggregate `ORDER BY`: SQLite ≥ 3.44).
 const RESET_FAILED_STEPS_SQLITE: &str = "steps = (SELECT json_group_array(CASE WHEN e.value ->> '$.status' = 'failed' \
-THEN json_object('name', e.value -> '$.name', 'status', 'pending', 'attempt', 0, 'elapsed_ms', 0, \
-'traffic_wait_ms', 0, 'traffic_waits', 0) ELSE json(e.value) END ORDER BY e.key) FROM json_each(steps) AS e)";
+THEN json_set(json_remove(e.value, '$.error', '$.checkpoint', '$.started_at', '$.finished_at', '$.retrying_since'), \
+'$.status', 'pending', '$.attempt', 0, '$.elapsed_ms', 0, '$.traffic_wait_ms', 0, '$.traffic_waits', 0) \
+ELSE json(e.value) END ORDER BY e.key) FROM json_each(steps) AS e)";
 
 /// The `SET` list of a transition, its values bound into `b`. Validates the transition
 /// first ([`Transition::validate`]).
@@ -537,6 +577,7 @@ pub fn set_sql(b: &mut Binds, t: &Transition, limits: &Limits) -> Result<String>
         status,
         steps,
         outputs,
+        outputs_unset,
         input,
         claimable_time,
         claim_token,
@@ -569,17 +610,31 @@ pub fn set_sql(b: &mut Binds, t: &Transition, limits: &Limits) -> Result<String>
         }
         sets.push(format!("steps = {e}"));
     }
-    if !outputs.is_empty() {
+    if !outputs.is_empty() || !outputs_unset.is_empty() {
+        // A name is never both set and removed (Transition::validate), so the order of
+        // the two does not matter.
         if sqlite {
-            let mut pairs = Vec::new();
-            for (name, v) in outputs {
-                let field = format!("output.{name}");
-                path_key(d, &field, name)?;
-                let k = b.bind(Param::Text(format!("$.\"{name}\"")));
-                let v = b.bind(json_of(d, &field, v.clone())?);
-                pairs.push(format!("{k}, json({v})"));
+            let mut e = "output".to_string();
+            if !outputs.is_empty() {
+                let mut pairs = Vec::new();
+                for (name, v) in outputs {
+                    let field = format!("output.{name}");
+                    path_key(d, &field, name)?;
+                    let k = b.bind(Param::Text(format!("$.\"{name}\"")));
+                    let v = b.bind(json_of(d, &field, v.clone())?);
+                    pairs.push(format!("{k}, json({v})"));
+                }
+                e = format!("json_set({e}, {})", pairs.join(", "));
             }
-            sets.push(format!("output = json_set(output, {})", pairs.join(", ")));
+            if !outputs_unset.is_empty() {
+                let mut keys = Vec::new();
+                for name in outputs_unset {
+                    path_key(d, &format!("output.{name}"), name)?;
+                    keys.push(b.bind(Param::Text(format!("$.\"{name}\""))));
+                }
+                e = format!("json_remove({e}, {})", keys.join(", "));
+            }
+            sets.push(format!("output = {e}"));
         } else {
             let mut e = "output".to_string();
             for (name, v) in outputs {
@@ -588,6 +643,18 @@ pub fn set_sql(b: &mut Binds, t: &Transition, limits: &Limits) -> Result<String>
                 let k = b.bind(Param::Text(name.clone()));
                 let v = b.bind(Param::Jsonb(v.clone()));
                 let _ = write!(e, " || jsonb_build_object({k}, {v})");
+            }
+            if !outputs_unset.is_empty() {
+                let mut keys = Vec::new();
+                for name in outputs_unset {
+                    keys.push(b.bind(text_of(d, &format!("output.{name}"), name)?));
+                }
+                if !outputs.is_empty() {
+                    e = format!("({e})");
+                }
+                for k in keys {
+                    let _ = write!(e, " - {k}");
+                }
             }
             sets.push(format!("output = {e}"));
         }
@@ -693,6 +760,19 @@ pub fn insert_instance(dialect: Dialect, table: &str, w: &WorkflowInstance, limi
     for (i, s) in steps.iter().enumerate() {
         if let Some(c) = &s.checkpoint {
             storable(dialect, &format!("steps[{i}].checkpoint"), c)?;
+        }
+        // What a transition's record or history may hold (K-2.0, as `Transition::validate`
+        // checks it), so a created step holds nothing a later write could not.
+        for (f, v) in [
+            ("record", s.record.as_ref().map(serde_json::to_value)),
+            ("history", (!s.history.is_empty()).then(|| serde_json::to_value(&s.history))),
+        ] {
+            if let Some(v) = v {
+                let field = format!("steps[{i}].{f}");
+                let v = v.map_err(|e| Error::invalid_with(&field, e.to_string(), e))?;
+                validate::storable(&field, &v)?;
+                storable(dialect, &field, &v)?;
+            }
         }
     }
     for (name, v) in output {

@@ -6,6 +6,7 @@
 //! together with docs/store-sqlite.md.
 
 use kernel_core::model::*;
+use kernel_core::record::*;
 use kernel_core::transition::{Guard, Patch, Transition, TransitionKind};
 use serde_json::json;
 use sql_protocol::{Dialect, Limits, Param, Statement};
@@ -49,6 +50,26 @@ fn err(class: ErrorClass) -> StepError {
     StepError { class, message: "boom".into() }
 }
 
+fn record(run: u32, epoch: u32) -> StepRecord {
+    StepRecord {
+        run,
+        epoch,
+        entries: vec![RecordEntry::Value(RecordedValue { label: "now".into(), value: json!(5), recorded_at: NOW })],
+    }
+}
+
+fn history(epoch: u32) -> HistoryEntry {
+    HistoryEntry {
+        run: 0,
+        epoch,
+        reason: HistoryReason::Regenerate,
+        output: Some(json!({"n": 1})),
+        error: None,
+        record: Some(record(0, epoch)),
+        at: NOW,
+    }
+}
+
 fn guards() -> Vec<(&'static str, Guard)> {
     let id = WaitIdentity { signal_type: "approved".into(), wait_key: "doc:42".into(), generation: 3, step_index: 1 };
     vec![
@@ -62,6 +83,7 @@ fn guards() -> Vec<(&'static str, Guard)> {
         ("guard SignalWait", Guard::SignalWait(id)),
         ("guard Active", Guard::Active),
         ("guard PriorityBelow", Guard::PriorityBelow(Priority::P1)),
+        ("guard Operator", Guard::Operator { revision: 7 }),
     ]
 }
 
@@ -121,6 +143,47 @@ fn transitions() -> Vec<(&'static str, Transition)> {
             t.step_mut(0).finished_at = Some(Patch::Unset);
             t
         }),
+        ("transition record_step", Transition::record_step(1, record(0, 0), Some(vec![history(0)]), NOW)),
+        ("transition record_step without history", Transition::record_step(1, record(1, 2), None, NOW)),
+        (
+            "transition step_retry retrying_since release_until",
+            Transition::step_retry(1, err(ErrorClass::Transient), ms(9), NOW)
+                .retrying_since(1, NOW)
+                .release_until(NOW.plus(ms(1_000))),
+        ),
+        (
+            "transition dead_letter",
+            Transition::dead_letter(
+                1,
+                Wait::Signal {
+                    signal_type: "kernel.dead_letter".into(),
+                    wait_key: "compose".into(),
+                    generation: 0,
+                    step_index: 1,
+                    poll_time: Some(NOW.plus(ms(3_600_000))),
+                },
+                err(ErrorClass::Permanent),
+                ms(7),
+                NOW,
+            ),
+        ),
+        ("transition step_epoch", Transition::step_epoch(1, 2, vec![history(1)], NOW)),
+        (
+            "transition regenerate wake",
+            Transition::regenerate(
+                vec![(0, 1, vec![history(0)]), (1, 1, vec![])],
+                vec!["draft".into(), "compose".into()],
+                true,
+                NOW,
+            ),
+        ),
+        ("transition regenerate waiting", Transition::regenerate(vec![(2, 3, vec![])], vec![], false, NOW)),
+        ("transition epoch 0 and output set and unset", {
+            let mut t = Transition::complete_step(1, "compose", json!(1), ms(0), NOW, false);
+            t.step_mut(2).epoch = Some(0);
+            t.outputs_unset.push("draft".into());
+            t
+        }),
     ]
 }
 
@@ -175,13 +238,15 @@ fn k6_4_sqlite_dialect_is_pinned() {
     compare("tests/snapshots/sqlite.txt", &got, &want);
 }
 
-/// K-6.4: `revision` is never part of a guard; the writes that bump it say so, in both
-/// dialects.
+/// K-6.4: `revision` is never part of a guard but the operator's (optimistic, K-17.3); the
+/// writes that bump it say so, in both dialects.
 #[test]
 fn k6_4_revision_is_never_a_guard() {
     for d in [Dialect::Postgres, Dialect::Sqlite] {
         for (name, g) in guards() {
-            assert!(!sql_protocol::guard_condition(d, &g).unwrap().sql.contains("revision"), "{name}");
+            // The operator's guard is the one optimistic guard: it reads the revision.
+            let reads = matches!(g, Guard::Operator { .. });
+            assert_eq!(sql_protocol::guard_condition(d, &g).unwrap().sql.contains("revision"), reads, "{name}");
         }
         for (name, t) in transitions() {
             let sql = sql_protocol::transition_assignments(d, &t, &Limits::default()).unwrap().sql;
@@ -224,6 +289,76 @@ fn unstorable_values_are_refused_naming_the_field() {
     match sql_protocol::transition_assignments(Dialect::Sqlite, &quote, &Limits::default()) {
         Err(kernel_core::Error::InvalidInput { field, .. }) => assert_eq!(field, "output.say \"hi\""),
         other => panic!("expected InvalidInput, got {other:?}"),
+    }
+}
+
+/// A NUL or an integer beyond the signed 64-bit range in a recorded value or in the
+/// history is refused naming the step's field, in both dialects, as in an output (K-2.0).
+#[test]
+fn unstorable_record_and_history_values_are_refused_naming_the_field() {
+    let mut r = record(0, 0);
+    r.entries.push(RecordEntry::Value(RecordedValue {
+        label: "v".into(),
+        value: json!({"k": "a\u{0}b"}),
+        recorded_at: NOW,
+    }));
+    let mut h = history(0);
+    h.output = Some(json!(["\u{0}"]));
+    let mut big = record(0, 0);
+    big.entries.push(RecordEntry::Value(RecordedValue { label: "v".into(), value: json!(u64::MAX), recorded_at: NOW }));
+    let cases = [
+        ("steps.1.record", Transition::record_step(1, r, None, NOW)),
+        ("steps.1.record", Transition::record_step(1, big, None, NOW)),
+        ("steps.1.history", Transition::record_step(1, record(0, 0), Some(vec![h.clone()]), NOW)),
+        ("steps.2.history", Transition::step_epoch(2, 1, vec![h], NOW)),
+    ];
+    for (want, t) in cases {
+        for d in [Dialect::Postgres, Dialect::Sqlite] {
+            match sql_protocol::transition_assignments(d, &t, &Limits::default()) {
+                Err(kernel_core::Error::InvalidInput { field, .. }) => assert_eq!(field, want, "{d:?}"),
+                other => panic!("{want} {d:?}: expected InvalidInput, got {other:?}"),
+            }
+        }
+    }
+}
+
+/// A created instance whose step carries an unstorable record or history is refused naming
+/// the step's field, in both dialects, as a checkpoint is.
+#[test]
+fn an_instance_with_an_unstorable_record_is_refused() {
+    let mut w = testkit::conformance::store::instance("wf-1");
+    let mut r = record(0, 0);
+    r.entries.push(RecordEntry::Value(RecordedValue { label: "v".into(), value: json!(u64::MAX), recorded_at: NOW }));
+    w.steps[0].record = Some(r);
+    for d in [Dialect::Postgres, Dialect::Sqlite] {
+        match sql_protocol::insert_instance(d, "t", &w, &Limits::default()) {
+            Err(kernel_core::Error::InvalidInput { field, .. }) => assert_eq!(field, "steps[0].record", "{d:?}"),
+            other => panic!("{d:?}: expected InvalidInput, got {other:?}"),
+        }
+    }
+    w.steps[0].record = None;
+    let mut h = history(0);
+    h.output = Some(json!("a\u{0}b"));
+    w.steps[0].history = vec![h];
+    for d in [Dialect::Postgres, Dialect::Sqlite] {
+        match sql_protocol::insert_instance(d, "t", &w, &Limits::default()) {
+            Err(kernel_core::Error::InvalidInput { field, .. }) => assert_eq!(field, "steps[0].history", "{d:?}"),
+            other => panic!("{d:?}: expected InvalidInput, got {other:?}"),
+        }
+    }
+    w.steps[0].history = vec![history(0)];
+    assert!(sql_protocol::insert_instance(Dialect::Sqlite, "t", &w, &Limits::default()).is_ok());
+}
+
+/// The operator guard's revision must fit the signed 64-bit column: beyond it the guard is
+/// refused (typed), never sent.
+#[test]
+fn an_operator_revision_beyond_i64_is_refused() {
+    for d in [Dialect::Postgres, Dialect::Sqlite] {
+        match sql_protocol::guard_condition(d, &Guard::Operator { revision: u64::MAX }) {
+            Err(kernel_core::Error::InvalidInput { field, .. }) => assert_eq!(field, "revision"),
+            other => panic!("{d:?}: expected InvalidInput, got {other:?}"),
+        }
     }
 }
 

@@ -200,6 +200,10 @@ pub(crate) fn step_doc(i: usize, s: &Step) -> Result<Document> {
         checkpoint,
         started_at,
         finished_at,
+        epoch,
+        record,
+        history,
+        retrying_since,
     } = s;
     let f = |n: &str| format!("steps[{i}].{n}");
     let mut d = bson::doc! {
@@ -222,7 +226,42 @@ pub(crate) fn step_doc(i: usize, s: &Step) -> Result<Document> {
     if let Some(t) = finished_at {
         d.insert("finished_at", dt(*t));
     }
+    // Stored only above 0 (a document without it reads as 0), as the step serializes it.
+    if *epoch > 0 {
+        d.insert("epoch", epoch_bson(*epoch));
+    }
+    if let Some(r) = record {
+        d.insert("record", record_bson(&f("record"), r)?);
+    }
+    if !history.is_empty() {
+        d.insert("history", history_bson(&f("history"), history)?);
+    }
+    if let Some(t) = retrying_since {
+        d.insert("retrying_since", dt(*t));
+    }
     Ok(d)
+}
+
+/// A step's epoch: an Int64, so every `u32` is stored.
+pub(crate) fn epoch_bson(epoch: u32) -> Bson {
+    Bson::Int64(i64::from(epoch))
+}
+
+/// A step's record as BSON: its JSON form node by node ([`json_to_bson`]), times as the
+/// epoch milliseconds the JSON form holds.
+pub(crate) fn record_bson(field: &str, r: &kernel_core::record::StepRecord) -> Result<Bson> {
+    let v = serde_json::to_value(r).map_err(|e| Error::invalid_with(field, e.to_string(), e))?;
+    json_to_bson(field, &v)
+}
+
+/// A step's history as BSON, as [`record_bson`].
+pub(crate) fn history_bson(field: &str, h: &[kernel_core::record::HistoryEntry]) -> Result<Bson> {
+    let v = serde_json::to_value(h).map_err(|e| Error::invalid_with(field, e.to_string(), e))?;
+    json_to_bson(field, &v)
+}
+
+fn decoded<T: serde::de::DeserializeOwned>(d: &Document, k: &str) -> Result<Option<T>> {
+    get(d, k).map(|b| serde_json::from_value(bson_to_json(k, b)?).map_err(|e| corrupt_by(k, e))).transpose()
 }
 
 fn step_of(d: &Document) -> Result<Step> {
@@ -243,6 +282,10 @@ fn step_of(d: &Document) -> Result<Step> {
         checkpoint: get(d, "checkpoint").map(|b| bson_to_json("checkpoint", b)).transpose()?,
         started_at: opt_time(d, "started_at")?,
         finished_at: opt_time(d, "finished_at")?,
+        epoch: u32_of(d, "epoch")?,
+        record: decoded(d, "record")?,
+        history: decoded(d, "history")?.unwrap_or_default(),
+        retrying_since: opt_time(d, "retrying_since")?,
     })
 }
 

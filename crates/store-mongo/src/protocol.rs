@@ -22,6 +22,7 @@
 //! | `SignalWait(id)` | `status = waiting`, `wait.kind = signal`, `wait.signal_type`, `wait.wait_key`, `wait.generation`, `wait.step_index` equal |
 //! | `Active` | `status ∈ [running, waiting, failing]` |
 //! | `PriorityBelow(p)` | `status ∈ [running, waiting, failing]`, `business_priority > p` (a larger number is less urgent) |
+//! | `Operator { revision }` | `status ∈ [running, waiting]`, `revision = r` (optimistic: the revision an operator read, K-17.3) |
 //!
 //! The one addition to the guard is structural: a write that patches `steps.<i>` also
 //! requires `steps.<max i>` to exist, because MongoDB would otherwise *pad the array with
@@ -70,6 +71,7 @@ fn statuses(s: &[WorkflowStatus]) -> Bson {
 
 const ACTIVE: [WorkflowStatus; 3] = [WorkflowStatus::Running, WorkflowStatus::Waiting, WorkflowStatus::Failing];
 const CLAIMABLE: [WorkflowStatus; 2] = [WorkflowStatus::Running, WorkflowStatus::Failing];
+const OPERATOR: [WorkflowStatus; 2] = [WorkflowStatus::Running, WorkflowStatus::Waiting];
 
 /// The filter of `guard`, preceded by `workflow_id = id` when an id is given (`claim_any`
 /// has none). Validates every identifier it embeds ([`Guard::validate`]).
@@ -123,6 +125,10 @@ pub fn guard_filter(workflow_id: Option<&str>, guard: &Guard) -> Result<Document
         Guard::PriorityBelow(p) => {
             f.insert("status", doc! { "$in": statuses(&ACTIVE) });
             f.insert("business_priority", doc! { "$gt": codec::priority_bson(*p) });
+        }
+        Guard::Operator { revision } => {
+            f.insert("status", doc! { "$in": statuses(&OPERATOR) });
+            f.insert("revision", i64_of("revision", *revision)?);
         }
     }
     Ok(f)
@@ -183,6 +189,10 @@ fn step_patch(ops: &mut Ops, p: &StepPatch) -> Result<()> {
         traffic_waits_inc,
         started_at,
         finished_at,
+        epoch,
+        record,
+        history,
+        retrying_since,
     } = p;
     let k = |f: &str| format!("steps.{index}.{f}");
     if let Some(s) = status {
@@ -219,6 +229,33 @@ fn step_patch(ops: &mut Ops, p: &StepPatch) -> Result<()> {
     if let Some(f) = finished_at {
         ops.patch(k("finished_at"), f, |t| Ok(dt(*t)))?;
     }
+    // Epoch 0 and an empty history are not stored (as the step serializes them): unset.
+    match epoch {
+        Some(0) => {
+            ops.unset.insert(k("epoch"), "");
+        }
+        Some(e) => {
+            ops.set.insert(k("epoch"), codec::epoch_bson(*e));
+        }
+        None => {}
+    }
+    if let Some(r) = record {
+        let field = k("record");
+        ops.patch(field.clone(), r, |r| codec::record_bson(&field, r))?;
+    }
+    match history {
+        Some(Patch::Set(h)) if !h.is_empty() => {
+            let field = k("history");
+            ops.set.insert(field.clone(), codec::history_bson(&field, h)?);
+        }
+        Some(_) => {
+            ops.unset.insert(k("history"), "");
+        }
+        None => {}
+    }
+    if let Some(t) = retrying_since {
+        ops.patch(k("retrying_since"), t, |t| Ok(dt(*t)))?;
+    }
     Ok(())
 }
 
@@ -233,6 +270,7 @@ pub fn transition_update(t: &Transition, limits: &Limits) -> Result<Update> {
         status,
         steps,
         outputs,
+        outputs_unset,
         input,
         claimable_time,
         claim_token,
@@ -257,7 +295,8 @@ pub fn transition_update(t: &Transition, limits: &Limits) -> Result<Update> {
         ops.set.insert(f("elapsed_ms"), Bson::Int64(0));
         ops.set.insert(f("traffic_wait_ms"), Bson::Int64(0));
         ops.set.insert(f("traffic_waits"), Bson::Int32(0));
-        for n in ["error", "checkpoint", "started_at", "finished_at"] {
+        // A new run: epoch, record and history stay (K-17.3), the attempt's fields go.
+        for n in ["error", "checkpoint", "started_at", "finished_at", "retrying_since"] {
             ops.unset.insert(f(n), "");
         }
     }
@@ -267,6 +306,9 @@ pub fn transition_update(t: &Transition, limits: &Limits) -> Result<Update> {
     for (name, v) in outputs {
         let field = format!("output.{name}");
         ops.set.insert(field.clone(), json_to_bson(&field, v)?);
+    }
+    for name in outputs_unset {
+        ops.unset.insert(format!("output.{name}"), "");
     }
     if let Some(i) = input {
         ops.set.insert("input", json_to_bson("input", i)?);

@@ -3,7 +3,8 @@
 //! only together with docs/store-mongo.md and a migration note. No server needed.
 
 use kernel_core::model::*;
-use kernel_core::transition::{Guard, Transition};
+use kernel_core::record::*;
+use kernel_core::transition::{Guard, Patch, Transition, TransitionKind};
 use mongodb::bson::{doc, Bson, DateTime, Document};
 use serde_json::json;
 use store_mongo::protocol::{guard_filter, transition_update, Limits, Update};
@@ -72,6 +73,10 @@ fn guard_filters() {
     assert_eq!(
         f(&Guard::PriorityBelow(Priority::P1)),
         doc! { "workflow_id": "wf-1", "status": { "$in": ["running", "waiting", "failing"] }, "business_priority": { "$gt": 1i32 } }
+    );
+    assert_eq!(
+        f(&Guard::Operator { revision: 7 }),
+        doc! { "workflow_id": "wf-1", "status": { "$in": ["running", "waiting"] }, "revision": 7i64 }
     );
     // claim_any: the guard alone.
     assert_eq!(
@@ -339,11 +344,190 @@ fn replay_resets_failed_steps_through_array_filters() {
             },
             "$unset": {
                 "steps.$[f].error": "", "steps.$[f].checkpoint": "", "steps.$[f].started_at": "", "steps.$[f].finished_at": "",
-                "claim_token": "", "wait": "", "resume": "", "finished_at": "",
+                "steps.$[f].retrying_since": "", "claim_token": "", "wait": "", "resume": "", "finished_at": "",
             },
             "$inc": { "retry_count": 1i32, "revision": 1i64 },
         }
     );
     assert_eq!(u.array_filters, Some(vec![doc! { "f.status": "failed" }]));
     assert_eq!(u.step_index_max, None);
+}
+
+fn record(run: u32, epoch: u32) -> StepRecord {
+    StepRecord {
+        run,
+        epoch,
+        entries: vec![RecordEntry::Value(RecordedValue { label: "now".into(), value: json!(5), recorded_at: NOW })],
+    }
+}
+
+/// The BSON of `record(run, epoch)`: its JSON form node by node, times as milliseconds.
+fn record_doc(run: u32, epoch: u32) -> Document {
+    doc! {
+        "run": i64::from(run), "epoch": i64::from(epoch),
+        "entries": [{ "kind": "value", "label": "now", "value": 5i64, "recorded_at": NOW.as_millis() }],
+    }
+}
+
+fn history(epoch: u32) -> HistoryEntry {
+    HistoryEntry {
+        run: 0,
+        epoch,
+        reason: HistoryReason::Regenerate,
+        output: Some(json!({"n": 1})),
+        error: None,
+        record: Some(record(0, epoch)),
+        at: NOW,
+    }
+}
+
+fn history_doc(epoch: u32) -> Document {
+    doc! {
+        "run": 0i64, "epoch": i64::from(epoch), "reason": "regenerate", "output": { "n": 1i64 },
+        "record": record_doc(0, epoch), "at": NOW.as_millis(),
+    }
+}
+
+/// K-17.3: a record and a history are stored whole under the step; no history patch leaves
+/// the stored one.
+#[test]
+fn record_step_sets_the_record_and_the_history() {
+    check(
+        Transition::record_step(1, record(0, 0), Some(vec![history(0)]), NOW),
+        doc! {
+            "$set": { "steps.1.record": record_doc(0, 0), "steps.1.history": [history_doc(0)], "updated_at": d(NOW) },
+            "$inc": { "revision": 1i64 },
+        },
+        Some(1),
+    );
+    check(
+        Transition::record_step(1, record(1, 2), None, NOW),
+        doc! { "$set": { "steps.1.record": record_doc(1, 2), "updated_at": d(NOW) }, "$inc": { "revision": 1i64 } },
+        Some(1),
+    );
+}
+
+/// A retry release remembers when the attempt first failed, as a DateTime.
+#[test]
+fn a_retry_release_remembers_retrying_since() {
+    check(
+        Transition::step_retry(1, err(ErrorClass::Transient), DurationMs::from_millis(9), NOW)
+            .retrying_since(1, NOW)
+            .release_until(NOW.plus(1_000)),
+        doc! {
+            "$set": {
+                "steps.1.status": "pending", "steps.1.error": { "class": "transient", "message": "boom" },
+                "steps.1.retrying_since": d(NOW), "claimable_time": d(NOW.plus(1_000)), "updated_at": d(NOW),
+            },
+            "$unset": { "steps.1.checkpoint": "", "claim_token": "" },
+            "$inc": { "steps.1.elapsed_ms": 9i64, "revision": 1i64 },
+        },
+        Some(1),
+    );
+}
+
+/// K-17.2: dead letter parks the step with its error and the workflow on the operator
+/// signal; the operator's retry starts the next epoch.
+#[test]
+fn dead_letter_and_step_epoch() {
+    let wait = Wait::Signal {
+        signal_type: "kernel.dead_letter".into(),
+        wait_key: "compose".into(),
+        generation: 0,
+        step_index: 1,
+        poll_time: Some(NOW.plus(3_600_000)),
+    };
+    check(
+        Transition::dead_letter(1, wait, err(ErrorClass::Permanent), DurationMs::from_millis(7), NOW),
+        doc! {
+            "$set": {
+                "status": "waiting", "steps.1.status": "waiting", "steps.1.error": { "class": "permanent", "message": "boom" },
+                "claimable_time": d(NOW.plus(3_600_000)),
+                "wait": { "kind": "signal", "generation": 0i64, "step_index": 1i32, "signal_type": "kernel.dead_letter", "wait_key": "compose", "poll_time": d(NOW.plus(3_600_000)) },
+                "updated_at": d(NOW),
+            },
+            "$unset": { "claim_token": "", "resume": "" },
+            "$inc": { "steps.1.elapsed_ms": 7i64, "revision": 1i64 },
+        },
+        Some(1),
+    );
+    check(
+        Transition::step_epoch(1, 2, vec![history(1)], NOW),
+        doc! {
+            "$set": { "steps.1.status": "pending", "steps.1.attempt": 0i32, "steps.1.epoch": 2i64, "steps.1.history": [history_doc(1)], "updated_at": d(NOW) },
+            "$unset": {
+                "steps.1.error": "", "steps.1.checkpoint": "", "steps.1.finished_at": "", "steps.1.record": "",
+                "steps.1.retrying_since": "", "resume": "",
+            },
+            "$inc": { "revision": 1i64 },
+        },
+        Some(1),
+    );
+}
+
+/// K-17.3: regenerate starts a new epoch of each reset step (an empty history removed),
+/// removes their outputs and clears the claim token; waking makes the instance claimable.
+#[test]
+fn regenerate_resets_steps_and_removes_outputs() {
+    let fresh = |i: u32| {
+        let k = |f: &str| format!("steps.{i}.{f}");
+        [k("error"), k("checkpoint"), k("finished_at"), k("record")]
+    };
+    let mut unset = Document::new();
+    for k in fresh(0) {
+        unset.insert(k, "");
+    }
+    unset.insert("steps.0.retrying_since", "");
+    for k in fresh(1) {
+        unset.insert(k, "");
+    }
+    unset.insert("steps.1.history", "");
+    unset.insert("steps.1.retrying_since", "");
+    for k in ["output.draft", "output.compose", "claim_token", "wait", "resume"] {
+        unset.insert(k, "");
+    }
+    check(
+        Transition::regenerate(
+            vec![(0, 1, vec![history(0)]), (1, 1, vec![])],
+            vec!["draft".into(), "compose".into()],
+            true,
+            NOW,
+        ),
+        doc! {
+            "$set": {
+                "status": "running",
+                "steps.0.status": "pending", "steps.0.attempt": 0i32, "steps.0.epoch": 1i64, "steps.0.history": [history_doc(0)],
+                "steps.1.status": "pending", "steps.1.attempt": 0i32, "steps.1.epoch": 1i64,
+                "claimable_time": d(NOW), "updated_at": d(NOW),
+            },
+            "$unset": unset,
+            "$inc": { "revision": 1i64 },
+        },
+        Some(1),
+    );
+    check(
+        Transition::regenerate(vec![(2, 3, vec![])], vec![], false, NOW),
+        doc! {
+            "$set": { "steps.2.status": "pending", "steps.2.attempt": 0i32, "steps.2.epoch": 3i64, "updated_at": d(NOW) },
+            "$unset": {
+                "steps.2.error": "", "steps.2.checkpoint": "", "steps.2.finished_at": "", "steps.2.record": "",
+                "steps.2.history": "", "steps.2.retrying_since": "", "claim_token": "",
+            },
+            "$inc": { "revision": 1i64 },
+        },
+        Some(2),
+    );
+}
+
+/// Epoch 0 is not stored (a document without it reads as 0): setting it unsets the key.
+#[test]
+fn epoch_zero_is_unset() {
+    let mut t = Transition::new(TransitionKind::Release, NOW);
+    t.step_mut(2).epoch = Some(0);
+    t.step_mut(2).record = Some(Patch::Unset);
+    check(
+        t,
+        doc! { "$set": { "updated_at": d(NOW) }, "$unset": { "steps.2.epoch": "", "steps.2.record": "" }, "$inc": { "revision": 1i64 } },
+        Some(2),
+    );
 }

@@ -6,6 +6,7 @@
 
 use kernel_core::model::*;
 use kernel_core::ports::DueCursor;
+use kernel_core::record::*;
 use kernel_core::transition::{Guard, Patch, Transition, TransitionKind};
 use serde_json::json;
 use std::fmt::Write as _;
@@ -50,6 +51,26 @@ fn err(class: ErrorClass) -> StepError {
     StepError { class, message: "boom".into() }
 }
 
+fn record(run: u32, epoch: u32) -> StepRecord {
+    StepRecord {
+        run,
+        epoch,
+        entries: vec![RecordEntry::Value(RecordedValue { label: "now".into(), value: json!(5), recorded_at: NOW })],
+    }
+}
+
+fn history(epoch: u32) -> HistoryEntry {
+    HistoryEntry {
+        run: 0,
+        epoch,
+        reason: HistoryReason::Regenerate,
+        output: Some(json!({"n": 1})),
+        error: None,
+        record: Some(record(0, epoch)),
+        at: NOW,
+    }
+}
+
 fn guards() -> Vec<(&'static str, Guard)> {
     let id = WaitIdentity { signal_type: "approved".into(), wait_key: "doc:42".into(), generation: 3, step_index: 1 };
     vec![
@@ -63,6 +84,7 @@ fn guards() -> Vec<(&'static str, Guard)> {
         ("guard SignalWait", Guard::SignalWait(id)),
         ("guard Active", Guard::Active),
         ("guard PriorityBelow", Guard::PriorityBelow(Priority::P1)),
+        ("guard Operator", Guard::Operator { revision: 7 }),
     ]
 }
 
@@ -120,6 +142,47 @@ fn transitions() -> Vec<(&'static str, Transition)> {
             let mut t = Transition::new(TransitionKind::Release, NOW);
             t.step_mut(0).attempt = Some(kernel_core::transition::AttemptChange::Reset);
             t.step_mut(0).finished_at = Some(Patch::Unset);
+            t
+        }),
+        ("transition record_step", Transition::record_step(1, record(0, 0), Some(vec![history(0)]), NOW)),
+        ("transition record_step without history", Transition::record_step(1, record(1, 2), None, NOW)),
+        (
+            "transition step_retry retrying_since release_until",
+            Transition::step_retry(1, err(ErrorClass::Transient), ms(9), NOW)
+                .retrying_since(1, NOW)
+                .release_until(NOW.plus(ms(1_000))),
+        ),
+        (
+            "transition dead_letter",
+            Transition::dead_letter(
+                1,
+                Wait::Signal {
+                    signal_type: "kernel.dead_letter".into(),
+                    wait_key: "compose".into(),
+                    generation: 0,
+                    step_index: 1,
+                    poll_time: Some(NOW.plus(ms(3_600_000))),
+                },
+                err(ErrorClass::Permanent),
+                ms(7),
+                NOW,
+            ),
+        ),
+        ("transition step_epoch", Transition::step_epoch(1, 2, vec![history(1)], NOW)),
+        (
+            "transition regenerate wake",
+            Transition::regenerate(
+                vec![(0, 1, vec![history(0)]), (1, 1, vec![])],
+                vec!["draft".into(), "compose".into()],
+                true,
+                NOW,
+            ),
+        ),
+        ("transition regenerate waiting", Transition::regenerate(vec![(2, 3, vec![])], vec![], false, NOW)),
+        ("transition epoch 0 and output set and unset", {
+            let mut t = Transition::complete_step(1, "compose", json!(1), ms(0), NOW, false);
+            t.step_mut(2).epoch = Some(0);
+            t.outputs_unset.push("draft".into());
             t
         }),
     ]
@@ -186,12 +249,14 @@ fn k6_4_sql_of_every_guard_and_transition_is_pinned() {
     }
 }
 
-/// K-6.4: `revision` is incremented by the writes that bump it, never part of a guard; the
-/// claim and the heartbeat leave it alone.
+/// K-6.4: `revision` is incremented by the writes that bump it, never part of a guard but
+/// the operator's (optimistic, K-17.3); the claim and the heartbeat leave it alone.
 #[test]
 fn k6_4_revision_is_never_a_guard() {
     for (name, g) in guards() {
-        assert!(!protocol::guard_condition(&g).unwrap().sql.contains("revision"), "{name}");
+        // The operator's guard is the one optimistic guard: it reads the revision.
+        let reads = matches!(g, Guard::Operator { .. });
+        assert_eq!(protocol::guard_condition(&g).unwrap().sql.contains("revision"), reads, "{name}");
     }
     for (name, t) in transitions() {
         let sql = protocol::transition_assignments(&t, &Limits::default()).unwrap().sql;
