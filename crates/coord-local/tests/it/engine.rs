@@ -25,8 +25,6 @@ fn ports_on(world: &World, coord: &LocalCoord) -> Ports {
         wakeup: Arc::new(coord.wakeup()),
         permits: Arc::new(permits),
         ..world.ports()
-        result_cache: None,
-        dead_letters: None,
     }
 }
 

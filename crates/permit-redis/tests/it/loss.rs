@@ -97,8 +97,6 @@ async fn run(url: &str, prefix: &str, flush: bool) -> RunReport {
         wakeup: Arc::new(wakeup),
         permits: Arc::new(permits.clone()),
         ..world.ports()
-        result_cache: None,
-        dead_letters: None,
     };
     let (entered_tx, mut entered_rx) = mpsc::unbounded_channel();
     let probe = Arc::new(Probe { executions: Arc::default(), entered: entered_tx, release: Arc::new(Notify::new()) });
