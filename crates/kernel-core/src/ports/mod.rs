@@ -5,6 +5,7 @@
 //! what a miss means and what is idempotent. `testkit` holds one conformance suite per port
 //! that every adapter runs.
 
+mod cache;
 mod clock;
 mod dispatch;
 mod ids;
@@ -15,6 +16,7 @@ mod queue;
 mod store;
 mod stream;
 
+pub use cache::*;
 pub use clock::*;
 pub use dispatch::*;
 pub use ids::*;
