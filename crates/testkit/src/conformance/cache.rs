@@ -50,9 +50,11 @@ impl CacheFixture for Arc<DynResultCache> {
     }
 }
 
-/// A plausible wall-clock origin (2026), so adapters storing dates see real ones.
+/// The cases' origin: 2100-01-01, a real date for adapters that store dates, and later
+/// than any wall clock the cases run under, so a server-side expiry on the wall clock (a
+/// MongoDB TTL index) never removes an entry a case still reads.
 fn t0() -> Instant {
-    Instant::from_millis(1_780_000_000_000)
+    Instant::from_millis(4_102_444_800_000)
 }
 
 fn versions() -> CacheVersions {
