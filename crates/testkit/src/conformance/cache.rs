@@ -58,7 +58,12 @@ fn t0() -> Instant {
 }
 
 fn versions() -> CacheVersions {
-    CacheVersions { prompt: "prompt-3".into(), model: "model-2026-01".into(), tool: "tools-7".into(), data: "data-42".into() }
+    CacheVersions {
+        prompt: "prompt-3".into(),
+        model: "model-2026-01".into(),
+        tool: "tools-7".into(),
+        data: "data-42".into(),
+    }
 }
 
 fn key(n: u32) -> CacheKey {
@@ -116,8 +121,9 @@ pub async fn put_replaces(c: &DynResultCache) {
 pub async fn keys_are_isolated(c: &DynResultCache) {
     let a = key(4);
     let b = key(5);
-    let newer_model = CacheKey::new("summarize", &CacheVersions { model: "model-2026-02".into(), ..versions() }, &json!({"doc": 4}))
-        .unwrap();
+    let newer_model =
+        CacheKey::new("summarize", &CacheVersions { model: "model-2026-02".into(), ..versions() }, &json!({"doc": 4}))
+            .unwrap();
     c.put(&a, &json!("a"), t0(), TTL).await.unwrap();
     assert_eq!(c.get(&b, t0()).await.unwrap(), None);
     assert_eq!(c.get(&newer_model, t0()).await.unwrap(), None, "a new model version misses");
