@@ -11,6 +11,9 @@
 //! - [`RedisWakeup`]: the pub/sub doorbell; a subscriber task feeds an mpsc channel and
 //!   resubscribes after a connection loss.
 //! - [`RedisDispatchCandidates`]: the recovery dispatcher's candidate ZSET (pop = remove).
+//! - [`RedisResultCache`]: the result cache of read-only activities
+//!   ([`ResultCache`](kernel_core::ports::ResultCache)), one `SET … PX` per entry plus an
+//!   expiry ZSET for bounded purges.
 //!
 //! Every key lives under a configurable prefix and is passed to scripts in `KEYS`; values
 //! travel in `ARGV`; scripts are static and loaded once. On Redis Cluster use a hash-tagged
@@ -35,12 +38,14 @@
 //! # }
 //! ```
 
+mod cache;
 mod dispatch;
 mod lanes;
 #[cfg(feature = "testing")]
 pub mod test_support;
 mod wakeup;
 
+pub use cache::RedisResultCache;
 pub use dispatch::{RedisDispatchCandidates, DISPATCH_BATCH_MAX};
 pub use lanes::{LaneWeights, RedisReadyQueue, BURST_MAX, LANE_WEIGHT_MAX};
 /// The connection types the constructors take, so callers need no `redis` dependency.
@@ -128,6 +133,11 @@ impl RedisConnection {
     /// The wakeup doorbell under `prefix`, publishing on this connection.
     pub fn wakeup(&self, prefix: &str) -> Result<RedisWakeup> {
         RedisWakeup::new(self.client.clone(), self.conn.clone(), prefix)
+    }
+
+    /// The result cache under `prefix`, on this connection.
+    pub fn result_cache(&self, prefix: &str) -> Result<RedisResultCache> {
+        RedisResultCache::new(self.conn.clone(), prefix)
     }
 
     /// The dispatch candidates under `prefix`, on this connection.

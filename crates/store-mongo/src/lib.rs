@@ -1,8 +1,9 @@
 //! # store-mongo
 //!
 //! The durable side of the kernel on MongoDB (≥ 5.0) with the official `mongodb` driver:
-//! [`MongoWorkflowStore`] implements [`WorkflowStore`](kernel_core::ports::WorkflowStore)
-//! and [`MongoSignalInbox`] implements [`SignalInbox`](kernel_core::ports::SignalInbox).
+//! [`MongoWorkflowStore`] implements [`WorkflowStore`](kernel_core::ports::WorkflowStore),
+//! [`MongoSignalInbox`] implements [`SignalInbox`](kernel_core::ports::SignalInbox) and
+//! [`MongoResultCache`] implements [`ResultCache`](kernel_core::ports::ResultCache).
 //!
 //! Every port write is **one** single-document `findAndModify`, `update` or `insert` whose
 //! filter is `workflow_id = id AND <guard>` (K-6.4); the update is translated from the typed
@@ -43,8 +44,10 @@
 //!   fingerprint_mismatch?: { persisted, worker } }
 //! ```
 //!
-//! `signal_inbox`: see [`MongoSignalInbox`].
+//! `signal_inbox`: see [`MongoSignalInbox`]. `workflow_result_cache` (the name is
+//! configurable): see [`MongoResultCache`].
 
+mod cache;
 mod codec;
 pub mod error;
 mod inbox;
@@ -52,6 +55,7 @@ mod outbox;
 pub mod protocol;
 mod store;
 
+pub use cache::{MongoResultCache, RESULT_CACHE};
 pub use inbox::MongoSignalInbox;
 pub use outbox::{MongoOutbox, OutboxSchema};
 pub use protocol::Limits;

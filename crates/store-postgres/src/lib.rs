@@ -3,7 +3,9 @@
 //! The durable side of the kernel on PostgreSQL (≥ 13): [`PostgresWorkflowStore`]
 //! implements [`WorkflowStore`](kernel_core::ports::WorkflowStore),
 //! [`PostgresSignalInbox`] implements [`SignalInbox`](kernel_core::ports::SignalInbox),
-//! [`PostgresOutbox`] the dispatch outbox on the user's business table, and
+//! [`PostgresOutbox`] the dispatch outbox on the user's business table,
+//! [`PostgresResultCache`] the cache of read-only activity results
+//! ([`ResultCache`](kernel_core::ports::ResultCache)), and
 //! [`PostgresObservationRepository`] the observer's
 //! [`ObservationRepository`](observer::ObservationRepository) (what
 //! [`OpsView`](observer::OpsView) queries).
@@ -68,6 +70,7 @@
 //!   revision, updated_at, doc jsonb)
 //! observation_snapshots(biz_key PK, workflow_type, status, step_name, revision, updated_at,
 //!   doc jsonb)
+//! result_cache(key PK, value jsonb, stored_at, expires_at)          -- PostgresResultCache
 //! ```
 //!
 //! `claim_any` takes its candidate from the function `claim_candidate(now, types)`
@@ -87,6 +90,7 @@
 //! columns) an instance whose JSON columns would exceed 16 MiB. All are [`Error::InvalidInput`](kernel_core::Error) with
 //! nothing written.
 
+mod cache;
 mod codec;
 pub mod error;
 mod inbox;
@@ -96,6 +100,7 @@ mod outbox;
 pub mod protocol;
 mod store;
 
+pub use cache::{PostgresResultCache, RESULT_CACHE};
 pub use inbox::PostgresSignalInbox;
 pub use migrate::{migrate, MIGRATIONS};
 pub use observation::{

@@ -3,7 +3,9 @@
 //! The durable side of the kernel in one SQLite file, for one machine and no server:
 //! [`SqliteWorkflowStore`] implements [`WorkflowStore`](kernel_core::ports::WorkflowStore),
 //! [`SqliteSignalInbox`] implements [`SignalInbox`](kernel_core::ports::SignalInbox),
-//! [`SqliteOutbox`] the dispatch outbox on the user's business table, and
+//! [`SqliteOutbox`] the dispatch outbox on the user's business table,
+//! [`SqliteResultCache`] the cache of read-only activity results
+//! ([`ResultCache`](kernel_core::ports::ResultCache)), and
 //! [`SqliteObservationRepository`] the observer's
 //! [`ObservationRepository`](observer::ObservationRepository) (what
 //! [`OpsView`](observer::OpsView) queries). Several processes may share the file.
@@ -79,6 +81,7 @@
 //! observation_attempts(biz_key, workflow_run, step_name, attempt PK, workflow_type, outcome,
 //!   revision, updated_at, doc)
 //! observation_snapshots(biz_key PK, workflow_type, status, step_name, revision, updated_at, doc)
+//! result_cache(key PK, value, stored_at, expires_at)        -- SqliteResultCache
 //! ```
 //!
 //! Times are `INTEGER` milliseconds since the Unix epoch; text compares byte-wise. The file
@@ -98,6 +101,7 @@
 //! (`InvalidInput`), as on every store (kernel-core's K-2.0 rule). Details:
 //! `docs/store-sqlite.md`.
 
+mod cache;
 mod codec;
 pub mod error;
 mod inbox;
@@ -107,6 +111,7 @@ mod outbox;
 pub mod protocol;
 mod store;
 
+pub use cache::{SqliteResultCache, RESULT_CACHE};
 pub use inbox::SqliteSignalInbox;
 pub use migrate::{migrate, APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION};
 pub use observation::SqliteObservationRepository;

@@ -1,6 +1,7 @@
 //! Integration tests of the Redis lanes, wakeup and dispatch candidates against a real
 //! Redis (`REDIS_URL`, default `redis://127.0.0.1:6379`; see `queue_redis::test_support`).
 
+mod cache;
 mod conformance;
 mod dispatch;
 mod lanes;

@@ -1,9 +1,10 @@
 //! The one place that decides whether the Mongo tests run, and their fixtures.
 
-use kernel_core::ports::{DynInbox, DynStore};
+use kernel_core::ports::{DynInbox, DynResultCache, DynStore};
 use mongodb::{Client, Database};
 use rand::Rng;
-use store_mongo::{MongoConfig, MongoSignalInbox, MongoWorkflowStore};
+use store_mongo::{MongoConfig, MongoResultCache, MongoSignalInbox, MongoWorkflowStore};
+use testkit::conformance::cache::CacheFixture;
 use testkit::conformance::inbox::InboxFixture;
 use testkit::conformance::store::StoreFixture;
 
@@ -98,6 +99,28 @@ impl InboxDb {
 
 impl InboxFixture for InboxDb {
     fn inbox(&self) -> &DynInbox {
+        &self.1
+    }
+    fn teardown(self) -> futures::future::BoxFuture<'static, ()> {
+        Box::pin(self.0.drop_db())
+    }
+}
+
+/// Result-cache conformance fixture: a cache on a fresh database.
+pub struct CacheDb(pub TestDb, pub MongoResultCache);
+
+impl CacheDb {
+    pub async fn new() -> Option<CacheDb> {
+        let t = TestDb::new().await?;
+        let c = MongoResultCache::open(&t.db, &MongoConfig::default(), store_mongo::RESULT_CACHE)
+            .await
+            .expect("open result cache");
+        Some(CacheDb(t, c))
+    }
+}
+
+impl CacheFixture for CacheDb {
+    fn cache(&self) -> &DynResultCache {
         &self.1
     }
     fn teardown(self) -> futures::future::BoxFuture<'static, ()> {

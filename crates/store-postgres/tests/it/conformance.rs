@@ -9,3 +9,8 @@ mod inbox {
     use crate::support::InboxDb;
     testkit::inbox_conformance!(InboxDb::new);
 }
+
+mod cache {
+    use crate::support::CacheDb;
+    testkit::result_cache_conformance!(CacheDb::new);
+}

@@ -1,10 +1,11 @@
 //! The one place that decides whether the PostgreSQL tests run, and their fixtures.
 
-use kernel_core::ports::{DynInbox, DynStore};
+use kernel_core::ports::{DynInbox, DynResultCache, DynStore};
 use rand::Rng;
 use std::sync::OnceLock;
 use std::time::Duration;
-use store_postgres::{PostgresConfig, PostgresSignalInbox, PostgresWorkflowStore};
+use store_postgres::{PostgresConfig, PostgresResultCache, PostgresSignalInbox, PostgresWorkflowStore};
+use testkit::conformance::cache::CacheFixture;
 use testkit::conformance::inbox::InboxFixture;
 use testkit::conformance::store::StoreFixture;
 
@@ -259,6 +260,26 @@ impl InboxDb {
 
 impl InboxFixture for InboxDb {
     fn inbox(&self) -> &DynInbox {
+        &self.1
+    }
+    fn teardown(self) -> futures::future::BoxFuture<'static, ()> {
+        Box::pin(self.0.drop_schema())
+    }
+}
+
+/// Result-cache conformance fixture: a cache in a fresh schema.
+pub struct CacheDb(pub TestSchema, pub PostgresResultCache);
+
+impl CacheDb {
+    pub async fn new() -> Option<CacheDb> {
+        let t = TestSchema::new().await?;
+        let c = PostgresResultCache::new(t.pool.clone(), t.config.clone()).expect("cache");
+        Some(CacheDb(t, c))
+    }
+}
+
+impl CacheFixture for CacheDb {
+    fn cache(&self) -> &DynResultCache {
         &self.1
     }
     fn teardown(self) -> futures::future::BoxFuture<'static, ()> {

@@ -1,7 +1,8 @@
 //! Fixtures: a fresh SQLite file per test, in a temporary directory removed on drop.
 
-use kernel_core::ports::{DynInbox, DynStore};
-use store_sqlite::{SqliteConfig, SqliteDb, SqliteSignalInbox, SqliteWorkflowStore, Synchronous};
+use kernel_core::ports::{DynInbox, DynResultCache, DynStore};
+use store_sqlite::{SqliteConfig, SqliteDb, SqliteResultCache, SqliteSignalInbox, SqliteWorkflowStore, Synchronous};
+use testkit::conformance::cache::CacheFixture;
 use testkit::conformance::inbox::InboxFixture;
 use testkit::conformance::store::StoreFixture;
 
@@ -85,6 +86,28 @@ impl InboxDb {
 
 impl InboxFixture for InboxDb {
     fn inbox(&self) -> &DynInbox {
+        &self.1
+    }
+    fn teardown(self) -> futures::future::BoxFuture<'static, ()> {
+        drop(self.1);
+        self.0.close();
+        Box::pin(async {})
+    }
+}
+
+/// Result-cache conformance fixture: a cache in a fresh file.
+pub struct CacheDb(pub TestDb, pub SqliteResultCache);
+
+impl CacheDb {
+    pub async fn new() -> Option<CacheDb> {
+        let t = TestDb::new().await;
+        let c = SqliteResultCache::new(t.db.clone());
+        Some(CacheDb(t, c))
+    }
+}
+
+impl CacheFixture for CacheDb {
+    fn cache(&self) -> &DynResultCache {
         &self.1
     }
     fn teardown(self) -> futures::future::BoxFuture<'static, ()> {

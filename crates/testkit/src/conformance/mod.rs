@@ -3,6 +3,7 @@
 //! adapter crate invokes the macro once; the in-memory adapters run it too.
 
 pub mod dead_letter;
+pub mod cache;
 pub mod inbox;
 pub mod outbox;
 pub mod permits;

@@ -1,6 +1,7 @@
 //! In-memory adapters with the same atomicity as the real ones: every port call takes one
 //! lock, so each is linearizable, like a single-document conditional update.
 
+mod cache;
 mod clock;
 mod dead_letter;
 mod inbox;
@@ -9,6 +10,7 @@ mod permits;
 mod queue;
 mod store;
 
+pub use cache::MemoryResultCache;
 pub use clock::{ManualClock, SeqIds};
 pub use dead_letter::MemoryDeadLetters;
 pub use inbox::InMemoryInbox;
