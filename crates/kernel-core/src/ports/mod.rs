@@ -6,6 +6,7 @@
 //! that every adapter runs.
 
 mod clock;
+mod dead_letter;
 mod dispatch;
 mod ids;
 mod inbox;
@@ -16,6 +17,7 @@ mod store;
 mod stream;
 
 pub use clock::*;
+pub use dead_letter::*;
 pub use dispatch::*;
 pub use ids::*;
 pub use inbox::*;

@@ -2,6 +2,7 @@
 //! lock, so each is linearizable, like a single-document conditional update.
 
 mod clock;
+mod dead_letter;
 mod inbox;
 mod outbox;
 mod permits;
@@ -9,6 +10,7 @@ mod queue;
 mod store;
 
 pub use clock::{ManualClock, SeqIds};
+pub use dead_letter::MemoryDeadLetters;
 pub use inbox::InMemoryInbox;
 pub use outbox::{InMemoryCandidates, InMemoryOutbox};
 pub use permits::{InMemoryPermits, PermitLimits};
