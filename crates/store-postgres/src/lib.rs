@@ -88,6 +88,7 @@
 //! nothing written.
 
 mod codec;
+mod dead_letter;
 pub mod error;
 mod inbox;
 mod migrate;
@@ -96,6 +97,7 @@ mod outbox;
 pub mod protocol;
 mod store;
 
+pub use dead_letter::{PostgresDeadLetters, DEAD_LETTER_COLUMNS};
 pub use inbox::PostgresSignalInbox;
 pub use migrate::{migrate, MIGRATIONS};
 pub use observation::{
@@ -118,6 +120,8 @@ pub use deadpool_postgres::Pool;
 pub const INSTANCES: &str = "workflow_instances";
 /// Name of the inbox table.
 pub const INBOX: &str = "signal_inbox";
+/// Name of the dead-letter table.
+pub const DEAD_LETTERS: &str = "dead_letters";
 /// The URL used when `DATABASE_URL` is unset.
 pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
