@@ -99,6 +99,7 @@
 //! `docs/store-sqlite.md`.
 
 mod codec;
+mod dead_letter;
 pub mod error;
 mod inbox;
 mod migrate;
@@ -107,6 +108,7 @@ mod outbox;
 pub mod protocol;
 mod store;
 
+pub use dead_letter::{SqliteDeadLetters, DEAD_LETTER_COLUMNS};
 pub use inbox::SqliteSignalInbox;
 pub use migrate::{migrate, APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION};
 pub use observation::SqliteObservationRepository;
@@ -125,6 +127,8 @@ use std::time::Duration;
 pub const INSTANCES: &str = "workflow_instances";
 /// Name of the inbox table.
 pub const INBOX: &str = "signal_inbox";
+/// Name of the dead-letter table.
+pub const DEAD_LETTERS: &str = "dead_letters";
 
 /// SQLite's `synchronous` setting: when a commit waits for the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
