@@ -43,15 +43,18 @@
 //!   fingerprint_mismatch?: { persisted, worker } }
 //! ```
 //!
-//! `signal_inbox`: see [`MongoSignalInbox`].
+//! `signal_inbox`: see [`MongoSignalInbox`]. `workflow_dead_letters` (configurable): see
+//! [`MongoDeadLetters`].
 
 mod codec;
+mod dead_letter;
 pub mod error;
 mod inbox;
 mod outbox;
 pub mod protocol;
 mod store;
 
+pub use dead_letter::MongoDeadLetters;
 pub use inbox::MongoSignalInbox;
 pub use outbox::{MongoOutbox, OutboxSchema};
 pub use protocol::Limits;
@@ -63,6 +66,8 @@ use mongodb::options::{Acknowledgment, ReadPreference, SelectionCriteria, WriteC
 pub const INSTANCES: &str = "workflow_instances";
 /// Name of the inbox collection.
 pub const INBOX: &str = "signal_inbox";
+/// Default name of the dead-letter collection ([`MongoDeadLetters`]).
+pub const DEAD_LETTERS: &str = "workflow_dead_letters";
 
 /// Adapter configuration.
 #[derive(Debug, Clone)]

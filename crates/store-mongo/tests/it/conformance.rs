@@ -9,3 +9,8 @@ mod inbox {
     use crate::support::InboxDb;
     testkit::inbox_conformance!(InboxDb::new);
 }
+
+mod dead_letter {
+    use crate::support::DeadLetterDb;
+    testkit::dead_letter_conformance!(DeadLetterDb::new);
+}

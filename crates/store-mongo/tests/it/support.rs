@@ -1,9 +1,10 @@
 //! The one place that decides whether the Mongo tests run, and their fixtures.
 
-use kernel_core::ports::{DynInbox, DynStore};
+use kernel_core::ports::{DynDeadLetters, DynInbox, DynStore};
 use mongodb::{Client, Database};
 use rand::Rng;
-use store_mongo::{MongoConfig, MongoSignalInbox, MongoWorkflowStore};
+use store_mongo::{MongoConfig, MongoDeadLetters, MongoSignalInbox, MongoWorkflowStore};
+use testkit::conformance::dead_letter::DeadLetterFixture;
 use testkit::conformance::inbox::InboxFixture;
 use testkit::conformance::store::StoreFixture;
 
@@ -55,6 +56,14 @@ impl TestDb {
         MongoSignalInbox::open(&self.db, MongoConfig::default()).await.expect("open inbox")
     }
 
+    /// The dead letters on this database, on a collection named apart from the default
+    /// (the name is configurable), indexes created.
+    pub async fn dead_letters(&self) -> MongoDeadLetters {
+        MongoDeadLetters::open_in(&self.db, "ops_dead_letters", MongoConfig::default())
+            .await
+            .expect("open dead letters")
+    }
+
     /// Documents in a collection (one round trip).
     pub async fn count(&self, collection: &str) -> u64 {
         self.db
@@ -98,6 +107,26 @@ impl InboxDb {
 
 impl InboxFixture for InboxDb {
     fn inbox(&self) -> &DynInbox {
+        &self.1
+    }
+    fn teardown(self) -> futures::future::BoxFuture<'static, ()> {
+        Box::pin(self.0.drop_db())
+    }
+}
+
+/// Dead-letter conformance fixture: the dead letters on a fresh database.
+pub struct DeadLetterDb(pub TestDb, pub MongoDeadLetters);
+
+impl DeadLetterDb {
+    pub async fn new() -> Option<DeadLetterDb> {
+        let t = TestDb::new().await?;
+        let s = t.dead_letters().await;
+        Some(DeadLetterDb(t, s))
+    }
+}
+
+impl DeadLetterFixture for DeadLetterDb {
+    fn dead_letters(&self) -> &DynDeadLetters {
         &self.1
     }
     fn teardown(self) -> futures::future::BoxFuture<'static, ()> {
