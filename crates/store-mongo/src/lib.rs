@@ -1,8 +1,9 @@
 //! # store-mongo
 //!
 //! The durable side of the kernel on MongoDB (≥ 5.0) with the official `mongodb` driver:
-//! [`MongoWorkflowStore`] implements [`WorkflowStore`](kernel_core::ports::WorkflowStore)
-//! and [`MongoSignalInbox`] implements [`SignalInbox`](kernel_core::ports::SignalInbox).
+//! [`MongoWorkflowStore`] implements [`WorkflowStore`](kernel_core::ports::WorkflowStore),
+//! [`MongoSignalInbox`] implements [`SignalInbox`](kernel_core::ports::SignalInbox) and
+//! [`MongoDeadLetters`] implements [`DeadLetters`](kernel_core::ports::DeadLetters).
 //!
 //! Every port write is **one** single-document `findAndModify`, `update` or `insert` whose
 //! filter is `workflow_id = id AND <guard>` (K-6.4); the update is translated from the typed

@@ -3,7 +3,8 @@
 //! The durable side of the kernel on PostgreSQL (≥ 13): [`PostgresWorkflowStore`]
 //! implements [`WorkflowStore`](kernel_core::ports::WorkflowStore),
 //! [`PostgresSignalInbox`] implements [`SignalInbox`](kernel_core::ports::SignalInbox),
-//! [`PostgresOutbox`] the dispatch outbox on the user's business table, and
+//! [`PostgresOutbox`] the dispatch outbox on the user's business table,
+//! [`PostgresDeadLetters`] implements [`DeadLetters`](kernel_core::ports::DeadLetters), and
 //! [`PostgresObservationRepository`] the observer's
 //! [`ObservationRepository`](observer::ObservationRepository) (what
 //! [`OpsView`](observer::OpsView) queries).
@@ -68,6 +69,8 @@
 //!   revision, updated_at, doc jsonb)
 //! observation_snapshots(biz_key PK, workflow_type, status, step_name, revision, updated_at,
 //!   doc jsonb)
+//! dead_letters(id PK, workflow_id, workflow_type, step, step_index, run, epoch, created_at,
+//!   status, closed_at, error jsonb, inputs jsonb, decision jsonb)   -- migration 7
 //! ```
 //!
 //! `claim_any` takes its candidate from the function `claim_candidate(now, types)`

@@ -3,7 +3,8 @@
 //! The durable side of the kernel in one SQLite file, for one machine and no server:
 //! [`SqliteWorkflowStore`] implements [`WorkflowStore`](kernel_core::ports::WorkflowStore),
 //! [`SqliteSignalInbox`] implements [`SignalInbox`](kernel_core::ports::SignalInbox),
-//! [`SqliteOutbox`] the dispatch outbox on the user's business table, and
+//! [`SqliteOutbox`] the dispatch outbox on the user's business table,
+//! [`SqliteDeadLetters`] implements [`DeadLetters`](kernel_core::ports::DeadLetters), and
 //! [`SqliteObservationRepository`] the observer's
 //! [`ObservationRepository`](observer::ObservationRepository) (what
 //! [`OpsView`](observer::OpsView) queries). Several processes may share the file.
@@ -79,6 +80,8 @@
 //! observation_attempts(biz_key, workflow_run, step_name, attempt PK, workflow_type, outcome,
 //!   revision, updated_at, doc)
 //! observation_snapshots(biz_key PK, workflow_type, status, step_name, revision, updated_at, doc)
+//! dead_letters(id PK, workflow_id, workflow_type, step, step_index, run, epoch, created_at,
+//!   status, closed_at, error, inputs, decision)                      -- migration 4, JSON text
 //! ```
 //!
 //! Times are `INTEGER` milliseconds since the Unix epoch; text compares byte-wise. The file
