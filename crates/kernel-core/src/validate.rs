@@ -8,8 +8,11 @@
 //! [`Transition::validate`](crate::transition::Transition::validate) and
 //! [`Guard::validate`](crate::transition::Guard::validate) (store `apply`),
 //! [`ClaimSpec::validate`](crate::ports::ClaimSpec::validate) (store `claim`),
-//! [`SignalRecord::validate`](crate::ports::SignalRecord::validate) (inbox `insert`) and
-//! [`OutboxAccept::validate`](crate::ports::OutboxAccept::validate) (outbox `accept`).
+//! [`SignalRecord::validate`](crate::ports::SignalRecord::validate) (inbox `insert`),
+//! [`OutboxAccept::validate`](crate::ports::OutboxAccept::validate) (outbox `accept`),
+//! [`DeadLetter::validate_new`](crate::ports::DeadLetter::validate_new) (dead-letter
+//! `record`) and [`DeadLetterDecision::validate`](crate::ports::DeadLetterDecision::validate)
+//! (dead-letter `decide`).
 //! A refusal is [`Error::InvalidInput`] and nothing is written.
 //!
 //! ```
@@ -415,6 +418,89 @@ mod tests {
             assert_eq!(field_of(SignalRecord { workflow_id: "w\0".into(), ..r.clone() }.validate()), "workflow_id");
             assert_eq!(field_of(SignalRecord { signal_type: "x".repeat(257), ..r.clone() }.validate()), "signal_type");
             assert_eq!(field_of(SignalRecord { wait_key: "doc\0".into(), ..r }.validate()), "wait_key");
+        }
+
+        #[test]
+        fn k2_0_dead_letter_validate() {
+            let dl = DeadLetter {
+                id: "wf-1:charge:0".into(),
+                workflow_id: "wf-1".into(),
+                workflow_type: "order".into(),
+                step: "charge".into(),
+                step_index: 1,
+                run: 0,
+                epoch: 0,
+                error: StepError { class: ErrorClass::Permanent, message: "m".repeat(DEAD_LETTER_MESSAGE_BYTES_MAX) },
+                inputs: json!({"a": 1}),
+                created_at: Instant::ZERO,
+                status: DeadLetterStatus::Open,
+                decision: None,
+                closed_at: None,
+            };
+            assert!(dl.validate_new().is_ok());
+            let retry = DeadLetterDecision {
+                action: DeadLetterAction::Retry,
+                actor: "ops".into(),
+                reason: Some("r".repeat(DEAD_LETTER_REASON_BYTES_MAX)),
+                decided_at: Instant::ZERO,
+            };
+            assert!(retry.validate().is_ok());
+            let message = |m: &str| StepError { class: ErrorClass::Transient, message: m.to_string() };
+            let huge = "x".repeat(STORE_PAYLOAD_BYTES_MAX);
+            let cases: Vec<(DeadLetter, &str)> = vec![
+                (DeadLetter { id: String::new(), ..dl.clone() }, "id"),
+                (DeadLetter { workflow_id: "w\0".into(), ..dl.clone() }, "workflow_id"),
+                (DeadLetter { workflow_type: "t\n".into(), ..dl.clone() }, "workflow_type"),
+                (DeadLetter { step: "a.b".into(), ..dl.clone() }, "step"),
+                (
+                    DeadLetter { error: message(&"m".repeat(DEAD_LETTER_MESSAGE_BYTES_MAX + 1)), ..dl.clone() },
+                    "error.message",
+                ),
+                (DeadLetter { error: message("a\0"), ..dl.clone() }, "error.message"),
+                (DeadLetter { inputs: json!(huge), ..dl.clone() }, "inputs"),
+                (
+                    DeadLetter { status: DeadLetterStatus::Decided, decision: Some(retry.clone()), ..dl.clone() },
+                    "status",
+                ),
+                (DeadLetter { decision: Some(retry.clone()), ..dl.clone() }, "decision"),
+                (DeadLetter { closed_at: Some(Instant::ZERO), ..dl.clone() }, "closed_at"),
+                (
+                    DeadLetter {
+                        decision: Some(DeadLetterDecision { actor: String::new(), ..retry.clone() }),
+                        ..dl.clone()
+                    },
+                    "decision.actor",
+                ),
+            ];
+            for (d, field) in cases {
+                assert_eq!(field_of(d.validate_new()), field, "{}", d.id);
+            }
+            let bad =
+                DeadLetterDecision { reason: Some("r".repeat(DEAD_LETTER_REASON_BYTES_MAX + 1)), ..retry.clone() };
+            assert_eq!(field_of(bad.validate()), "decision.reason");
+            let bad = DeadLetterDecision { action: DeadLetterAction::Complete { output: json!(u64::MAX) }, ..retry };
+            assert_eq!(field_of(bad.validate()), "decision.output");
+            assert_eq!(field_of(validate_dead_letter_list(None, 0)), "limit");
+            assert_eq!(field_of(validate_dead_letter_list(None, DEAD_LETTER_LIST_MAX + 1)), "limit");
+            assert_eq!(field_of(validate_dead_letter_list(Some(""), 1)), "after");
+            assert!(validate_dead_letter_list(Some("a"), DEAD_LETTER_LIST_MAX).is_ok());
+            assert_eq!(field_of(validate_dead_letter_purge(0)), "limit");
+            assert_eq!(field_of(validate_dead_letter_purge(DEAD_LETTER_PURGE_MAX + 1)), "limit");
+            assert!(validate_dead_letter_purge(DEAD_LETTER_PURGE_MAX).is_ok());
+        }
+
+        #[test]
+        fn dead_letter_serde_is_snake_case() {
+            let d = DeadLetterDecision {
+                action: DeadLetterAction::Complete { output: json!({"x": 1}) },
+                actor: "ops".into(),
+                reason: None,
+                decided_at: Instant::from_millis(5),
+            };
+            let v = serde_json::to_value(&d).unwrap();
+            assert_eq!(v, json!({"action": {"kind": "complete", "output": {"x": 1}}, "actor": "ops", "decided_at": 5}));
+            assert_eq!(serde_json::from_value::<DeadLetterDecision>(v).unwrap(), d);
+            assert_eq!(serde_json::to_value(DeadLetterStatus::Decided).unwrap(), json!("decided"));
         }
 
         #[test]

@@ -545,6 +545,113 @@ pub(crate) fn signal_of(d: &Document) -> Result<kernel_core::ports::SignalRecord
     })
 }
 
+// --- dead letters ------------------------------------------------------------------------
+
+/// The stored shape of a [`DeadLetterDecision`](kernel_core::ports::DeadLetterDecision):
+/// `{ action: { kind: "retry" | "complete" | "fail", output? }, actor, reason?, decided_at: Date }`.
+pub(crate) fn decision_doc(d: &kernel_core::ports::DeadLetterDecision) -> Result<Document> {
+    use kernel_core::ports::{DeadLetterAction, DeadLetterDecision};
+    let DeadLetterDecision { action, actor, reason, decided_at } = d;
+    let action = match action {
+        DeadLetterAction::Retry => bson::doc! { "kind": "retry" },
+        DeadLetterAction::Complete { output } => {
+            bson::doc! { "kind": "complete", "output": json_to_bson("decision.output", output)? }
+        }
+        DeadLetterAction::Fail => bson::doc! { "kind": "fail" },
+    };
+    let mut doc = bson::doc! { "action": action, "actor": actor.as_str(), "decided_at": dt(*decided_at) };
+    if let Some(r) = reason {
+        doc.insert("reason", r.as_str());
+    }
+    Ok(doc)
+}
+
+fn decision_of(d: &Document) -> Result<kernel_core::ports::DeadLetterDecision> {
+    use kernel_core::ports::{DeadLetterAction, DeadLetterDecision};
+    let action = doc_of(d, "action")?.ok_or_else(|| corrupt("decision.action", "missing"))?;
+    let action = match str_of(action, "kind")?.as_str() {
+        "retry" => DeadLetterAction::Retry,
+        "complete" => DeadLetterAction::Complete {
+            output: bson_to_json("decision.output", action.get("output").unwrap_or(&Bson::Null))?,
+        },
+        "fail" => DeadLetterAction::Fail,
+        other => return Err(corrupt("decision.action.kind", format_args!("unknown action {other:?}"))),
+    };
+    Ok(DeadLetterDecision {
+        action,
+        actor: str_of(d, "actor")?,
+        reason: opt_str(d, "reason")?,
+        decided_at: time_of("decided_at", req(d, "decided_at")?)?,
+    })
+}
+
+/// The stored shape of a new [`DeadLetter`](kernel_core::ports::DeadLetter):
+/// `{ _id: id, workflow_id, workflow_type, step, step_index: Int64, run: Int64,
+/// epoch: Int64, error: { class, message }, inputs, created_at: Date, status: "open" }`;
+/// `decide` adds `decision`, `close` sets `closed_at: Date`.
+pub(crate) fn dead_letter_doc(d: &kernel_core::ports::DeadLetter) -> Result<Document> {
+    use kernel_core::ports::DeadLetter;
+    let DeadLetter {
+        id,
+        workflow_id,
+        workflow_type,
+        step,
+        step_index,
+        run,
+        epoch,
+        error,
+        inputs,
+        created_at,
+        status,
+        decision,
+        closed_at,
+    } = d;
+    let mut doc = bson::doc! {
+        "_id": id.as_str(),
+        "workflow_id": workflow_id.as_str(),
+        "workflow_type": workflow_type.as_str(),
+        "step": step.as_str(),
+        "step_index": i64::from(*step_index),
+        "run": i64::from(*run),
+        "epoch": i64::from(*epoch),
+        "error": step_error_doc(error),
+        "inputs": json_to_bson("inputs", inputs)?,
+        "created_at": dt(*created_at),
+        "status": status.as_str(),
+    };
+    if let Some(x) = decision {
+        doc.insert("decision", decision_doc(x)?);
+    }
+    if let Some(t) = closed_at {
+        doc.insert("closed_at", dt(*t));
+    }
+    Ok(doc)
+}
+
+/// Decode a stored dead letter.
+pub(crate) fn decode_dead_letter(r: &RawDocumentBuf) -> Result<kernel_core::ports::DeadLetter> {
+    let d = unraw(r)?;
+    let error = doc_of(&d, "error")?.ok_or_else(|| corrupt("error", "missing"))?;
+    Ok(kernel_core::ports::DeadLetter {
+        id: str_of(&d, "_id")?,
+        workflow_id: str_of(&d, "workflow_id")?.into(),
+        workflow_type: str_of(&d, "workflow_type")?,
+        step: str_of(&d, "step")?,
+        step_index: u32_of(&d, "step_index")?,
+        run: u32_of(&d, "run")?,
+        epoch: u32_of(&d, "epoch")?,
+        error: StepError {
+            class: parse_enum("error.class", str_of(error, "class")?)?,
+            message: str_of(error, "message")?,
+        },
+        inputs: bson_to_json("inputs", d.get("inputs").unwrap_or(&Bson::Null))?,
+        created_at: time_of("created_at", req(&d, "created_at")?)?,
+        status: parse_enum("status", str_of(&d, "status")?)?,
+        decision: doc_of(&d, "decision")?.map(decision_of).transpose()?,
+        closed_at: opt_time(&d, "closed_at")?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,6 +4,7 @@
 //! [`MongoWorkflowStore`] implements [`WorkflowStore`](kernel_core::ports::WorkflowStore),
 //! [`MongoSignalInbox`] implements [`SignalInbox`](kernel_core::ports::SignalInbox) and
 //! [`MongoResultCache`] implements [`ResultCache`](kernel_core::ports::ResultCache).
+//! [`MongoDeadLetters`] implements [`DeadLetters`](kernel_core::ports::DeadLetters).
 //!
 //! Every port write is **one** single-document `findAndModify`, `update` or `insert` whose
 //! filter is `workflow_id = id AND <guard>` (K-6.4); the update is translated from the typed
@@ -46,9 +47,12 @@
 //!
 //! `signal_inbox`: see [`MongoSignalInbox`]. `workflow_result_cache` (the name is
 //! configurable): see [`MongoResultCache`].
+//! `signal_inbox`: see [`MongoSignalInbox`]. `workflow_dead_letters` (configurable): see
+//! [`MongoDeadLetters`].
 
 mod cache;
 mod codec;
+mod dead_letter;
 pub mod error;
 mod inbox;
 mod outbox;
@@ -56,6 +60,7 @@ pub mod protocol;
 mod store;
 
 pub use cache::{MongoResultCache, RESULT_CACHE};
+pub use dead_letter::MongoDeadLetters;
 pub use inbox::MongoSignalInbox;
 pub use outbox::{MongoOutbox, OutboxSchema};
 pub use protocol::Limits;
@@ -67,6 +72,8 @@ use mongodb::options::{Acknowledgment, ReadPreference, SelectionCriteria, WriteC
 pub const INSTANCES: &str = "workflow_instances";
 /// Name of the inbox collection.
 pub const INBOX: &str = "signal_inbox";
+/// Default name of the dead-letter collection ([`MongoDeadLetters`]).
+pub const DEAD_LETTERS: &str = "workflow_dead_letters";
 
 /// Adapter configuration.
 #[derive(Debug, Clone)]

@@ -6,6 +6,7 @@
 //! [`PostgresOutbox`] the dispatch outbox on the user's business table,
 //! [`PostgresResultCache`] the cache of read-only activity results
 //! ([`ResultCache`](kernel_core::ports::ResultCache)), and
+//! [`PostgresDeadLetters`] implements [`DeadLetters`](kernel_core::ports::DeadLetters), and
 //! [`PostgresObservationRepository`] the observer's
 //! [`ObservationRepository`](observer::ObservationRepository) (what
 //! [`OpsView`](observer::OpsView) queries).
@@ -71,6 +72,8 @@
 //! observation_snapshots(biz_key PK, workflow_type, status, step_name, revision, updated_at,
 //!   doc jsonb)
 //! result_cache(key PK, value jsonb, stored_at, expires_at)          -- PostgresResultCache
+//! dead_letters(id PK, workflow_id, workflow_type, step, step_index, run, epoch, created_at,
+//!   status, closed_at, error jsonb, inputs jsonb, decision jsonb)   -- migration 7
 //! ```
 //!
 //! `claim_any` takes its candidate from the function `claim_candidate(now, types)`
@@ -92,6 +95,7 @@
 
 mod cache;
 mod codec;
+mod dead_letter;
 pub mod error;
 mod inbox;
 mod migrate;
@@ -101,6 +105,7 @@ pub mod protocol;
 mod store;
 
 pub use cache::{PostgresResultCache, RESULT_CACHE};
+pub use dead_letter::{PostgresDeadLetters, DEAD_LETTER_COLUMNS};
 pub use inbox::PostgresSignalInbox;
 pub use migrate::{migrate, MIGRATIONS};
 pub use observation::{
@@ -123,6 +128,8 @@ pub use deadpool_postgres::Pool;
 pub const INSTANCES: &str = "workflow_instances";
 /// Name of the inbox table.
 pub const INBOX: &str = "signal_inbox";
+/// Name of the dead-letter table.
+pub const DEAD_LETTERS: &str = "dead_letters";
 /// The URL used when `DATABASE_URL` is unset.
 pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 

@@ -106,3 +106,23 @@ pub(crate) fn signal(row: &Row<'_>) -> Result<SignalRecord> {
         orphan: col::<i64>(row, "orphan")? != 0,
     })
 }
+
+/// A row of every dead-letter column ([`DEAD_LETTER_COLUMNS`](crate::dead_letter::DEAD_LETTER_COLUMNS)).
+pub(crate) fn dead_letter(row: &Row<'_>) -> Result<kernel_core::ports::DeadLetter> {
+    let counter = |column: &str| -> Result<u32> { u32_of(column, col::<i64>(row, column)?) };
+    Ok(kernel_core::ports::DeadLetter {
+        id: col(row, "id")?,
+        workflow_id: col::<String>(row, "workflow_id")?.into(),
+        workflow_type: col(row, "workflow_type")?,
+        step: col(row, "step")?,
+        step_index: counter("step_index")?,
+        run: counter("run")?,
+        epoch: counter("epoch")?,
+        error: json_col(row, "error")?,
+        inputs: json_col(row, "inputs")?,
+        created_at: time(row, "created_at")?,
+        status: status_of(row, "status")?,
+        decision: opt_json(row, "decision")?,
+        closed_at: opt_time(row, "closed_at")?,
+    })
+}

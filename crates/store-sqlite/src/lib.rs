@@ -6,6 +6,7 @@
 //! [`SqliteOutbox`] the dispatch outbox on the user's business table,
 //! [`SqliteResultCache`] the cache of read-only activity results
 //! ([`ResultCache`](kernel_core::ports::ResultCache)), and
+//! [`SqliteDeadLetters`] implements [`DeadLetters`](kernel_core::ports::DeadLetters), and
 //! [`SqliteObservationRepository`] the observer's
 //! [`ObservationRepository`](observer::ObservationRepository) (what
 //! [`OpsView`](observer::OpsView) queries). Several processes may share the file.
@@ -82,6 +83,8 @@
 //!   revision, updated_at, doc)
 //! observation_snapshots(biz_key PK, workflow_type, status, step_name, revision, updated_at, doc)
 //! result_cache(key PK, value, stored_at, expires_at)        -- SqliteResultCache
+//! dead_letters(id PK, workflow_id, workflow_type, step, step_index, run, epoch, created_at,
+//!   status, closed_at, error, inputs, decision)                      -- migration 4, JSON text
 //! ```
 //!
 //! Times are `INTEGER` milliseconds since the Unix epoch; text compares byte-wise. The file
@@ -103,6 +106,7 @@
 
 mod cache;
 mod codec;
+mod dead_letter;
 pub mod error;
 mod inbox;
 mod migrate;
@@ -112,6 +116,7 @@ pub mod protocol;
 mod store;
 
 pub use cache::{SqliteResultCache, RESULT_CACHE};
+pub use dead_letter::{SqliteDeadLetters, DEAD_LETTER_COLUMNS};
 pub use inbox::SqliteSignalInbox;
 pub use migrate::{migrate, APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION};
 pub use observation::SqliteObservationRepository;
@@ -130,6 +135,8 @@ use std::time::Duration;
 pub const INSTANCES: &str = "workflow_instances";
 /// Name of the inbox table.
 pub const INBOX: &str = "signal_inbox";
+/// Name of the dead-letter table.
+pub const DEAD_LETTERS: &str = "dead_letters";
 
 /// SQLite's `synchronous` setting: when a commit waits for the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -1,10 +1,11 @@
 //! The one place that decides whether the Mongo tests run, and their fixtures.
 
-use kernel_core::ports::{DynInbox, DynResultCache, DynStore};
+use kernel_core::ports::{DynDeadLetters, DynInbox, DynResultCache, DynStore};
 use mongodb::{Client, Database};
 use rand::Rng;
-use store_mongo::{MongoConfig, MongoResultCache, MongoSignalInbox, MongoWorkflowStore};
+use store_mongo::{MongoConfig, MongoDeadLetters, MongoResultCache, MongoSignalInbox, MongoWorkflowStore};
 use testkit::conformance::cache::CacheFixture;
+use testkit::conformance::dead_letter::DeadLetterFixture;
 use testkit::conformance::inbox::InboxFixture;
 use testkit::conformance::store::StoreFixture;
 
@@ -54,6 +55,14 @@ impl TestDb {
     /// The inbox on this database, indexes created.
     pub async fn inbox(&self) -> MongoSignalInbox {
         MongoSignalInbox::open(&self.db, MongoConfig::default()).await.expect("open inbox")
+    }
+
+    /// The dead letters on this database, on a collection named apart from the default
+    /// (the name is configurable), indexes created.
+    pub async fn dead_letters(&self) -> MongoDeadLetters {
+        MongoDeadLetters::open_in(&self.db, "ops_dead_letters", MongoConfig::default())
+            .await
+            .expect("open dead letters")
     }
 
     /// Documents in a collection (one round trip).
@@ -121,6 +130,26 @@ impl CacheDb {
 
 impl CacheFixture for CacheDb {
     fn cache(&self) -> &DynResultCache {
+        &self.1
+    }
+    fn teardown(self) -> futures::future::BoxFuture<'static, ()> {
+        Box::pin(self.0.drop_db())
+    }
+}
+
+/// Dead-letter conformance fixture: the dead letters on a fresh database.
+pub struct DeadLetterDb(pub TestDb, pub MongoDeadLetters);
+
+impl DeadLetterDb {
+    pub async fn new() -> Option<DeadLetterDb> {
+        let t = TestDb::new().await?;
+        let s = t.dead_letters().await;
+        Some(DeadLetterDb(t, s))
+    }
+}
+
+impl DeadLetterFixture for DeadLetterDb {
+    fn dead_letters(&self) -> &DynDeadLetters {
         &self.1
     }
     fn teardown(self) -> futures::future::BoxFuture<'static, ()> {

@@ -14,3 +14,8 @@ mod cache {
     use crate::support::CacheDb;
     testkit::result_cache_conformance!(CacheDb::new);
 }
+
+mod dead_letter {
+    use crate::support::DeadLetterDb;
+    testkit::dead_letter_conformance!(DeadLetterDb::new);
+}

@@ -1,11 +1,14 @@
 //! The one place that decides whether the PostgreSQL tests run, and their fixtures.
 
-use kernel_core::ports::{DynInbox, DynResultCache, DynStore};
+use kernel_core::ports::{DynDeadLetters, DynInbox, DynResultCache, DynStore};
 use rand::Rng;
 use std::sync::OnceLock;
 use std::time::Duration;
-use store_postgres::{PostgresConfig, PostgresResultCache, PostgresSignalInbox, PostgresWorkflowStore};
+use store_postgres::{
+    PostgresConfig, PostgresDeadLetters, PostgresResultCache, PostgresSignalInbox, PostgresWorkflowStore,
+};
 use testkit::conformance::cache::CacheFixture;
+use testkit::conformance::dead_letter::DeadLetterFixture;
 use testkit::conformance::inbox::InboxFixture;
 use testkit::conformance::store::StoreFixture;
 
@@ -97,6 +100,10 @@ impl TestSchema {
 
     pub fn inbox(&self) -> PostgresSignalInbox {
         PostgresSignalInbox::new(self.pool.clone(), self.config.clone()).expect("inbox")
+    }
+
+    pub fn dead_letters(&self) -> PostgresDeadLetters {
+        PostgresDeadLetters::new(self.pool.clone(), self.config.clone()).expect("dead letters")
     }
 
     /// A client of the pool, for reading the tables directly.
@@ -280,6 +287,26 @@ impl CacheDb {
 
 impl CacheFixture for CacheDb {
     fn cache(&self) -> &DynResultCache {
+        &self.1
+    }
+    fn teardown(self) -> futures::future::BoxFuture<'static, ()> {
+        Box::pin(self.0.drop_schema())
+    }
+}
+
+/// Dead-letter conformance fixture: the dead letters in a fresh schema.
+pub struct DeadLetterDb(pub TestSchema, pub PostgresDeadLetters);
+
+impl DeadLetterDb {
+    pub async fn new() -> Option<DeadLetterDb> {
+        let t = TestSchema::new().await?;
+        let s = t.dead_letters();
+        Some(DeadLetterDb(t, s))
+    }
+}
+
+impl DeadLetterFixture for DeadLetterDb {
+    fn dead_letters(&self) -> &DynDeadLetters {
         &self.1
     }
     fn teardown(self) -> futures::future::BoxFuture<'static, ()> {

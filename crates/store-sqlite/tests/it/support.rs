@@ -1,8 +1,11 @@
 //! Fixtures: a fresh SQLite file per test, in a temporary directory removed on drop.
 
-use kernel_core::ports::{DynInbox, DynResultCache, DynStore};
-use store_sqlite::{SqliteConfig, SqliteDb, SqliteResultCache, SqliteSignalInbox, SqliteWorkflowStore, Synchronous};
+use kernel_core::ports::{DynDeadLetters, DynInbox, DynResultCache, DynStore};
+use store_sqlite::{
+    SqliteConfig, SqliteDb, SqliteDeadLetters, SqliteResultCache, SqliteSignalInbox, SqliteWorkflowStore, Synchronous,
+};
 use testkit::conformance::cache::CacheFixture;
+use testkit::conformance::dead_letter::DeadLetterFixture;
 use testkit::conformance::inbox::InboxFixture;
 use testkit::conformance::store::StoreFixture;
 
@@ -34,6 +37,10 @@ impl TestDb {
 
     pub fn inbox(&self) -> SqliteSignalInbox {
         SqliteSignalInbox::new(self.db.clone())
+    }
+
+    pub fn dead_letters(&self) -> SqliteDeadLetters {
+        SqliteDeadLetters::new(self.db.clone())
     }
 
     /// Close the pool and delete the directory (a failure to delete is reported, not fatal).
@@ -108,6 +115,28 @@ impl CacheDb {
 
 impl CacheFixture for CacheDb {
     fn cache(&self) -> &DynResultCache {
+        &self.1
+    }
+    fn teardown(self) -> futures::future::BoxFuture<'static, ()> {
+        drop(self.1);
+        self.0.close();
+        Box::pin(async {})
+    }
+}
+
+/// Dead-letter conformance fixture: the dead letters in a fresh file.
+pub struct DeadLetterDb(pub TestDb, pub SqliteDeadLetters);
+
+impl DeadLetterDb {
+    pub async fn new() -> Option<DeadLetterDb> {
+        let t = TestDb::new().await;
+        let s = t.dead_letters();
+        Some(DeadLetterDb(t, s))
+    }
+}
+
+impl DeadLetterFixture for DeadLetterDb {
+    fn dead_letters(&self) -> &DynDeadLetters {
         &self.1
     }
     fn teardown(self) -> futures::future::BoxFuture<'static, ()> {

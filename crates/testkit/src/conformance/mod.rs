@@ -2,8 +2,8 @@
 //! plus a macro per suite that expands to one named `#[tokio::test]` per case. Every
 //! adapter crate invokes the macro once; the in-memory adapters run it too.
 
-pub mod dead_letter;
 pub mod cache;
+pub mod dead_letter;
 pub mod inbox;
 pub mod outbox;
 pub mod permits;
