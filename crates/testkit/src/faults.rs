@@ -851,14 +851,16 @@ pub struct AuditCounts {
     pub writes: u64,
     /// Reads (get, get_by_biz_key, scans).
     pub reads: u64,
-    /// Accepted step completions per (workflow_id, workflow_run, step index).
-    pub completions: BTreeMap<(String, u32, u32), u64>,
+    /// Accepted step completions per (workflow_id, workflow_run, step index, step epoch):
+    /// one per logical attempt (K-17.1), so a regenerated step's second completion is not
+    /// a duplicate.
+    pub completions: BTreeMap<(String, u32, u32, u32), u64>,
     /// Accepted writes per transition kind label.
     pub accepted: BTreeMap<String, u64>,
 }
 
 impl AuditCounts {
-    /// Accepted completions above one per (instance, run, step).
+    /// Accepted completions above one per (instance, run, step, epoch).
     pub fn duplicate_step_completions(&self) -> u64 {
         self.completions.values().map(|n| n.saturating_sub(1)).sum()
     }
@@ -931,6 +933,8 @@ struct AuditState {
     log_dropped: u64,
     /// Per instance, the token of its last accepted claim and the run it claimed.
     claimed_run: HashMap<WorkflowId, (ClaimToken, u32)>,
+    /// Per (instance, step), the epoch the last accepted write set (absent: 0).
+    epochs: HashMap<(WorkflowId, u32), u32>,
 }
 
 impl AuditState {
@@ -1167,8 +1171,15 @@ impl WorkflowStore for AuditStore {
                 let run =
                     if completed.is_empty() && !self.read_back { 0 } else { self.run_of(workflow_id, guard).await };
                 let mut st = self.lock();
+                // The step epochs as the accepted writes set them (the store's view).
+                for p in &transition.steps {
+                    if let Some(e) = p.epoch {
+                        st.epochs.insert((workflow_id.clone(), p.index), e);
+                    }
+                }
                 for step in &completed {
-                    *st.counts.completions.entry((workflow_id.to_string(), run, *step)).or_insert(0) += 1;
+                    let epoch = st.epochs.get(&(workflow_id.clone(), *step)).copied().unwrap_or(0);
+                    *st.counts.completions.entry((workflow_id.to_string(), run, *step, epoch)).or_insert(0) += 1;
                 }
                 let label = format!("{:?}", kinds_of(transition));
                 *st.counts.accepted.entry(label).or_insert(0) += 1;

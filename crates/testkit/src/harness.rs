@@ -259,6 +259,10 @@ pub struct World {
     pub observations: RecordingSink,
     /// Client streams.
     pub streams: InMemoryStreamSink,
+    /// The dead-letter records (K-17.2) every engine of this world shares.
+    pub dead_letters: crate::memory::MemoryDeadLetters,
+    /// The result cache (K-17.7) every engine of this world shares.
+    pub result_cache: crate::memory::MemoryResultCache,
 }
 
 impl std::fmt::Debug for World {
@@ -326,6 +330,8 @@ impl World {
             ids: Arc::new(SeqIds::new("t", seed)),
             observations: RecordingSink::default(),
             streams: InMemoryStreamSink::default(),
+            dead_letters: crate::memory::MemoryDeadLetters::new(),
+            result_cache: crate::memory::MemoryResultCache::new(),
         }
     }
 
@@ -356,8 +362,8 @@ impl World {
             ids: self.ids.clone(),
             observer: Arc::new(self.observations.clone()),
             stream: Arc::new(self.streams.clone()),
-            result_cache: None,
-            dead_letters: None,
+            result_cache: Some(Arc::new(self.result_cache.clone())),
+            dead_letters: Some(Arc::new(self.dead_letters.clone())),
         }
     }
 
@@ -456,13 +462,17 @@ impl World {
             }
             let now = self.now();
             let all = self.instances().await?;
-            let next = all
-                .iter()
-                .filter(|i| !i.status.is_terminal())
-                .filter_map(|i| i.claimable_time)
-                .filter(|t| *t > now)
-                .min();
-            let due_now = all.iter().any(|i| !i.status.is_terminal() && i.claimable_time.is_some_and(|t| t <= now));
+            // A workflow parked on a dead letter waits for an operator: its poll fallback
+            // is not a reason to move the clock (a test that wants the poll moves it).
+            let on_operator = |i: &WorkflowInstance| {
+                i.wait
+                    .as_ref()
+                    .and_then(|w| w.signal_identity())
+                    .is_some_and(|w| w.signal_type == kernel_core::engine::DEAD_LETTER_SIGNAL)
+            };
+            let live = || all.iter().filter(|i| !i.status.is_terminal() && !on_operator(i));
+            let next = live().filter_map(|i| i.claimable_time).filter(|t| *t > now).min();
+            let due_now = live().any(|i| i.claimable_time.is_some_and(|t| t <= now));
             match next {
                 _ if due_now => self.clock.advance(1),
                 Some(t) => self.clock.set(t),
@@ -522,6 +532,27 @@ pub trait ScenarioRun {
     fn start<'a>(&'a self, engine: &'a Engine) -> BoxFuture<'a, Result<()>>;
     /// Business-side verdict after the final drain, given every stored instance.
     fn verdict(&self, instances: &[WorkflowInstance]) -> ScenarioVerdict;
+    /// An operator's turn once the engine is idle (decide a dead letter, regenerate a
+    /// step): `Ok(true)` when it changed something, so the harness drives again. Called
+    /// again after a crash, on the new engine; make it idempotent. Default: nothing.
+    fn operate<'a>(&'a self, engine: &'a Engine, world: &'a World) -> BoxFuture<'a, Result<bool>> {
+        let _ = (engine, world);
+        Box::pin(async { Ok(false) })
+    }
+}
+
+/// Drive `engine` to quiescence, then let the scenario's operator act and drive again,
+/// at most `OPERATOR_TURNS` times.
+async fn drive_with_operator(run: &dyn ScenarioRun, world: &World, engine: &Engine, stop: StopFn<'_>) -> Result<()> {
+    const OPERATOR_TURNS: usize = 6;
+    world.drive_until(engine, 10_000, stop).await?;
+    for _ in 0..OPERATOR_TURNS {
+        if stop() || !run.operate(engine, world).await? {
+            break;
+        }
+        world.drive_until(engine, 10_000, stop).await?;
+    }
+    Ok(())
 }
 
 /// A workflow story the sweep can replay with a crash anywhere.
@@ -791,7 +822,7 @@ async fn discover(sc: &dyn Scenario, world: World) -> (Vec<BoundaryName>, std::c
     let run = sc.instantiate(&world);
     let (engine, switch) = world.crashing_engine("A", run.definitions(), CrashPlan::Never);
     run.start(&engine).await.expect("clean start");
-    world.drive(&engine).await.expect("clean drive");
+    drive_with_operator(&*run, &world, &engine, &|| false).await.expect("clean drive");
     (switch.log(), switch.idle())
 }
 /// One crash run; public so a failing point can be replayed alone.
@@ -808,7 +839,7 @@ pub async fn crash_run_on(sc: &dyn Scenario, world: World, plan: CrashPlan) -> S
     let stop = move || stop_switch.is_crashed();
     let mut first: BoxFuture<'_, ()> = Box::pin(async {
         if run.start(&e1).await.is_ok() && !stop() {
-            let _ = world.drive_until(&e1, 10_000, &stop).await;
+            let _ = drive_with_operator(&*run, &world, &e1, &stop).await;
         }
     });
     let crashed = tokio::select! {
@@ -841,7 +872,7 @@ pub async fn crash_run_on(sc: &dyn Scenario, world: World, plan: CrashPlan) -> S
         if took_over {
             second.await;
         }
-        let _ = world.drive(&e2).await;
+        let _ = drive_with_operator(&*run, &world, &e2, &|| false).await;
         let z = switch.zombie_stats();
         out.stale_writes_attempted = z.stale_writes_attempted;
         out.stale_writes_accepted = z.stale_writes_accepted;

@@ -513,6 +513,26 @@ impl Claim {
         if status == WorkflowStatus::Failing {
             return self.fail_path().await;
         }
+        // K-17.2: a dead-lettered step woke (operator signal or poll): its decision first.
+        let dead_lettered = {
+            let d = self.doc();
+            d.inst.resume.as_ref().map(|r| r.step_index as usize).filter(|&i| {
+                d.inst.steps.get(i).is_some_and(|s| {
+                    s.status == StepStatus::Pending
+                        && s.error.as_ref().is_some_and(|e| e.class == ErrorClass::Permanent)
+                        && self
+                            .def
+                            .steps()
+                            .get(i)
+                            .is_some_and(|sd| sd.get_on_failed() == crate::definition::OnFailed::DeadLetter)
+                })
+            })
+        };
+        if let Some(i) = dead_lettered {
+            if let Some(end) = self.resume_dead_letter(i).await {
+                return end;
+            }
+        }
         let mut started: Option<(usize, Option<HeldPermit>)> = None;
         loop {
             if self.cancel.is_cancelled() {
@@ -837,6 +857,8 @@ impl Claim {
             error_message_bytes_max: self.inner.config.error_message_bytes_max,
             retrying_since,
             park_ms: self.inner.config.fingerprint_pushback_ms,
+            dead_letter: (self.def.steps()[idx].get_on_failed() == crate::definition::OnFailed::DeadLetter)
+                .then(|| self.dead_letter_wait(idx)),
         };
         outcome::classify(inv.result, &entry, || self.inner.ports.ids.random_u64())
     }
@@ -1053,7 +1075,160 @@ impl Claim {
                 self.enqueue(prio, at).await;
                 ClaimEnd::Yielded
             }
+            AfterWave::DeadLettered { index, error } => {
+                self.record_dead_letter(index, error).await;
+                ClaimEnd::Suspended
+            }
         })
+    }
+
+    /// The operator signal wait of step `idx`'s current logical attempt (K-17.2), with
+    /// its poll fallback (K-9.5).
+    fn dead_letter_wait(&self, idx: usize) -> Wait {
+        let d = self.doc();
+        let step = &d.inst.steps[idx];
+        Wait::Signal {
+            signal_type: super::operator::DEAD_LETTER_SIGNAL.to_string(),
+            wait_key: step.name.clone(),
+            generation: super::operator::dead_letter_generation(d.inst.retry_count, step.epoch),
+            step_index: idx as u32,
+            poll_time: Some(self.now().saturating_add(self.inner.config.dead_letter_poll_ms)),
+        }
+    }
+
+    /// The dead-letter record of step `idx` (K-17.2), written after the instance's wait:
+    /// best effort — a record lost here is written by the poll fallback's visit.
+    async fn record_dead_letter(&self, idx: usize, error: StepError) {
+        let Some(dls) = self.inner.ports.dead_letters.clone() else {
+            tracing::error!("a step was dead-lettered on an engine without a DeadLetters port");
+            return;
+        };
+        let dl = {
+            let d = self.doc();
+            super::operator::dead_letter_of(&d.inst, idx, &self.shared.input, error, self.now())
+        };
+        match dls.record(&dl).await {
+            Ok(_) => tracing::warn!(dead_letter = %dl.id, step = %dl.step, "step dead-lettered"),
+            Err(e) => tracing::warn!(error = %e, "dead letter not recorded; the poll fallback records it"),
+        }
+    }
+
+    /// A step resumed from a dead-letter wait (K-17.2): apply the operator's decision, or
+    /// wait again. `None`: the claim goes on (the step is pending in its next epoch, or
+    /// completed with the operator's output).
+    async fn resume_dead_letter(&self, idx: usize) -> Option<ClaimEnd> {
+        use crate::ports::{DeadLetterAction, DeadLetterStatus};
+        let Some(dls) = self.inner.ports.dead_letters.clone() else {
+            tracing::error!("a dead-lettered step resumed on an engine without a DeadLetters port; releasing");
+            return Some(self.release_after(G::Running, self.inner.config.fingerprint_pushback_ms).await);
+        };
+        let (id, error) = {
+            let d = self.doc();
+            let step = &d.inst.steps[idx];
+            let id =
+                crate::activity::idempotency_key_at(&d.inst.workflow_id, &step.name, d.inst.retry_count, step.epoch);
+            (id, step.error.clone().unwrap_or(StepError { class: ErrorClass::Permanent, message: String::new() }))
+        };
+        let found = match dls.get(&id).await {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!(error = %e, "dead letter unreadable; releasing");
+                return Some(self.release_after(G::Running, self.inner.config.permit_retry_ms).await);
+            }
+        };
+        let decision = match found {
+            Some(dl) if dl.status != DeadLetterStatus::Open => dl.decision,
+            Some(_) => None,
+            None => {
+                // The record was lost after the wait was stored: write it now.
+                self.record_dead_letter(idx, error.clone()).await;
+                None
+            }
+        };
+        let Some(decision) = decision else {
+            let wait = self.dead_letter_wait(idx);
+            let t = Transition::dead_letter(idx, wait.clone(), error, DurationMs::ZERO, self.now());
+            return Some(match self.commit_plain(G::Running, t).await {
+                Ok(()) => ClaimEnd::Suspended,
+                Err(e) => e,
+            });
+        };
+        let now = self.now();
+        let entry = crate::record::OperatorEntry {
+            action: match &decision.action {
+                DeadLetterAction::Retry => "retry",
+                DeadLetterAction::Complete { .. } => "complete",
+                DeadLetterAction::Fail => "fail",
+            }
+            .to_string(),
+            actor: decision.actor.clone(),
+            output: match &decision.action {
+                DeadLetterAction::Complete { output } => Some(output.clone()),
+                _ => None,
+            },
+            at: now,
+        };
+        let (t, fails) = {
+            let d = self.doc();
+            let step = &d.inst.steps[idx];
+            let run = d.inst.retry_count;
+            let mut record =
+                step.record_of(run).cloned().unwrap_or_else(|| crate::record::StepRecord::new(run, step.epoch));
+            record.entries.push(crate::record::RecordEntry::Operator(entry));
+            match &decision.action {
+                DeadLetterAction::Retry => {
+                    let h = crate::record::HistoryEntry {
+                        run,
+                        epoch: step.epoch,
+                        reason: crate::record::HistoryReason::DeadLetterRetry,
+                        output: None,
+                        error: step.error.clone(),
+                        record: Some(record),
+                        at: now,
+                    };
+                    let history = self.inner.config.history_limits.push(step.history.clone(), h);
+                    (Transition::step_epoch(idx, step.epoch.saturating_add(1), history, now), false)
+                }
+                DeadLetterAction::Complete { output } => {
+                    let t = Transition::record_step(idx, record, None, now).fuse(Transition::complete_step(
+                        idx,
+                        &step.name,
+                        output.clone(),
+                        DurationMs::ZERO,
+                        now,
+                        true,
+                    ));
+                    (t, false)
+                }
+                DeadLetterAction::Fail => {
+                    let message = format!(
+                        "failed by {}{}",
+                        decision.actor,
+                        decision.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default()
+                    );
+                    let error = StepError { class: ErrorClass::Permanent, message };
+                    (
+                        Transition::record_step(idx, record, None, now).fuse(Transition::step_failed(
+                            idx,
+                            error,
+                            DurationMs::ZERO,
+                            now,
+                        )),
+                        true,
+                    )
+                }
+            }
+        };
+        if let Err(e) = self.commit_plain(G::Running, t).await {
+            return Some(e);
+        }
+        if let Err(e) = dls.close(&id, now).await {
+            tracing::warn!(error = %e, dead_letter = %id, "applied dead letter not closed");
+        }
+        if fails {
+            return Some(self.fail_path().await);
+        }
+        None
     }
 
     /// K-9.4: right after a signal wait is stored, consume an early signal.

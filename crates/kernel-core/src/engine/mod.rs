@@ -20,6 +20,7 @@ mod effects;
 mod health;
 mod heartbeat;
 mod invoke;
+mod operator;
 mod outcome;
 mod ports;
 mod publisher;
@@ -28,6 +29,7 @@ mod signals;
 pub use config::EngineConfig;
 pub use deadline::{DeadlineInbox, DeadlineOutbox, DeadlineStore};
 pub use health::{EngineHealth, MaintenancePass, WakeupState};
+pub use operator::{dead_letter_generation, Regenerated, DEAD_LETTER_SIGNAL};
 pub use ports::{MissingPort, Ports, PortsBuilder};
 pub use publisher::{Publisher, PublisherBuilder, StartOutcome, StartRequest};
 
@@ -222,6 +224,19 @@ impl EngineBuilder {
         }
         self.config.validate()?;
         let types = self.defs.types();
+        if self.ports.dead_letters.is_none() {
+            for t in &types {
+                let def = self.defs.get(t).expect("a registered type");
+                if let Some(s) =
+                    def.steps().iter().find(|s| s.get_on_failed() == crate::definition::OnFailed::DeadLetter)
+                {
+                    return Err(crate::Error::invalid(
+                        "ports.dead_letters",
+                        format_args!("step {} of {t} dead-letters, and the engine has no DeadLetters port", s.name()),
+                    ));
+                }
+            }
+        }
         // Every store and inbox call the engine makes has a deadline on its clock.
         let mut ports = self.ports;
         let deadline = self.config.store_call_deadline_ms;

@@ -35,7 +35,7 @@ impl From<&StepDef> for StepPolicy {
 }
 
 /// The facts of one entry into a step's activity that classification reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Entry {
     /// Index of the step in the instance.
     pub(crate) index: usize,
@@ -56,6 +56,8 @@ pub(crate) struct Entry {
     pub(crate) retrying_since: Option<Instant>,
     /// Delay of a parked step's hand-back (the fingerprint push-back delay, K-4.3).
     pub(crate) park_ms: DurationMs,
+    /// The operator signal wait of a step whose policy is `dead_letter` (K-17.2).
+    pub(crate) dead_letter: Option<Wait>,
 }
 
 /// What one invocation comes to for its step (K-7.4).
@@ -97,6 +99,16 @@ pub(crate) enum Halt {
         /// Time the invocation took.
         elapsed_ms: DurationMs,
     },
+    /// Failed for good under `on_failed = dead_letter` (K-17.2): the step waits with its
+    /// error on the operator signal `wait`; the dead-letter record follows the commit.
+    DeadLetter {
+        /// The operator signal wait.
+        wait: Wait,
+        /// The error as the step and the record keep it.
+        error: StepError,
+        /// Time the invocation took.
+        elapsed_ms: DurationMs,
+    },
     /// A retryable error within the retry budget (K-7.4 row 2).
     Retry {
         /// The error, stored on the step for the next attempt to see.
@@ -130,16 +142,17 @@ pub(crate) enum Halt {
 }
 
 impl Halt {
-    /// K-4.5 rank, higher wins: canceled > failed > retry release > permit deferral >
-    /// suspend > yield.
+    /// K-4.5 rank, higher wins: canceled > failed > dead letter > retry release > permit
+    /// deferral > suspend > yield.
     pub(crate) fn rank(&self) -> u8 {
         match self {
             Halt::Yield { .. } => 1,
             Halt::Suspend { .. } => 2,
             Halt::Deferred { .. } => 3,
             Halt::Retry { .. } => 4,
-            Halt::Failed { .. } => 5,
-            Halt::Canceled { .. } => 6,
+            Halt::DeadLetter { .. } => 5,
+            Halt::Failed { .. } => 6,
+            Halt::Canceled { .. } => 7,
         }
     }
 
@@ -154,6 +167,21 @@ impl Halt {
                 transition: Transition::step_failed(index, error, elapsed_ms, now),
                 then: AfterWave::Failing,
             },
+            Halt::DeadLetter { wait, error, elapsed_ms } => {
+                // The step keeps a permanent error (what marks a dead-lettered step on
+                // resume); the record keeps the original class.
+                let kept = match error.class {
+                    ErrorClass::Permanent => error.clone(),
+                    class => StepError {
+                        class: ErrorClass::Permanent,
+                        message: format!("dead-lettered ({}): {}", class.as_str(), error.message),
+                    },
+                };
+                Resolution {
+                    transition: Transition::dead_letter(index, wait, kept, elapsed_ms, now),
+                    then: AfterWave::DeadLettered { index, error },
+                }
+            }
             Halt::Retry { error, elapsed_ms, .. } => Resolution {
                 // Saturating: the delay is bounded by the policy's validated cap (K-7.4).
                 transition: Transition::step_retry(index, error, elapsed_ms, now)
@@ -184,7 +212,10 @@ impl Halt {
     fn sibling(self, index: usize, now: Instant) -> Option<Transition> {
         Some(match self {
             Halt::Canceled { .. } => return None,
-            Halt::Failed { error, elapsed_ms } => Transition::step_failed(index, error, elapsed_ms, now),
+            // Only a failure or a cancellation outranks a dead letter: the workflow fails.
+            Halt::Failed { error, elapsed_ms } | Halt::DeadLetter { error, elapsed_ms, .. } => {
+                Transition::step_failed(index, error, elapsed_ms, now)
+            }
             Halt::Retry { error, elapsed_ms, .. } => Transition::step_retry(index, error, elapsed_ms, now),
             Halt::Deferred { delay_ms } => Transition::permit_deferral(index, delay_ms, now),
             Halt::Suspend { checkpoint, elapsed_ms, .. } | Halt::Yield { checkpoint, elapsed_ms } => {
@@ -215,6 +246,13 @@ pub(crate) enum AfterWave {
     Yielded {
         /// The stored `claimable_time`.
         at: Instant,
+    },
+    /// The step was dead-lettered: record the dead letter (K-17.2).
+    DeadLettered {
+        /// The step.
+        index: usize,
+        /// Its error.
+        error: StepError,
     },
 }
 
@@ -257,6 +295,10 @@ pub(crate) fn classify(
             StepResult::Halt(Halt::Retry { error, delay_ms, elapsed_ms })
         }
         _ if policy.on_failed == OnFailed::Skip => StepResult::Skipped { error, elapsed_ms },
+        _ if policy.on_failed == OnFailed::DeadLetter => match &entry.dead_letter {
+            Some(wait) => StepResult::Halt(Halt::DeadLetter { wait: wait.clone(), error, elapsed_ms }),
+            None => StepResult::Halt(Halt::Failed { error, elapsed_ms }),
+        },
         _ => StepResult::Halt(Halt::Failed { error, elapsed_ms }),
     }
 }
@@ -397,6 +439,7 @@ mod tests {
             error_message_bytes_max: 16,
             retrying_since: None,
             park_ms: ms(3_600_000),
+            dead_letter: None,
         }
     }
 

@@ -1,0 +1,270 @@
+//! Operator actions on live workflows (K-17.2, K-17.3): regenerate a step, list dead
+//! letters, and decide one (retry in the next epoch, complete with a supplied output, fail).
+//!
+//! Regenerate writes the instance under [`Guard::Operator`] (the revision the operator read,
+//! status running or waiting) and clears the claim token: a worker holding a claim loses it
+//! at its next write. A dead-letter decision is written to the dead-letter record first (one
+//! conditional `open → decided` write), then the workflow's operator signal is delivered
+//! (K-9.3: the fact before the doorbell); the engine that claims the woken workflow applies
+//! the decision. A lost doorbell is covered by the dead-letter wait's poll fallback.
+
+use super::{effects, Engine};
+use crate::error::{Error, Result};
+use crate::id::WorkflowId;
+use crate::model::*;
+use crate::ports::*;
+use crate::record::{HistoryEntry, HistoryReason};
+use crate::transition::{Guard, Transition};
+use serde_json::Value;
+
+/// The signal type of a dead-letter wait; its wait key is the step name and its
+/// generation [`dead_letter_generation`] of the logical attempt.
+pub const DEAD_LETTER_SIGNAL: &str = "kernel.dead_letter";
+
+/// How often a regenerate re-reads and tries again when the instance changed between its
+/// read and its write.
+const OPERATOR_ATTEMPTS: usize = 3;
+
+/// The generation of a dead-letter wait: the logical attempt `(run, epoch)` in one number,
+/// so a decision about an earlier attempt never wakes a later one (K-9.6).
+pub fn dead_letter_generation(run: u32, epoch: u32) -> u64 {
+    (u64::from(run) << 32) | u64::from(epoch)
+}
+
+/// The dead-letter record of step `idx` of `inst` (whose input was moved to `input`).
+pub(crate) fn dead_letter_of(
+    inst: &WorkflowInstance,
+    idx: usize,
+    input: &Value,
+    error: StepError,
+    now: Instant,
+) -> DeadLetter {
+    let step = &inst.steps[idx];
+    let run = inst.retry_count;
+    let mut error = error;
+    if error.message.len() > DEAD_LETTER_MESSAGE_BYTES_MAX {
+        let mut cut = DEAD_LETTER_MESSAGE_BYTES_MAX;
+        while !error.message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        error.message.truncate(cut);
+    }
+    DeadLetter {
+        id: crate::activity::idempotency_key_at(&inst.workflow_id, &step.name, run, step.epoch),
+        workflow_id: inst.workflow_id.clone(),
+        workflow_type: inst.workflow_type.clone(),
+        step: step.name.clone(),
+        step_index: idx as u32,
+        run,
+        epoch: step.epoch,
+        error,
+        inputs: serde_json::json!({"input": input, "record": step.record_of(run)}),
+        created_at: now,
+        status: DeadLetterStatus::Open,
+        decision: None,
+        closed_at: None,
+    }
+}
+
+/// What a regenerate did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Regenerated {
+    /// The regenerated step's new epoch.
+    pub epoch: u32,
+    /// Every step that starts a new logical attempt: the regenerated one, then the steps
+    /// that depend on it and had run.
+    pub steps: Vec<String>,
+    /// Whether the instance became claimable now (`false`: it keeps waiting in a step that
+    /// was not reset, and the reset steps run once that wait ends).
+    pub woken: bool,
+}
+
+impl Engine {
+    /// Regenerate `step` of `workflow_id` (K-17.3): a new logical attempt of that step —
+    /// the next epoch, so a new K-17.1 key — whose previous result moves to its bounded
+    /// history; every step that depends on it (transitively) and has run starts a new
+    /// attempt too; nothing else does.
+    ///
+    /// Errors, nothing written: [`Error::NotFound`] for an unknown workflow;
+    /// [`Error::UnregisteredType`] when this engine has no definition of its type;
+    /// [`Error::InvalidInput`] for a step the definition does not have; [`Error::Conflict`]
+    /// for a terminal or failing instance, for a step that has not completed (never ran,
+    /// or still running), and when the instance kept changing under three attempts.
+    pub async fn regenerate(&self, workflow_id: &WorkflowId, step: &str) -> Result<Regenerated> {
+        crate::validate::identifier("workflow_id", workflow_id.as_str())?;
+        let ports = &self.inner.ports;
+        for _ in 0..OPERATOR_ATTEMPTS {
+            let inst = ports.store.get(workflow_id).await?.ok_or_else(|| Error::NotFound(workflow_id.to_string()))?;
+            let def = self
+                .inner
+                .defs
+                .get(&inst.workflow_type)
+                .ok_or_else(|| Error::UnregisteredType(inst.workflow_type.clone()))?;
+            let plan = def.plan();
+            let idx =
+                plan.steps().iter().position(|s| s.name == step).ok_or_else(|| {
+                    Error::invalid("step", format_args!("{} has no step {step:?}", inst.workflow_type))
+                })?;
+            if inst.status.is_terminal() || inst.status == WorkflowStatus::Failing {
+                return Err(Error::Conflict(format!(
+                    "{workflow_id} is {}: only a running or waiting workflow can be regenerated",
+                    inst.status.as_str()
+                )));
+            }
+            let Some(s) = inst.steps.get(idx) else {
+                return Err(Error::corrupt(format!("{workflow_id} has fewer steps than its plan")));
+            };
+            if s.status != StepStatus::Completed {
+                return Err(Error::Conflict(format!(
+                    "step {step} of {workflow_id} is {}: only a completed step can be regenerated",
+                    s.status.as_str()
+                )));
+            }
+            // The step and its transitive dependents, in plan order.
+            let mut reset = vec![false; plan.steps().len()];
+            reset[idx] = true;
+            for (j, p) in plan.steps().iter().enumerate() {
+                if p.deps.iter().any(|&d| reset[d]) {
+                    reset[j] = true;
+                }
+            }
+            let now = ports.clock.now();
+            let limits = self.inner.config.history_limits;
+            let mut resets = Vec::new();
+            let mut names = Vec::new();
+            let mut outputs = Vec::new();
+            for (j, s) in inst.steps.iter().enumerate().filter(|(j, _)| reset[*j]) {
+                let ran = j == idx || s.status != StepStatus::Pending || s.attempt > 0 || s.record.is_some();
+                if !ran {
+                    continue;
+                }
+                let output = inst.output.get(&s.name).cloned();
+                if output.is_some() {
+                    outputs.push(s.name.clone());
+                }
+                let entry = HistoryEntry {
+                    run: inst.retry_count,
+                    epoch: s.epoch,
+                    reason: if j == idx { HistoryReason::Regenerate } else { HistoryReason::Upstream },
+                    output,
+                    error: s.error.clone(),
+                    record: s.record.clone(),
+                    at: now,
+                };
+                resets.push((j, s.epoch.saturating_add(1), limits.push(s.history.clone(), entry)));
+                names.push(s.name.clone());
+            }
+            let wake = match (&inst.status, &inst.wait) {
+                (WorkflowStatus::Waiting, Some(w)) => reset.get(w.step_index() as usize).copied().unwrap_or(false),
+                _ => true,
+            };
+            let epoch = inst.steps[idx].epoch.saturating_add(1);
+            let t = Transition::regenerate(resets, outputs, wake, now);
+            match ports.store.apply(workflow_id, &Guard::Operator { revision: inst.revision }, &t).await? {
+                WriteOutcome::Applied { revision } => {
+                    if ports.observer.enabled() {
+                        let mut after = inst;
+                        t.apply_to(&mut after);
+                        effects::observe(&*ports.observer, &after, &t, revision, self.inner.writer());
+                        if wake {
+                            effects::enqueue_and_wake(
+                                &*ports.queue,
+                                &*ports.wakeup,
+                                workflow_id,
+                                after.business_priority,
+                                now,
+                            )
+                            .await;
+                        }
+                    } else if wake {
+                        effects::enqueue_and_wake(
+                            &*ports.queue,
+                            &*ports.wakeup,
+                            workflow_id,
+                            inst.business_priority,
+                            now,
+                        )
+                        .await;
+                    }
+                    return Ok(Regenerated { epoch, steps: names, woken: wake });
+                }
+                WriteOutcome::Missed => continue,
+            }
+        }
+        Err(Error::Conflict(format!("{workflow_id} kept changing; regenerate not written")))
+    }
+
+    /// Dead letters, ordered by id, after `after`, at most `limit` (1..=1 000), optionally
+    /// of one status. Reads the dead-letter records only, never the instances (K-17.2).
+    pub async fn dead_letters(
+        &self,
+        status: Option<DeadLetterStatus>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<DeadLetter>> {
+        self.dead_letter_port()?.list(status, after, limit).await
+    }
+
+    /// Decide dead letter `id` (K-17.2): retry the step in its next epoch, complete it with
+    /// `output` (validated against the step's output schema first), or fail the workflow.
+    /// The decision is recorded (one conditional write on an open record), then the
+    /// workflow's operator signal is delivered; a decision already recorded is returned as
+    /// [`DecideOutcome::AlreadyDecided`] with its signal delivered again (idempotent).
+    ///
+    /// Errors, nothing written: [`Error::NotFound`] for an unknown id;
+    /// [`Error::InvalidInput`] for a bad actor or reason, an output over the payload limit
+    /// or one that fails the step's schema, or an engine without a `DeadLetters` port.
+    pub async fn decide_dead_letter(
+        &self,
+        id: &str,
+        action: DeadLetterAction,
+        actor: &str,
+        reason: Option<&str>,
+    ) -> Result<DecideOutcome> {
+        let dls = self.dead_letter_port()?;
+        let dl = dls.get(id).await?.ok_or_else(|| Error::NotFound(format!("dead letter {id}")))?;
+        if let DeadLetterAction::Complete { output } = &action {
+            crate::validate::payload("output", output, self.inner.config.payload_bytes_max)?;
+            let schema = self
+                .inner
+                .defs
+                .get(&dl.workflow_type)
+                .and_then(|d| d.steps().get(dl.step_index as usize).and_then(|s| s.get_output_schema().cloned()));
+            if let Some(schema) = schema {
+                let errors = schema.errors(output);
+                if !errors.is_empty() {
+                    return Err(Error::invalid(
+                        "output",
+                        format_args!("fails schema {}: {}", schema.version(), errors.join("; ")),
+                    ));
+                }
+            }
+        }
+        let decision = DeadLetterDecision {
+            action,
+            actor: actor.to_string(),
+            reason: reason.map(str::to_string),
+            decided_at: self.inner.ports.clock.now(),
+        };
+        decision.validate()?;
+        let outcome = dls.decide(id, &decision).await?;
+        if matches!(outcome, DecideOutcome::Decided | DecideOutcome::AlreadyDecided(_)) {
+            use sha2::Digest;
+            let signal = Signal::builder(dl.workflow_id.clone(), DEAD_LETTER_SIGNAL)
+                .wait_key(dl.step.clone())
+                .generation(dead_letter_generation(dl.run, dl.epoch))
+                .signal_id(format!("dl-{}", crate::model_call::hex(&sha2::Sha256::digest(id.as_bytes()))))
+                .build()?;
+            self.deliver_signal(signal).await?;
+        }
+        Ok(outcome)
+    }
+
+    fn dead_letter_port(&self) -> Result<&std::sync::Arc<DynDeadLetters>> {
+        self.inner
+            .ports
+            .dead_letters
+            .as_ref()
+            .ok_or_else(|| Error::invalid("ports.dead_letters", "this engine has no DeadLetters port"))
+    }
+}
