@@ -120,7 +120,7 @@ REPORTS=(crash_at_every_boundary crash_sweep_on_mongo refused_writes_report
 REPORTS+=(crash_sweep_on_postgres races_over_concurrent_connections both_paths_survive_crashes_on_postgres
   store_queries_use_an_index live_summary_story_on_postgres)
 # --- end PostgreSQL -----------------------------------------------------------------------
-REPORTS+=(crash_sweep_on_sqlite both_paths_survive_crashes_on_sqlite)
+REPORTS+=(crash_sweep_on_sqlite both_paths_survive_crashes_on_sqlite model_steps_report)
 skip_args=()
 for r in "${REPORTS[@]}"; do skip_args+=(--skip "$r"); done
 
@@ -153,6 +153,10 @@ cargo test -p store-postgres --test it -- --nocapture --exact sweep::crash_sweep
 # --- end PostgreSQL -----------------------------------------------------------------------
 cargo test -p store-sqlite --test it -- --nocapture --exact sweep::crash_sweep_on_sqlite \
   outbox::crash_windows::both_paths_survive_crashes_on_sqlite
+# Model steps (K-17): the invoice story under a crash at every boundary; counts from the
+# scripted models, the query hook, the dead-letter store and the stored instances.
+cargo test -q -p testkit --test engine model_steps::model_steps_report -- --nocapture --exact \
+  | grep -E '^(model-steps:|test result)'
 # A dedicated redis-server on a free port is killed and restarted (never the shared one).
 cargo test -p queue-redis --test it redis_outage_engines_complete_through_the_store_and_lanes_are_rebuilt -- --nocapture
 

@@ -643,3 +643,292 @@ async fn model_steps_report() {
         assert!(get(n) > 0, "{name} is 0: {line}");
     }
 }
+
+// --- operator actions and bounds ----------------------------------------------------------
+
+fn counting(name: &'static str, runs: Arc<Mutex<Vec<(String, String)>>>) -> StepDef {
+    StepDef::new(name, move |ctx: ActivityContext| {
+        let runs = runs.clone();
+        async move {
+            runs.lock().unwrap().push((ctx.step_name().to_string(), ctx.idempotency_key()));
+            Ok(StepOutcome::complete(json!({ "by": ctx.idempotency_key() })))
+        }
+    })
+}
+
+/// A workflow a → b, c (independent), then `gate` (after b and c) waiting for a signal.
+fn gated(runs: Arc<Mutex<Vec<(String, String)>>>) -> Definition {
+    let r = runs.clone();
+    Definition::builder("gated")
+        .step(counting("a", runs.clone()))
+        .step(counting("b", runs.clone()).depends_on(["a"]))
+        .step(counting("c", runs.clone()).depends_on(Vec::<String>::new()))
+        .step(
+            StepDef::new("gate", move |ctx: ActivityContext| {
+                let r = r.clone();
+                async move {
+                    r.lock().unwrap().push(("gate".into(), ctx.idempotency_key()));
+                    Ok(match ctx.resume() {
+                        Some(Resume { kind: ResumeKind::Signal, .. }) => StepOutcome::complete(json!("open")),
+                        _ => StepOutcome::wait_for_signal("go", "g-1").generation(u64::from(ctx.epoch())).into(),
+                    })
+                }
+            })
+            .depends_on(["b", "c"]),
+        )
+        .build()
+        .unwrap()
+}
+
+fn ran(runs: &Arc<Mutex<Vec<(String, String)>>>, step: &str) -> Vec<String> {
+    runs.lock().unwrap().iter().filter(|(s, _)| s == step).map(|(_, k)| k.clone()).collect()
+}
+
+/// K-17.3 regenerate: the step and its dependents that ran get a new epoch (a new K-17.1
+/// key) and run again, their previous results in their history; an independent step does
+/// not run again; a terminal instance is refused.
+#[tokio::test]
+async fn regenerate_reruns_the_step_and_its_dependents_only() {
+    let world = World::new(5);
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let engine = world.engine("A", vec![gated(runs.clone())]);
+    let wf = engine
+        .publisher()
+        .start_or_resume(StartRequest::new("gated", "biz:g", json!({})))
+        .await
+        .unwrap()
+        .instance
+        .workflow_id;
+    world.drive(&engine).await.unwrap();
+    let before = world.instance(wf.as_str()).await.unwrap();
+    assert_eq!(before.status, WorkflowStatus::Waiting);
+    let r = engine.regenerate(&wf, "a").await.unwrap();
+    assert_eq!((r.epoch, r.steps.clone(), r.woken), (1, vec!["a".to_string(), "b".into(), "gate".into()], true));
+    let after = world.instance(wf.as_str()).await.unwrap();
+    assert!(!after.output.contains_key("a") && !after.output.contains_key("b") && after.output.contains_key("c"));
+    assert_eq!(
+        after.steps[0].history[0].output,
+        before.output.get("a").cloned(),
+        "the previous result is kept for audit"
+    );
+    assert_eq!(after.steps[0].history[0].reason, kernel_core::record::HistoryReason::Regenerate);
+    assert_eq!(after.steps[1].history[0].reason, kernel_core::record::HistoryReason::Upstream);
+    world.drive(&engine).await.unwrap();
+    let a = ran(&runs, "a");
+    assert_eq!(a.len(), 2);
+    assert_eq!(a[1], idempotency_key_at(wf.as_str(), "a", 0, 1), "a new logical attempt has a new key");
+    assert_ne!(a[0], a[1]);
+    assert_eq!(ran(&runs, "b").len(), 2);
+    assert_eq!(ran(&runs, "c").len(), 1, "an independent step never runs again");
+    let signal = Signal::builder(wf.clone(), "go").wait_key("g-1").generation(1).signal_id("go-1").build().unwrap();
+    engine.deliver_signal(signal).await.unwrap();
+    world.drive(&engine).await.unwrap();
+    assert_eq!(world.instance(wf.as_str()).await.unwrap().status, WorkflowStatus::Completed);
+    assert!(matches!(engine.regenerate(&wf, "a").await, Err(Error::Conflict(_))), "terminal");
+}
+
+/// Regenerate refuses with a typed error and writes nothing: an unknown workflow or step,
+/// a step that never ran.
+#[tokio::test]
+async fn regenerate_refuses_bad_requests_and_writes_nothing() {
+    let world = World::new(6);
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let engine = world.engine("A", vec![gated(runs)]);
+    let wf = engine
+        .publisher()
+        .start_or_resume(StartRequest::new("gated", "biz:g", json!({})))
+        .await
+        .unwrap()
+        .instance
+        .workflow_id;
+    let before = world.instance(wf.as_str()).await.unwrap();
+    assert!(matches!(engine.regenerate(&"wf-nope".into(), "a").await, Err(Error::NotFound(_))));
+    assert!(matches!(engine.regenerate(&wf, "zz").await, Err(Error::InvalidInput { .. })));
+    assert!(matches!(engine.regenerate(&wf, "a").await, Err(Error::Conflict(_))), "never ran");
+    assert!(matches!(engine.regenerate(&wf, "bad\0name").await, Err(Error::InvalidInput { .. })));
+    assert_eq!(world.instance(wf.as_str()).await.unwrap(), before, "nothing written");
+}
+
+fn always_refused(schema: bool) -> Definition {
+    let mut post = StepDef::new("post", |_| async { Err(ActivityError::permanent("the ledger refused the vendor")) })
+        .on_failed(OnFailed::DeadLetter);
+    if schema {
+        post = post.output_schema(
+            OutputSchema::new(VersionRef::new("posting", "1"), json!({"type": "object", "required": ["posting_id"]}))
+                .unwrap(),
+        );
+    }
+    Definition::builder("post").step(post).build().unwrap()
+}
+
+/// K-17.2: a dead letter is listed from the records; an operator output that fails the
+/// step's schema is refused with nothing written; a valid one completes the step, recorded
+/// as operator-supplied; "fail" fails the workflow; both close the record.
+#[tokio::test]
+async fn dead_letter_complete_and_fail() {
+    let world = World::new(7);
+    let engine = world.engine("A", vec![always_refused(true)]);
+    let p = engine.publisher();
+    let w1 = p.start_or_resume(StartRequest::new("post", "biz:p1", json!({}))).await.unwrap().instance.workflow_id;
+    let w2 = p.start_or_resume(StartRequest::new("post", "biz:p2", json!({}))).await.unwrap().instance.workflow_id;
+    world.drive(&engine).await.unwrap();
+    let open = engine.dead_letters(Some(DeadLetterStatus::Open), None, 10).await.unwrap();
+    assert_eq!(open.len(), 2);
+    for w in [&w1, &w2] {
+        let i = world.instance(w.as_str()).await.unwrap();
+        assert_eq!((i.status, i.claim_token.clone()), (WorkflowStatus::Waiting, None), "no new status, no worker held");
+    }
+    let id1 = idempotency_key_at(w1.as_str(), "post", 0, 0);
+    let before = world.instance(w1.as_str()).await.unwrap();
+    let bad =
+        engine.decide_dead_letter(&id1, DeadLetterAction::Complete { output: json!({"nope": 1}) }, "ops", None).await;
+    assert!(matches!(bad, Err(Error::InvalidInput { .. })), "{bad:?}");
+    assert_eq!(world.dead_letters.get(&id1).await.unwrap().unwrap().status, DeadLetterStatus::Open);
+    assert_eq!(world.instance(w1.as_str()).await.unwrap(), before);
+    let ok = engine
+        .decide_dead_letter(&id1, DeadLetterAction::Complete { output: json!({"posting_id": "P-1"}) }, "ops", None)
+        .await;
+    assert_eq!(ok.unwrap(), DecideOutcome::Decided);
+    let id2 = idempotency_key_at(w2.as_str(), "post", 0, 0);
+    engine.decide_dead_letter(&id2, DeadLetterAction::Fail, "ops", Some("vendor unknown")).await.unwrap();
+    world.drive(&engine).await.unwrap();
+    let i1 = world.instance(w1.as_str()).await.unwrap();
+    assert_eq!((i1.status, i1.output["post"].clone()), (WorkflowStatus::Completed, json!({"posting_id": "P-1"})));
+    let entries = &i1.steps[0].record.as_ref().unwrap().entries;
+    assert!(matches!(entries.last(), Some(RecordEntry::Operator(o)) if o.action == "complete" && o.actor == "ops"));
+    assert_eq!(world.instance(w2.as_str()).await.unwrap().status, WorkflowStatus::Failed);
+    assert_eq!(engine.dead_letters(Some(DeadLetterStatus::Closed), None, 10).await.unwrap().len(), 2);
+    let again = engine.decide_dead_letter(&id1, DeadLetterAction::Retry, "ops", None).await.unwrap();
+    assert_eq!(again, DecideOutcome::Closed, "a closed dead letter takes no new decision");
+}
+
+/// The dead-letter record is written after the instance's wait; when that write is lost,
+/// the poll fallback's visit writes it (K-17.2, K-9.5).
+#[tokio::test]
+async fn a_lost_dead_letter_record_is_written_at_the_poll() {
+    #[derive(Clone)]
+    struct LosesFirst(testkit::memory::MemoryDeadLetters, Arc<AtomicU64>);
+    #[async_trait::async_trait]
+    impl DeadLetters for LosesFirst {
+        async fn record(&self, dl: &DeadLetter) -> kernel_core::Result<bool> {
+            if self.1.fetch_add(1, Ordering::SeqCst) == 0 {
+                return Err(Error::unavailable("lost"));
+            }
+            self.0.record(dl).await
+        }
+        async fn get(&self, id: &str) -> kernel_core::Result<Option<DeadLetter>> {
+            self.0.get(id).await
+        }
+        async fn list(
+            &self,
+            s: Option<DeadLetterStatus>,
+            a: Option<&str>,
+            l: usize,
+        ) -> kernel_core::Result<Vec<DeadLetter>> {
+            self.0.list(s, a, l).await
+        }
+        async fn decide(&self, id: &str, d: &DeadLetterDecision) -> kernel_core::Result<DecideOutcome> {
+            self.0.decide(id, d).await
+        }
+        async fn close(&self, id: &str, now: kernel_core::Instant) -> kernel_core::Result<bool> {
+            self.0.close(id, now).await
+        }
+        async fn purge_closed(&self, before: kernel_core::Instant, limit: usize) -> kernel_core::Result<u64> {
+            self.0.purge_closed(before, limit).await
+        }
+    }
+    let world = World::new(8);
+    let mut ports = world.ports();
+    ports.dead_letters = Some(Arc::new(LosesFirst(world.dead_letters.clone(), Default::default())));
+    let config = testkit::harness::test_config("A");
+    let poll = config.dead_letter_poll_ms;
+    let engine = world.engine_on(ports, config, vec![always_refused(false)]);
+    engine.publisher().start_or_resume(StartRequest::new("post", "biz:p", json!({}))).await.unwrap();
+    world.drive(&engine).await.unwrap();
+    assert!(world.dead_letters.list(None, None, 10).await.unwrap().is_empty(), "the first record write was lost");
+    world.clock.advance(poll);
+    world.drive(&engine).await.unwrap();
+    let dls = world.dead_letters.list(None, None, 10).await.unwrap();
+    assert_eq!(dls.len(), 1);
+    assert_eq!((dls[0].status, dls[0].error.class), (DeadLetterStatus::Open, ErrorClass::Permanent));
+    assert_eq!(world.instances().await.unwrap()[0].status, WorkflowStatus::Waiting, "waiting again for the operator");
+}
+
+/// A definition that dead-letters needs a DeadLetters port: refused at build.
+#[tokio::test]
+async fn an_engine_without_a_dead_letter_port_is_refused() {
+    let world = World::new(9);
+    let mut ports = world.ports();
+    ports.dead_letters = None;
+    let r = Engine::builder(ports).register(always_refused(false)).build();
+    assert!(matches!(r, Err(Error::InvalidInput { ref field, .. }) if field == "ports.dead_letters"), "{:?}", r.err());
+}
+
+/// K-17.2: retries are bounded by time as well as count, from the first retryable failure.
+#[tokio::test]
+async fn max_retry_duration_bounds_the_retries() {
+    let world = World::new(10);
+    let tries = Arc::new(AtomicU64::new(0));
+    let t = tries.clone();
+    let def = Definition::builder("slow")
+        .step(
+            StepDef::new("call", move |_| {
+                let t = t.clone();
+                async move {
+                    t.fetch_add(1, Ordering::SeqCst);
+                    Err(ActivityError::transient("down"))
+                }
+            })
+            .max_retry(1_000)
+            .retry(RetryPolicy::Exponential { base_ms: DurationMs::from_secs(2), cap_ms: DurationMs::from_secs(2) })
+            .max_retry_duration(DurationMs::from_secs(60)),
+        )
+        .build()
+        .unwrap();
+    let engine = world.engine("A", vec![def]);
+    engine.publisher().start_or_resume(StartRequest::new("slow", "biz:s", json!({}))).await.unwrap();
+    let start = world.now();
+    world.drive(&engine).await.unwrap();
+    let inst = world.instances().await.unwrap().pop().unwrap();
+    assert_eq!(inst.status, WorkflowStatus::Failed);
+    let n = tries.load(Ordering::SeqCst);
+    assert!(n > 2 && n < 1_000, "{n} attempts");
+    assert!(world.now() - start >= DurationMs::from_secs(60), "retried for the whole minute");
+    assert!(inst.steps[0].retrying_since.is_some());
+}
+
+/// K-17.2 query before retry: after an unknown outcome the hook is asked first; "done"
+/// completes the step with its output and the activity never runs again.
+#[tokio::test]
+async fn a_done_query_completes_the_step_without_running_it_again() {
+    let world = World::new(11);
+    let (runs, queries) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let (r, q) = (runs.clone(), queries.clone());
+    let def = Definition::builder("q")
+        .step(
+            StepDef::new("charge", move |_| {
+                let r = r.clone();
+                async move {
+                    r.fetch_add(1, Ordering::SeqCst);
+                    Err(ActivityError::unknown_outcome("reply lost"))
+                }
+            })
+            .max_retry(3)
+            .retry(RetryPolicy::Immediate)
+            .on_unknown_outcome(move |ctx: ActivityContext| {
+                let q = q.clone();
+                async move {
+                    q.fetch_add(1, Ordering::SeqCst);
+                    Ok(QueryAnswer::Done(json!({"charged": ctx.idempotency_key()})))
+                }
+            }),
+        )
+        .build()
+        .unwrap();
+    let engine = world.engine("A", vec![def]);
+    engine.publisher().start_or_resume(StartRequest::new("q", "biz:q", json!({}))).await.unwrap();
+    world.drive(&engine).await.unwrap();
+    let inst = world.instances().await.unwrap().pop().unwrap();
+    assert_eq!(inst.status, WorkflowStatus::Completed);
+    assert_eq!((runs.load(Ordering::SeqCst), queries.load(Ordering::SeqCst)), (1, 1));
+}
