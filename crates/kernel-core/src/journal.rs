@@ -174,10 +174,28 @@ impl StepJournal {
                 }
             }
         }
+        // An output recorded by an earlier invocation is read back, never generated again;
+        // a streaming step shows it to its readers (K-16: the stream was reset before this
+        // re-execution), so a reader reconnecting after a crash sees the recorded output.
+        let replayed =
+            matches!(&st.record.entries[n], RecordEntry::Model(c) if c.output.is_some() && c.cache.is_none());
         // The entry at `n` is this call's: continue from what it recorded.
         loop {
             let RecordEntry::Model(c) = &st.record.entries[n] else { unreachable!("checked above") };
             if let Some(out) = c.output.clone() {
+                if replayed {
+                    if let Some(stream) = ctx.stream() {
+                        let text = c
+                            .samples
+                            .iter()
+                            .rev()
+                            .find(|s| s.is_valid())
+                            .map_or_else(|| out.to_string(), |s| s.raw.clone());
+                        if let Err(e) = stream.text(text).await {
+                            tracing::warn!(error = %e, "recorded output not streamed");
+                        }
+                    }
+                }
                 let out = self.current_version(&mut st, n, out).await?;
                 st.cursor += 1;
                 return Ok(out);

@@ -932,3 +932,70 @@ async fn a_done_query_completes_the_step_without_running_it_again() {
     assert_eq!(inst.status, WorkflowStatus::Completed);
     assert_eq!((runs.load(Ordering::SeqCst), queries.load(Ordering::SeqCst)), (1, 1));
 }
+
+/// K-16 with K-17.3: a streaming model step streams tokens while it generates; re-run
+/// after a failure that followed the record, it streams the recorded output — the reader
+/// sees the same text, and the model generated once.
+#[tokio::test]
+async fn a_streaming_step_replays_the_recorded_output_to_its_readers() {
+    struct Streaming(Arc<AtomicU64>);
+    #[async_trait::async_trait]
+    impl Model for Streaming {
+        fn version(&self) -> VersionRef {
+            VersionRef::new("streamer", "1")
+        }
+        async fn generate(&self, _req: &ModelRequest, ctx: &ActivityContext) -> Result<ModelAnswer, ActivityError> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            let raw = r#"{"summary": "first and only"}"#;
+            if let Some(s) = ctx.stream() {
+                for chunk in raw.as_bytes().chunks(7) {
+                    let _ = s.text(String::from_utf8_lossy(chunk)).await;
+                }
+            }
+            Ok(ModelAnswer { raw: raw.into(), usage: Usage::default() })
+        }
+    }
+    let world = World::new(12);
+    let calls = Arc::new(AtomicU64::new(0));
+    let (m, entries) = (Arc::new(Streaming(calls.clone())), Arc::new(AtomicU64::new(0)));
+    let def = Definition::builder("streamer")
+        .step(
+            StepDef::new("compose", move |ctx: ActivityContext| {
+                let (m, e) = (m.clone(), entries.clone());
+                async move {
+                    let out = ctx.model(&*m, ModelRequest::new("c", VersionRef::new("p", "1"), json!(1))).await?;
+                    if e.fetch_add(1, Ordering::SeqCst) == 0 {
+                        return Err(ActivityError::transient("lost after the record"));
+                    }
+                    Ok(StepOutcome::complete(out))
+                }
+            })
+            .output_schema(summary_schema("1"))
+            .streaming()
+            .max_retry(1)
+            .retry(RetryPolicy::Immediate),
+        )
+        .build()
+        .unwrap();
+    let engine = world.engine("A", vec![def]);
+    engine
+        .publisher()
+        .start_or_resume(StartRequest::new("streamer", "biz:st", json!({"object_id": "o-1", "fencing_token": "f-1"})))
+        .await
+        .unwrap();
+    world.drive(&engine).await.unwrap();
+    assert_eq!(world.instances().await.unwrap()[0].status, WorkflowStatus::Completed);
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "generated once");
+    let key = world.streams.keys().pop().expect("a stream");
+    let s = world.streams.get(&key).unwrap();
+    let text: String = s
+        .frames
+        .iter()
+        .filter_map(|f| match f {
+            kernel_core::ports::Frame::Text(t) => Some(t.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(s.generation, 2, "reset before the re-execution");
+    assert_eq!(text, r#"{"summary": "first and only"}"#, "the reader sees the recorded output, once");
+}
