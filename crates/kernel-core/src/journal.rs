@@ -37,6 +37,9 @@ pub(crate) struct StepJournal {
     pub(crate) key: String,
     pub(crate) payload_bytes_max: usize,
     pub(crate) state: tokio::sync::Mutex<JournalState>,
+    /// Set once a record write failed or was uncertain: the claim has ended or must, and
+    /// nothing more is recorded (a later write could overwrite what the failed one did).
+    pub(crate) poisoned: std::sync::atomic::AtomicBool,
 }
 
 pub(crate) struct JournalState {
@@ -84,9 +87,29 @@ impl StepJournal {
             return Err(permanent(format!("the step's record would exceed its limits: {e}")));
         }
         let history = st.pending_history.clone();
-        self.writer.write(st.record.clone(), history).await?;
+        if let Err(e) = self.writer.write(st.record.clone(), history).await {
+            self.poisoned.store(true, std::sync::atomic::Ordering::SeqCst);
+            return Err(e);
+        }
         st.pending_history = None;
         Ok(())
+    }
+
+    /// The journal's state for one recorded call: refused when another recorded call of
+    /// this invocation is in progress (a nested or concurrent call could not be matched to
+    /// its record on the next run), or after a failed record write.
+    fn enter(&self, label: &str) -> Result<tokio::sync::MutexGuard<'_, JournalState>, ActivityError> {
+        if self.poisoned.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(ActivityError::transient(
+                "a record write of this invocation failed; stop and let the step retry",
+            ));
+        }
+        self.state.try_lock().map_err(|_| {
+            permanent(format!(
+                "recorded call `{label}` made while another recorded call of this invocation is in progress: \
+                 make recorded calls one at a time, never from inside another (K-17.4a)"
+            ))
+        })
     }
 
     /// A recorded value (K-17.4a).
@@ -95,7 +118,7 @@ impl StepJournal {
         F: std::future::Future<Output = Result<Value, ActivityError>>,
     {
         crate::validate::identifier("label", label).map_err(|e| permanent(e.to_string()))?;
-        let mut st = self.state.lock().await;
+        let mut st = self.enter(label)?;
         let n = st.cursor;
         if let Some(e) = st.record.entries.get(n) {
             return match e {
@@ -130,11 +153,11 @@ impl StepJournal {
     ) -> Result<Value, ActivityError> {
         crate::validate::identifier("label", &req.label).map_err(|e| permanent(e.to_string()))?;
         let version = model.version();
-        let input_hash = req.input_hash(&version);
+        let input_hash = req.input_hash();
         let schema = self.settings.schema.as_ref();
         let resamples = req.resamples.or(self.settings.resamples).unwrap_or(crate::model_call::RESAMPLES_DEFAULT);
         let samples_max = (resamples as usize + 1).min(MODEL_SAMPLES_MAX);
-        let mut st = self.state.lock().await;
+        let mut st = self.enter(&req.label)?;
         let n = st.cursor;
         match st.record.entries.get(n) {
             Some(RecordEntry::Model(c)) if c.label == req.label => {
@@ -161,7 +184,9 @@ impl StepJournal {
                     migrations: Vec::new(),
                     exhausted: false,
                 };
-                if let Some(hit) = self.cache_get(&req, &version).await {
+                if let Some(hit) =
+                    self.cache_get(&req, &version).await.filter(|(v, _)| schema.is_none_or(|s| s.errors(v).is_empty()))
+                {
                     call.output = Some(hit.0);
                     call.cache = Some(hit.1);
                     st.record.entries.push(RecordEntry::Model(call));
@@ -213,6 +238,9 @@ impl StepJournal {
                 )));
             }
             req.sample_key = format!("{}|{}:{}|{}", self.key, req.label.len(), req.label, c.samples.len());
+            if ctx.cancellation().is_cancelled() {
+                return Err(ActivityError::transient("canceled before the next sample"));
+            }
             let answer = model.generate(&req, ctx).await?;
             let (parsed, errors) = match serde_json::from_str::<Value>(&answer.raw) {
                 Ok(v) => {
@@ -331,7 +359,8 @@ impl StepJournal {
             tool: u.tool_version.clone(),
             data: u.data_version.clone(),
         };
-        let input = serde_json::json!({"input": req.input, "params": req.params});
+        let schema = self.settings.schema.as_ref().map(|s| s.version().to_string());
+        let input = serde_json::json!({"input": req.input, "params": req.params, "schema": schema});
         match CacheKey::new(&req.label, &versions, &input) {
             Ok(k) => Some((cache, k)),
             Err(e) => {

@@ -143,15 +143,15 @@ impl ModelRequest {
         self
     }
 
-    /// Hex SHA-256 of what the call depends on (prompt id/version, model id/version,
-    /// parameters, input), length-prefixed so no two requests encode alike.
-    pub fn input_hash(&self, model: &VersionRef) -> String {
+    /// Hex SHA-256 of what the call asks (prompt id/version, parameters, input),
+    /// length-prefixed so no two requests encode alike. The model is not part of it: a
+    /// call recorded under one model version is read back after a model upgrade (K-17.3);
+    /// its model version stays in the record.
+    pub fn input_hash(&self) -> String {
         let mut h = Sha256::new();
         for part in [
             self.prompt.id.as_bytes(),
             self.prompt.version.as_bytes(),
-            model.id.as_bytes(),
-            model.version.as_bytes(),
             canonical_json(&self.params).as_bytes(),
             canonical_json(&self.input).as_bytes(),
         ] {
@@ -293,17 +293,15 @@ mod tests {
     }
 
     #[test]
-    fn input_hash_depends_on_every_part() {
-        let m = VersionRef::new("m", "1");
+    fn input_hash_depends_on_every_part_of_the_request() {
         let base = ModelRequest::new("x", VersionRef::new("p", "1"), json!({"a": 1, "b": 2}));
-        let h = base.input_hash(&m);
-        assert_eq!(h, ModelRequest::new("x", VersionRef::new("p", "1"), json!({"b": 2, "a": 1})).input_hash(&m));
-        assert_ne!(h, base.input_hash(&VersionRef::new("m", "2")));
-        assert_ne!(h, base.clone().params(json!({"temperature": 1})).input_hash(&m));
-        assert_ne!(h, ModelRequest::new("x", VersionRef::new("p", "2"), json!({"a": 1, "b": 2})).input_hash(&m));
+        let h = base.input_hash();
+        assert_eq!(h, ModelRequest::new("x", VersionRef::new("p", "1"), json!({"b": 2, "a": 1})).input_hash());
+        assert_ne!(h, base.clone().params(json!({"temperature": 1})).input_hash());
+        assert_ne!(h, ModelRequest::new("x", VersionRef::new("p", "2"), json!({"a": 1, "b": 2})).input_hash());
         assert_ne!(
-            ModelRequest::new("x", VersionRef::new("ab", "c"), json!(1)).input_hash(&m),
-            ModelRequest::new("x", VersionRef::new("a", "bc"), json!(1)).input_hash(&m)
+            ModelRequest::new("x", VersionRef::new("ab", "c"), json!(1)).input_hash(),
+            ModelRequest::new("x", VersionRef::new("a", "bc"), json!(1)).input_hash()
         );
     }
 

@@ -1075,6 +1075,31 @@ impl Transition {
         t
     }
 
+    /// A parked step (K-17.4, `ErrorClass::Parked`), under [`Guard::Running`]: pending with
+    /// its reason, the attempt rolled back and the checkpoint kept (it was not a failure);
+    /// combine with [`release_until`](Self::release_until).
+    pub fn park_step(index: usize, error: StepError, elapsed_ms: DurationMs, now: Instant) -> Self {
+        let mut t = Transition::for_step(TransitionKind::RetryRelease, index, now);
+        let p = t.step_mut(index);
+        p.status = Some(StepStatus::Pending);
+        p.attempt = Some(AttemptChange::Inc(-1));
+        p.error = Some(Patch::Set(error));
+        p.elapsed_ms_inc = elapsed_ms;
+        t
+    }
+
+    /// A step dead-lettered in the same wave as another (K-17.2), under
+    /// [`Guard::Running`]: pending with its (permanent) error, no wait of its own — the
+    /// instance waits on the other's; its own dead letter is applied at the next claim.
+    pub fn dead_letter_sibling(index: usize, error: StepError, elapsed_ms: DurationMs, now: Instant) -> Self {
+        let mut t = Transition::for_step(TransitionKind::DeadLetter, index, now);
+        let p = t.step_mut(index);
+        p.status = Some(StepStatus::Pending);
+        p.error = Some(Patch::Set(error));
+        p.elapsed_ms_inc = elapsed_ms;
+        t
+    }
+
     /// The next logical attempt of one step (an operator's dead-letter retry, K-17.2),
     /// under [`Guard::Running`]: epoch set, the step pending and fresh (attempt, error,
     /// checkpoint, record, retry start and finish time cleared), `history` (the superseded

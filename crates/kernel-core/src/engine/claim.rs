@@ -513,22 +513,28 @@ impl Claim {
         if status == WorkflowStatus::Failing {
             return self.fail_path().await;
         }
-        // K-17.2: a dead-lettered step woke (operator signal or poll): its decision first.
-        let dead_lettered = {
+        // K-17.2: dead-lettered steps that woke (operator signal, poll, or beside another
+        // one) are marked by their own state — pending with a permanent error under a
+        // dead-letter policy, which nothing else leaves behind: their decisions first.
+        let dead_lettered: Vec<usize> = {
             let d = self.doc();
-            d.inst.resume.as_ref().map(|r| r.step_index as usize).filter(|&i| {
-                d.inst.steps.get(i).is_some_and(|s| {
+            d.inst
+                .steps
+                .iter()
+                .enumerate()
+                .filter(|(i, s)| {
                     s.status == StepStatus::Pending
                         && s.error.as_ref().is_some_and(|e| e.class == ErrorClass::Permanent)
                         && self
                             .def
                             .steps()
-                            .get(i)
+                            .get(*i)
                             .is_some_and(|sd| sd.get_on_failed() == crate::definition::OnFailed::DeadLetter)
                 })
-            })
+                .map(|(i, _)| i)
+                .collect()
         };
-        if let Some(i) = dead_lettered {
+        for i in dead_lettered {
             if let Some(end) = self.resume_dead_letter(i).await {
                 return end;
             }
@@ -815,6 +821,7 @@ impl Claim {
             key: crate::activity::idempotency_key_at(&self.shared.workflow_id, &step.name, run, step.epoch),
             payload_bytes_max: self.inner.config.payload_bytes_max,
             state: tokio::sync::Mutex::new(crate::journal::JournalState::of(step, run, &limits, now)),
+            poisoned: Default::default(),
         })
     }
 
@@ -866,9 +873,13 @@ impl Claim {
     /// The `CompleteStep` write of a valid output.
     fn completion(&self, idx: usize, output: Value, elapsed_ms: DurationMs) -> Transition {
         let now = self.now();
-        let d = self.doc();
-        let clears = d.inst.resume.as_ref().is_some_and(|r| r.step_index as usize == idx);
-        Transition::complete_step(idx, &d.inst.steps[idx].name, output, elapsed_ms, now, clears)
+        let mut t = {
+            let d = self.doc();
+            let clears = d.inst.resume.as_ref().is_some_and(|r| r.step_index as usize == idx);
+            Transition::complete_step(idx, &d.inst.steps[idx].name, output, elapsed_ms, now, clears)
+        };
+        self.retry_clock(&mut t);
+        t
     }
 
     async fn commit_skip(&self, idx: usize, error: StepError, elapsed_ms: DurationMs) -> Member {
@@ -977,6 +988,10 @@ impl Claim {
                 Ok(inv) => inv,
                 Err(m) => return (idx, m),
             };
+            if self.cancel.is_cancelled() && !matches!(inv.result, Ok(StepOutcome::Complete(_))) {
+                // The claim ended during the activity (as in `run_single`); write nothing.
+                return (idx, Member::Lost(self.ended_as()));
+            }
             let m = match self.classify(idx, inv) {
                 StepResult::Complete { output, elapsed_ms } => {
                     match self.commit(G::Running, self.completion(idx, output, elapsed_ms)).await {
@@ -1021,30 +1036,19 @@ impl Claim {
             // halted siblings would have written is lost with it; they run again.
             return Next::End(self.hand_back(G::Running).await);
         }
+        let dead_letters: Vec<(usize, StepError)> = wave
+            .iter()
+            .filter_map(|(i, h)| match h {
+                Some(Halt::DeadLetter { error, .. }) => Some((*i, error.clone())),
+                _ => None,
+            })
+            .collect();
         let Some(resolution) = outcome::resolve_wave(wave, self.now()) else {
             return Next::Continue(None);
         };
         let failing = matches!(resolution.then, AfterWave::Failing | AfterWave::Canceled);
         let mut transition = resolution.transition;
-        {
-            // A retry release starts the step's retry clock (max_retry_duration) once per
-            // logical attempt.
-            let d = self.doc();
-            let now = self.now();
-            let starts: Vec<usize> = transition
-                .steps
-                .iter()
-                .filter(|p| {
-                    p.status == Some(StepStatus::Pending)
-                        && matches!(&p.error, Some(crate::transition::Patch::Set(e)) if matches!(e.class, ErrorClass::Transient | ErrorClass::UnknownOutcome))
-                        && d.inst.steps.get(p.index as usize).is_some_and(|s| s.retrying_since.is_none())
-                })
-                .map(|p| p.index as usize)
-                .collect();
-            for i in starts {
-                transition = transition.retrying_since(i, now);
-            }
-        }
+        self.retry_clock(&mut transition);
         match self.commit(G::Running, transition).await {
             Ok(()) => {}
             Err(Unwritten::End(e)) => return Next::End(e),
@@ -1075,11 +1079,40 @@ impl Claim {
                 self.enqueue(prio, at).await;
                 ClaimEnd::Yielded
             }
-            AfterWave::DeadLettered { index, error } => {
-                self.record_dead_letter(index, error).await;
+            AfterWave::DeadLettered { .. } => {
+                for (i, error) in dead_letters {
+                    self.record_dead_letter(i, error).await;
+                }
+                let wait = self.doc().inst.wait.clone();
+                if let Some(wait) = wait {
+                    // K-9.4: a decision whose doorbell rang before the wait was stored.
+                    self.after_suspend(&wait).await;
+                }
                 ClaimEnd::Suspended
             }
         })
+    }
+
+    /// The retry clock of `max_retry_duration` (K-17.2), kept on the steps a write
+    /// concerns: a retry release starts it once per logical attempt; an invocation that
+    /// succeeded (completed, suspended, yielded) stops it.
+    fn retry_clock(&self, t: &mut Transition) {
+        use crate::transition::Patch;
+        let d = self.doc();
+        let now = self.now();
+        for p in t.steps.iter_mut() {
+            let Some(step) = d.inst.steps.get(p.index as usize) else { continue };
+            let retry = p.status == Some(StepStatus::Pending)
+                && matches!(&p.error, Some(Patch::Set(e)) if matches!(e.class, ErrorClass::Transient | ErrorClass::UnknownOutcome));
+            let succeeded = p.traffic_waits_inc == 0
+                && p.error.is_none()
+                && matches!(p.status, Some(StepStatus::Completed | StepStatus::Waiting | StepStatus::Pending));
+            if retry && step.retrying_since.is_none() {
+                p.retrying_since = Some(Patch::Set(now));
+            } else if succeeded && step.retrying_since.is_some() && p.retrying_since.is_none() {
+                p.retrying_since = Some(Patch::Unset);
+            }
+        }
     }
 
     /// The operator signal wait of step `idx`'s current logical attempt (K-17.2), with
@@ -1149,7 +1182,10 @@ impl Claim {
             let wait = self.dead_letter_wait(idx);
             let t = Transition::dead_letter(idx, wait.clone(), error, DurationMs::ZERO, self.now());
             return Some(match self.commit_plain(G::Running, t).await {
-                Ok(()) => ClaimEnd::Suspended,
+                Ok(()) => {
+                    self.after_suspend(&wait).await;
+                    ClaimEnd::Suspended
+                }
                 Err(e) => e,
             });
         };
@@ -1162,8 +1198,12 @@ impl Claim {
             }
             .to_string(),
             actor: decision.actor.clone(),
+            // The output is the step's output; the record keeps a copy only when it is
+            // small, so record and output together never outgrow the payload limit.
             output: match &decision.action {
-                DeadLetterAction::Complete { output } => Some(output.clone()),
+                DeadLetterAction::Complete { output } if serde_json::to_vec(output).is_ok_and(|v| v.len() <= 4_096) => {
+                    Some(output.clone())
+                }
                 _ => None,
             },
             at: now,

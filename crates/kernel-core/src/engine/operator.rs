@@ -58,12 +58,27 @@ pub(crate) fn dead_letter_of(
         run,
         epoch: step.epoch,
         error,
-        inputs: serde_json::json!({"input": input, "record": step.record_of(run)}),
+        inputs: bounded_inputs(input, step.record_of(run)),
         created_at: now,
         status: DeadLetterStatus::Open,
         decision: None,
         closed_at: None,
     }
+}
+
+/// The recorded inputs of a dead letter: the workflow's input and the step's record, each
+/// left out (replaced by a note) when the whole would not fit a stored payload.
+fn bounded_inputs(input: &Value, record: Option<&crate::record::StepRecord>) -> Value {
+    let fits = |v: &Value| crate::validate::payload("inputs", v, crate::validate::STORE_PAYLOAD_BYTES_MAX).is_ok();
+    let full = serde_json::json!({"input": input, "record": record});
+    if fits(&full) {
+        return full;
+    }
+    let without_record = serde_json::json!({"input": input, "record": "left out: too large; see the step's record"});
+    if fits(&without_record) {
+        return without_record;
+    }
+    serde_json::json!({"input": "left out: too large; see the workflow's input", "record": "left out: too large"})
 }
 
 /// What a regenerate did.
@@ -120,12 +135,18 @@ impl Engine {
                     s.status.as_str()
                 )));
             }
-            // The step and its transitive dependents, in plan order.
+            // The step and its transitive dependents (a step may depend on a later one:
+            // repeat until nothing changes; the plan is acyclic and small).
             let mut reset = vec![false; plan.steps().len()];
             reset[idx] = true;
-            for (j, p) in plan.steps().iter().enumerate() {
-                if p.deps.iter().any(|&d| reset[d]) {
-                    reset[j] = true;
+            let mut changed = true;
+            while changed {
+                changed = false;
+                for (j, p) in plan.steps().iter().enumerate() {
+                    if !reset[j] && p.deps.iter().any(|&d| reset.get(d).copied().unwrap_or(false)) {
+                        reset[j] = true;
+                        changed = true;
+                    }
                 }
             }
             let now = ports.clock.now();
@@ -159,7 +180,12 @@ impl Engine {
                 _ => true,
             };
             let epoch = inst.steps[idx].epoch.saturating_add(1);
-            let t = Transition::regenerate(resets, outputs, wake, now);
+            let mut t = Transition::regenerate(resets, outputs, wake, now);
+            if inst.resume.as_ref().is_some_and(|r| !reset.get(r.step_index as usize).copied().unwrap_or(false)) {
+                // The resume belongs to a step that is not reset (a signal that woke it,
+                // K-9.4): it stays.
+                t.resume = None;
+            }
             match ports.store.apply(workflow_id, &Guard::Operator { revision: inst.revision }, &t).await? {
                 WriteOutcome::Applied { revision } => {
                     if ports.observer.enabled() {

@@ -109,6 +109,17 @@ pub(crate) enum Halt {
         /// Time the invocation took.
         elapsed_ms: DurationMs,
     },
+    /// The step cannot run on this worker (K-17.4, `ErrorClass::Parked`): handed back
+    /// after `delay_ms` as a fingerprint mismatch is (K-4.3) — the attempt rolled back, the
+    /// checkpoint kept, nothing counted against the retries.
+    Park {
+        /// Why, stored on the step.
+        error: StepError,
+        /// The push-back delay.
+        delay_ms: DurationMs,
+        /// Time the invocation took.
+        elapsed_ms: DurationMs,
+    },
     /// A retryable error within the retry budget (K-7.4 row 2).
     Retry {
         /// The error, stored on the step for the next attempt to see.
@@ -149,7 +160,7 @@ impl Halt {
             Halt::Yield { .. } => 1,
             Halt::Suspend { .. } => 2,
             Halt::Deferred { .. } => 3,
-            Halt::Retry { .. } => 4,
+            Halt::Park { .. } | Halt::Retry { .. } => 4,
             Halt::DeadLetter { .. } => 5,
             Halt::Failed { .. } => 6,
             Halt::Canceled { .. } => 7,
@@ -168,20 +179,17 @@ impl Halt {
                 then: AfterWave::Failing,
             },
             Halt::DeadLetter { wait, error, elapsed_ms } => {
-                // The step keeps a permanent error (what marks a dead-lettered step on
-                // resume); the record keeps the original class.
-                let kept = match error.class {
-                    ErrorClass::Permanent => error.clone(),
-                    class => StepError {
-                        class: ErrorClass::Permanent,
-                        message: format!("dead-lettered ({}): {}", class.as_str(), error.message),
-                    },
-                };
+                let kept = kept_error(error.clone());
                 Resolution {
                     transition: Transition::dead_letter(index, wait, kept, elapsed_ms, now),
                     then: AfterWave::DeadLettered { index, error },
                 }
             }
+            Halt::Park { error, delay_ms, elapsed_ms } => Resolution {
+                transition: Transition::park_step(index, error, elapsed_ms, now)
+                    .release_until(now.saturating_add(delay_ms)),
+                then: AfterWave::Released { at: now.saturating_add(delay_ms) },
+            },
             Halt::Retry { error, elapsed_ms, .. } => Resolution {
                 // Saturating: the delay is bounded by the policy's validated cap (K-7.4).
                 transition: Transition::step_retry(index, error, elapsed_ms, now)
@@ -209,8 +217,15 @@ impl Halt {
     /// failed sibling also moves the workflow to `failing`, which the winner (a failure:
     /// only a cancellation outranks it) does anyway. A canceled sibling leaves nothing: a
     /// cancellation is the winner or is dropped with the winning one.
-    fn sibling(self, index: usize, now: Instant) -> Option<Transition> {
+    fn sibling(self, index: usize, now: Instant, winner_rank: u8) -> Option<Transition> {
+        let dead_letter_rank = 5;
         Some(match self {
+            // Beside another dead letter: pending with its error; the claim records its
+            // dead letter too, and it waits for its own decision at the next claim.
+            Halt::DeadLetter { error, elapsed_ms, .. } if winner_rank == dead_letter_rank => {
+                Transition::dead_letter_sibling(index, kept_error(error), elapsed_ms, now)
+            }
+            Halt::Park { error, elapsed_ms, .. } => Transition::park_step(index, error, elapsed_ms, now),
             Halt::Canceled { .. } => return None,
             // Only a failure or a cancellation outranks a dead letter: the workflow fails.
             Halt::Failed { error, elapsed_ms } | Halt::DeadLetter { error, elapsed_ms, .. } => {
@@ -222,6 +237,18 @@ impl Halt {
                 Transition::park_sibling(index, checkpoint, elapsed_ms, now)
             }
         })
+    }
+}
+
+/// The error a dead-lettered step keeps: permanent (what marks a dead-lettered step when
+/// it wakes); the dead-letter record keeps the original class.
+pub(crate) fn kept_error(error: StepError) -> StepError {
+    match error.class {
+        ErrorClass::Permanent => error,
+        class => StepError {
+            class: ErrorClass::Permanent,
+            message: format!("dead-lettered ({}): {}", class.as_str(), error.message),
+        },
     }
 }
 
@@ -289,7 +316,7 @@ pub(crate) fn classify(
     match e.class {
         ErrorClass::Canceled => StepResult::Halt(Halt::Canceled { error, elapsed_ms }),
         // Not a failure of the step: handed back for a worker that can run it (K-4.3).
-        ErrorClass::Parked => StepResult::Halt(Halt::Retry { error, delay_ms: entry.park_ms, elapsed_ms }),
+        ErrorClass::Parked => StepResult::Halt(Halt::Park { error, delay_ms: entry.park_ms, elapsed_ms }),
         ErrorClass::Transient | ErrorClass::UnknownOutcome if entry.attempt <= policy.max_retry && within_time => {
             let delay_ms = policy.retry.delay_ms(entry.attempt, jitter());
             StepResult::Halt(Halt::Retry { error, delay_ms, elapsed_ms })
@@ -379,10 +406,11 @@ pub(crate) fn resolve_wave(mut wave: Vec<(usize, Option<Halt>)>, now: Instant) -
         _ => DurationMs::ZERO,
     };
     let drops_siblings = matches!(winner, Halt::Canceled { .. });
+    let winner_rank = winner.rank();
     let mut resolution = winner.winning(index, retry_delay_ms, now);
     if !drops_siblings {
         for (i, h) in wave {
-            if let Some(patch) = h.and_then(|h| h.sibling(i, now)) {
+            if let Some(patch) = h.and_then(|h| h.sibling(i, now, winner_rank)) {
                 resolution.transition = resolution.transition.fuse(patch);
             }
         }

@@ -276,7 +276,6 @@ pub async fn purge_respects_before_and_limit(dl: &DynDeadLetters) {
     assert_eq!(dl.purge_closed(T0.plus(5), 10).await.unwrap(), 0, "none left before the cutoff");
     assert_eq!(ids(everything(dl).await), ["c-4", "d-1", "o-1"]);
     assert_eq!(dl.purge_closed(T0.plus(10), 10).await.unwrap(), 0, "strictly before");
-    assert_eq!(dl.purge_closed(Instant::MAX, DEAD_LETTER_PURGE_MAX).await.unwrap(), 1);
     assert_eq!(dl.purge_closed(T0.plus(86_400_000), DEAD_LETTER_PURGE_MAX).await.unwrap(), 1);
     assert_eq!(dl.get("c-4").await.unwrap(), None);
     assert_eq!(dl.get("o-1").await.unwrap(), Some(open), "open records are never purged");

@@ -999,3 +999,207 @@ async fn a_streaming_step_replays_the_recorded_output_to_its_readers() {
     assert_eq!(s.generation, 2, "reset before the re-execution");
     assert_eq!(text, r#"{"summary": "first and only"}"#, "the reader sees the recorded output, once");
 }
+
+// --- regressions found in review ----------------------------------------------------------
+
+/// Regenerate reaches a dependent declared before the step it depends on (plan order is
+/// not dependency order).
+#[tokio::test]
+async fn regenerate_reaches_a_dependent_declared_before_its_dependency() {
+    let world = World::new(13);
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let r = runs.clone();
+    let def = Definition::builder("back")
+        .step(counting("c", runs.clone()).depends_on(["b"]))
+        .step(counting("b", runs.clone()).depends_on(["a"]))
+        .step(counting("a", runs.clone()).depends_on(Vec::<String>::new()))
+        .step(
+            StepDef::new("hold", move |ctx: ActivityContext| {
+                let r = r.clone();
+                async move {
+                    r.lock().unwrap().push(("hold".into(), ctx.idempotency_key()));
+                    Ok(StepOutcome::wait_for_signal("go", "h").generation(99).into())
+                }
+            })
+            .depends_on(Vec::<String>::new()),
+        )
+        .build()
+        .unwrap();
+    let _ = def;
+    let r = runs.clone();
+    let def = Definition::builder("back")
+        .step(counting("c", runs.clone()).depends_on(["b"]))
+        .step(counting("b", runs.clone()).depends_on(["a"]))
+        .step(counting("a", runs.clone()).depends_on(Vec::<String>::new()))
+        .step(
+            StepDef::new("hold", move |ctx: ActivityContext| {
+                let r = r.clone();
+                async move {
+                    r.lock().unwrap().push(("hold".into(), ctx.idempotency_key()));
+                    Ok(StepOutcome::wait_for_signal("go", "h").generation(99).into())
+                }
+            })
+            .depends_on(["c"]),
+        )
+        .build()
+        .unwrap();
+    let engine = world.engine("A", vec![def]);
+    let wf = engine
+        .publisher()
+        .start_or_resume(StartRequest::new("back", "biz:back", json!({})))
+        .await
+        .unwrap()
+        .instance
+        .workflow_id;
+    world.drive(&engine).await.unwrap();
+    let r = engine.regenerate(&wf, "a").await.unwrap();
+    assert_eq!(
+        r.steps,
+        vec!["c".to_string(), "b".into(), "a".into(), "hold".into()],
+        "c depends on b, which depends on a"
+    );
+    assert!(r.woken, "the wait was in `hold`, which was reset");
+}
+
+/// Two dead-lettered steps of one wave: both get a dead letter, and each waits for its own
+/// decision; neither is silently failed.
+#[tokio::test]
+async fn two_dead_letters_in_one_wave_each_wait_for_their_decision() {
+    let world = World::new(14);
+    let refused = |name: &'static str| {
+        StepDef::new(name, |ctx: ActivityContext| async move {
+            if ctx.epoch() == 0 {
+                Err(ActivityError::permanent("refused"))
+            } else {
+                Ok(StepOutcome::complete(json!(ctx.step_name())))
+            }
+        })
+        .on_failed(OnFailed::DeadLetter)
+        .depends_on(Vec::<String>::new())
+    };
+    let def = Definition::builder("pair").step(refused("p")).step(refused("q")).build().unwrap();
+    let engine = world.engine("A", vec![def]);
+    let wf = engine
+        .publisher()
+        .start_or_resume(StartRequest::new("pair", "biz:pair", json!({})))
+        .await
+        .unwrap()
+        .instance
+        .workflow_id;
+    world.drive(&engine).await.unwrap();
+    assert_eq!(engine.dead_letters(Some(DeadLetterStatus::Open), None, 10).await.unwrap().len(), 2, "both recorded");
+    for step in ["p", "q"] {
+        let inst = world.instance(wf.as_str()).await.unwrap();
+        assert_eq!(inst.status, WorkflowStatus::Waiting, "before deciding {step}");
+        let id = idempotency_key_at(wf.as_str(), step, 0, 0);
+        engine.decide_dead_letter(&id, DeadLetterAction::Retry, "ops", None).await.unwrap();
+        world.drive(&engine).await.unwrap();
+        world.clock.advance(engine.config().dead_letter_poll_ms);
+        world.drive(&engine).await.unwrap();
+    }
+    let inst = world.instance(wf.as_str()).await.unwrap();
+    assert_eq!(inst.status, WorkflowStatus::Completed, "{:?}", inst.steps);
+    assert_eq!((inst.steps[0].epoch, inst.steps[1].epoch), (1, 1));
+}
+
+/// A recorded call made from inside another one (or concurrently) cannot be matched to
+/// its record on the next run: a typed permanent error, never a hang.
+#[tokio::test]
+async fn a_nested_recorded_call_is_a_typed_error_not_a_hang() {
+    let world = World::new(15);
+    let def = Definition::builder("nested")
+        .step(StepDef::new("s", |ctx: ActivityContext| async move {
+            let inner = ctx.clone();
+            let r = ctx.record("outer", || async move { inner.record("inner", || async { Ok(json!(1)) }).await }).await;
+            match r {
+                Err(e) if e.class == ErrorClass::Permanent => Ok(StepOutcome::complete(json!({"refused": e.message}))),
+                other => Ok(StepOutcome::complete(json!({"unexpected": format!("{other:?}")}))),
+            }
+        }))
+        .build()
+        .unwrap();
+    let engine = world.engine("A", vec![def]);
+    engine.publisher().start_or_resume(StartRequest::new("nested", "biz:n", json!({}))).await.unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(20), world.drive(&engine)).await.expect("no hang").unwrap();
+    let inst = world.instances().await.unwrap().pop().unwrap();
+    assert!(inst.output["s"].get("refused").is_some(), "{:?}", inst.output);
+}
+
+/// A parked step keeps its checkpoint and its attempt count (K-4.3: parking is not a
+/// failure), however often it is parked.
+#[tokio::test]
+async fn a_parked_step_keeps_its_checkpoint_and_attempts() {
+    let world = World::new(16);
+    let def = Definition::builder("park")
+        .step(
+            StepDef::new("s", |ctx: ActivityContext| async move {
+                if ctx.checkpoint().is_none() {
+                    return Ok(StepOutcome::yield_with(json!({"page": 3})));
+                }
+                Err(ActivityError::parked("cannot migrate"))
+            })
+            .max_retry(0),
+        )
+        .build()
+        .unwrap();
+    let engine = world.engine("A", vec![def]);
+    engine.publisher().start_or_resume(StartRequest::new("park", "biz:pk", json!({}))).await.unwrap();
+    for _ in 0..3 {
+        world.drive_until(&engine, 3, &|| false).await.unwrap();
+        world.clock.advance(engine.config().fingerprint_pushback_ms);
+    }
+    let inst = world.instances().await.unwrap().pop().unwrap();
+    assert_eq!(inst.status, WorkflowStatus::Running, "never failed");
+    let s = &inst.steps[0];
+    assert_eq!((s.checkpoint.clone(), s.attempt), (Some(json!({"page": 3})), 0), "{s:?}");
+    assert_eq!(s.error.as_ref().map(|e| e.class), Some(ErrorClass::Parked));
+}
+
+/// A call recorded under one model version is read back after a model upgrade (K-17.3):
+/// the recorded branch is the branch.
+#[tokio::test]
+async fn a_recorded_call_is_read_back_after_a_model_upgrade() {
+    struct Versioned(&'static str, Arc<AtomicU64>);
+    #[async_trait::async_trait]
+    impl Model for Versioned {
+        fn version(&self) -> VersionRef {
+            VersionRef::new("m", self.0)
+        }
+        async fn generate(&self, _r: &ModelRequest, _c: &ActivityContext) -> Result<ModelAnswer, ActivityError> {
+            self.1.fetch_add(1, Ordering::SeqCst);
+            Ok(ModelAnswer { raw: format!(r#"{{"summary": "{}"}}"#, self.0), usage: Usage::default() })
+        }
+    }
+    let world = World::new(17);
+    let calls = Arc::new(AtomicU64::new(0));
+    let def = |version: &'static str| {
+        let m = Arc::new(Versioned(version, calls.clone()));
+        Definition::builder("up")
+            .step(
+                StepDef::new("s", move |ctx: ActivityContext| {
+                    let m = m.clone();
+                    async move {
+                        let out = ctx.model(&*m, ModelRequest::new("c", VersionRef::new("p", "1"), json!(1))).await?;
+                        if m.0 == "1" {
+                            return Err(ActivityError::transient("the old worker stops here"));
+                        }
+                        Ok(StepOutcome::complete(out))
+                    }
+                })
+                .output_schema(summary_schema("1"))
+                .max_retry(2)
+                .retry(RetryPolicy::Immediate),
+            )
+            .build()
+            .unwrap()
+    };
+    let old = world.engine("A", vec![def("1")]);
+    old.publisher().start_or_resume(StartRequest::new("up", "biz:up", json!({}))).await.unwrap();
+    old.tick().await.unwrap();
+    let new = world.engine("B", vec![def("2")]);
+    world.drive(&new).await.unwrap();
+    let inst = world.instances().await.unwrap().pop().unwrap();
+    assert_eq!(inst.status, WorkflowStatus::Completed);
+    assert_eq!(inst.output["s"], json!({"summary": "1"}), "the recorded answer, not a new one");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
