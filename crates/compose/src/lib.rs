@@ -73,7 +73,8 @@ use kernel_core::model::DurationMs;
 #[cfg(feature = "redis")]
 use kernel_core::ports::DynClock;
 use kernel_core::ports::{
-    DynCandidates, DynInbox, DynOutbox, DynPermits, DynQueue, DynStore, DynWakeup, LaneWeights, PermitLimits,
+    DynCandidates, DynDeadLetters, DynInbox, DynOutbox, DynPermits, DynQueue, DynResultCache, DynStore, DynWakeup,
+    LaneWeights, PermitLimits,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -324,13 +325,20 @@ impl Default for QueueOptions {
     }
 }
 
-/// What a store URL gives: the durable ports.
+/// What a store URL gives: the durable ports, all on one database (MongoDB), schema
+/// (PostgreSQL) or file (SQLite).
 #[derive(Clone)]
 pub struct StoreSide {
     /// Durable instances.
     pub store: Arc<DynStore>,
     /// Durable signal inbox.
     pub inbox: Arc<DynInbox>,
+    /// Dead-letter records (K-17.2) next to the instances: the same database, schema or
+    /// file; an in-process one for `memory:`.
+    pub dead_letters: Arc<DynDeadLetters>,
+    /// Result cache of read-only model calls (K-17.7) next to the instances: the same
+    /// database, schema or file; an in-process one for `memory:`.
+    pub result_cache: Arc<DynResultCache>,
     /// The scheme the URL named.
     pub scheme: Scheme,
     handle: StoreHandle,
@@ -686,8 +694,10 @@ impl Deployment {
         Self::connect(&urls.store, &urls.queue, options).await
     }
 
-    /// A [`PortsBuilder`] with the five required ports set; add an observer, a stream sink,
-    /// another clock as needed and [`build`](PortsBuilder::build).
+    /// A [`PortsBuilder`] with the five required ports set, and the store side's
+    /// [`dead_letters`](StoreSide::dead_letters) and
+    /// [`result_cache`](StoreSide::result_cache); add an observer, a stream sink, another
+    /// clock as needed (or replace the cache) and [`build`](PortsBuilder::build).
     pub fn ports(&self) -> PortsBuilder {
         kernel_core::engine::Ports::builder()
             .store(self.store.store.clone())
@@ -695,6 +705,8 @@ impl Deployment {
             .queue(self.queue.queue.clone())
             .wakeup(self.queue.wakeup.clone())
             .permits(self.queue.permits.clone())
+            .dead_letters(self.store.dead_letters.clone())
+            .result_cache(self.store.result_cache.clone())
     }
 
     /// The publisher's three ports.
