@@ -119,14 +119,14 @@ fn cache_key(workflow_id: &str) -> CacheKey {
     CacheKey::new("summarize", &versions, &json!({ "workflow": workflow_id })).unwrap()
 }
 
-const CACHED_AT: Instant = Instant::from_millis(1_700_000_000_000);
 const CACHE_TTL: DurationMs = DurationMs::from_millis(60_000);
 
 /// The built ports of `d` carry the store side's dead letters and result cache (the very
 /// same adapters), and a record/get and a put/get round trip through them work; `workflow_id`
-/// keeps the records of one test apart. What was written is read back by
-/// [`reads_back`].
-pub(crate) async fn round_trip_through_the_ports(d: &Deployment, workflow_id: &str) {
+/// keeps the records of one test apart. The cache entry is stored at the ports' clock
+/// reading (the wall clock: a server may expire entries by its own clock as a backstop),
+/// which is returned; [`reads_back`] reads everything back.
+pub(crate) async fn round_trip_through_the_ports(d: &Deployment, workflow_id: &str) -> Instant {
     let ports = d.ports().build().unwrap();
     let dead_letters = ports.dead_letters.expect("the deployment's ports have dead letters");
     let cache = ports.result_cache.expect("the deployment's ports have a result cache");
@@ -141,29 +141,37 @@ pub(crate) async fn round_trip_through_the_ports(d: &Deployment, workflow_id: &s
     assert!(!dead_letters.record(&again).await.unwrap(), "a second record of the id changes nothing");
 
     let key = cache_key(workflow_id);
-    assert_eq!(cache.get(&key, CACHED_AT).await.unwrap(), None, "a fresh namespace has no entry");
-    cache.put(&key, &json!({"summary": workflow_id}), CACHED_AT, CACHE_TTL).await.unwrap();
-    reads_back(&*dead_letters, &*cache, workflow_id).await;
+    let cached_at = ports.clock.now();
+    assert_eq!(cache.get(&key, cached_at).await.unwrap(), None, "a fresh namespace has no entry");
+    cache.put(&key, &json!({"summary": workflow_id}), cached_at, CACHE_TTL).await.unwrap();
+    reads_back(&*dead_letters, &*cache, workflow_id, cached_at).await;
+    cached_at
 }
 
 /// What [`round_trip_through_the_ports`] wrote for `workflow_id` is what `dead_letters` and
-/// `cache` read: the first record unchanged, the entry live until it expires.
-pub(crate) async fn reads_back(dead_letters: &DynDeadLetters, cache: &DynResultCache, workflow_id: &str) {
+/// `cache` read: the first record unchanged, the entry stored at `cached_at` live until it
+/// expires.
+pub(crate) async fn reads_back(
+    dead_letters: &DynDeadLetters,
+    cache: &DynResultCache,
+    workflow_id: &str,
+    cached_at: Instant,
+) {
     let dl = dead_letter(workflow_id);
     assert_eq!(dead_letters.get(&dl.id).await.unwrap(), Some(dl.clone()));
     let open = dead_letters.list(Some(DeadLetterStatus::Open), None, 10).await.unwrap();
     assert_eq!(open, [dl]);
 
     let key = cache_key(workflow_id);
-    let hit = cache.get(&key, CACHED_AT.try_add(DurationMs::from_millis(1), "now").unwrap()).await.unwrap();
-    let expires_at = CACHED_AT.try_add(CACHE_TTL, "ttl").unwrap();
+    let hit = cache.get(&key, cached_at.try_add(DurationMs::from_millis(1), "now").unwrap()).await.unwrap();
+    let expires_at = cached_at.try_add(CACHE_TTL, "ttl").unwrap();
     assert_eq!(
         hit,
-        Some(CachedResult { value: json!({"summary": workflow_id}), stored_at: CACHED_AT, expires_at }),
+        Some(CachedResult { value: json!({"summary": workflow_id}), stored_at: cached_at, expires_at }),
         "the entry is live before it expires"
     );
     assert_eq!(cache.get(&key, expires_at).await.unwrap(), None, "an expired entry is a miss");
-    assert_eq!(cache.get(&cache_key("other"), CACHED_AT).await.unwrap(), None, "another key misses");
+    assert_eq!(cache.get(&cache_key("other"), cached_at).await.unwrap(), None, "another key misses");
 }
 
 /// `memory:` gives in-process adapters: the round trip works, and another deployment (as
@@ -171,9 +179,9 @@ pub(crate) async fn reads_back(dead_letters: &DynDeadLetters, cache: &DynResultC
 #[tokio::test]
 async fn memory_ports_carry_dead_letters_and_a_result_cache() {
     let d = memory().await;
-    round_trip_through_the_ports(&d, "wf-memory").await;
+    let cached_at = round_trip_through_the_ports(&d, "wf-memory").await;
     let other = memory().await;
     let dl = dead_letter("wf-memory");
     assert_eq!(other.store.dead_letters.get(&dl.id).await.unwrap(), None);
-    assert_eq!(other.store.result_cache.get(&cache_key("wf-memory"), CACHED_AT).await.unwrap(), None);
+    assert_eq!(other.store.result_cache.get(&cache_key("wf-memory"), cached_at).await.unwrap(), None);
 }

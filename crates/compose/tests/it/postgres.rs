@@ -172,14 +172,14 @@ async fn dead_letters_and_the_result_cache_live_in_the_store_schema() {
     let schema = store.postgres_config().unwrap().schema.clone();
     let queue = QueueSide::connect("memory:", &QueueOptions::default()).await.unwrap();
     let d = Deployment { store, queue };
-    crate::ports::round_trip_through_the_ports(&d, "wf-postgres").await;
+    let cached_at = crate::ports::round_trip_through_the_ports(&d, "wf-postgres").await;
     for table in [store_postgres::DEAD_LETTERS, store_postgres::RESULT_CACHE] {
         let n: i64 = client.query_one(&format!("SELECT count(*) FROM \"{schema}\".{table}"), &[]).await.unwrap().get(0);
         assert_eq!(n, 1, "one row in {schema}.{table}");
     }
     let sep = if url.contains('?') { '&' } else { '?' };
     let again = StoreSide::connect(&format!("{url}{sep}schema={schema}")).await.unwrap();
-    crate::ports::reads_back(&*again.dead_letters, &*again.result_cache, "wf-postgres").await;
+    crate::ports::reads_back(&*again.dead_letters, &*again.result_cache, "wf-postgres", cached_at).await;
     d.destroy().await.unwrap();
     assert!(!schema_exists(&client, &schema).await, "{schema} dropped");
 }

@@ -155,7 +155,7 @@ async fn dead_letters_and_the_result_cache_live_in_the_store_file() {
     let file = dir.path().join("wf.db");
     let url = format!("sqlite:{}", file.display());
     let d = Deployment::connect(&url, "local", &QueueOptions::default()).await.unwrap();
-    crate::ports::round_trip_through_the_ports(&d, "wf-sqlite").await;
+    let cached_at = crate::ports::round_trip_through_the_ports(&d, "wf-sqlite").await;
 
     let conn = rusqlite::Connection::open(&file).unwrap();
     for table in [store_sqlite::DEAD_LETTERS, store_sqlite::RESULT_CACHE] {
@@ -165,7 +165,8 @@ async fn dead_letters_and_the_result_cache_live_in_the_store_file() {
     drop(conn);
     let other = Deployment::connect(&url, "local", &QueueOptions::default()).await.unwrap();
     let ports = other.ports().build().unwrap();
-    crate::ports::reads_back(&*ports.dead_letters.unwrap(), &*ports.result_cache.unwrap(), "wf-sqlite").await;
+    crate::ports::reads_back(&*ports.dead_letters.unwrap(), &*ports.result_cache.unwrap(), "wf-sqlite", cached_at)
+        .await;
     other.destroy().await.unwrap();
     assert!(!file.exists(), "destroy removed the file with the records");
 }
