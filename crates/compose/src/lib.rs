@@ -6,15 +6,23 @@
 //!
 //! | scheme | role | cargo feature | adapters |
 //! |---|---|---|---|
-//! | `mongodb://host[:port][/database][?options]`, `mongodb+srv://…` | store | `mongo` | `MongoWorkflowStore`, `MongoSignalInbox`, `MongoObservationRepository` |
+//! | `mongodb://host[:port][/database][?options]`, `mongodb+srv://…` | store | `mongo` | `MongoWorkflowStore`, `MongoSignalInbox`, `MongoDeadLetters`, `MongoResultCache`, `MongoObservationRepository` |
 //! | `redis://host[:port][/db][?prefix=<p>]`, `rediss://…` | queue | `redis` | `RedisReadyQueue`, `RedisWakeup`, `RedisPermits` |
-//! | `postgres://[user@]host[:port][/database][?schema=<s>&options]`, `postgresql://…` | store | `postgres` | `PostgresWorkflowStore`, `PostgresSignalInbox`, `PostgresOutbox`, `PostgresObservationRepository` (migrated on connect) |
+//! | `postgres://[user@]host[:port][/database][?schema=<s>&options]`, `postgresql://…` | store | `postgres` | `PostgresWorkflowStore`, `PostgresSignalInbox`, `PostgresDeadLetters`, `PostgresResultCache`, `PostgresOutbox`, `PostgresObservationRepository` (migrated on connect) |
+//! | `sqlite:<path>` | store or queue | `sqlite` | `SqliteWorkflowStore`, `SqliteSignalInbox`, `SqliteDeadLetters`, `SqliteResultCache`, `SqliteOutbox`, `SqliteObservationRepository` (migrated on open); as a queue, coord-local in that file |
+//! | `local` | queue | `local` | coord-local: in the `sqlite:` store's file, else in this process |
 //! | `memory:` | store or queue | `memory` | testkit's in-process adapters (**demos only**: nothing survives the process, and nothing is shared between processes) |
 //!
 //! The database defaults to [`DEFAULT_DATABASE`], the PostgreSQL schema to [`DEFAULT_SCHEMA`]
 //! and the key prefix to [`DEFAULT_PREFIX`];
 //! [`StoreSide::connect_scratch`] and [`QueueSide::connect_scratch`] use a fresh one instead,
 //! for a throw-away run that `destroy` deletes.
+//!
+//! The store side also carries the store's [`dead_letters`](StoreSide::dead_letters) (K-17.2)
+//! and [`result_cache`](StoreSide::result_cache) (K-17.7) on the same database, schema or
+//! file, and [`Deployment::ports`] sets both, so steps that dead-letter and read-only model
+//! calls work on a worker built from URLs; a deployment that wants another cache (Redis's)
+//! replaces it with [`PortsBuilder::result_cache`].
 //!
 //! What the five ports do not cover comes from the same sides, so a demo or a binary never
 //! wires an adapter crate itself: [`StoreSide::dispatch_outbox`] (K-11),
@@ -28,8 +36,9 @@
 //! whose driver this build does not have, a scheme used in the wrong role, a server that
 //! cannot be reached. URLs in messages have their password replaced by `***`.
 //!
-//! Further stores (SQLite, …) add their scheme to [`SCHEMES`], a [`Scheme`]
-//! variant, a feature and a driver module next to `mongo.rs`; nothing else changes.
+//! Further stores add their scheme to [`SCHEMES`], a [`Scheme`] variant, a feature and a
+//! driver module next to `mongo.rs` that opens every [`StoreSide`] port (dead letters and
+//! result cache included); nothing else changes.
 //!
 //! # Example
 //!
@@ -44,7 +53,8 @@
 //!     &compose::QueueOptions::default(),
 //! )
 //! .await?;
-//! // The five ports that hold or carry work come from the URLs; name only what you change.
+//! // The five ports that hold or carry work, the dead letters and the result cache come
+//! // from the URLs; name only what you change.
 //! let ports = deployment.ports().build()?;
 //! let engine = Engine::builder(ports).build()?;
 //! # let _ = engine;
@@ -73,7 +83,8 @@ use kernel_core::model::DurationMs;
 #[cfg(feature = "redis")]
 use kernel_core::ports::DynClock;
 use kernel_core::ports::{
-    DynCandidates, DynInbox, DynOutbox, DynPermits, DynQueue, DynStore, DynWakeup, LaneWeights, PermitLimits,
+    DynCandidates, DynDeadLetters, DynInbox, DynOutbox, DynPermits, DynQueue, DynResultCache, DynStore, DynWakeup,
+    LaneWeights, PermitLimits,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -324,13 +335,20 @@ impl Default for QueueOptions {
     }
 }
 
-/// What a store URL gives: the durable ports.
+/// What a store URL gives: the durable ports, all on one database (MongoDB), schema
+/// (PostgreSQL) or file (SQLite).
 #[derive(Clone)]
 pub struct StoreSide {
     /// Durable instances.
     pub store: Arc<DynStore>,
     /// Durable signal inbox.
     pub inbox: Arc<DynInbox>,
+    /// Dead-letter records (K-17.2) next to the instances: the same database, schema or
+    /// file; an in-process one for `memory:`.
+    pub dead_letters: Arc<DynDeadLetters>,
+    /// Result cache of read-only model calls (K-17.7) next to the instances: the same
+    /// database, schema or file; an in-process one for `memory:`.
+    pub result_cache: Arc<DynResultCache>,
     /// The scheme the URL named.
     pub scheme: Scheme,
     handle: StoreHandle,
@@ -686,8 +704,10 @@ impl Deployment {
         Self::connect(&urls.store, &urls.queue, options).await
     }
 
-    /// A [`PortsBuilder`] with the five required ports set; add an observer, a stream sink,
-    /// another clock as needed and [`build`](PortsBuilder::build).
+    /// A [`PortsBuilder`] with the five required ports set, and the store side's
+    /// [`dead_letters`](StoreSide::dead_letters) and
+    /// [`result_cache`](StoreSide::result_cache); add an observer, a stream sink, another
+    /// clock as needed (or replace the cache) and [`build`](PortsBuilder::build).
     pub fn ports(&self) -> PortsBuilder {
         kernel_core::engine::Ports::builder()
             .store(self.store.store.clone())
@@ -695,6 +715,8 @@ impl Deployment {
             .queue(self.queue.queue.clone())
             .wakeup(self.queue.wakeup.clone())
             .permits(self.queue.permits.clone())
+            .dead_letters(self.store.dead_letters.clone())
+            .result_cache(self.store.result_cache.clone())
     }
 
     /// The publisher's three ports.

@@ -5,12 +5,16 @@
 use crate::{QueueHandle, QueueOptions, QueueSide, StoreHandle, StoreSide};
 use kernel_core::ports::SystemClock;
 use std::sync::Arc;
-use testkit::memory::{InMemoryInbox, InMemoryPermits, InMemoryQueue, InMemoryStore, InMemoryWakeup};
+use testkit::memory::{
+    InMemoryInbox, InMemoryPermits, InMemoryQueue, InMemoryStore, InMemoryWakeup, MemoryDeadLetters, MemoryResultCache,
+};
 
 pub(crate) fn store() -> StoreSide {
     StoreSide {
         store: Arc::new(InMemoryStore::new()),
         inbox: Arc::new(InMemoryInbox::new()),
+        dead_letters: Arc::new(MemoryDeadLetters::new()),
+        result_cache: Arc::new(MemoryResultCache::new()),
         scheme: crate::Scheme::Memory,
         handle: StoreHandle::Memory,
     }

@@ -1,9 +1,12 @@
-//! The `mongodb://` store driver: instances, the signal inbox and the observation
-//! repository in one database.
+//! The `mongodb://` store driver: instances, the signal inbox, dead letters, the result
+//! cache and the observation repository in one database.
 
 use crate::{ComposeError, Role, StoreHandle, StoreSide, Target};
 use std::sync::Arc;
-use store_mongo::{MongoConfig, MongoOutbox, MongoSignalInbox, MongoWorkflowStore, OutboxSchema};
+use store_mongo::{
+    MongoConfig, MongoDeadLetters, MongoOutbox, MongoResultCache, MongoSignalInbox, MongoWorkflowStore, OutboxSchema,
+    RESULT_CACHE,
+};
 
 fn connect_error(
     target: &Target,
@@ -22,10 +25,18 @@ pub(crate) async fn store(target: &Target) -> Result<StoreSide, ComposeError> {
     let inbox = MongoSignalInbox::open(&db, MongoConfig::default())
         .await
         .map_err(|e| connect_error(target, "open the inbox", e))?;
+    let dead_letters = MongoDeadLetters::open(&db, MongoConfig::default())
+        .await
+        .map_err(|e| connect_error(target, "open the dead letters", e))?;
+    let result_cache = MongoResultCache::open(&db, &MongoConfig::default(), RESULT_CACHE)
+        .await
+        .map_err(|e| connect_error(target, "open the result cache", e))?;
     let store_for_handle = store.clone();
     Ok(StoreSide {
         store: Arc::new(store),
         inbox: Arc::new(inbox),
+        dead_letters: Arc::new(dead_letters),
+        result_cache: Arc::new(result_cache),
         scheme: target.scheme,
         handle: StoreHandle::Mongo(db, store_for_handle),
     })

@@ -1,9 +1,12 @@
-//! The `postgres://` store driver: instances, the signal inbox and the dispatch outbox in
-//! one schema of one database, migrated on connect.
+//! The `postgres://` store driver: instances, the signal inbox, dead letters, the result
+//! cache and the dispatch outbox in one schema of one database, migrated on connect.
 
 use crate::{ComposeError, Role, StoreHandle, StoreSide, Target};
 use std::sync::Arc;
-use store_postgres::{OutboxTable, PostgresConfig, PostgresOutbox, PostgresSignalInbox, PostgresWorkflowStore};
+use store_postgres::{
+    OutboxTable, PostgresConfig, PostgresDeadLetters, PostgresOutbox, PostgresResultCache, PostgresSignalInbox,
+    PostgresWorkflowStore,
+};
 
 fn store_error(url: String, what: &'static str, e: impl std::error::Error + Send + Sync + 'static) -> ComposeError {
     ComposeError::Connect { role: Role::Store, url, what, source: Box::new(e) }
@@ -21,11 +24,17 @@ pub(crate) async fn store(target: &Target) -> Result<StoreSide, ComposeError> {
     store_postgres::migrate(&pool, &config.schema).await.map_err(|e| store_error(url.clone(), "migrate", e))?;
     let store = PostgresWorkflowStore::new(pool.clone(), config.clone())
         .map_err(|e| store_error(url.clone(), "open the store", e))?;
-    let inbox =
-        PostgresSignalInbox::new(pool.clone(), config.clone()).map_err(|e| store_error(url, "open the inbox", e))?;
+    let inbox = PostgresSignalInbox::new(pool.clone(), config.clone())
+        .map_err(|e| store_error(url.clone(), "open the inbox", e))?;
+    let dead_letters = PostgresDeadLetters::new(pool.clone(), config.clone())
+        .map_err(|e| store_error(url.clone(), "open the dead letters", e))?;
+    let result_cache = PostgresResultCache::new(pool.clone(), config.clone())
+        .map_err(|e| store_error(url, "open the result cache", e))?;
     Ok(StoreSide {
         store: Arc::new(store.clone()),
         inbox: Arc::new(inbox),
+        dead_letters: Arc::new(dead_letters),
+        result_cache: Arc::new(result_cache),
         scheme: target.scheme,
         handle: StoreHandle::Postgres(pool, config, store),
     })

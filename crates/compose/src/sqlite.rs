@@ -1,5 +1,6 @@
-//! The `sqlite:<path>` store driver: instances, the signal inbox, the dispatch outbox and
-//! the observation repository in one SQLite file, migrated on open (store-sqlite).
+//! The `sqlite:<path>` store driver: instances, the signal inbox, dead letters, the result
+//! cache, the dispatch outbox and the observation repository in one SQLite file, migrated
+//! on open (store-sqlite).
 
 use crate::{ComposeError, Role, StoreHandle, StoreSide, Target};
 use std::path::{Path, PathBuf};
@@ -7,8 +8,8 @@ use std::path::{Path, PathBuf};
 pub(crate) use crate::local::remove_files;
 use std::sync::Arc;
 use store_sqlite::{
-    OutboxTable, SqliteConfig, SqliteDb, SqliteObservationRepository, SqliteOutbox, SqliteSignalInbox,
-    SqliteWorkflowStore, Synchronous,
+    OutboxTable, SqliteConfig, SqliteDb, SqliteDeadLetters, SqliteObservationRepository, SqliteOutbox,
+    SqliteResultCache, SqliteSignalInbox, SqliteWorkflowStore, Synchronous,
 };
 
 fn store_error(file: &Path, what: &'static str, e: impl std::error::Error + Send + Sync + 'static) -> ComposeError {
@@ -30,6 +31,8 @@ pub(crate) async fn store(target: &Target) -> Result<StoreSide, ComposeError> {
     Ok(StoreSide {
         store: Arc::new(store),
         inbox: Arc::new(SqliteSignalInbox::new(db.clone())),
+        dead_letters: Arc::new(SqliteDeadLetters::new(db.clone())),
+        result_cache: Arc::new(SqliteResultCache::new(db.clone())),
         scheme: target.scheme,
         handle: StoreHandle::Sqlite(db, path),
     })

@@ -50,8 +50,9 @@ async fn mongo_and_redis_from_urls_publish_and_clean_up() {
 }
 
 #[tokio::test]
-async fn scratch_namespaces_hold_the_outbox_candidates_and_stream_and_are_destroyed() {
-    let Some((mongo, redis)) = servers("scratch_namespaces_hold_the_outbox_candidates_and_stream_and_are_destroyed")
+async fn scratch_namespaces_hold_the_outbox_dead_letters_cache_candidates_and_stream_and_are_destroyed() {
+    let Some((mongo, redis)) =
+        servers("scratch_namespaces_hold_the_outbox_dead_letters_cache_candidates_and_stream_and_are_destroyed")
     else {
         return;
     };
@@ -81,8 +82,12 @@ async fn scratch_namespaces_hold_the_outbox_candidates_and_stream_and_are_destro
     // The outbox opens its collection in the same database.
     let outbox = store.dispatch_outbox().await.unwrap();
     assert!(outbox.get(&kernel_core::ObjectId::from("none")).await.unwrap().is_none());
+    // Dead letters and the result cache come with the ports, in the same database.
+    crate::ports::round_trip_through_the_ports(&d, "wf-mongo").await;
     let names = db.list_collection_names().await.unwrap();
-    assert!(names.iter().any(|n| n == "business_objects"), "{names:?}");
+    for coll in ["business_objects", store_mongo::DEAD_LETTERS, store_mongo::RESULT_CACHE] {
+        assert!(names.iter().any(|n| n == coll), "{coll} in {names:?}");
+    }
     // Candidates and stream frames live under the scratch prefix.
     let candidates = queue.dispatch_candidates().unwrap();
     candidates.add(&kernel_core::ObjectId::from("obj-1"), kernel_core::Instant::ZERO).await.unwrap();

@@ -160,6 +160,30 @@ async fn the_url_names_the_schema_and_connect_migrates_it_idempotently() {
     assert!(!schema_exists(&client, &schema).await);
 }
 
+/// The dead letters and the result cache a deployment's ports carry live in the store's
+/// (scratch) schema: the round trip works, the rows are in that schema's tables, and a
+/// second connection to the same schema reads them back.
+#[tokio::test]
+async fn dead_letters_and_the_result_cache_live_in_the_store_schema() {
+    let Some((url, client)) = server("dead_letters_and_the_result_cache_live_in_the_store_schema").await else {
+        return;
+    };
+    let store = StoreSide::connect_scratch(&url, "wfk_dl_cache").await.unwrap();
+    let schema = store.postgres_config().unwrap().schema.clone();
+    let queue = QueueSide::connect("memory:", &QueueOptions::default()).await.unwrap();
+    let d = Deployment { store, queue };
+    let cached_at = crate::ports::round_trip_through_the_ports(&d, "wf-postgres").await;
+    for table in [store_postgres::DEAD_LETTERS, store_postgres::RESULT_CACHE] {
+        let n: i64 = client.query_one(&format!("SELECT count(*) FROM \"{schema}\".{table}"), &[]).await.unwrap().get(0);
+        assert_eq!(n, 1, "one row in {schema}.{table}");
+    }
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let again = StoreSide::connect(&format!("{url}{sep}schema={schema}")).await.unwrap();
+    crate::ports::reads_back(&*again.dead_letters, &*again.result_cache, "wf-postgres", cached_at).await;
+    d.destroy().await.unwrap();
+    assert!(!schema_exists(&client, &schema).await, "{schema} dropped");
+}
+
 #[tokio::test]
 async fn an_unreachable_server_is_a_typed_connect_error() {
     let e = StoreSide::connect("postgres://postgres:s3cret@127.0.0.1:1/test").await.unwrap_err();

@@ -145,3 +145,28 @@ async fn a_store_opens_a_file_whose_coordination_was_created_first() {
     assert!(store.is_ok(), "the store refuses a file holding only coordination tables: {:?}", store.err());
     drop(queue);
 }
+
+/// The dead letters and the result cache a deployment's ports carry are the store file's:
+/// the round trip works, the rows are in that file's tables, and a second deployment on the
+/// file (another process) reads them back.
+#[tokio::test]
+async fn dead_letters_and_the_result_cache_live_in_the_store_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("wf.db");
+    let url = format!("sqlite:{}", file.display());
+    let d = Deployment::connect(&url, "local", &QueueOptions::default()).await.unwrap();
+    let cached_at = crate::ports::round_trip_through_the_ports(&d, "wf-sqlite").await;
+
+    let conn = rusqlite::Connection::open(&file).unwrap();
+    for table in [store_sqlite::DEAD_LETTERS, store_sqlite::RESULT_CACHE] {
+        let n: i64 = conn.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0)).unwrap();
+        assert_eq!(n, 1, "one row in {table}");
+    }
+    drop(conn);
+    let other = Deployment::connect(&url, "local", &QueueOptions::default()).await.unwrap();
+    let ports = other.ports().build().unwrap();
+    crate::ports::reads_back(&*ports.dead_letters.unwrap(), &*ports.result_cache.unwrap(), "wf-sqlite", cached_at)
+        .await;
+    other.destroy().await.unwrap();
+    assert!(!file.exists(), "destroy removed the file with the records");
+}
