@@ -199,3 +199,47 @@ impl FakeAsr {
         self.submissions.load(Ordering::SeqCst)
     }
 }
+
+/// A fake language model for the compose step: deterministic, no network. It streams its
+/// answer in small chunks to a streaming step's readers (K-16) and counts its calls; the
+/// kernel records every call with the step (K-17.3), so a compose re-run after a crash
+/// reads the recorded summary instead of calling it again.
+#[derive(Debug, Default)]
+pub struct FakeSummarizer {
+    calls: AtomicU64,
+}
+
+impl FakeSummarizer {
+    /// Calls it answered.
+    pub fn calls(&self) -> u64 {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait::async_trait]
+impl kernel_core::model_call::Model for FakeSummarizer {
+    fn version(&self) -> kernel_core::record::VersionRef {
+        kernel_core::record::VersionRef::new("fake-summarizer", "1")
+    }
+    async fn generate(
+        &self,
+        request: &kernel_core::model_call::ModelRequest,
+        ctx: &kernel_core::ActivityContext,
+    ) -> Result<kernel_core::model_call::ModelAnswer, kernel_core::ActivityError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let transcript = request.input.get("transcript").and_then(|t| t.as_str()).unwrap_or_default();
+        let summary = format!("summary({transcript})");
+        if let Some(s) = ctx.stream() {
+            for chunk in summary.as_bytes().chunks(8) {
+                let _ = s.text(String::from_utf8_lossy(chunk)).await;
+            }
+        }
+        let raw = serde_json::json!({ "summary": summary }).to_string();
+        let usage = kernel_core::record::Usage {
+            input_tokens: transcript.len() as u64 / 4 + 1,
+            output_tokens: raw.len() as u64 / 4 + 1,
+            cost_micros: 0,
+        };
+        Ok(kernel_core::model_call::ModelAnswer { raw, usage })
+    }
+}

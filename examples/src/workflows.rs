@@ -1,7 +1,9 @@
 //! The workflows of the seed's story and of the crash sweep.
 
-use crate::business::{Business, FakeAsr};
+use crate::business::{Business, FakeAsr, FakeSummarizer};
+use kernel_core::model_call::{ModelRequest, OutputSchema};
 use kernel_core::ports::{DynOutbox, Signal};
+use kernel_core::record::VersionRef;
 use kernel_core::{
     ActivityContext, ActivityError, Definition, DurationMs, OnFailed, RetryPolicy, StepDef, StepOutcome,
 };
@@ -25,6 +27,15 @@ fn str_of<'a>(v: &'a Value, k: &str) -> Result<&'a str, ActivityError> {
 /// [`BusinessRound::of`](kernel_core::BusinessRound::of).
 fn object_of(ctx: &ActivityContext) -> Result<&str, ActivityError> {
     ctx.round().object_id.as_deref().ok_or_else(|| ActivityError::permanent("input.object_id missing"))
+}
+
+/// The versioned output schema of the compose step's model call (K-17.4).
+fn summary_schema() -> OutputSchema {
+    OutputSchema::new(
+        VersionRef::new("live-summary", "1"),
+        json!({"type": "object", "required": ["summary"], "properties": {"summary": {"type": "string"}}}),
+    )
+    .expect("a valid JSON Schema")
 }
 
 /// A hook the demo uses to kill the process in the middle of compose.
@@ -76,9 +87,11 @@ pub fn live_summary(biz: Arc<Business>, asr: Arc<FakeAsr>, crash_in_compose: Opt
         }
     };
     let b2 = biz.clone();
+    let summarizer = Arc::new(FakeSummarizer::default());
     let compose = move |ctx: ActivityContext| {
         let biz = b2.clone();
         let crash = crash_in_compose.clone();
+        let summarizer = summarizer.clone();
         async move {
             let object_id = object_of(&ctx)?;
             let token = ctx.fencing_token().unwrap_or_default().to_string();
@@ -94,12 +107,12 @@ pub fn live_summary(biz: Arc<Business>, asr: Arc<FakeAsr>, crash_in_compose: Opt
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_string();
-            let summary = format!("summary({transcript})");
-            if let Some(s) = ctx.stream() {
-                for chunk in summary.as_bytes().chunks(8) {
-                    let _ = s.text(String::from_utf8_lossy(chunk)).await;
-                }
-            }
+            // A recorded model call (K-17.3): streamed while it generates, recorded with the
+            // step before anything below runs, read back (never re-sampled) on a re-run.
+            let request =
+                ModelRequest::new("summary", VersionRef::new("live-summary", "1"), json!({ "transcript": transcript }));
+            let answer = ctx.model(&*summarizer, request).await?;
+            let summary = answer.get("summary").and_then(Value::as_str).unwrap_or_default().to_string();
             if !biz.fenced(object_id, &token, |o| o.result = Some(summary.clone())) {
                 return Err(ActivityError::canceled("the business round moved on"));
             }
@@ -155,6 +168,7 @@ pub fn live_summary(biz: Arc<Business>, asr: Arc<FakeAsr>, crash_in_compose: Opt
         .step(StepDef::new("transcribe", transcribe).timeout_ms(1_800_000).resource("speech_recognition"))
         .step(
             StepDef::new("compose", compose)
+                .output_schema(summary_schema())
                 .timeout_ms(900_000)
                 .max_retry(1)
                 .resource("content_generation")
