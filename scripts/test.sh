@@ -180,6 +180,8 @@ real_tmp=$(mktemp -d)
 TMPDIR="$real_tmp" cargo run -q -p kernel-examples --example live_summary | tail -n 1
 TMPDIR="$real_tmp" cargo run -q -p kernel-examples --example real_crash -- --processes 3 --workflows 200 \
   | grep '^real-crash:'
+# The README's model-steps example: re-sample, cache hit, dead letter, operator retry, regenerate.
+TMPDIR="$real_tmp" cargo run -q -p kernel-examples --example model_steps | grep '^post:' | sed 's/^/model-steps example: /'
 rm -rf "$real_tmp"
 
 section "demo smoke run (the simulated story)"
