@@ -525,11 +525,7 @@ impl Claim {
                 .filter(|(i, s)| {
                     s.status == StepStatus::Pending
                         && s.error.as_ref().is_some_and(|e| e.class == ErrorClass::Permanent)
-                        && self
-                            .def
-                            .steps()
-                            .get(*i)
-                            .is_some_and(|sd| sd.get_on_failed() == crate::definition::OnFailed::DeadLetter)
+                        && self.dead_letters_step(*i)
                 })
                 .map(|(i, _)| i)
                 .collect()
@@ -864,8 +860,7 @@ impl Claim {
             error_message_bytes_max: self.inner.config.error_message_bytes_max,
             retrying_since,
             park_ms: self.inner.config.fingerprint_pushback_ms,
-            dead_letter: (self.def.steps()[idx].get_on_failed() == crate::definition::OnFailed::DeadLetter)
-                .then(|| self.dead_letter_wait(idx)),
+            dead_letter: self.dead_letters_step(idx).then(|| self.dead_letter_wait(idx)),
         };
         outcome::classify(inv.result, &entry, || self.inner.ports.ids.random_u64())
     }
@@ -1113,6 +1108,15 @@ impl Claim {
                 p.retrying_since = Some(Patch::Unset);
             }
         }
+    }
+
+    /// Whether step `idx` can be dead-lettered: its policy says so, or it asks a query hook
+    /// after unknown outcomes and the engine keeps dead letters (K-17.2).
+    fn dead_letters_step(&self, idx: usize) -> bool {
+        self.def.steps().get(idx).is_some_and(|sd| {
+            sd.get_on_failed() == crate::definition::OnFailed::DeadLetter
+                || (sd.query.is_some() && self.inner.ports.dead_letters.is_some())
+        })
     }
 
     /// The operator signal wait of step `idx`'s current logical attempt (K-17.2), with

@@ -321,6 +321,12 @@ pub(crate) fn classify(
             let delay_ms = policy.retry.delay_ms(entry.attempt, jitter());
             StepResult::Halt(Halt::Retry { error, delay_ms, elapsed_ms })
         }
+        // K-17.2: an outcome still unknown past the step's bounds is dead-lettered whenever
+        // the engine keeps dead letters — never retried blindly, never silently failed.
+        ErrorClass::UnknownOutcome if entry.dead_letter.is_some() => match &entry.dead_letter {
+            Some(wait) => StepResult::Halt(Halt::DeadLetter { wait: wait.clone(), error, elapsed_ms }),
+            None => StepResult::Halt(Halt::Failed { error, elapsed_ms }),
+        },
         _ if policy.on_failed == OnFailed::Skip => StepResult::Skipped { error, elapsed_ms },
         _ if policy.on_failed == OnFailed::DeadLetter => match &entry.dead_letter {
             Some(wait) => StepResult::Halt(Halt::DeadLetter { wait: wait.clone(), error, elapsed_ms }),

@@ -1203,3 +1203,105 @@ async fn a_recorded_call_is_read_back_after_a_model_upgrade() {
     assert_eq!(inst.output["s"], json!({"summary": "1"}), "the recorded answer, not a new one");
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
+
+/// A model that times out is cut by the step's timeout (nothing recorded, the step
+/// retries), and a slow one within the timeout is recorded once.
+#[tokio::test]
+async fn a_timed_out_model_call_records_nothing_and_a_slow_one_records_once() {
+    struct Flaky(Arc<AtomicU64>, Arc<testkit::memory::ManualClock>);
+    #[async_trait::async_trait]
+    impl Model for Flaky {
+        fn version(&self) -> VersionRef {
+            VersionRef::new("flaky", "1")
+        }
+        async fn generate(&self, _r: &ModelRequest, ctx: &ActivityContext) -> Result<ModelAnswer, ActivityError> {
+            if self.0.fetch_add(1, Ordering::SeqCst) == 0 {
+                ctx.cancellation().cancelled().await; // never answers: the step's timeout ends it
+                return Err(ActivityError::transient("provider timeout"));
+            }
+            let due = Clock::now(&*self.1).saturating_add(DurationMs::from_millis(1_000));
+            Clock::sleep_until(&*self.1, due).await; // slow, but within the timeout
+            Ok(ModelAnswer { raw: r#"{"summary": "slow"}"#.into(), usage: Usage::default() })
+        }
+    }
+    let world = World::new(18);
+    let calls = Arc::new(AtomicU64::new(0));
+    let m = Arc::new(Flaky(calls.clone(), world.clock.clone()));
+    let def = Definition::builder("t")
+        .step(
+            StepDef::new("s", move |ctx: ActivityContext| {
+                let m = m.clone();
+                async move {
+                    Ok(StepOutcome::complete(
+                        ctx.model(&*m, ModelRequest::new("c", VersionRef::new("p", "1"), json!(1))).await?,
+                    ))
+                }
+            })
+            .output_schema(summary_schema("1"))
+            .timeout_ms(5_000)
+            .max_retry(1)
+            .retry(RetryPolicy::Immediate),
+        )
+        .build()
+        .unwrap();
+    let engine = world.engine("A", vec![def]);
+    engine.publisher().start_or_resume(StartRequest::new("t", "biz:t", json!({}))).await.unwrap();
+    for advance in [5_000, 1_000] {
+        let e = engine.clone();
+        let h = tokio::spawn(async move { e.tick().await });
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+        world.clock.advance(advance);
+        h.await.unwrap().unwrap();
+    }
+    let inst = world.instances().await.unwrap().pop().unwrap();
+    assert_eq!(inst.status, WorkflowStatus::Completed, "{:?}", inst.steps[0]);
+    let call = inst.steps[0].record.as_ref().unwrap().model_calls().next().unwrap().clone();
+    assert_eq!((call.samples.len(), calls.load(Ordering::SeqCst)), (1, 2), "the timed-out call left no sample");
+}
+
+/// K-17.2: an outcome still unknown past the retry bound is dead-lettered (the engine keeps
+/// dead letters), never failed or retried blindly; the activity never ran after the first
+/// unknown outcome — only the query was asked.
+#[tokio::test]
+async fn an_outcome_still_unknown_past_its_bound_is_dead_lettered() {
+    let world = World::new(19);
+    let (runs, queries) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let (r, q) = (runs.clone(), queries.clone());
+    let def = Definition::builder("unknown")
+        .step(
+            StepDef::new("charge", move |_| {
+                let r = r.clone();
+                async move {
+                    r.fetch_add(1, Ordering::SeqCst);
+                    Err(ActivityError::unknown_outcome("reply lost"))
+                }
+            })
+            .max_retry(2)
+            .retry(RetryPolicy::Immediate)
+            .on_unknown_outcome(move |_ctx: ActivityContext| {
+                let q = q.clone();
+                async move {
+                    q.fetch_add(1, Ordering::SeqCst);
+                    Ok(QueryAnswer::StillUnknown)
+                }
+            }),
+        )
+        .build()
+        .unwrap();
+    let engine = world.engine("A", vec![def]);
+    let wf = engine
+        .publisher()
+        .start_or_resume(StartRequest::new("unknown", "biz:u", json!({})))
+        .await
+        .unwrap()
+        .instance
+        .workflow_id;
+    world.drive(&engine).await.unwrap();
+    let inst = world.instance(wf.as_str()).await.unwrap();
+    assert_eq!(inst.status, WorkflowStatus::Waiting, "{:?}", inst.steps[0]);
+    let dls = engine.dead_letters(None, None, 10).await.unwrap();
+    assert_eq!((dls.len(), dls[0].error.class), (1, ErrorClass::UnknownOutcome));
+    assert_eq!((runs.load(Ordering::SeqCst), queries.load(Ordering::SeqCst)), (1, 2), "one call, then queries only");
+}
