@@ -146,16 +146,8 @@ impl DeadLetters for PostgresDeadLetters {
             if self.db.query_opt(Op::Write, "decide dead letter", &stmt).await?.is_some() {
                 return Ok(DecideOutcome::Decided);
             }
-            match self.get(id).await? {
-                None => return Ok(DecideOutcome::NotFound),
-                Some(d) => match (d.status, d.decision) {
-                    (DeadLetterStatus::Decided, Some(existing)) => return Ok(DecideOutcome::AlreadyDecided(existing)),
-                    (DeadLetterStatus::Decided, None) => {
-                        return Err(Error::corrupt(format!("dead letter `{id}` is decided without a decision")))
-                    }
-                    (DeadLetterStatus::Closed, _) => return Ok(DecideOutcome::Closed),
-                    (DeadLetterStatus::Open, _) => continue,
-                },
+            if let Some(outcome) = decide_missed(id, self.get(id).await?)? {
+                return Ok(outcome);
             }
         }
         Err(Error::Conflict(format!("dead letter `{id}` changed twice while it was being decided; nothing written")))

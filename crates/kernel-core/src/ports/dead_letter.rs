@@ -258,6 +258,25 @@ pub enum DecideOutcome {
     NotFound,
 }
 
+/// What a `decide` whose conditional `open → decided` write missed reports, from the
+/// record read back after the miss — the one rule every adapter follows:
+/// `Ok(Some(outcome))`, or `Ok(None)` when the record reads open again (it was purged and
+/// recorded anew in between: the adapter tries its write once more). A decided record
+/// without a decision is [`Error::Corrupt`](crate::Error::Corrupt).
+pub fn decide_missed(id: &str, found: Option<DeadLetter>) -> Result<Option<DecideOutcome>> {
+    match found {
+        None => Ok(Some(DecideOutcome::NotFound)),
+        Some(d) => match (d.status, d.decision) {
+            (DeadLetterStatus::Decided, Some(existing)) => Ok(Some(DecideOutcome::AlreadyDecided(existing))),
+            (DeadLetterStatus::Decided, None) => {
+                Err(crate::Error::corrupt(format!("dead letter `{id}` is decided without a decision")))
+            }
+            (DeadLetterStatus::Closed, _) => Ok(Some(DecideOutcome::Closed)),
+            (DeadLetterStatus::Open, _) => Ok(None),
+        },
+    }
+}
+
 /// The dead-letter record store (K-17.2).
 ///
 /// # Contract

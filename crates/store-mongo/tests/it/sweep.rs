@@ -39,10 +39,10 @@ async fn crash_sweep_on_mongo() {
     let beat = HeartbeatScenario { beats: 1 };
     let scenarios: [&dyn Scenario; 7] =
         [&live, &FailingScenario, &fan, &DagScenario, &early, &beat, &QueueDownScenario];
-    // About 20 points (the Mongo-wire budget), chosen by seed: every scenario gets both a
+    // About 24 points (the Mongo-wire budget), chosen by seed: every scenario gets both a
     // crash before and a crash after one of its boundaries, on as many boundary names as
     // its share allows.
-    let report = sweep_on(&scenarios, 7, SweepSample::Seeded { points: 20, seed: 7 }, &factory).await;
+    let report = sweep_on(&scenarios, 7, SweepSample::Seeded { points: 24, seed: 7 }, &factory).await;
     let made: Vec<Database> = dbs.lock().unwrap().drain(..).collect();
     for db in made {
         let _ = db.drop().await;

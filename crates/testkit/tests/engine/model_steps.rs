@@ -897,14 +897,17 @@ async fn max_retry_duration_bounds_the_retries() {
     assert!(inst.steps[0].retrying_since.is_some());
 }
 
-/// K-17.2 query before retry: after an unknown outcome the hook is asked first; "done"
-/// completes the step with its output and the activity never runs again.
-#[tokio::test]
-async fn a_done_query_completes_the_step_without_running_it_again() {
-    let world = World::new(11);
-    let (runs, queries) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+/// One step `charge` whose every call loses its reply (unknown outcome), with a query hook
+/// answering `answer()`; `runs` and `queries` count calls and queries.
+fn lost_reply(
+    workflow_type: &str,
+    runs: &Arc<AtomicU64>,
+    queries: &Arc<AtomicU64>,
+    max_retry: u32,
+    answer: fn() -> QueryAnswer,
+) -> Definition {
     let (r, q) = (runs.clone(), queries.clone());
-    let def = Definition::builder("q")
+    Definition::builder(workflow_type)
         .step(
             StepDef::new("charge", move |_| {
                 let r = r.clone();
@@ -913,18 +916,27 @@ async fn a_done_query_completes_the_step_without_running_it_again() {
                     Err(ActivityError::unknown_outcome("reply lost"))
                 }
             })
-            .max_retry(3)
+            .max_retry(max_retry)
             .retry(RetryPolicy::Immediate)
-            .on_unknown_outcome(move |ctx: ActivityContext| {
+            .on_unknown_outcome(move |_ctx: ActivityContext| {
                 let q = q.clone();
                 async move {
                     q.fetch_add(1, Ordering::SeqCst);
-                    Ok(QueryAnswer::Done(json!({"charged": ctx.idempotency_key()})))
+                    Ok(answer())
                 }
             }),
         )
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+/// K-17.2 query before retry: after an unknown outcome the hook is asked first; "done"
+/// completes the step with its output and the activity never runs again.
+#[tokio::test]
+async fn a_done_query_completes_the_step_without_running_it_again() {
+    let world = World::new(11);
+    let (runs, queries) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let def = lost_reply("q", &runs, &queries, 3, || QueryAnswer::Done(json!({"charged": true})));
     let engine = world.engine("A", vec![def]);
     engine.publisher().start_or_resume(StartRequest::new("q", "biz:q", json!({}))).await.unwrap();
     world.drive(&engine).await.unwrap();
@@ -1268,28 +1280,7 @@ async fn a_timed_out_model_call_records_nothing_and_a_slow_one_records_once() {
 async fn an_outcome_still_unknown_past_its_bound_is_dead_lettered() {
     let world = World::new(19);
     let (runs, queries) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let (r, q) = (runs.clone(), queries.clone());
-    let def = Definition::builder("unknown")
-        .step(
-            StepDef::new("charge", move |_| {
-                let r = r.clone();
-                async move {
-                    r.fetch_add(1, Ordering::SeqCst);
-                    Err(ActivityError::unknown_outcome("reply lost"))
-                }
-            })
-            .max_retry(2)
-            .retry(RetryPolicy::Immediate)
-            .on_unknown_outcome(move |_ctx: ActivityContext| {
-                let q = q.clone();
-                async move {
-                    q.fetch_add(1, Ordering::SeqCst);
-                    Ok(QueryAnswer::StillUnknown)
-                }
-            }),
-        )
-        .build()
-        .unwrap();
+    let def = lost_reply("unknown", &runs, &queries, 2, || QueryAnswer::StillUnknown);
     let engine = world.engine("A", vec![def]);
     let wf = engine
         .publisher()
