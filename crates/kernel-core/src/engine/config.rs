@@ -92,6 +92,8 @@ pub struct EngineConfig {
     pub dead_letter_poll_ms: DurationMs,
     /// How much history of earlier logical attempts each step keeps (K-17.3).
     pub history_limits: crate::record::HistoryLimits,
+    /// How long a closed dead letter is kept before maintenance deletes it (K-17.2).
+    pub dead_letter_retention_ms: DurationMs,
 }
 
 impl Default for EngineConfig {
@@ -127,6 +129,7 @@ impl Default for EngineConfig {
             prepare_retry_max_ms: DurationMs::from_millis(300_000),
             dead_letter_poll_ms: DurationMs::from_millis(600_000),
             history_limits: Default::default(),
+            dead_letter_retention_ms: DurationMs::from_millis(30 * 24 * 3_600_000),
         }
     }
 }
@@ -164,6 +167,8 @@ impl EngineConfig {
             ("heartbeat_deadline_ms", self.heartbeat_deadline_ms),
             ("prepare_retry_base_ms", self.prepare_retry_base_ms),
             ("prepare_retry_max_ms", self.prepare_retry_max_ms),
+            ("dead_letter_poll_ms", self.dead_letter_poll_ms),
+            ("dead_letter_retention_ms", self.dead_letter_retention_ms),
         ] {
             validate::config_ms(f, v)?;
         }

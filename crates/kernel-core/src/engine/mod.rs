@@ -103,6 +103,11 @@ pub struct MaintenanceReport {
     pub signals_repaired: usize,
     /// Inbox records past retention deleted (only those no wait or redelivery needs).
     pub signals_purged: u64,
+    /// Expired result-cache entries deleted (K-17.7), one page per pass.
+    pub cache_purged: u64,
+    /// Dead letters closed longer than `dead_letter_retention_ms` deleted (K-17.2), one page
+    /// per pass.
+    pub dead_letters_purged: u64,
     /// Whether Redis (the ready queue or the doorbell) failed during the pass: after its
     /// first error the pass made no more Redis calls (K-13; the store-fallback claim and the
     /// next pass find what was not enqueued).
@@ -565,6 +570,23 @@ impl Engine {
         let mut retention_quarantined = Vec::new();
         report.signals_purged = signals::retain(inner, cutoff, &mut retention_quarantined).await?;
         self.quarantined(&retention_quarantined, &mut report);
+        // The side records stay bounded too (K-17.2, K-17.7): expired cache entries and dead
+        // letters closed longer than their retention, one page per pass. Best effort: they
+        // decide nothing, so a failure is logged and the pass goes on.
+        let page = inner.config.scan_page_size.clamp(1, CACHE_PURGE_LIMIT_MAX.min(DEAD_LETTER_PURGE_MAX));
+        if let Some(cache) = &inner.ports.result_cache {
+            match cache.purge_expired(now, page).await {
+                Ok(n) => report.cache_purged = n,
+                Err(e) => tracing::warn!(error = %e, "result cache purge failed; the next pass tries again"),
+            }
+        }
+        if let Some(dls) = &inner.ports.dead_letters {
+            let before = now.saturating_sub(inner.config.dead_letter_retention_ms);
+            match dls.purge_closed(before, page).await {
+                Ok(n) => report.dead_letters_purged = n,
+                Err(e) => tracing::warn!(error = %e, "dead-letter purge failed; the next pass tries again"),
+            }
+        }
         // Rebuild: re-enqueue claimable instances even while the queue has a backlog. With
         // Redis down there is nothing to rebuild into: the scan waits for the next pass.
         for _ in 0..inner.config.scan_pages_max {

@@ -1296,3 +1296,73 @@ async fn an_outcome_still_unknown_past_its_bound_is_dead_lettered() {
     assert_eq!((dls.len(), dls[0].error.class), (1, ErrorClass::UnknownOutcome));
     assert_eq!((runs.load(Ordering::SeqCst), queries.load(Ordering::SeqCst)), (1, 2), "one call, then queries only");
 }
+
+/// K-2 with K-17.3: an answer whose record would exceed the payload limit is a typed,
+/// permanent error; nothing of it is written.
+#[tokio::test]
+async fn a_record_over_the_limits_is_a_permanent_error_and_nothing_is_written() {
+    let world = World::new(20);
+    let counters = Arc::new(ModelCounters::default());
+    let huge = json!({"summary": "x".repeat(kernel_core::validate::STORE_PAYLOAD_BYTES_MAX)});
+    let model = Arc::new(ScriptedModel {
+        script: vec![vec![Answer::Valid(huge)]],
+        asks: Default::default(),
+        seen: Default::default(),
+        store: world.durable.clone(),
+        counters,
+    });
+    let def = Definition::builder("big")
+        .step(StepDef::new("s", move |ctx: ActivityContext| {
+            let m = model.clone();
+            async move {
+                Ok(StepOutcome::complete(
+                    ctx.model(&*m, ModelRequest::new("c", VersionRef::new("p", "1"), json!(1))).await?,
+                ))
+            }
+        }))
+        .build()
+        .unwrap();
+    let engine = world.engine("A", vec![def]);
+    engine.publisher().start_or_resume(StartRequest::new("big", "biz:big", json!({}))).await.unwrap();
+    world.drive(&engine).await.unwrap();
+    let inst = world.instances().await.unwrap().pop().unwrap();
+    assert_eq!(inst.status, WorkflowStatus::Failed);
+    let e = inst.steps[0].error.clone().unwrap();
+    assert_eq!(e.class, ErrorClass::Permanent);
+    assert!(e.message.contains("exceed"), "{}", e.message);
+    assert_eq!(inst.steps[0].record, None, "nothing of the oversized record was written");
+}
+
+/// Everything that grows is bounded: maintenance deletes expired cache entries and dead
+/// letters closed longer than their retention, and nothing else.
+#[tokio::test]
+async fn maintenance_purges_expired_cache_entries_and_old_closed_dead_letters() {
+    use kernel_core::ports::{CacheKey, CacheVersions, ResultCache};
+    let world = World::new(21);
+    let engine = world.engine("A", vec![always_refused(false)]);
+    let versions = CacheVersions { prompt: "p1".into(), model: "m1".into(), tool: "t1".into(), data: "d1".into() };
+    let now = world.now();
+    let key = |n: i64| CacheKey::new("lookup", &versions, &json!(n)).unwrap();
+    world.result_cache.put(&key(1), &json!("short"), now, DurationMs::from_secs(60)).await.unwrap();
+    world.result_cache.put(&key(2), &json!("long"), now, DurationMs::from_secs(86_400)).await.unwrap();
+    let wf = engine
+        .publisher()
+        .start_or_resume(StartRequest::new("post", "biz:p", json!({})))
+        .await
+        .unwrap()
+        .instance
+        .workflow_id;
+    world.drive(&engine).await.unwrap();
+    let id = idempotency_key_at(wf.as_str(), "post", 0, 0);
+    engine.decide_dead_letter(&id, DeadLetterAction::Fail, "ops", None).await.unwrap();
+    world.drive(&engine).await.unwrap();
+    assert_eq!(world.dead_letters.get(&id).await.unwrap().unwrap().status, DeadLetterStatus::Closed);
+    world.clock.advance(DurationMs::from_secs(120));
+    let r = engine.maintain().await.unwrap();
+    assert_eq!((r.cache_purged, r.dead_letters_purged), (1, 0), "the closed dead letter is within its retention");
+    assert!(world.result_cache.get(&key(2), world.now()).await.unwrap().is_some());
+    world.clock.advance(engine.config().dead_letter_retention_ms);
+    let r = engine.maintain().await.unwrap();
+    assert_eq!((r.cache_purged, r.dead_letters_purged), (1, 1));
+    assert_eq!(world.dead_letters.get(&id).await.unwrap(), None);
+}
