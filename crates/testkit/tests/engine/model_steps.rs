@@ -1033,24 +1033,6 @@ async fn regenerate_reaches_a_dependent_declared_before_its_dependency() {
                     Ok(StepOutcome::wait_for_signal("go", "h").generation(99).into())
                 }
             })
-            .depends_on(Vec::<String>::new()),
-        )
-        .build()
-        .unwrap();
-    let _ = def;
-    let r = runs.clone();
-    let def = Definition::builder("back")
-        .step(counting("c", runs.clone()).depends_on(["b"]))
-        .step(counting("b", runs.clone()).depends_on(["a"]))
-        .step(counting("a", runs.clone()).depends_on(Vec::<String>::new()))
-        .step(
-            StepDef::new("hold", move |ctx: ActivityContext| {
-                let r = r.clone();
-                async move {
-                    r.lock().unwrap().push(("hold".into(), ctx.idempotency_key()));
-                    Ok(StepOutcome::wait_for_signal("go", "h").generation(99).into())
-                }
-            })
             .depends_on(["c"]),
         )
         .build()
