@@ -182,13 +182,31 @@ impl Forwarder {
             if after != self.generation {
                 return Ok(Some(self.restart(after)));
             }
-            if raw.is_empty() {
+            let raw = if raw.is_empty() {
                 // Nothing new: either still generating, or the frames' read-out window has
                 // passed after the terminal (the reference outlives the frames).
-                if let Some(summary) = self.terminal_reference().await? {
-                    self.done = true;
-                    return Ok(Some(ForwardEvent::Terminal(summary)));
+                match self.terminal_reference().await? {
+                    Some(summary) => {
+                        // The last frames and the terminal may have landed between the
+                        // read above and this check: read once more, so they are delivered
+                        // before the terminal, never skipped.
+                        let rest: Vec<Vec<u8>> = self
+                            .conn
+                            .lrange(&self.keys.frames, self.cursor as isize, -1)
+                            .await
+                            .map_err(map_redis_error)?;
+                        if rest.is_empty() || self.generation_now().await? != self.generation {
+                            self.done = true;
+                            return Ok(Some(ForwardEvent::Terminal(summary)));
+                        }
+                        rest
+                    }
+                    None => raw,
                 }
+            } else {
+                raw
+            };
+            if raw.is_empty() {
                 if self.idle_ms >= self.config.idle_ms_max {
                     self.done = true;
                     return Err(Error::unavailable(format!(
