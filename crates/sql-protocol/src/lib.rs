@@ -724,6 +724,45 @@ pub fn transition_assignments(dialect: Dialect, t: &Transition, limits: &Limits)
     Ok(b.statement(sql))
 }
 
+/// Dead-letter columns in the order every `SELECT` reads them (K-17.2).
+pub const DEAD_LETTER_COLUMNS: &str =
+    "id, workflow_id, workflow_type, step, step_index, run, epoch, error, inputs, created_at, status, decision, \
+     closed_at";
+
+/// The values of a new dead letter, in the order of the first ten
+/// [`DEAD_LETTER_COLUMNS`] (a new record is `open`, without decision or `closed_at`); the
+/// record is checked by `DeadLetter::validate_new` first.
+pub fn dead_letter_params(dialect: Dialect, dl: &kernel_core::ports::DeadLetter) -> Result<Vec<Param>> {
+    dl.validate_new()?;
+    let kernel_core::ports::DeadLetter {
+        id,
+        workflow_id,
+        workflow_type,
+        step,
+        step_index,
+        run,
+        epoch,
+        error,
+        inputs,
+        created_at,
+        status: _,
+        decision: _,
+        closed_at: _,
+    } = dl;
+    Ok(vec![
+        text_of(dialect, "id", id)?,
+        text_of(dialect, "workflow_id", workflow_id.as_str())?,
+        text_of(dialect, "workflow_type", workflow_type)?,
+        text_of(dialect, "step", step)?,
+        Param::Int8(i64::from(*step_index)),
+        Param::Int8(i64::from(*run)),
+        Param::Int8(i64::from(*epoch)),
+        jsonb(dialect, "error", serde_json::to_value(error))?,
+        jsonb(dialect, "inputs", Ok(inputs.clone()))?,
+        Param::Int8(created_at.as_millis()),
+    ])
+}
+
 /// Instance columns in the order every `SELECT`/`RETURNING` reads them.
 pub const INSTANCE_COLUMNS: &str = "workflow_id, workflow_type, biz_key, status, steps, input, output, \
 claimable_time, claim_token, wait, resume, definition_fingerprint, fingerprint_mismatch, business_priority, \

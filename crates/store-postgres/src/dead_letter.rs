@@ -4,12 +4,9 @@ use crate::{codec, Db, Pool, PostgresConfig, DEAD_LETTERS};
 use kernel_core::model::Instant;
 use kernel_core::ports::*;
 use kernel_core::{validate, Error, Result};
-use sql_protocol::{check_size, jsonb, Dialect};
+use sql_protocol::{check_size, dead_letter_params, jsonb, Dialect};
 
-/// Dead-letter columns in the order every `SELECT` reads them.
-pub const DEAD_LETTER_COLUMNS: &str =
-    "id, workflow_id, workflow_type, step, step_index, run, epoch, error, inputs, created_at, status, decision, \
-     closed_at";
+pub use sql_protocol::DEAD_LETTER_COLUMNS;
 
 /// [`DeadLetters`] on the `dead_letters` table (K-17.2, migration 7).
 ///
@@ -46,34 +43,7 @@ impl DeadLetters for PostgresDeadLetters {
     async fn record(&self, dl: &DeadLetter) -> Result<bool> {
         dl.validate_new()?;
         self.payload("inputs", &dl.inputs)?;
-        let DeadLetter {
-            id,
-            workflow_id,
-            workflow_type,
-            step,
-            step_index,
-            run,
-            epoch,
-            error,
-            inputs,
-            created_at,
-            status: _,
-            decision: _,
-            closed_at: _,
-        } = dl;
-        let d = Dialect::Postgres;
-        let params = vec![
-            Param::Text(id.clone()),
-            Param::Text(workflow_id.to_string()),
-            Param::Text(workflow_type.clone()),
-            Param::Text(step.clone()),
-            Param::Int8(i64::from(*step_index)),
-            Param::Int8(i64::from(*run)),
-            Param::Int8(i64::from(*epoch)),
-            jsonb(d, "error", serde_json::to_value(error))?,
-            jsonb(d, "inputs", Ok(inputs.clone()))?,
-            Param::Int8(created_at.as_millis()),
-        ];
+        let params = dead_letter_params(Dialect::Postgres, dl)?;
         check_size("dead_letter", &params, &self.db.config.limits)?;
         let stmt = Statement {
             sql: format!(

@@ -5,12 +5,9 @@ use crate::{codec, run, SqliteDb, DEAD_LETTERS};
 use kernel_core::model::Instant;
 use kernel_core::ports::*;
 use kernel_core::{validate, Error, Result};
-use sql_protocol::{check_size, jsonb, text_of, Dialect};
+use sql_protocol::{check_size, dead_letter_params, jsonb, Dialect};
 
-/// Dead-letter columns in the order every `SELECT` reads them.
-pub const DEAD_LETTER_COLUMNS: &str =
-    "id, workflow_id, workflow_type, step, step_index, run, epoch, error, inputs, created_at, status, decision, \
-     closed_at";
+pub use sql_protocol::DEAD_LETTER_COLUMNS;
 
 /// [`DeadLetters`] on the `dead_letters` table (K-17.2, migration 4), in the same file and
 /// connection pool as the other adapters of a [`SqliteDb`].
@@ -55,34 +52,7 @@ impl DeadLetters for SqliteDeadLetters {
     async fn record(&self, dl: &DeadLetter) -> Result<bool> {
         dl.validate_new()?;
         self.payload("inputs", &dl.inputs)?;
-        let DeadLetter {
-            id,
-            workflow_id,
-            workflow_type,
-            step,
-            step_index,
-            run,
-            epoch,
-            error,
-            inputs,
-            created_at,
-            status: _,
-            decision: _,
-            closed_at: _,
-        } = dl;
-        let d = Dialect::Sqlite;
-        let params = vec![
-            text_of(d, "id", id)?,
-            text_of(d, "workflow_id", workflow_id.as_str())?,
-            text_of(d, "workflow_type", workflow_type)?,
-            text_of(d, "step", step)?,
-            Param::Int8(i64::from(*step_index)),
-            Param::Int8(i64::from(*run)),
-            Param::Int8(i64::from(*epoch)),
-            jsonb(d, "error", serde_json::to_value(error))?,
-            jsonb(d, "inputs", Ok(inputs.clone()))?,
-            Param::Int8(created_at.as_millis()),
-        ];
+        let params = dead_letter_params(Dialect::Sqlite, dl)?;
         check_size("dead_letter", &params, &self.db.config().limits)?;
         let stmt = Statement {
             sql: format!(

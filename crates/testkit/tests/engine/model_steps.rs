@@ -92,6 +92,15 @@ impl Model for ScriptedModel {
     }
 }
 
+/// Start one workflow of `def` on a fresh engine and drive it until nothing is left to do;
+/// the stored instance afterwards.
+async fn run_to_rest(world: &World, def: Definition, workflow_type: &str, biz_key: &str) -> WorkflowInstance {
+    let engine = world.engine("A", vec![def]);
+    engine.publisher().start_or_resume(StartRequest::new(workflow_type, biz_key, json!({}))).await.unwrap();
+    world.drive(&engine).await.unwrap();
+    world.instances().await.unwrap().pop().unwrap()
+}
+
 fn summary_schema(version: &str) -> OutputSchema {
     OutputSchema::new(
         VersionRef::new("summary", version),
@@ -245,10 +254,7 @@ async fn invalid_answers_exhaust_the_resample_budget_then_fail_for_good() {
         )
         .build()
         .unwrap();
-    let engine = world.engine("A", vec![def]);
-    engine.publisher().start_or_resume(StartRequest::new("budget", "biz:b", json!({}))).await.unwrap();
-    world.drive(&engine).await.unwrap();
-    let inst = world.instances().await.unwrap().pop().unwrap();
+    let inst = run_to_rest(&world, def, "budget", "biz:b").await;
     assert_eq!(inst.status, WorkflowStatus::Failed);
     let call = inst.steps[0].record.as_ref().unwrap().model_calls().next().unwrap().clone();
     assert_eq!((call.samples.len(), call.exhausted, call.output), (3, true, None), "1 + 2 re-samples, all recorded");
@@ -362,10 +368,7 @@ async fn recorded_values_are_read_back_and_order_is_checked() {
         )
         .build()
         .unwrap();
-    let engine = world.engine("A", vec![def]);
-    engine.publisher().start_or_resume(StartRequest::new("vals", "biz:v", json!({}))).await.unwrap();
-    world.drive(&engine).await.unwrap();
-    let inst = world.instances().await.unwrap().pop().unwrap();
+    let inst = run_to_rest(&world, def, "vals", "biz:v").await;
     assert_eq!(inst.status, WorkflowStatus::Completed);
     assert_eq!((draws.load(Ordering::SeqCst), inst.output["route"].clone()), (1, json!(4)), "drawn once, read back");
     let rec = inst.steps[0].record.as_ref().unwrap();
@@ -937,10 +940,7 @@ async fn a_done_query_completes_the_step_without_running_it_again() {
     let world = World::new(11);
     let (runs, queries) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let def = lost_reply("q", &runs, &queries, 3, || QueryAnswer::Done(json!({"charged": true})));
-    let engine = world.engine("A", vec![def]);
-    engine.publisher().start_or_resume(StartRequest::new("q", "biz:q", json!({}))).await.unwrap();
-    world.drive(&engine).await.unwrap();
-    let inst = world.instances().await.unwrap().pop().unwrap();
+    let inst = run_to_rest(&world, def, "q", "biz:q").await;
     assert_eq!(inst.status, WorkflowStatus::Completed);
     assert_eq!((runs.load(Ordering::SeqCst), queries.load(Ordering::SeqCst)), (1, 1));
 }
@@ -1304,10 +1304,7 @@ async fn a_record_over_the_limits_is_a_permanent_error_and_nothing_is_written() 
         }))
         .build()
         .unwrap();
-    let engine = world.engine("A", vec![def]);
-    engine.publisher().start_or_resume(StartRequest::new("big", "biz:big", json!({}))).await.unwrap();
-    world.drive(&engine).await.unwrap();
-    let inst = world.instances().await.unwrap().pop().unwrap();
+    let inst = run_to_rest(&world, def, "big", "biz:big").await;
     assert_eq!(inst.status, WorkflowStatus::Failed);
     let e = inst.steps[0].error.clone().unwrap();
     assert_eq!(e.class, ErrorClass::Permanent);
