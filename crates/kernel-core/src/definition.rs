@@ -105,6 +105,53 @@ pub struct StepDef {
     pub(crate) model: crate::journal::ModelSettings,
     pub(crate) max_retry_duration: Option<DurationMs>,
     pub(crate) query: Option<Arc<dyn OutcomeQuery>>,
+    pub(crate) loop_to: Option<LoopSpec>,
+    pub(crate) when: Option<BranchSpec>,
+    pub(crate) agent: Option<crate::agent::AgentLimits>,
+}
+
+/// Whether a loop's sender sends the workflow back again, read from the sender's recorded
+/// output (K-17.4a): never from the clock, a random draw or a lookup.
+pub type LoopPredicate = Arc<dyn Fn(&Value) -> bool + Send + Sync>;
+
+/// Whether a conditional step runs, read from the recorded outputs of the steps it names.
+pub type BranchPredicate = Arc<dyn Fn(&BranchInputs<'_>) -> bool + Send + Sync>;
+
+/// A loop's back-edge, declared on its sender.
+#[derive(Clone)]
+pub(crate) struct LoopSpec {
+    pub(crate) target: String,
+    pub(crate) again: LoopPredicate,
+    pub(crate) max_iterations: Option<u32>,
+}
+
+/// A branch condition, declared on the conditional step.
+#[derive(Clone)]
+pub(crate) struct BranchSpec {
+    pub(crate) reads: Vec<String>,
+    pub(crate) holds: BranchPredicate,
+}
+
+/// Upper bound on a loop's declared maximum of iterations.
+pub const LOOP_ITERATIONS_MAX: u32 = 1_000;
+
+/// What a branch predicate may read: the recorded outputs of the steps it declared
+/// (K-17.4a), each `None` when that step was skipped.
+pub struct BranchInputs<'a> {
+    pub(crate) reads: &'a [String],
+    pub(crate) outputs: &'a BTreeMap<String, Value>,
+}
+
+impl<'a> BranchInputs<'a> {
+    /// The recorded output of `step`: `None` when it was skipped, or when the predicate did
+    /// not declare it (a predicate reads only what it declared).
+    pub fn output(&self, step: &str) -> Option<&'a Value> {
+        if self.reads.iter().any(|r| r == step) {
+            self.outputs.get(step)
+        } else {
+            None
+        }
+    }
 }
 
 /// What the external system says about an operation whose outcome was unknown (K-17.2).
@@ -173,7 +220,77 @@ impl StepDef {
             model: Default::default(),
             max_retry_duration: None,
             query: None,
+            loop_to: None,
+            when: None,
+            agent: None,
         }
+    }
+    /// Make this step a loop's sender (K-4 amendment): once it completes, while
+    /// `again(output)` holds on its recorded output, the workflow goes back to `target` —
+    /// the target and every step that depends on it and has run (this one among them) run
+    /// again in their next epoch (a new K-17.1 key per iteration), each iteration's outputs
+    /// kept in their bounded history. `target` is this step or one it depends on
+    /// (transitively). A loop needs a [`max_iterations`](Self::max_iterations); going past
+    /// it is a permanent error of this step, handled by its `on_failed` policy.
+    ///
+    /// ```
+    /// use kernel_core::{ActivityContext, Definition, StepDef, StepOutcome};
+    /// use serde_json::json;
+    /// let step = |out: serde_json::Value| move |_: ActivityContext| {
+    ///     let out = out.clone();
+    ///     async move { Ok(StepOutcome::complete(out)) }
+    /// };
+    /// let def = Definition::builder("review")
+    ///     .step(StepDef::new("collect", step(json!({"files": 2}))))
+    ///     .step(
+    ///         StepDef::new("check", step(json!({"complete": true})))
+    ///             .loop_to("collect", |out| out["complete"] != json!(true))
+    ///             .max_iterations(5),
+    ///     )
+    ///     .build();
+    /// assert!(def.is_ok());
+    /// ```
+    pub fn loop_to(mut self, target: impl Into<String>, again: impl Fn(&Value) -> bool + Send + Sync + 'static) -> Self {
+        let max_iterations = self.loop_to.as_ref().and_then(|l| l.max_iterations);
+        self.loop_to = Some(LoopSpec { target: target.into(), again: Arc::new(again), max_iterations });
+        self
+    }
+    /// The most times this step's loop may send the workflow back (1..=[`LOOP_ITERATIONS_MAX`]).
+    pub fn max_iterations(mut self, n: u32) -> Self {
+        match &mut self.loop_to {
+            Some(l) => l.max_iterations = Some(n),
+            None => {
+                self.loop_to =
+                    Some(LoopSpec { target: String::new(), again: Arc::new(|_| false), max_iterations: Some(n) })
+            }
+        }
+        self
+    }
+    /// Run this step only when `holds` is true of the recorded outputs of `reads` — steps
+    /// it depends on, directly or transitively (K-4 amendment, K-17.4a). A step not taken
+    /// is `skipped` without an error ([`Step::not_taken`]); like any skipped step it
+    /// satisfies its dependents (K-4.4), so a join after alternative branches runs; a step
+    /// that should follow only a taken branch declares its own condition, e.g.
+    /// `|o| o.output("extract").is_some()`.
+    pub fn when<I, S>(mut self, reads: I, holds: impl Fn(&BranchInputs<'_>) -> bool + Send + Sync + 'static) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.when = Some(BranchSpec { reads: reads.into_iter().map(Into::into).collect(), holds: Arc::new(holds) });
+        self
+    }
+    /// The loop target of this step, if it is a loop's sender.
+    pub fn get_loop_to(&self) -> Option<&str> {
+        self.loop_to.as_ref().map(|l| l.target.as_str()).filter(|t| !t.is_empty())
+    }
+    /// The declared maximum of this step's loop.
+    pub fn get_max_iterations(&self) -> Option<u32> {
+        self.loop_to.as_ref().and_then(|l| l.max_iterations)
+    }
+    /// The steps this step's branch condition reads, if it is conditional.
+    pub fn get_when_reads(&self) -> Option<&[String]> {
+        self.when.as_ref().map(|b| b.reads.as_slice())
     }
     /// The versioned output schema of the step's model calls (K-17.4): every answer is
     /// validated against it; its id and version are recorded with each call and are not
@@ -306,13 +423,29 @@ impl StepDef {
     }
 }
 
-/// A step of a [`Plan`]: name and effective dependencies (indices, sorted).
+/// A step of a [`Plan`]: name, effective dependencies (indices, sorted) and its control
+/// shape beyond them (K-4 amendment).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlanStep {
     /// Step name.
     pub name: String,
     /// Indices of the steps it depends on.
     pub deps: Vec<usize>,
+    /// The target of this step's loop (an index not after this one), if it is a loop's sender.
+    pub loop_to: Option<usize>,
+    /// The steps its branch condition reads (indices, sorted), if it is conditional.
+    pub reads: Option<Vec<usize>>,
+}
+
+/// The control shape of one step beyond its dependencies, by name (K-4 amendment): what
+/// a publisher declares for [`Plan::with_control`] so its fingerprint matches the
+/// workers' definition.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StepControl {
+    /// The step's loop target.
+    pub loop_to: Option<String>,
+    /// The steps its branch condition reads.
+    pub reads: Option<Vec<String>>,
 }
 
 /// The persisted protocol of a workflow type (K-4.1): no callables.
@@ -327,6 +460,22 @@ impl Plan {
     /// Build and validate a plan from `(name, explicit deps)` pairs; `None` deps means
     /// "the previous step".
     pub fn new(workflow_type: &str, steps: &[(String, Option<Vec<String>>)]) -> Result<Plan> {
+        Plan::with_control(workflow_type, steps, &[])
+    }
+
+    /// [`Plan::new`] with the control shape of each step (`control[i]` for step `i`; a
+    /// shorter list leaves the rest plain). Refused, as [`Error::InvalidInput`] naming the
+    /// field: a loop target or a branch read that is not a step, a loop target after its
+    /// sender, one the sender does not depend on (transitively), a branch reading a step
+    /// that is not upstream of it.
+    pub fn with_control(
+        workflow_type: &str,
+        steps: &[(String, Option<Vec<String>>)],
+        control: &[StepControl],
+    ) -> Result<Plan> {
+        if control.len() > steps.len() {
+            return Err(Error::invalid("control", "more control entries than steps"));
+        }
         validate::identifier("workflow_type", workflow_type)?;
         if steps.is_empty() {
             return Err(Error::invalid("steps", "a definition needs at least one step"));
@@ -370,9 +519,53 @@ impl Plan {
             };
             d.sort_unstable();
             d.dedup();
-            out.push(PlanStep { name: name.clone(), deps: d });
+            out.push(PlanStep { name: name.clone(), deps: d, loop_to: None, reads: None });
         }
         detect_cycle(&out)?;
+        for (i, c) in control.iter().enumerate() {
+            let upstream = ancestors(&out, i);
+            if let Some(target) = &c.loop_to {
+                let field = format!("steps[{i}].loop_to");
+                let j = *index.get(target.as_str()).ok_or_else(|| {
+                    Error::invalid(field.clone(), format_args!("unknown step `{target}`"))
+                })?;
+                if j > i {
+                    return Err(Error::invalid(
+                        field,
+                        format_args!("loop target `{target}` comes after its sender `{}`", out[i].name),
+                    ));
+                }
+                if j != i && !upstream[j] {
+                    return Err(Error::invalid(
+                        field,
+                        format_args!("loop target `{target}` is not upstream of its sender `{}`", out[i].name),
+                    ));
+                }
+                out[i].loop_to = Some(j);
+            }
+            if let Some(reads) = &c.reads {
+                let field = format!("steps[{i}].when");
+                if reads.is_empty() {
+                    return Err(Error::invalid(field, "a branch condition reads at least one step"));
+                }
+                let mut r = Vec::with_capacity(reads.len());
+                for read in reads {
+                    let j = *index.get(read.as_str()).ok_or_else(|| {
+                        Error::invalid(field.clone(), format_args!("unknown step `{read}`"))
+                    })?;
+                    if !upstream[j] {
+                        return Err(Error::invalid(
+                            field,
+                            format_args!("`{read}` is not upstream of `{}`: a branch reads recorded outputs of steps it depends on", out[i].name),
+                        ));
+                    }
+                    r.push(j);
+                }
+                r.sort_unstable();
+                r.dedup();
+                out[i].reads = Some(r);
+            }
+        }
         let fingerprint = fingerprint(workflow_type, &out);
         Ok(Plan { workflow_type: workflow_type.to_string(), steps: out, fingerprint })
     }
@@ -420,6 +613,18 @@ impl Plan {
 /// Upper bound on steps per definition.
 pub const STEPS_MAX: usize = 256;
 
+/// `upstream[j]`: step `j` is a dependency of step `i`, directly or transitively.
+fn ancestors(steps: &[PlanStep], i: usize) -> Vec<bool> {
+    let mut seen = vec![false; steps.len()];
+    let mut stack: Vec<usize> = steps[i].deps.clone();
+    while let Some(j) = stack.pop() {
+        if !std::mem::replace(&mut seen[j], true) {
+            stack.extend(steps[j].deps.iter().copied());
+        }
+    }
+    seen
+}
+
 fn detect_cycle(steps: &[PlanStep]) -> Result<()> {
     // Iterative DFS with colours; the plan is small (≤ STEPS_MAX).
     let n = steps.len();
@@ -462,6 +667,13 @@ fn put(h: &mut Sha256, bytes: &[u8]) {
 /// K-4.2: SHA-256 over the length-prefixed type, then per step in order its length-prefixed
 /// name, the count of its effective dependencies and their length-prefixed names sorted.
 /// Activities, timeouts, retries and resources are deliberately excluded.
+///
+/// K-4 amendment (control beyond a DAG): a plan with a loop or a branch appends the
+/// length-prefixed tag `control`, then per step in order a byte — 0 plain, 1 loop's sender,
+/// 2 conditional, 3 both — followed by the loop target's length-prefixed name (1, 3) and
+/// the count and length-prefixed names, sorted, of the steps its condition reads (2, 3).
+/// A plan without either hashes exactly as before (the golden values are unchanged). The
+/// loop's maximum and the predicates' code are policy, like retries, and are excluded.
 pub fn fingerprint(workflow_type: &str, steps: &[PlanStep]) -> String {
     let mut h = Sha256::new();
     put(&mut h, workflow_type.as_bytes());
@@ -473,6 +685,23 @@ pub fn fingerprint(workflow_type: &str, steps: &[PlanStep]) -> String {
         h.update((deps.len() as u32).to_be_bytes());
         for d in deps {
             put(&mut h, d.as_bytes());
+        }
+    }
+    if steps.iter().any(|s| s.loop_to.is_some() || s.reads.is_some()) {
+        put(&mut h, b"control");
+        for s in steps {
+            h.update([u8::from(s.loop_to.is_some()) | (u8::from(s.reads.is_some()) << 1)]);
+            if let Some(t) = s.loop_to {
+                put(&mut h, steps[t].name.as_bytes());
+            }
+            if let Some(reads) = &s.reads {
+                let mut names: Vec<&str> = reads.iter().map(|r| steps[*r].name.as_str()).collect();
+                names.sort_unstable();
+                h.update((names.len() as u32).to_be_bytes());
+                for n in names {
+                    put(&mut h, n.as_bytes());
+                }
+            }
         }
     }
     hex::encode(h.finalize())
@@ -518,11 +747,48 @@ impl DefinitionBuilder {
         self
     }
     /// Validate: identifier rules, unique names, known dependencies, no cycles, positive
-    /// timeouts and retry delays of at most [`validate::CONFIG_MS_MAX`], resource names.
+    /// timeouts and retry delays of at most [`validate::CONFIG_MS_MAX`], resource names;
+    /// loops (a known target, not after its sender and upstream of it, a maximum of
+    /// 1..=[`LOOP_ITERATIONS_MAX`]), branch conditions (reading known, upstream steps) and
+    /// agent limits ([`AgentLimits`](crate::agent::AgentLimits)). Every refusal is an
+    /// [`Error::InvalidInput`] naming the field.
     pub fn build(self) -> Result<Definition> {
         let pairs: Vec<(String, Option<Vec<String>>)> =
             self.steps.iter().map(|s| (s.name.clone(), s.depends_on.clone())).collect();
-        let plan = Plan::new(&self.workflow_type, &pairs)?;
+        let mut control = Vec::with_capacity(self.steps.len());
+        for (i, s) in self.steps.iter().enumerate() {
+            if let Some(l) = &s.loop_to {
+                if l.target.is_empty() {
+                    return Err(Error::invalid(
+                        format!("steps[{i}].max_iterations"),
+                        "a maximum of iterations without a loop (`loop_to`)",
+                    ));
+                }
+                match l.max_iterations {
+                    None => {
+                        return Err(Error::invalid(
+                            format!("steps[{i}].max_iterations"),
+                            format_args!("the loop from `{}` to `{}` has no maximum", s.name, l.target),
+                        ))
+                    }
+                    Some(n) if n == 0 || n > LOOP_ITERATIONS_MAX => {
+                        return Err(Error::invalid(
+                            format!("steps[{i}].max_iterations"),
+                            format_args!("{n} is not within 1..={LOOP_ITERATIONS_MAX}"),
+                        ))
+                    }
+                    Some(_) => {}
+                }
+            }
+            if let Some(limits) = &s.agent {
+                limits.validate(&format!("steps[{i}].agent"))?;
+            }
+            control.push(StepControl {
+                loop_to: s.get_loop_to().map(str::to_string),
+                reads: s.when.as_ref().map(|b| b.reads.clone()),
+            });
+        }
+        let plan = Plan::with_control(&self.workflow_type, &pairs, &control)?;
         for (i, s) in self.steps.iter().enumerate() {
             validate::config_ms(&format!("steps[{i}].timeout_ms"), s.timeout_ms)?;
             if let Some(StepResource::Fixed(r)) = &s.resource {

@@ -11,6 +11,7 @@
 //! See the repository README for a runnable "define a workflow" example.
 
 pub mod activity;
+pub mod agent;
 pub mod definition;
 pub mod dispatch;
 pub mod engine;
@@ -26,7 +27,7 @@ pub mod transition;
 pub mod validate;
 
 pub use activity::{idempotency_key, Activity, ActivityContext, ActivityError, SignalWaitSpec, StepOutcome};
-pub use definition::{Definition, OnFailed, Plan, PlanRegistry, ResourceFn, RetryPolicy, StepDef};
+pub use definition::{BranchInputs, Definition, OnFailed, Plan, PlanRegistry, ResourceFn, RetryPolicy, StepControl, StepDef};
 pub use engine::{Engine, EngineConfig, EngineHealth, Ports, Publisher, PublisherBuilder, StartOutcome, StartRequest};
 pub use error::{Cause, Error, Result};
 pub use id::{BusinessRound, ClaimToken, FencingToken, LeaseToken, ObjectId, WorkflowId};

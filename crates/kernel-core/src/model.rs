@@ -209,6 +209,12 @@ pub struct Step {
     /// `max_retry_duration` counts from it. Cleared when the attempt ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retrying_since: Option<Instant>,
+    /// Loop iterations taken by this step's back-edge (K-4 amendment): how many times its
+    /// loop sent the workflow back since the loop was last entered. Bounded by the loop's
+    /// declared maximum; reset by a replay and when an enclosing loop or a regenerate
+    /// re-runs this step. Stored only when above 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub iterations: u32,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -233,12 +239,20 @@ impl Step {
             record: None,
             history: Vec::new(),
             retrying_since: None,
+            iterations: 0,
         }
     }
 
     /// This step's record when it belongs to the logical attempt `(run, epoch)`.
     pub fn record_of(&self, run: u32) -> Option<&StepRecord> {
         self.record.as_ref().filter(|r| r.is_of(run, self.epoch))
+    }
+
+    /// Whether the step was skipped because its branch predicate did not hold (K-4
+    /// amendment): skipped without an error. A step skipped by `on_failed = skip` or by a
+    /// cancellation carries its error.
+    pub fn not_taken(&self) -> bool {
+        self.status == StepStatus::Skipped && self.error.is_none()
     }
 }
 

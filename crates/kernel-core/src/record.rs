@@ -310,6 +310,8 @@ pub enum HistoryReason {
     Replay,
     /// A step that depends on a regenerated step ran again.
     Upstream,
+    /// A loop sent the workflow back: one iteration of the loop's body (K-4 amendment).
+    Loop,
 }
 
 /// An earlier logical attempt of a step, kept for audit (K-17.3).

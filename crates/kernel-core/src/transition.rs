@@ -233,6 +233,11 @@ pub enum TransitionKind {
     DeadLetter,
     /// An operator's dead-letter retry started the step's next logical attempt (K-17.2).
     StepEpoch,
+    /// A loop's sender sent the workflow back to the loop's target: every step of the
+    /// loop's body starts its next logical attempt (K-4 amendment, K-17.1).
+    LoopBack,
+    /// Steps whose branch predicate did not hold were skipped (K-4 amendment).
+    BranchSkip,
 }
 
 /// One logical transition a write carries, with the step it concerns (K-7.1: a fused write
@@ -289,6 +294,8 @@ pub struct StepPatch {
     pub history: Option<Patch<Vec<HistoryEntry>>>,
     /// When the current logical attempt first failed retryably, set or cleared.
     pub retrying_since: Option<Patch<Instant>>,
+    /// The step's loop iteration counter, set; `None` leaves it.
+    pub iterations: Option<u32>,
 }
 
 impl StepPatch {
@@ -315,6 +322,7 @@ impl StepPatch {
             record,
             history,
             retrying_since,
+            iterations,
         } = o;
         if status.is_some() {
             self.status = *status;
@@ -351,6 +359,9 @@ impl StepPatch {
         if retrying_since.is_some() {
             self.retrying_since = retrying_since.clone();
         }
+        if iterations.is_some() {
+            self.iterations = *iterations;
+        }
     }
 
     fn apply_to(&self, step: &mut Step) {
@@ -369,6 +380,7 @@ impl StepPatch {
             record,
             history,
             retrying_since,
+            iterations,
         } = self;
         if let Some(s) = status {
             step.status = *s;
@@ -406,6 +418,9 @@ impl StepPatch {
         }
         if let Some(p) = retrying_since {
             p.apply(&mut step.retrying_since);
+        }
+        if let Some(n) = iterations {
+            step.iterations = *n;
         }
     }
 }
@@ -445,8 +460,8 @@ pub struct Transition {
     pub fingerprint_mismatch: Option<FingerprintMismatch>,
     /// New lane (promote-only, K-13); `None` leaves it.
     pub priority: Option<Priority>,
-    /// Replay: every failed step → pending with attempt, error, elapsed, traffic statistics
-    /// and checkpoint cleared (Mongo: `arrayFilters`).
+    /// Replay: every failed step → pending with attempt, error, elapsed, traffic statistics,
+    /// checkpoint and loop iterations cleared (Mongo: `arrayFilters`).
     pub reset_failed_steps: bool,
     /// `retry_count += 1` (replay, K-2.1).
     pub retry_count_inc: bool,
@@ -1136,6 +1151,47 @@ impl Transition {
             t.claimable_time = Some(Patch::Set(now));
             t.wait = Some(Patch::Unset);
             t.resume = Some(Patch::Unset);
+        }
+        t
+    }
+}
+
+impl Transition {
+    /// A loop's back-edge taken (K-4 amendment), under [`Guard::Running`]: each of `resets`
+    /// — the loop's target and every step that depends on it and has run, the sender among
+    /// them — starts its next logical attempt ([`StepPatch::fresh_attempt`] with the given
+    /// epoch and history, the iteration counter set as given) and loses its output; the
+    /// resume is cleared when it belongs to a reset step (`clear_resume`). `sender` is the
+    /// step whose loop was taken (the observation names it).
+    pub fn loop_back(
+        sender: usize,
+        resets: Vec<(usize, u32, Vec<HistoryEntry>, Option<u32>)>,
+        outputs_unset: Vec<String>,
+        clear_resume: bool,
+        now: Instant,
+    ) -> Self {
+        let mut t = Transition::for_step(TransitionKind::LoopBack, sender, now);
+        for (index, epoch, history, iterations) in resets {
+            let p = t.step_mut(index);
+            p.fresh_attempt(epoch, history);
+            p.iterations = iterations;
+        }
+        t.outputs_unset = outputs_unset;
+        if clear_resume {
+            t.resume = Some(Patch::Unset);
+        }
+        t
+    }
+
+    /// Steps whose branch predicate did not hold (K-4 amendment), under
+    /// [`Guard::Running`]: each skipped without an error, its finish time set.
+    pub fn branch_skip(indices: &[usize], now: Instant) -> Self {
+        let mut t = Transition::for_step(TransitionKind::BranchSkip, indices.first().copied().unwrap_or(0), now);
+        for &index in indices {
+            let p = t.step_mut(index);
+            p.status = Some(StepStatus::Skipped);
+            p.error = Some(Patch::Unset);
+            p.finished_at = Some(Patch::Set(now));
         }
         t
     }

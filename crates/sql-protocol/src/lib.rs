@@ -421,6 +421,7 @@ fn step_patch_sql(b: &mut Binds, p: &StepPatch) -> Result<String> {
         record,
         history,
         retrying_since,
+        iterations,
     } = p;
     let d = b.dialect;
     let sqlite = d == Dialect::Sqlite;
@@ -529,6 +530,12 @@ fn step_patch_sql(b: &mut Binds, p: &StepPatch) -> Result<String> {
         Some(Patch::Unset) => unsets.push("retrying_since"),
         None => {}
     }
+    // Stored only when above 0, as the step serializes it.
+    match iterations {
+        Some(0) => unsets.push("iterations"),
+        Some(n) => sets.push(format!("{}, {}", key("iterations"), b.bind(Param::Int8(i64::from(*n))))),
+        None => {}
+    }
     if sqlite {
         let mut e = cur.clone();
         if !sets.is_empty() {
@@ -542,7 +549,7 @@ fn step_patch_sql(b: &mut Binds, p: &StepPatch) -> Result<String> {
     }
     let mut e = cur.clone();
     if !sets.is_empty() {
-        // jsonb_build_object takes at most 100 arguments; a step has 14 fields.
+        // jsonb_build_object takes at most 100 arguments; a step has 15 fields.
         let _ = write!(e, " || jsonb_build_object({})", sets.join(", "));
     }
     if !unsets.is_empty() {
@@ -554,16 +561,18 @@ fn step_patch_sql(b: &mut Binds, p: &StepPatch) -> Result<String> {
 
 /// Replay (`reset_failed_steps`) in PostgreSQL: every failed step starts afresh as
 /// `Step::pending(name)` and keeps its epoch, record and history (K-17.3): the fields of
-/// the attempt are removed (`retrying_since` among them), the counters and status reset.
+/// the attempt are removed (`retrying_since` and the loop's `iterations` among them), the
+/// counters and status reset.
 const RESET_FAILED_STEPS_PG: &str = "steps = (SELECT COALESCE(jsonb_agg(CASE WHEN e ->> 'status' = 'failed' \
-THEN (e - ARRAY['error', 'checkpoint', 'started_at', 'finished_at', 'retrying_since']::text[]) || \
+THEN (e - ARRAY['error', 'checkpoint', 'started_at', 'finished_at', 'retrying_since', 'iterations']::text[]) || \
 jsonb_build_object('name', e -> 'name', 'status', 'pending', 'attempt', 0, 'elapsed_ms', 0, \
 'traffic_wait_ms', 0, 'traffic_waits', 0) ELSE e END ORDER BY n), '[]'::jsonb) \
 FROM jsonb_array_elements(steps) WITH ORDINALITY AS x(e, n))";
 
 /// The same in SQLite (aggregate `ORDER BY`: SQLite ≥ 3.44).
 const RESET_FAILED_STEPS_SQLITE: &str = "steps = (SELECT json_group_array(CASE WHEN e.value ->> '$.status' = 'failed' \
-THEN json_set(json_remove(e.value, '$.error', '$.checkpoint', '$.started_at', '$.finished_at', '$.retrying_since'), \
+THEN json_set(json_remove(e.value, '$.error', '$.checkpoint', '$.started_at', '$.finished_at', '$.retrying_since', \
+'$.iterations'), \
 '$.status', 'pending', '$.attempt', 0, '$.elapsed_ms', 0, '$.traffic_wait_ms', 0, '$.traffic_waits', 0) \
 ELSE json(e.value) END ORDER BY e.key) FROM json_each(steps) AS e)";
 

@@ -204,6 +204,7 @@ pub(crate) fn step_doc(i: usize, s: &Step) -> Result<Document> {
         record,
         history,
         retrying_since,
+        iterations,
     } = s;
     let f = |n: &str| format!("steps[{i}].{n}");
     let mut d = bson::doc! {
@@ -239,10 +240,13 @@ pub(crate) fn step_doc(i: usize, s: &Step) -> Result<Document> {
     if let Some(t) = retrying_since {
         d.insert("retrying_since", dt(*t));
     }
+    if *iterations > 0 {
+        d.insert("iterations", epoch_bson(*iterations));
+    }
     Ok(d)
 }
 
-/// A step's epoch: an Int64, so every `u32` is stored.
+/// A step's epoch (and loop iterations): an Int64, so every `u32` is stored.
 pub(crate) fn epoch_bson(epoch: u32) -> Bson {
     Bson::Int64(i64::from(epoch))
 }
@@ -286,6 +290,7 @@ fn step_of(d: &Document) -> Result<Step> {
         record: decoded(d, "record")?,
         history: decoded(d, "history")?.unwrap_or_default(),
         retrying_since: opt_time(d, "retrying_since")?,
+        iterations: u32_of(d, "iterations")?,
     })
 }
 

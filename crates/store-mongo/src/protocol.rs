@@ -193,6 +193,7 @@ fn step_patch(ops: &mut Ops, p: &StepPatch) -> Result<()> {
         record,
         history,
         retrying_since,
+        iterations,
     } = p;
     let k = |f: &str| format!("steps.{index}.{f}");
     if let Some(s) = status {
@@ -256,6 +257,16 @@ fn step_patch(ops: &mut Ops, p: &StepPatch) -> Result<()> {
     if let Some(t) = retrying_since {
         ops.patch(k("retrying_since"), t, |t| Ok(dt(*t)))?;
     }
+    // Loop iterations: stored only above 0, as the step serializes them.
+    match iterations {
+        Some(0) => {
+            ops.unset.insert(k("iterations"), "");
+        }
+        Some(n) => {
+            ops.set.insert(k("iterations"), codec::epoch_bson(*n));
+        }
+        None => {}
+    }
     Ok(())
 }
 
@@ -295,8 +306,9 @@ pub fn transition_update(t: &Transition, limits: &Limits) -> Result<Update> {
         ops.set.insert(f("elapsed_ms"), Bson::Int64(0));
         ops.set.insert(f("traffic_wait_ms"), Bson::Int64(0));
         ops.set.insert(f("traffic_waits"), Bson::Int32(0));
-        // A new run: epoch, record and history stay (K-17.3), the attempt's fields go.
-        for n in ["error", "checkpoint", "started_at", "finished_at", "retrying_since"] {
+        // A new run: epoch, record and history stay (K-17.3), the attempt's fields and the
+        // loop's iterations go.
+        for n in ["error", "checkpoint", "started_at", "finished_at", "retrying_since", "iterations"] {
             ops.unset.insert(f(n), "");
         }
     }

@@ -376,6 +376,12 @@ impl Claim {
             // In place unless a running activity still holds the map (it keeps its own).
             Arc::make_mut(outputs).append(&mut inst.output);
         }
+        if !t.outputs_unset.is_empty() {
+            let map = Arc::make_mut(outputs);
+            for name in &t.outputs_unset {
+                map.remove(name);
+            }
+        }
         let writer = Writer { worker_id: Some(&self.inner.config.worker_id), claim_token: Some(&self.token) };
         effects::observe(&*self.inner.ports.observer, inst, t, revision, writer);
     }
@@ -559,6 +565,10 @@ impl Claim {
             }
             let next = if let Some((idx, permit)) = started.take() {
                 self.run_single(idx, Some(permit)).await
+            } else if let Some(next) = self.control().await {
+                // A loop-back, a branch skip or a loop past its maximum was written (K-4
+                // amendment): read the plan again.
+                next
             } else {
                 let (ready, all_done, any_failed) = {
                     let d = self.doc();
@@ -896,14 +906,25 @@ impl Claim {
             // The claim ended during the activity; write nothing more.
             return Next::End(self.ended_as());
         }
-        let (t, elapsed_ms) = match self.classify(idx, inv) {
-            StepResult::Complete { output, elapsed_ms } => (self.completion(idx, output, elapsed_ms), elapsed_ms),
+        let (t, elapsed_ms, loops_back) = match self.classify(idx, inv) {
+            StepResult::Complete { output, elapsed_ms } => {
+                let loops_back = self.may_loop_back(idx, &output);
+                (self.completion(idx, output, elapsed_ms), elapsed_ms, loops_back)
+            }
             StepResult::Skipped { error, elapsed_ms } => {
                 let m = self.commit_skip(idx, error, elapsed_ms).await;
                 return self.settle(vec![(idx, m)]).await;
             }
             StepResult::Halt(h) => return self.settle(vec![(idx, Member::Halted(h))]).await,
         };
+        if loops_back {
+            // The completion alone: the loop-back is decided from the committed output by
+            // the control pass (the same path as after a crash), never fused.
+            return match self.commit(G::Running, t).await {
+                Ok(()) => Next::Continue(None),
+                Err(u) => self.completion_unwritten(idx, u, elapsed_ms).await,
+            };
+        }
         let (all_done, next, priority) = self.after_completion(idx);
         let now = self.now();
         // Last completion + completed when there is no success finalizer.
@@ -916,7 +937,12 @@ impl Claim {
                 Err(u) => self.completion_unwritten(idx, u, elapsed_ms).await,
             };
         }
-        if next.len() == 1 && !self.inner.stopping.is_cancelled() && !self.cancel.is_cancelled() {
+        // A conditional next step is decided by the control pass first (never fused).
+        if next.len() == 1
+            && self.def.steps()[next[0]].when.is_none()
+            && !self.inner.stopping.is_cancelled()
+            && !self.cancel.is_cancelled()
+        {
             let j = next[0];
             // Permit before attempt++ (K-7.1): fuse completion with the next start only
             // when the permit is already granted under this token.
@@ -949,6 +975,164 @@ impl Claim {
             Ok(()) => Next::Continue(None),
             Err(u) => self.completion_unwritten(idx, u, elapsed_ms).await,
         }
+    }
+
+    /// Whether completing step `idx` with `output` may send the workflow back (its loop's
+    /// predicate holds, or panicked): such a completion is written alone.
+    fn may_loop_back(&self, idx: usize, output: &Value) -> bool {
+        let Some(l) = self.def.steps()[idx].loop_to.as_ref() else { return false };
+        !matches!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (l.again)(output))), Ok(false))
+    }
+
+    /// The control pass (K-4 amendment), before the ready steps are read: the first
+    /// completed loop sender whose predicate holds on its recorded output sends the
+    /// workflow back (one write), or, at its maximum, fails by its policy; otherwise every
+    /// fresh ready conditional step whose predicate does not hold is skipped (one write).
+    /// Decided from the committed document alone, so a crash between a sender's completion
+    /// and its loop-back decides the same way on the next claim. `None`: nothing to do.
+    async fn control(&self) -> Option<Next> {
+        enum Act {
+            LoopBack(Transition),
+            Stop(usize, String),
+            Skip(Vec<usize>),
+        }
+        let plan = self.def.plan();
+        let act = {
+            let d = self.doc();
+            let mut act = None;
+            for (i, sd) in self.def.steps().iter().enumerate() {
+                let (Some(l), Some(target)) = (sd.loop_to.as_ref(), plan.steps()[i].loop_to) else { continue };
+                let step = &d.inst.steps[i];
+                if step.status != StepStatus::Completed {
+                    continue;
+                }
+                let out = d.outputs.get(&step.name).unwrap_or(&Value::Null);
+                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (l.again)(out))) {
+                    Ok(false) => continue,
+                    Ok(true) => {
+                        let max = l.max_iterations.unwrap_or(0);
+                        act = Some(if step.iterations >= max {
+                            Act::Stop(
+                                i,
+                                format!(
+                                    "loop from {} to {} reached its maximum of {max} iterations",
+                                    sd.name(),
+                                    plan.steps()[target].name
+                                ),
+                            )
+                        } else {
+                            Act::LoopBack(self.loop_back(&d, i, target))
+                        });
+                    }
+                    Err(panic) => {
+                        act = Some(Act::Stop(i, format!("the loop predicate panicked: {}", panic_message(&*panic))))
+                    }
+                }
+                break;
+            }
+            if act.is_none() {
+                let mut skip = Vec::new();
+                for i in plan.ready(&d.inst.steps) {
+                    let Some(b) = self.def.steps()[i].when.as_ref() else { continue };
+                    let step = &d.inst.steps[i];
+                    if step.status != StepStatus::Pending {
+                        // A running leftover was taken before it started.
+                        continue;
+                    }
+                    let inputs = crate::definition::BranchInputs { reads: &b.reads, outputs: &d.outputs };
+                    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (b.holds)(&inputs))) {
+                        Ok(true) => {}
+                        Ok(false) => skip.push(i),
+                        Err(panic) => {
+                            act = Some(Act::Stop(
+                                i,
+                                format!("the branch predicate panicked: {}", panic_message(&*panic)),
+                            ));
+                            break;
+                        }
+                    }
+                }
+                if act.is_none() && !skip.is_empty() {
+                    act = Some(Act::Skip(skip));
+                }
+            }
+            act
+        }?;
+        let t = match act {
+            Act::LoopBack(t) => t,
+            Act::Skip(indices) => Transition::branch_skip(&indices, self.now()),
+            Act::Stop(i, message) => {
+                tracing::warn!(step = self.def.steps()[i].name(), %message, "control stop");
+                let inv = Invocation { result: Err(ActivityError::permanent(message)), elapsed_ms: DurationMs::ZERO };
+                return Some(match self.classify(i, inv) {
+                    StepResult::Skipped { error, elapsed_ms } => {
+                        let m = self.commit_skip(i, error, elapsed_ms).await;
+                        self.settle(vec![(i, m)]).await
+                    }
+                    StepResult::Halt(h) => self.settle(vec![(i, Member::Halted(h))]).await,
+                    StepResult::Complete { .. } => unreachable!("a permanent error never completes"),
+                });
+            }
+        };
+        Some(match self.commit_plain(G::Running, t).await {
+            Ok(()) => Next::Continue(None),
+            Err(e) => Next::End(e),
+        })
+    }
+
+    /// The loop-back write of sender `sender` to `target` (K-4 amendment, K-17.1): the
+    /// target and every step depending on it (transitively) that has run start their next
+    /// epoch, each with its previous attempt (output, error, record) in its history; the
+    /// sender's iteration counter goes up by one, an enclosed loop's counter back to 0.
+    fn loop_back(&self, d: &ClaimDoc, sender: usize, target: usize) -> Transition {
+        let plan = self.def.plan();
+        let n = plan.steps().len();
+        let mut body = vec![false; n];
+        body[target] = true;
+        let mut changed = true;
+        while changed {
+            changed = false;
+            for (j, p) in plan.steps().iter().enumerate() {
+                if !body[j] && p.deps.iter().any(|&k| body[k]) {
+                    body[j] = true;
+                    changed = true;
+                }
+            }
+        }
+        let now = self.now();
+        let run = d.inst.retry_count;
+        let limits = self.inner.config.history_limits;
+        let mut resets = Vec::new();
+        let mut outputs_unset = Vec::new();
+        for (j, s) in d.inst.steps.iter().enumerate().filter(|(j, _)| body[*j]) {
+            let ran = j == target || j == sender || s.status != StepStatus::Pending || s.attempt > 0 || s.record.is_some();
+            if !ran {
+                continue;
+            }
+            let output = d.outputs.get(&s.name).cloned();
+            if output.is_some() {
+                outputs_unset.push(s.name.clone());
+            }
+            let entry = crate::record::HistoryEntry {
+                run,
+                epoch: s.epoch,
+                reason: crate::record::HistoryReason::Loop,
+                output,
+                error: s.error.clone(),
+                record: s.record.clone(),
+                at: now,
+            };
+            let iterations = if j == sender {
+                Some(s.iterations.saturating_add(1))
+            } else if s.iterations > 0 {
+                Some(0)
+            } else {
+                None
+            };
+            resets.push((j, s.epoch.saturating_add(1), limits.push(s.history.clone(), entry), iterations));
+        }
+        let clear_resume = d.inst.resume.as_ref().is_some_and(|r| body.get(r.step_index as usize).copied().unwrap_or(false));
+        Transition::loop_back(sender, resets, outputs_unset, clear_resume, now)
     }
 
     /// What the plan says once step `idx` completes, before its completion is written
