@@ -1080,47 +1080,57 @@ impl Claim {
         })
     }
 
-    /// The loop-back write of sender `sender` to `target` (K-4 amendment, K-17.1): the
-    /// target and every step depending on it (transitively) that has run start their next
-    /// epoch, each with its previous attempt (output, error, record) in its history; the
-    /// sender's iteration counter goes up by one, an enclosed loop's counter back to 0.
+    /// The loop-back write of sender `sender` to `target` (K-4 amendment, K-17.1). The
+    /// loop's body is the target and every step that depends on it (transitively), except
+    /// the steps after the sender (they run once the loop is left): each starts its next
+    /// epoch, whether or not it ran in this iteration — so a step's epoch counts the
+    /// iterations that covered it, whatever a crash interleaved — and each that ran keeps
+    /// its attempt (output, error, record) in its history. The sender's iteration counter
+    /// goes up by one, an enclosed loop's counter back to 0.
     fn loop_back(&self, d: &ClaimDoc, sender: usize, target: usize) -> Transition {
         let plan = self.def.plan();
         let n = plan.steps().len();
-        let mut body = vec![false; n];
-        body[target] = true;
-        let mut changed = true;
-        while changed {
-            changed = false;
-            for (j, p) in plan.steps().iter().enumerate() {
-                if !body[j] && p.deps.iter().any(|&k| body[k]) {
-                    body[j] = true;
-                    changed = true;
+        let closure = |root: usize| {
+            let mut reach = vec![false; n];
+            reach[root] = true;
+            let mut changed = true;
+            while changed {
+                changed = false;
+                for (j, p) in plan.steps().iter().enumerate() {
+                    if !reach[j] && p.deps.iter().any(|&k| reach[k]) {
+                        reach[j] = true;
+                        changed = true;
+                    }
                 }
             }
-        }
+            reach
+        };
+        let (from_target, from_sender) = (closure(target), closure(sender));
+        let body: Vec<bool> = (0..n).map(|j| from_target[j] && (j == sender || !from_sender[j])).collect();
         let now = self.now();
         let run = d.inst.retry_count;
         let limits = self.inner.config.history_limits;
         let mut resets = Vec::new();
         let mut outputs_unset = Vec::new();
         for (j, s) in d.inst.steps.iter().enumerate().filter(|(j, _)| body[*j]) {
-            let ran = j == target || j == sender || s.status != StepStatus::Pending || s.attempt > 0 || s.record.is_some();
-            if !ran {
-                continue;
-            }
+            let ran = s.status != StepStatus::Pending || s.attempt > 0 || s.record.is_some();
             let output = d.outputs.get(&s.name).cloned();
             if output.is_some() {
                 outputs_unset.push(s.name.clone());
             }
-            let entry = crate::record::HistoryEntry {
-                run,
-                epoch: s.epoch,
-                reason: crate::record::HistoryReason::Loop,
-                output,
-                error: s.error.clone(),
-                record: s.record.clone(),
-                at: now,
+            let history = if ran {
+                let entry = crate::record::HistoryEntry {
+                    run,
+                    epoch: s.epoch,
+                    reason: crate::record::HistoryReason::Loop,
+                    output,
+                    error: s.error.clone(),
+                    record: s.record.clone(),
+                    at: now,
+                };
+                limits.push(s.history.clone(), entry)
+            } else {
+                s.history.clone()
             };
             let iterations = if j == sender {
                 Some(s.iterations.saturating_add(1))
@@ -1129,9 +1139,10 @@ impl Claim {
             } else {
                 None
             };
-            resets.push((j, s.epoch.saturating_add(1), limits.push(s.history.clone(), entry), iterations));
+            resets.push((j, s.epoch.saturating_add(1), history, iterations));
         }
-        let clear_resume = d.inst.resume.as_ref().is_some_and(|r| body.get(r.step_index as usize).copied().unwrap_or(false));
+        let clear_resume =
+            d.inst.resume.as_ref().is_some_and(|r| body.get(r.step_index as usize).copied().unwrap_or(false));
         Transition::loop_back(sender, resets, outputs_unset, clear_resume, now)
     }
 

@@ -3,6 +3,7 @@
 mod bad_input;
 mod behaviour;
 mod bulk_start;
+mod control;
 mod dispatch_lease;
 mod hardening;
 mod harness;
