@@ -211,8 +211,8 @@ pub struct Step {
     pub retrying_since: Option<Instant>,
     /// Loop iterations taken by this step's back-edge (K-4 amendment): how many times its
     /// loop sent the workflow back since the loop was last entered. Bounded by the loop's
-    /// declared maximum; reset by a replay and when an enclosing loop or a regenerate
-    /// re-runs this step. Stored only when above 0.
+    /// declared maximum; reset by a replay and when an enclosing loop re-runs this step.
+    /// Stored only when above 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub iterations: u32,
 }
