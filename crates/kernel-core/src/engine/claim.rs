@@ -997,6 +997,10 @@ impl Claim {
             Skip(Vec<usize>),
         }
         let plan = self.def.plan();
+        if !plan.steps().iter().any(|p| p.loop_to.is_some() || p.reads.is_some()) {
+            // A plain DAG: nothing to decide (no lock taken, nothing read).
+            return None;
+        }
         let act = {
             let d = self.doc();
             let mut act = None;

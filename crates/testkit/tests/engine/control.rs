@@ -773,3 +773,54 @@ proptest::proptest! {
         });
     }
 }
+
+/// Nested loops: an outer loop (`appeal` back to `draft`) re-runs an inner one (`check`
+/// back to `collect`) whose counter starts again at 0 on every outer iteration; every
+/// iteration of either has its own keys.
+#[tokio::test]
+async fn an_outer_loop_restarts_the_inner_loops_counter() {
+    let world = World::new(16);
+    let runs: Runs = Default::default();
+    let counting = |name: &'static str, runs: Runs, out: fn(&ActivityContext) -> Value| {
+        StepDef::new(name, move |ctx: ActivityContext| {
+            let runs = runs.clone();
+            async move {
+                runs.lock().unwrap().push((name.to_string(), ctx.idempotency_key()));
+                Ok(StepOutcome::complete(out(&ctx)))
+            }
+        })
+    };
+    // `check` wants two rounds of `collect` per draft (its epoch counts them within the run,
+    // so compare with the draft's epoch); `appeal` wants two drafts.
+    let def = Definition::builder("nested")
+        .step(counting("draft", runs.clone(), |ctx| json!({ "draft": ctx.epoch() })))
+        .step(counting("collect", runs.clone(), |ctx| json!({ "round": ctx.epoch() })))
+        .step(
+            counting("check", runs.clone(), |ctx| {
+                let draft = ctx.output("draft").and_then(|d| d["draft"].as_u64()).unwrap_or(0);
+                let round = ctx.output("collect").and_then(|c| c["round"].as_u64()).unwrap_or(0);
+                // Rounds of this draft: the collect epochs since the draft's own epoch began.
+                json!({ "again": round < draft * 2 + 1 })
+            })
+            .loop_to("collect", |out| out["again"] == json!(true))
+            .max_iterations(1),
+        )
+        .step(
+            counting("appeal", runs.clone(), |ctx| json!({ "again": ctx.epoch() < 1 }))
+                .loop_to("draft", |out| out["again"] == json!(true))
+                .max_iterations(1),
+        )
+        .build()
+        .unwrap();
+    let engine = world.engine("A", vec![def]);
+    let wf = start(&engine, "nested", "n:1").await;
+    world.drive(&engine).await.unwrap();
+    let inst = world.instance(wf.as_str()).await.unwrap();
+    assert_eq!(inst.status, WorkflowStatus::Completed, "{:?}", inst.steps);
+    assert_eq!(distinct(&keys_of(&runs, "draft")), 2);
+    assert_eq!(distinct(&keys_of(&runs, "collect")), 4, "two rounds per draft");
+    assert_eq!(distinct(&keys_of(&runs, "appeal")), 2);
+    let check = &inst.steps[2];
+    assert_eq!(check.iterations, 1, "the inner counter started again in the second draft (max 1)");
+    assert_eq!((inst.steps[3].iterations, inst.steps[0].epoch, inst.steps[1].epoch), (1, 1, 3));
+}
