@@ -4,6 +4,7 @@ mod bad_input;
 mod behaviour;
 mod bulk_start;
 mod dispatch_lease;
+mod events;
 mod hardening;
 mod harness;
 mod health;
