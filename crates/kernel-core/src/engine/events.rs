@@ -17,7 +17,9 @@
 //!   durable inbox ([`EventOutcome::Signaled`] says whether the inbox had it already);
 //! - once the workflow is terminal (completed, failed or canceled), an event neither starts
 //!   it again nor signals it: [`EventOutcome::Closed`]. A failed workflow is not replayed by
-//!   an event (a plain [`Publisher::start_or_resume`] still replays it, K-5).
+//!   an event (a plain [`Publisher::start_or_resume`] still replays it, K-5). A workflow
+//!   still `failing` (running its failure finalizer) is signaled: nothing consumes that
+//!   doorbell, and retention purges it once the workflow is terminal.
 //!
 //! # The wait convention
 //! A later event is delivered as signal type [`EventRoute::signal_type`], `wait_key` = the
