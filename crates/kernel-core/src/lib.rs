@@ -30,7 +30,10 @@ pub use activity::{idempotency_key, Activity, ActivityContext, ActivityError, Si
 pub use definition::{
     BranchInputs, Definition, OnFailed, Plan, PlanRegistry, ResourceFn, RetryPolicy, StepControl, StepDef,
 };
-pub use engine::{Engine, EngineConfig, EngineHealth, Ports, Publisher, PublisherBuilder, StartOutcome, StartRequest};
+pub use engine::{
+    Engine, EngineConfig, EngineHealth, Event, EventOutcome, EventRoute, Ports, Publisher, PublisherBuilder,
+    StartOutcome, StartRequest,
+};
 pub use error::{Cause, Error, Result};
 pub use id::{BusinessRound, ClaimToken, FencingToken, LeaseToken, ObjectId, WorkflowId};
 pub use model::*;

@@ -1,6 +1,8 @@
 //! The engine: wires the pure core to the ports (K-5 … K-10, K-13).
 //!
-//! - [`Publisher::start_or_resume`]: the idempotent entry (K-5).
+//! - [`Publisher::start_or_resume`]: the idempotent entry (K-5);
+//!   [`Publisher::deliver_event`]: an event starts a workflow or signals the running one
+//!   (`events.rs`).
 //! - [`Engine::tick`]: one scheduling round (K-6.7) that runs the claim it wins to its end.
 //! - [`Engine::maintain`]: timer activation, signal repair, inbox retention and the rebuild
 //!   scan (K-9.2, K-9.4, K-13).
@@ -17,6 +19,7 @@ mod claim;
 mod config;
 mod deadline;
 mod effects;
+mod events;
 mod health;
 mod heartbeat;
 mod invoke;
@@ -28,6 +31,7 @@ mod signals;
 
 pub use config::EngineConfig;
 pub use deadline::{DeadlineInbox, DeadlineOutbox, DeadlineStore};
+pub use events::{Event, EventOutcome, EventRoute};
 pub use health::{EngineHealth, MaintenancePass, WakeupState};
 pub use operator::{dead_letter_generation, Regenerated, DEAD_LETTER_SIGNAL};
 pub use ports::{MissingPort, Ports, PortsBuilder};
@@ -298,7 +302,9 @@ impl Engine {
 
     /// A publisher that knows the plans of every registered definition.
     pub fn publisher(&self) -> Publisher {
-        Publisher::new(self.inner.ports.clone(), self.inner.defs.plans(), self.inner.config.payload_bytes_max)
+        let c = &self.inner.config;
+        Publisher::new(self.inner.ports.clone(), self.inner.defs.plans(), c.payload_bytes_max)
+            .with_orphan_bounds(c.orphan_signals_per_workflow_max, c.orphan_signals_max)
     }
 
     /// A cloneable signal sender backed by this engine.

@@ -76,6 +76,11 @@ pub struct Publisher {
     stream: Arc<DynStreamSink>,
     plans: PlanRegistry,
     payload_bytes_max: usize,
+    /// Where [`deliver_signal`](Publisher::deliver_signal) writes; none on a builder's
+    /// publisher without [`PublisherBuilder::inbox`].
+    inbox: Option<Arc<DynInbox>>,
+    orphan_signals_per_workflow_max: u64,
+    orphan_signals_max: u64,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -149,26 +154,52 @@ impl PublisherBuilder {
         self.store_call_deadline_ms = deadline.into();
         self
     }
+    /// The signal inbox, so the publisher can also deliver signals
+    /// ([`Publisher::deliver_signal`], [`Publisher::deliver_event`]) with no engine in the
+    /// process. Its calls get the same deadline as the store's.
+    pub fn inbox(mut self, inbox: Arc<DynInbox>) -> Self {
+        self.publisher.inbox = Some(inbox);
+        self
+    }
+    /// The bounds on pending signals for workflow ids that do not exist, per id and in
+    /// total, as [`EngineConfig::orphan_signals_per_workflow_max`] and
+    /// [`EngineConfig::orphan_signals_max`] (their defaults by default). Both must be > 0.
+    pub fn orphan_signal_bounds(mut self, per_workflow_max: u64, total_max: u64) -> Self {
+        self.publisher.orphan_signals_per_workflow_max = per_workflow_max;
+        self.publisher.orphan_signals_max = total_max;
+        self
+    }
     /// Check the settings and build.
     pub fn build(self) -> Result<Publisher> {
         if self.publisher.payload_bytes_max == 0 {
             return Err(Error::invalid("payload_bytes_max", "must be > 0"));
         }
+        if self.publisher.orphan_signals_per_workflow_max == 0 {
+            return Err(Error::invalid("orphan_signals_per_workflow_max", "must be > 0"));
+        }
+        if self.publisher.orphan_signals_max == 0 {
+            return Err(Error::invalid("orphan_signals_max", "must be > 0"));
+        }
         crate::validate::positive_ms("store_call_deadline_ms", self.store_call_deadline_ms)?;
         let mut publisher = self.publisher;
-        publisher.store = Arc::new(super::DeadlineStore::new(
-            publisher.store.clone(),
-            publisher.clock.clone(),
-            self.store_call_deadline_ms,
-        ));
+        let deadline = self.store_call_deadline_ms;
+        publisher.store =
+            Arc::new(super::DeadlineStore::new(publisher.store.clone(), publisher.clock.clone(), deadline));
+        publisher.inbox = publisher.inbox.map(|inbox| {
+            Arc::new(super::DeadlineInbox::new(inbox, publisher.clock.clone(), deadline)) as Arc<DynInbox>
+        });
         Ok(publisher)
     }
 }
 
 impl Publisher {
-    /// A publisher on an engine's `ports` knowing `plans`; the inbox and permits are not
-    /// used.
+    /// A publisher on an engine's `ports` knowing `plans`; the permits are not used, the
+    /// inbox only by [`deliver_signal`](Self::deliver_signal) and
+    /// [`deliver_event`](Self::deliver_event) (with the default orphan-signal bounds of
+    /// [`EngineConfig`]; an engine's own [`publisher`](super::Engine::publisher) has the
+    /// engine's).
     pub fn new(ports: Ports, plans: PlanRegistry, payload_bytes_max: usize) -> Self {
+        let defaults = EngineConfig::default();
         Publisher {
             store: ports.store,
             queue: ports.queue,
@@ -179,7 +210,17 @@ impl Publisher {
             stream: ports.stream,
             plans,
             payload_bytes_max,
+            inbox: Some(ports.inbox),
+            orphan_signals_per_workflow_max: defaults.orphan_signals_per_workflow_max,
+            orphan_signals_max: defaults.orphan_signals_max,
         }
+    }
+
+    /// The engine's orphan-signal bounds, for the publisher an engine hands out.
+    pub(crate) fn with_orphan_bounds(mut self, per_workflow_max: u64, total_max: u64) -> Self {
+        self.orphan_signals_per_workflow_max = per_workflow_max;
+        self.orphan_signals_max = total_max;
+        self
     }
 
     /// A standalone publisher (an API or cron process that only starts workflows) on the
@@ -196,6 +237,7 @@ impl Publisher {
     /// # }
     /// ```
     pub fn builder(store: Arc<DynStore>, queue: Arc<DynQueue>, wakeup: Arc<DynWakeup>) -> PublisherBuilder {
+        let defaults = EngineConfig::default();
         PublisherBuilder {
             publisher: Publisher {
                 store,
@@ -206,9 +248,12 @@ impl Publisher {
                 observer: Arc::new(NoopObservationSink),
                 stream: Arc::new(NoopStreamSink),
                 plans: PlanRegistry::default(),
-                payload_bytes_max: EngineConfig::default().payload_bytes_max,
+                payload_bytes_max: defaults.payload_bytes_max,
+                inbox: None,
+                orphan_signals_per_workflow_max: defaults.orphan_signals_per_workflow_max,
+                orphan_signals_max: defaults.orphan_signals_max,
             },
-            store_call_deadline_ms: EngineConfig::default().store_call_deadline_ms,
+            store_call_deadline_ms: defaults.store_call_deadline_ms,
         }
     }
 
@@ -229,7 +274,12 @@ impl Publisher {
     /// Every bad input is a typed error and writes nothing. Many starts at once:
     /// [`start_many`](Self::start_many).
     pub async fn start_or_resume(&self, req: StartRequest) -> Result<StartOutcome> {
-        let Stored { outcome, candidate, now } = self.store_start(req).await?;
+        self.start_with(req, FailedStart::Replay).await
+    }
+
+    /// [`start_or_resume`](Self::start_or_resume), with what a failed instance gets.
+    pub(super) async fn start_with(&self, req: StartRequest, failed: FailedStart) -> Result<StartOutcome> {
+        let Stored { outcome, candidate, now } = self.store_start(req, failed).await?;
         if let Some(LaneEntry { workflow_id, priority, claimable_at }) = &candidate {
             effects::enqueue_and_wake(&*self.queue, &*self.wakeup, workflow_id, *priority, *claimable_at).await;
         }
@@ -291,10 +341,11 @@ impl Publisher {
                 format_args!("{} requests exceed the limit of {}", requests.len(), Self::START_MANY_MAX),
             ));
         }
-        let stored: Vec<Result<Stored>> = futures::stream::iter(requests.into_iter().map(|req| self.store_start(req)))
-            .buffered(Self::START_MANY_IN_FLIGHT_MAX)
-            .collect()
-            .await;
+        let stored: Vec<Result<Stored>> =
+            futures::stream::iter(requests.into_iter().map(|req| self.store_start(req, FailedStart::Replay)))
+                .buffered(Self::START_MANY_IN_FLIGHT_MAX)
+                .collect()
+                .await;
         let entries: Vec<LaneEntry> =
             stored.iter().filter_map(|r| r.as_ref().ok().and_then(|s| s.candidate.clone())).collect();
         if !entries.is_empty() {
@@ -305,6 +356,53 @@ impl Publisher {
             .for_each_concurrent(Self::START_MANY_IN_FLIGHT_MAX, |s| self.reset_stream(&s.outcome.instance, s.now))
             .await;
         Ok(stored.into_iter().map(|r| r.map(|s| s.outcome)).collect())
+    }
+
+    /// Deliver a signal (K-9.3) exactly as [`Engine::deliver_signal`](super::Engine::deliver_signal)
+    /// does — the same code: inbox insert first, then the CAS of the matching wait, the
+    /// enqueue + wakeup and the mark — from a process that has no engine (a webhook
+    /// receiver, an API). The signal is a doorbell: write the business fact before.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] (field `inbox`) on a publisher built without
+    /// [`PublisherBuilder::inbox`], before any call; otherwise as the engine's delivery
+    /// (identifier rule, [`Error::LimitExceeded`] for too many signals to a workflow id
+    /// that does not exist).
+    pub async fn deliver_signal(&self, signal: Signal) -> Result<DeliverOutcome> {
+        Ok(self.deliver(signal).await?.outcome)
+    }
+
+    /// [`deliver_signal`](Self::deliver_signal), saying whether the inbox held the id.
+    pub(super) async fn deliver(&self, signal: Signal) -> Result<super::signals::Delivered> {
+        let ports = super::signals::SignalPorts {
+            store: &*self.store,
+            inbox: self.signal_inbox()?,
+            queue: &*self.queue,
+            wakeup: &*self.wakeup,
+            clock: &*self.clock,
+            observer: &*self.observer,
+            worker_id: None,
+            orphans_per_workflow_max: self.orphan_signals_per_workflow_max,
+            orphans_max: self.orphan_signals_max,
+        };
+        super::signals::deliver_on(&ports, signal).await
+    }
+
+    /// The inbox signals go to, or the typed refusal of a publisher that has none.
+    pub(super) fn signal_inbox(&self) -> Result<&DynInbox> {
+        self.inbox.as_deref().ok_or_else(|| {
+            Error::invalid("inbox", "this publisher has no signal inbox (build it with `PublisherBuilder::inbox`)")
+        })
+    }
+
+    /// Largest serialized input a start accepts.
+    pub(super) fn payload_bytes_max(&self) -> usize {
+        self.payload_bytes_max
+    }
+
+    /// The plans this publisher can start.
+    pub(super) fn plans(&self) -> &PlanRegistry {
+        &self.plans
     }
 
     /// Best-effort reset of the client stream of an instance whose execution a start
@@ -319,7 +417,7 @@ impl Publisher {
 
     /// The store side of one StartOrResume: validation and every store write, without the
     /// queue, the wakeup and the stream.
-    async fn store_start(&self, req: StartRequest) -> Result<Stored> {
+    async fn store_start(&self, req: StartRequest, failed: FailedStart) -> Result<Stored> {
         validate::identifier("workflow_type", &req.workflow_type)?;
         validate::identifier("biz_key", &req.biz_key)?;
         if let Some(id) = &req.workflow_id {
@@ -374,7 +472,7 @@ impl Publisher {
             match inst.status {
                 // K-5: the failed instance of the request's own round is returned, not
                 // replayed; the dispatcher settles that round's intent against it.
-                WorkflowStatus::Failed if !replay.matches(&inst) => {}
+                WorkflowStatus::Failed if failed == FailedStart::Keep || !replay.matches(&inst) => {}
                 WorkflowStatus::Failed => {
                     let t = Transition::replay(req.input.clone(), now);
                     let replayed = match store.apply(&inst.workflow_id, &replay, &t).await? {
@@ -416,6 +514,15 @@ impl Publisher {
         });
         Ok(Stored { outcome: StartOutcome { instance: inst, execution_activated: activated, created }, candidate, now })
     }
+}
+
+/// What a start does to an existing failed instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum FailedStart {
+    /// K-5: replay it (unless it failed in the request's own round).
+    Replay,
+    /// Return it as it is (an event never replays a closed workflow).
+    Keep,
 }
 
 /// What the store side of one start produced.

@@ -26,31 +26,78 @@ impl SignalDelivery for Delivery {
     }
 }
 
+/// What a delivery and a match use: an engine's ports and bounds
+/// ([`Inner::signal_ports`]), or a publisher's (a process with no engine delivers the same
+/// way, [`Publisher::deliver_signal`](super::Publisher::deliver_signal)).
+pub(crate) struct SignalPorts<'a> {
+    pub(crate) store: &'a DynStore,
+    pub(crate) inbox: &'a DynInbox,
+    pub(crate) queue: &'a DynQueue,
+    pub(crate) wakeup: &'a DynWakeup,
+    pub(crate) clock: &'a DynClock,
+    pub(crate) observer: &'a DynObservationSink,
+    /// The writer of the activation's observation (none for a publisher).
+    pub(crate) worker_id: Option<&'a str>,
+    /// `EngineConfig::orphan_signals_per_workflow_max`.
+    pub(crate) orphans_per_workflow_max: u64,
+    /// `EngineConfig::orphan_signals_max`.
+    pub(crate) orphans_max: u64,
+}
+
+impl Inner {
+    /// The ports and bounds of this engine's deliveries.
+    pub(crate) fn signal_ports(&self) -> SignalPorts<'_> {
+        let p = &self.ports;
+        SignalPorts {
+            store: &*p.store,
+            inbox: &*p.inbox,
+            queue: &*p.queue,
+            wakeup: &*p.wakeup,
+            clock: &*p.clock,
+            observer: &*p.observer,
+            worker_id: Some(&self.config.worker_id),
+            orphans_per_workflow_max: self.config.orphan_signals_per_workflow_max,
+            orphans_max: self.config.orphan_signals_max,
+        }
+    }
+}
+
+/// What one delivery did, and whether the inbox already held its `signal_id`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Delivered {
+    pub(crate) outcome: DeliverOutcome,
+    /// The insert found a record with this `signal_id` (a redelivery).
+    pub(crate) seen_before: bool,
+}
+
 /// Inbox insert → CAS the matching wait → mark matched → enqueue + wakeup (K-9.3).
 pub(crate) async fn deliver(inner: &Inner, s: Signal) -> Result<DeliverOutcome> {
+    Ok(deliver_on(&inner.signal_ports(), s).await?.outcome)
+}
+
+/// [`deliver`] on the given ports.
+pub(crate) async fn deliver_on(p: &SignalPorts<'_>, s: Signal) -> Result<Delivered> {
     validate::identifier("signal_id", &s.signal_id)?;
     validate::identifier("workflow_id", s.workflow_id.as_str())?;
     validate::identifier("signal_type", &s.signal_type)?;
     validate::identifier("wait_key", &s.wait_key)?;
-    let now = inner.ports.clock.now();
+    let now = p.clock.now();
     // A signal for a workflow id that does not exist (yet) is kept, but bounded: per id and
     // in total (K-9.3 keeps early signals; nothing keeps unbounded ones). A redelivery of a
     // stored record is not counted again.
-    let orphan = match inner.ports.store.get(&s.workflow_id).await {
+    let orphan = match p.store.get(&s.workflow_id).await {
         Ok(found) => found.is_none(),
         // An instance that does not decode exists.
         Err(crate::Error::Corrupt { .. }) => false,
         Err(e) => return Err(e),
     };
-    if orphan && inner.ports.inbox.get(&s.signal_id).await?.is_none() {
-        let c = &inner.config;
-        let inbox = &inner.ports.inbox;
-        let per = c.orphan_signals_per_workflow_max;
-        if inbox.count_pending_orphans(Some(&s.workflow_id), per).await? >= per {
+    if orphan && p.inbox.get(&s.signal_id).await?.is_none() {
+        let per = p.orphans_per_workflow_max;
+        if p.inbox.count_pending_orphans(Some(&s.workflow_id), per).await? >= per {
             return Err(crate::Error::LimitExceeded { what: "orphan_signals_per_workflow_max".into(), max: per });
         }
-        let total = c.orphan_signals_max;
-        if inbox.count_pending_orphans(None, total).await? >= total {
+        let total = p.orphans_max;
+        if p.inbox.count_pending_orphans(None, total).await? >= total {
             return Err(crate::Error::LimitExceeded { what: "orphan_signals_max".into(), max: total });
         }
     }
@@ -65,47 +112,45 @@ pub(crate) async fn deliver(inner: &Inner, s: Signal) -> Result<DeliverOutcome> 
         match_time: None,
         orphan,
     };
-    let stored = match inner.ports.inbox.insert(record.clone()).await? {
-        InsertOutcome::Inserted => record,
-        InsertOutcome::Duplicate(r) if r.status == SignalStatus::Matched => return Ok(DeliverOutcome::Duplicate),
+    let (stored, seen_before) = match p.inbox.insert(record.clone()).await? {
+        InsertOutcome::Inserted => (record, false),
+        InsertOutcome::Duplicate(r) if r.status == SignalStatus::Matched => {
+            return Ok(Delivered { outcome: DeliverOutcome::Duplicate, seen_before: true });
+        }
         // A pending duplicate is the producer's retry after a partial delivery: finish it.
-        InsertOutcome::Duplicate(r) => r,
+        InsertOutcome::Duplicate(r) => (r, true),
     };
-    Ok(if try_match(inner, &stored).await? { DeliverOutcome::Activated } else { DeliverOutcome::Pending })
+    let matched = try_match_on(p, &stored, &QueueGate::default()).await?;
+    let outcome = if matched { DeliverOutcome::Activated } else { DeliverOutcome::Pending };
+    Ok(Delivered { outcome, seen_before })
 }
 
 /// Try to consume one pending record: activate its wait, or finish a half-done match.
 /// Returns whether the record is now matched.
 pub(crate) async fn try_match(inner: &Inner, rec: &SignalRecord) -> Result<bool> {
-    try_match_gated(inner, rec, &QueueGate::default()).await
+    try_match_on(&inner.signal_ports(), rec, &QueueGate::default()).await
 }
 
-/// [`try_match`] with its enqueues going through `gate`, shared by a maintenance pass.
-async fn try_match_gated(inner: &Inner, rec: &SignalRecord, gate: &QueueGate) -> Result<bool> {
-    let Some(inst) = inner.ports.store.get(&rec.workflow_id).await? else { return Ok(false) };
+/// [`try_match`] on the given ports, its enqueues going through `gate` (shared by a
+/// maintenance pass).
+async fn try_match_on(p: &SignalPorts<'_>, rec: &SignalRecord, gate: &QueueGate) -> Result<bool> {
+    let Some(inst) = p.store.get(&rec.workflow_id).await? else { return Ok(false) };
     if rec.orphan {
         // The workflow exists now: its early signals leave the orphan bounds (kept as any
         // pending record of a live workflow is).
-        inner.ports.inbox.clear_orphans(&rec.workflow_id).await?;
+        p.inbox.clear_orphans(&rec.workflow_id).await?;
     }
     // Half-done match: the activation committed but the inbox was not marked (K-9.4).
     if inst.resume.as_ref().and_then(|r| r.signal_id.as_deref()) == Some(rec.signal_id.as_str()) {
-        let now = inner.ports.clock.now();
+        let now = p.clock.now();
         // The delivery that activated it may have died before its enqueue: enqueue again
         // (promote-only, so a queued entry is not disturbed), or the instance waits for the
         // rebuild scan.
         if inst.status == WorkflowStatus::Running {
             let at = inst.claimable_time.unwrap_or(now);
-            gate.enqueue_and_wake(
-                &*inner.ports.queue,
-                &*inner.ports.wakeup,
-                &rec.workflow_id,
-                inst.business_priority,
-                at,
-            )
-            .await;
+            gate.enqueue_and_wake(p.queue, p.wakeup, &rec.workflow_id, inst.business_priority, at).await;
         }
-        inner.ports.inbox.mark_matched(&rec.signal_id, now).await?;
+        p.inbox.mark_matched(&rec.signal_id, now).await?;
         return Ok(true);
     }
     if inst.status != WorkflowStatus::Waiting {
@@ -119,20 +164,19 @@ async fn try_match_gated(inner: &Inner, rec: &SignalRecord, gate: &QueueGate) ->
     {
         return Ok(false);
     }
-    let now = inner.ports.clock.now();
+    let now = p.clock.now();
     let t = Transition::signal_activation(identity.step_index as usize, &rec.signal_id, now);
-    match inner.ports.store.apply(&rec.workflow_id, &Guard::SignalWait(identity), &t).await? {
+    match p.store.apply(&rec.workflow_id, &Guard::SignalWait(identity), &t).await? {
         WriteOutcome::Applied { revision } => {
             let mut after = inst.clone();
             t.apply_to(&mut after);
-            let writer = Writer { worker_id: Some(&inner.config.worker_id), claim_token: None };
-            effects::observe(&*inner.ports.observer, &after, &t, revision, writer);
+            let writer = Writer { worker_id: p.worker_id, claim_token: None };
+            effects::observe(p.observer, &after, &t, revision, writer);
             // Enqueue before marking: the activation is committed, so the instance is
             // claimable whatever happens to the inbox write (a failed mark is finished by the
             // producer's retry or the repair scan, K-9.4).
-            let (queue, wakeup) = (&*inner.ports.queue, &*inner.ports.wakeup);
-            gate.enqueue_and_wake(queue, wakeup, &rec.workflow_id, inst.business_priority, now).await;
-            inner.ports.inbox.mark_matched(&rec.signal_id, now).await?;
+            gate.enqueue_and_wake(p.queue, p.wakeup, &rec.workflow_id, inst.business_priority, now).await;
+            p.inbox.mark_matched(&rec.signal_id, now).await?;
             Ok(true)
         }
         // The poll fallback, a timer scan or a duplicate won the CAS (K-9.5).
@@ -150,12 +194,13 @@ pub(crate) async fn repair(
     quarantined: &mut Vec<Quarantined>,
 ) -> Result<usize> {
     let mut consumed = 0;
+    let ports = inner.signal_ports();
     for _ in 0..pages {
         let after = inner.repair_cursor.lock().expect("cursor lock").clone();
         let page = inner.ports.inbox.scan_pending(after.as_deref(), inner.config.scan_page_size).await?;
         let full = page.len() == inner.config.scan_page_size;
         for rec in &page {
-            match try_match_gated(inner, rec, gate).await {
+            match try_match_on(&ports, rec, gate).await {
                 Ok(true) => consumed += 1,
                 Ok(false) => {}
                 // One undecodable instance must not stop the repair of every other.

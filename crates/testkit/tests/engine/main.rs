@@ -5,6 +5,7 @@ mod behaviour;
 mod bulk_start;
 mod control;
 mod dispatch_lease;
+mod events;
 mod hardening;
 mod harness;
 mod health;
