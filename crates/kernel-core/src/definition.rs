@@ -250,11 +250,7 @@ impl StepDef {
     ///     .build();
     /// assert!(def.is_ok());
     /// ```
-    pub fn loop_to(
-        mut self,
-        target: impl Into<String>,
-        again: impl Fn(&Value) -> bool + Send + Sync + 'static,
-    ) -> Self {
+    pub fn loop_to(mut self, target: impl Into<String>, again: impl Fn(&Value) -> bool + Send + Sync + 'static) -> Self {
         let max_iterations = self.loop_to.as_ref().and_then(|l| l.max_iterations);
         self.loop_to = Some(LoopSpec { target: target.into(), again: Arc::new(again), max_iterations });
         self
@@ -530,9 +526,9 @@ impl Plan {
             let upstream = ancestors(&out, i);
             if let Some(target) = &c.loop_to {
                 let field = format!("steps[{i}].loop_to");
-                let j = *index
-                    .get(target.as_str())
-                    .ok_or_else(|| Error::invalid(field.clone(), format_args!("unknown step `{target}`")))?;
+                let j = *index.get(target.as_str()).ok_or_else(|| {
+                    Error::invalid(field.clone(), format_args!("unknown step `{target}`"))
+                })?;
                 if j > i {
                     return Err(Error::invalid(
                         field,
@@ -554,9 +550,9 @@ impl Plan {
                 }
                 let mut r = Vec::with_capacity(reads.len());
                 for read in reads {
-                    let j = *index
-                        .get(read.as_str())
-                        .ok_or_else(|| Error::invalid(field.clone(), format_args!("unknown step `{read}`")))?;
+                    let j = *index.get(read.as_str()).ok_or_else(|| {
+                        Error::invalid(field.clone(), format_args!("unknown step `{read}`"))
+                    })?;
                     if !upstream[j] {
                         return Err(Error::invalid(
                             field,

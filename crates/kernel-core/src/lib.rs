@@ -27,9 +27,7 @@ pub mod transition;
 pub mod validate;
 
 pub use activity::{idempotency_key, Activity, ActivityContext, ActivityError, SignalWaitSpec, StepOutcome};
-pub use definition::{
-    BranchInputs, Definition, OnFailed, Plan, PlanRegistry, ResourceFn, RetryPolicy, StepControl, StepDef,
-};
+pub use definition::{BranchInputs, Definition, OnFailed, Plan, PlanRegistry, ResourceFn, RetryPolicy, StepControl, StepDef};
 pub use engine::{Engine, EngineConfig, EngineHealth, Ports, Publisher, PublisherBuilder, StartOutcome, StartRequest};
 pub use error::{Cause, Error, Result};
 pub use id::{BusinessRound, ClaimToken, FencingToken, LeaseToken, ObjectId, WorkflowId};

@@ -1105,8 +1105,7 @@ impl Claim {
         let mut resets = Vec::new();
         let mut outputs_unset = Vec::new();
         for (j, s) in d.inst.steps.iter().enumerate().filter(|(j, _)| body[*j]) {
-            let ran =
-                j == target || j == sender || s.status != StepStatus::Pending || s.attempt > 0 || s.record.is_some();
+            let ran = j == target || j == sender || s.status != StepStatus::Pending || s.attempt > 0 || s.record.is_some();
             if !ran {
                 continue;
             }
@@ -1132,8 +1131,7 @@ impl Claim {
             };
             resets.push((j, s.epoch.saturating_add(1), limits.push(s.history.clone(), entry), iterations));
         }
-        let clear_resume =
-            d.inst.resume.as_ref().is_some_and(|r| body.get(r.step_index as usize).copied().unwrap_or(false));
+        let clear_resume = d.inst.resume.as_ref().is_some_and(|r| body.get(r.step_index as usize).copied().unwrap_or(false));
         Transition::loop_back(sender, resets, outputs_unset, clear_resume, now)
     }
 
