@@ -19,7 +19,8 @@
 //! `{"sub_step", "tool_result"}`), so a replayed proposal asks exactly what it asked.
 //!
 //! [`AgentLimits`] are checked before each **new** sub-step (a recorded one is read back
-//! unconditionally): the sub-steps used, the tokens and cost summed from the recorded
+//! unconditionally, and a recorded proposal without a valid sample yet goes on sampling
+//! within its re-sample bound): the sub-steps used, the tokens and cost summed from the recorded
 //! proposals' samples, and the time since the recorded start on the live clock. A limit
 //! reached is recorded (`agent.stop`, so a re-invocation replays the same stop instead of
 //! deciding again) and returned as [`AgentError::Limit`], a permanent error of the step
@@ -528,10 +529,14 @@ impl Agent {
         let mut n = 0u32;
         loop {
             let label = if pending.is_empty() { proposal_label(n) } else { tool_label(n) };
-            let next = journal.around_cursor(|next, _| next.map(|e| e.label().to_string()))?;
-            match next.as_deref() {
-                Some(l) if l == label => replayed += 1,
-                Some(LABEL_STOP) => return Err(self.replay_stop(ctx).await),
+            // The label recorded next, and whether that entry is complete (a proposal whose
+            // recorded samples were all invalid goes on sampling within its bound).
+            let next = journal.around_cursor(|next, _| {
+                next.map(|e| (e.label().to_string(), !matches!(e, RecordEntry::Model(c) if c.output.is_none())))
+            })?;
+            match next.as_ref().map(|(l, complete)| (l.as_str(), *complete)) {
+                Some((l, complete)) if l == label => replayed += u32::from(complete),
+                Some((LABEL_STOP, _)) => return Err(self.replay_stop(ctx).await),
                 // Nothing recorded: a new sub-step, within the limits. (Another label: the
                 // journal refuses the call below as a record mismatch.)
                 _ => {
