@@ -112,6 +112,24 @@ impl StepJournal {
         })
     }
 
+    /// The live clock (not the invocation's start): what an agent's deadline is checked
+    /// against before a new sub-step.
+    pub(crate) fn now(&self) -> Instant {
+        self.clock.now()
+    }
+
+    /// `f` of the entry the next recorded call of this invocation will be matched to
+    /// (`None`: the call will be new), and of the entry the last one was matched to.
+    /// Refused like a recorded call while another is in progress or after a failed write.
+    pub(crate) fn around_cursor<R>(
+        &self,
+        f: impl FnOnce(Option<&RecordEntry>, Option<&RecordEntry>) -> R,
+    ) -> Result<R, ActivityError> {
+        let st = self.enter("cursor")?;
+        let previous = st.cursor.checked_sub(1).and_then(|n| st.record.entries.get(n));
+        Ok(f(st.record.entries.get(st.cursor), previous))
+    }
+
     /// A recorded value (K-17.4a).
     pub(crate) async fn value<F>(&self, label: &str, f: F) -> Result<Value, ActivityError>
     where
@@ -154,7 +172,8 @@ impl StepJournal {
         crate::validate::identifier("label", &req.label).map_err(|e| permanent(e.to_string()))?;
         let version = model.version();
         let input_hash = req.input_hash();
-        let schema = self.settings.schema.as_ref();
+        // A per-call schema (an agent's proposals) replaces the step's for this call only.
+        let schema = req.schema.as_ref().or(self.settings.schema.as_ref());
         let resamples = req.resamples.or(self.settings.resamples).unwrap_or(crate::model_call::RESAMPLES_DEFAULT);
         let samples_max = (resamples as usize + 1).min(MODEL_SAMPLES_MAX);
         let mut st = self.enter(&req.label)?;
@@ -221,7 +240,7 @@ impl StepJournal {
                         }
                     }
                 }
-                let out = self.current_version(&mut st, n, out).await?;
+                let out = self.current_version(&mut st, n, out, schema).await?;
                 st.cursor += 1;
                 return Ok(out);
             }
@@ -291,9 +310,15 @@ impl StepJournal {
     /// The recorded output in the step's current schema version: migrated (and the
     /// migration recorded) when it was recorded under another, or a permanent error that
     /// parks the step when no migration is registered (K-17.4).
-    async fn current_version(&self, st: &mut JournalState, n: usize, out: Value) -> Result<Value, ActivityError> {
+    async fn current_version(
+        &self,
+        st: &mut JournalState,
+        n: usize,
+        out: Value,
+        schema: Option<&OutputSchema>,
+    ) -> Result<Value, ActivityError> {
         let RecordEntry::Model(c) = &st.record.entries[n] else { unreachable!() };
-        let (Some(schema), Some(recorded)) = (self.settings.schema.as_ref(), c.schema.clone()) else { return Ok(out) };
+        let (Some(schema), Some(recorded)) = (schema, c.schema.clone()) else { return Ok(out) };
         if recorded.version == schema.version().version && recorded.id == schema.version().id {
             return Ok(out);
         }
@@ -359,7 +384,7 @@ impl StepJournal {
             tool: u.tool_version.clone(),
             data: u.data_version.clone(),
         };
-        let schema = self.settings.schema.as_ref().map(|s| s.version().to_string());
+        let schema = req.schema.as_ref().or(self.settings.schema.as_ref()).map(|s| s.version().to_string());
         let input = serde_json::json!({"input": req.input, "params": req.params, "schema": schema});
         match CacheKey::new(&req.label, &versions, &input) {
             Ok(k) => Some((cache, k)),

@@ -94,6 +94,11 @@ pub struct ModelRequest {
     /// the kernel before each `generate`: stable across crashes of one logical attempt,
     /// so a provider that dedupes by key never bills a retried sample twice.
     pub sample_key: String,
+    /// The schema this call's answers are validated against instead of the step's
+    /// [`output_schema`](crate::StepDef::output_schema) (an agent's proposals, say);
+    /// `None`: the step's. The schema's version is recorded with the call, and a recorded
+    /// output is migrated by this schema's migrations.
+    pub schema: Option<OutputSchema>,
 }
 
 /// What makes a cached answer valid besides the prompt and model versions (K-17.7).
@@ -118,7 +123,15 @@ impl ModelRequest {
             resamples: None,
             cache: None,
             sample_key: String::new(),
+            schema: None,
         }
+    }
+    /// Validate this call's answers against `schema` instead of the step's output schema,
+    /// re-sampling an invalid answer within the same bound; the step's own schema (which
+    /// its output is held to) is untouched.
+    pub fn output_schema(mut self, schema: OutputSchema) -> Self {
+        self.schema = Some(schema);
+        self
     }
     /// Sampling parameters.
     pub fn params(mut self, params: Value) -> Self {
@@ -205,11 +218,21 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 pub type Migration = Arc<dyn Fn(Value) -> std::result::Result<Value, String> + Send + Sync>;
 
 /// A versioned JSON Schema for a model step's output (K-17.4), compiled once.
+///
+/// Two schemas are equal when their versions and JSON Schema documents are (registered
+/// migrations are functions and are not compared).
 #[derive(Clone)]
 pub struct OutputSchema {
     version: VersionRef,
+    schema: Arc<Value>,
     validator: Arc<jsonschema::Validator>,
     migrations: BTreeMap<String, Migration>,
+}
+
+impl PartialEq for OutputSchema {
+    fn eq(&self, other: &Self) -> bool {
+        self.version == other.version && self.schema == other.schema
+    }
 }
 
 impl std::fmt::Debug for OutputSchema {
@@ -236,7 +259,12 @@ impl OutputSchema {
         crate::validate::identifier("schema.version", &version.version)?;
         let validator = jsonschema::validator_for(&schema)
             .map_err(|e| Error::invalid("schema", format_args!("{version} does not compile: {e}")))?;
-        Ok(OutputSchema { version, validator: Arc::new(validator), migrations: BTreeMap::new() })
+        Ok(OutputSchema {
+            version,
+            schema: Arc::new(schema),
+            validator: Arc::new(validator),
+            migrations: BTreeMap::new(),
+        })
     }
 
     /// Register how an output recorded under `from_version` becomes one of this version.

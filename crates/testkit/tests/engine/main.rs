@@ -1,5 +1,6 @@
 //! Engine behaviour on the in-memory adapters, in simulated time.
 
+mod agent;
 mod bad_input;
 mod behaviour;
 mod bulk_start;
