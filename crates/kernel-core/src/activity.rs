@@ -212,6 +212,16 @@ pub fn idempotency_key_at(workflow_id: &str, activity_type: &str, run: u32, epoc
     }
 }
 
+/// The signal-wait generation of the logical attempt `(run, epoch)`: `run << 32 | epoch`
+/// (see [`ActivityContext::logical_generation`]).
+///
+/// ```
+/// assert_eq!(kernel_core::activity::logical_generation(2, 3), (2 << 32) | 3);
+/// ```
+pub fn logical_generation(run: u32, epoch: u32) -> u64 {
+    (u64::from(run) << 32) | u64::from(epoch)
+}
+
 impl ActivityContext {
     /// Workflow id.
     pub fn workflow_id(&self) -> &str {
@@ -263,9 +273,18 @@ impl ActivityContext {
     pub fn idempotency_key(&self) -> String {
         idempotency_key_at(&self.workflow_id, &self.step_name, self.workflow_run, self.epoch)
     }
-    /// The step's epoch (K-17.1): 0 until an operator re-runs the step within the run.
+    /// The step's epoch (K-17.1): 0 until the step is re-run within the run (an operator's
+    /// regenerate or dead-letter retry, a loop iteration).
     pub fn epoch(&self) -> u32 {
         self.epoch
+    }
+    /// A signal-wait generation of this logical attempt, `run << 32 | epoch`: a step that
+    /// waits inside a loop (or may be regenerated) waits with it, so a signal meant for an
+    /// earlier iteration never wakes a later one (K-9.6). The deliverer computes the same
+    /// value with [`logical_generation`] from the run and epoch of the step it signals (the
+    /// waiting instance's `wait.generation` holds it too).
+    pub fn logical_generation(&self) -> u64 {
+        logical_generation(self.workflow_run, self.epoch)
     }
 
     /// Call a model through the kernel (K-17.3, K-17.4, K-17.7). The call is recorded with

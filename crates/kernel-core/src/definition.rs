@@ -607,6 +607,15 @@ impl Plan {
             .collect()
     }
 
+    /// The body of the loop whose sender is step `sender` (`None` when it sends no loop):
+    /// `body[j]` for the target and every step depending on it (transitively), except the
+    /// steps after the sender (K-4 amendment).
+    pub fn loop_body(&self, sender: usize) -> Option<Vec<bool>> {
+        let target = self.steps.get(sender)?.loop_to?;
+        let (from_target, from_sender) = (descendants(&self.steps, target), descendants(&self.steps, sender));
+        Some((0..self.steps.len()).map(|j| from_target[j] && (j == sender || !from_sender[j])).collect())
+    }
+
     /// Every step completed or skipped.
     pub fn all_done(&self, steps: &[Step]) -> bool {
         steps.len() == self.steps.len()
@@ -616,6 +625,23 @@ impl Plan {
 
 /// Upper bound on steps per definition.
 pub const STEPS_MAX: usize = 256;
+
+/// `reach[j]`: step `j` is `root` or depends on it, directly or transitively.
+fn descendants(steps: &[PlanStep], root: usize) -> Vec<bool> {
+    let mut reach = vec![false; steps.len()];
+    reach[root] = true;
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for (j, p) in steps.iter().enumerate() {
+            if !reach[j] && p.deps.iter().any(|&k| reach[k]) {
+                reach[j] = true;
+                changed = true;
+            }
+        }
+    }
+    reach
+}
 
 /// `upstream[j]`: step `j` is a dependency of step `i`, directly or transitively.
 fn ancestors(steps: &[PlanStep], i: usize) -> Vec<bool> {

@@ -96,6 +96,14 @@ fn prepare(inst: &WorkflowInstance, def: &Definition, hook: Option<&PrepareConte
     }
 }
 
+/// Whether `step`'s current logical attempt was completed by an operator (a dead letter
+/// decided "complete", K-17.2).
+fn completed_by_operator(step: &Step, run: u32) -> bool {
+    step.record_of(run).is_some_and(|r| {
+        r.entries.iter().any(|e| matches!(e, crate::record::RecordEntry::Operator(o) if o.action == "complete"))
+    })
+}
+
 /// The message of a caught panic, when it is a string.
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
     panic.downcast_ref::<&str>().copied().or_else(|| panic.downcast_ref::<String>().map(String::as_str)).unwrap_or("")
@@ -992,7 +1000,7 @@ impl Claim {
     /// and its loop-back decides the same way on the next claim. `None`: nothing to do.
     async fn control(&self) -> Option<Next> {
         enum Act {
-            LoopBack(Transition),
+            LoopBack(Box<Transition>),
             Stop(usize, String),
             Skip(Vec<usize>),
         }
@@ -1007,7 +1015,9 @@ impl Claim {
             for (i, sd) in self.def.steps().iter().enumerate() {
                 let (Some(l), Some(target)) = (sd.loop_to.as_ref(), plan.steps()[i].loop_to) else { continue };
                 let step = &d.inst.steps[i];
-                if step.status != StepStatus::Completed {
+                if step.status != StepStatus::Completed || completed_by_operator(step, d.inst.retry_count) {
+                    // An operator's output for this logical attempt (a dead letter decided
+                    // "complete") leaves the loop: it is not asked again.
                     continue;
                 }
                 let out = d.outputs.get(&step.name).unwrap_or(&Value::Null);
@@ -1025,7 +1035,7 @@ impl Claim {
                                 ),
                             )
                         } else {
-                            Act::LoopBack(self.loop_back(&d, i, target))
+                            Act::LoopBack(Box::new(self.loop_back(&d, i, target)))
                         });
                     }
                     Err(panic) => {
@@ -1063,14 +1073,26 @@ impl Claim {
             act
         }?;
         let t = match act {
-            Act::LoopBack(t) => t,
+            Act::LoopBack(t) => *t,
             Act::Skip(indices) => Transition::branch_skip(&indices, self.now()),
             Act::Stop(i, message) => {
                 tracing::warn!(step = self.def.steps()[i].name(), %message, "control stop");
                 let inv = Invocation { result: Err(ActivityError::permanent(message)), elapsed_ms: DurationMs::ZERO };
                 return Some(match self.classify(i, inv) {
                     StepResult::Skipped { error, elapsed_ms } => {
-                        let m = self.commit_skip(i, error, elapsed_ms).await;
+                        // A skipped step has no output (K-4.4, `BranchInputs::output`): a
+                        // sender skipped at its maximum loses the output it completed with.
+                        let mut t = Transition::skip_step(i, error, elapsed_ms, self.now());
+                        let name = self.def.steps()[i].name().to_string();
+                        if self.doc().outputs.contains_key(&name) {
+                            t.outputs_unset.push(name);
+                        }
+                        let m = match self.commit(G::Running, t).await {
+                            Ok(()) => Member::Settled,
+                            Err(Unwritten::End(e)) => Member::Lost(e),
+                            Err(Unwritten::Unavailable) => Member::HandBack,
+                            Err(Unwritten::Refused(e)) => self.refused_completion(&e, elapsed_ms),
+                        };
                         self.settle(vec![(i, m)]).await
                     }
                     StepResult::Halt(h) => self.settle(vec![(i, Member::Halted(h))]).await,
@@ -1078,8 +1100,19 @@ impl Claim {
                 });
             }
         };
+        let streams = t.kind() == crate::transition::TransitionKind::LoopBack
+            && t.steps.iter().any(|p| self.def.steps()[p.index as usize].is_streaming());
         Some(match self.commit_plain(G::Running, t).await {
-            Ok(()) => Next::Continue(None),
+            Ok(()) => {
+                if let (true, Some(key)) = (streams, &self.shared.stream_key) {
+                    // A streaming step of the body runs again: its readers start over (K-16),
+                    // best effort, fenced by this claim's lease.
+                    if let Err(e) = self.inner.ports.stream.reset(key, self.stream_owner()).await {
+                        tracing::debug!(error = %e, "stream reset after a loop-back failed");
+                    }
+                }
+                Next::Continue(None)
+            }
             Err(e) => Next::End(e),
         })
     }
@@ -1093,24 +1126,17 @@ impl Claim {
     /// goes up by one, an enclosed loop's counter back to 0.
     fn loop_back(&self, d: &ClaimDoc, sender: usize, target: usize) -> Transition {
         let plan = self.def.plan();
-        let n = plan.steps().len();
-        let closure = |root: usize| {
-            let mut reach = vec![false; n];
-            reach[root] = true;
-            let mut changed = true;
-            while changed {
-                changed = false;
-                for (j, p) in plan.steps().iter().enumerate() {
-                    if !reach[j] && p.deps.iter().any(|&k| reach[k]) {
-                        reach[j] = true;
-                        changed = true;
-                    }
-                }
-            }
-            reach
+        let body = plan.loop_body(sender).unwrap_or_else(|| {
+            let mut only = vec![false; plan.steps().len()];
+            only[target] = true;
+            only
+        });
+        // A loop whose body lies strictly inside this one is entered again: its counter
+        // starts over. No other counter is touched, so two loops never reset each other
+        // and every loop stays bounded (by the product of the maximums around it).
+        let enclosed = |j: usize| {
+            plan.loop_body(j).is_some_and(|inner| inner != body && inner.iter().zip(&body).all(|(i, o)| !*i || *o))
         };
-        let (from_target, from_sender) = (closure(target), closure(sender));
-        let body: Vec<bool> = (0..n).map(|j| from_target[j] && (j == sender || !from_sender[j])).collect();
         let now = self.now();
         let run = d.inst.retry_count;
         let limits = self.inner.config.history_limits;
@@ -1138,7 +1164,7 @@ impl Claim {
             };
             let iterations = if j == sender {
                 Some(s.iterations.saturating_add(1))
-            } else if s.iterations > 0 {
+            } else if s.iterations > 0 && enclosed(j) {
                 Some(0)
             } else {
                 None
@@ -1230,6 +1256,13 @@ impl Claim {
             // halted siblings would have written is lost with it; they run again.
             return Next::End(self.hand_back(G::Running).await);
         }
+        if self.loop_back_supersedes(&wave) {
+            // A sender of this wave completed and its loop goes back over every halted
+            // sibling: their waits, yields, retries and deferrals belong to an iteration that
+            // is over; the control pass takes the loop back now and they run again in the
+            // next one, instead of holding the loop-back until they resume.
+            return Next::Continue(None);
+        }
         let dead_letters: Vec<(usize, StepError)> = wave
             .iter()
             .filter_map(|(i, h)| match h {
@@ -1284,6 +1317,32 @@ impl Claim {
                 }
                 ClaimEnd::Suspended
             }
+        })
+    }
+
+    /// Whether a completed member of `wave` is a loop sender whose loop-back is due (its
+    /// predicate holds on its committed output, below its maximum) and whose body holds
+    /// every halted member, each halted only for now (a wait, a yield, a retry, a park, a
+    /// deferral — never a failure, a cancellation or a dead letter, which stand).
+    fn loop_back_supersedes(&self, wave: &[(usize, Option<Halt>)]) -> bool {
+        let halted: Vec<usize> = wave.iter().filter(|(_, h)| h.is_some()).map(|(i, _)| *i).collect();
+        if halted.is_empty()
+            || wave
+                .iter()
+                .any(|(_, h)| matches!(h, Some(Halt::Failed { .. } | Halt::Canceled { .. } | Halt::DeadLetter { .. })))
+        {
+            return false;
+        }
+        let plan = self.def.plan();
+        let d = self.doc();
+        wave.iter().filter(|(_, h)| h.is_none()).any(|&(i, _)| {
+            let (Some(l), Some(body)) = (self.def.steps()[i].loop_to.as_ref(), plan.loop_body(i)) else { return false };
+            let step = &d.inst.steps[i];
+            let out = d.outputs.get(&step.name).unwrap_or(&Value::Null);
+            step.status == StepStatus::Completed
+                && step.iterations < l.max_iterations.unwrap_or(0)
+                && matches!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (l.again)(out))), Ok(true))
+                && halted.iter().all(|&h| body[h])
         })
     }
 

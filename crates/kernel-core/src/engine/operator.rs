@@ -28,7 +28,7 @@ const OPERATOR_ATTEMPTS: usize = 3;
 /// The generation of a dead-letter wait: the logical attempt `(run, epoch)` in one number,
 /// so a decision about an earlier attempt never wakes a later one (K-9.6).
 pub fn dead_letter_generation(run: u32, epoch: u32) -> u64 {
-    (u64::from(run) << 32) | u64::from(epoch)
+    crate::activity::logical_generation(run, epoch)
 }
 
 /// The dead-letter record of step `idx` of `inst` (whose input was moved to `input`).
@@ -180,7 +180,12 @@ impl Engine {
                 _ => true,
             };
             let epoch = inst.steps[idx].epoch.saturating_add(1);
+            // A loop sender that runs again enters its loop afresh: its counter starts over.
+            let counters: Vec<usize> = resets.iter().map(|r| r.0).filter(|&j| inst.steps[j].iterations > 0).collect();
             let mut t = Transition::regenerate(resets, outputs, wake, now);
+            for j in counters {
+                t.step_mut(j).iterations = Some(0);
+            }
             if inst.resume.as_ref().is_some_and(|r| !reset.get(r.step_index as usize).copied().unwrap_or(false)) {
                 // The resume belongs to a step that is not reset (a signal that woke it,
                 // K-9.4): it stays.

@@ -157,6 +157,7 @@ async fn a_loop_past_its_maximum_stops_by_the_senders_policy() {
             OnFailed::Skip => {
                 assert_eq!(check.status, StepStatus::Skipped);
                 assert!(!check.not_taken(), "skipped by its policy, not by a branch");
+                assert!(!inst.output.contains_key("check"), "a skipped step has no output");
                 assert_eq!(keys_of(&review.runs, "approve").len(), 1);
             }
             _ => {
@@ -823,4 +824,191 @@ async fn an_outer_loop_restarts_the_inner_loops_counter() {
     let check = &inst.steps[2];
     assert_eq!(check.iterations, 1, "the inner counter started again in the second draft (max 1)");
     assert_eq!((inst.steps[3].iterations, inst.steps[0].epoch, inst.steps[1].epoch), (1, 1, 3));
+}
+
+// --- interplay: sibling loops, operators, waits, streams -----------------------------------
+
+fn again_step(name: &'static str, runs: Runs) -> StepDef {
+    StepDef::new(name, move |ctx: ActivityContext| {
+        let runs = runs.clone();
+        async move {
+            runs.lock().unwrap().push((name.to_string(), ctx.idempotency_key()));
+            Ok(StepOutcome::complete(json!({ "again": true })))
+        }
+    })
+}
+
+/// Two sibling senders back to the same target never reset each other's counters (only a
+/// loop strictly inside another restarts): each stops at its own maximum, so the workflow
+/// ends — before, each loop-back of one restarted the other and it never did.
+#[tokio::test]
+async fn sibling_loops_stay_bounded() {
+    let world = World::new(17);
+    let runs: Runs = Default::default();
+    let def = Definition::builder("siblings")
+        .step(again_step("t", runs.clone()))
+        .step(
+            again_step("a", runs.clone())
+                .depends_on(["t"])
+                .loop_to("t", |o| o["again"] == json!(true))
+                .max_iterations(2)
+                .on_failed(OnFailed::Skip),
+        )
+        .step(
+            again_step("b", runs.clone())
+                .depends_on(["t"])
+                .loop_to("t", |o| o["again"] == json!(true))
+                .max_iterations(2)
+                .on_failed(OnFailed::Skip),
+        )
+        .build()
+        .unwrap();
+    let engine = world.engine("A", vec![def]);
+    let wf = start(&engine, "siblings", "s:1").await;
+    let report = world.drive_until(&engine, 200, &|| false).await.unwrap();
+    let inst = world.instance(wf.as_str()).await.unwrap();
+    assert_eq!(inst.status, WorkflowStatus::Completed, "{} claims; {:?}", report.claims(), inst.steps);
+    assert!(distinct(&keys_of(&runs, "t")) <= 5, "{:?}", keys_of(&runs, "t"));
+    assert_eq!((inst.steps[1].iterations, inst.steps[2].iterations), (2, 2));
+}
+
+/// A sender dead-lettered at its maximum and completed by an operator leaves the loop with
+/// the operator's output, even when the predicate would still send it back — before, the
+/// control pass stopped it again under the same dead letter, every poll, forever.
+#[tokio::test]
+async fn an_operator_completion_at_the_maximum_leaves_the_loop() {
+    let world = World::new(18);
+    let review = Review::new(100);
+    let engine = world.engine("A", vec![review.definition(1, OnFailed::DeadLetter)]);
+    let wf = start(&engine, "review", "file:dl").await;
+    world.drive(&engine).await.unwrap();
+    let dls = world.dead_letters.list(Some(DeadLetterStatus::Open), None, 10).await.unwrap();
+    assert_eq!(dls.len(), 1);
+    let output = json!({ "complete": false, "documents": 2, "waived": true });
+    engine
+        .decide_dead_letter(
+            &dls[0].id,
+            DeadLetterAction::Complete { output: output.clone() },
+            "ops@example",
+            Some("waived"),
+        )
+        .await
+        .unwrap();
+    world.drive(&engine).await.unwrap();
+    let inst = world.instance(wf.as_str()).await.unwrap();
+    assert_eq!(inst.status, WorkflowStatus::Completed, "{:?}", inst.steps[1]);
+    assert_eq!(inst.output["check"], output);
+    assert_eq!(keys_of(&review.runs, "approve").len(), 1);
+    assert_eq!(world.dead_letters.list(Some(DeadLetterStatus::Open), None, 10).await.unwrap().len(), 0);
+}
+
+/// A regenerate that re-runs a loop sender restarts its counter (the loop is entered
+/// afresh), so the loop has its whole budget again.
+#[tokio::test]
+async fn a_regenerate_restarts_the_loop_counter() {
+    let world = World::new(19);
+    let review = Review::new(3);
+    let runs = review.runs.clone();
+    let gate = StepDef::new("gate", move |ctx: ActivityContext| {
+        let runs = runs.clone();
+        async move {
+            runs.lock().unwrap().push(("gate".into(), ctx.idempotency_key()));
+            Ok(match ctx.resume() {
+                Some(Resume { kind: ResumeKind::Signal, .. }) => StepOutcome::complete(json!("open")),
+                _ => StepOutcome::wait_for_signal("go", "g").generation(ctx.logical_generation()).into(),
+            })
+        }
+    });
+    let base = review.definition(2, OnFailed::Stop);
+    let mut b = Definition::builder("review");
+    for s in base.steps() {
+        b = b.step(s.clone());
+    }
+    let engine = world.engine("A", vec![b.step(gate).build().unwrap()]);
+    let wf = start(&engine, "review", "file:regen").await;
+    world.drive(&engine).await.unwrap();
+    let before = world.instance(wf.as_str()).await.unwrap();
+    assert_eq!((before.status, before.steps[1].iterations), (WorkflowStatus::Waiting, 2));
+    engine.regenerate(&wf, "collect").await.unwrap();
+    let after = world.instance(wf.as_str()).await.unwrap();
+    assert_eq!(after.steps[1].iterations, 0, "the counter starts over");
+    world.drive(&engine).await.unwrap();
+    let again = world.instance(wf.as_str()).await.unwrap();
+    assert_eq!(again.status, WorkflowStatus::Waiting, "the regenerated loop completes within its budget");
+    assert!(again.output.contains_key("approve"));
+}
+
+/// A sibling in the loop's body that suspends in the sender's wave does not hold the
+/// loop-back: the iteration is over, the loop goes back at once, and the sibling runs again
+/// in the next iteration — before, the workflow waited for a signal meant for an iteration
+/// that was already over.
+#[tokio::test]
+async fn a_waiting_sibling_in_the_body_does_not_hold_the_loop_back() {
+    let world = World::new(20);
+    let runs: Runs = Default::default();
+    let r = runs.clone();
+    let def = Definition::builder("wave")
+        .step(again_step("t", runs.clone()))
+        .step(
+            StepDef::new("s", |ctx: ActivityContext| async move {
+                Ok(StepOutcome::complete(json!({ "again": ctx.epoch() < 1 })))
+            })
+            .depends_on(["t"])
+            .loop_to("t", |o| o["again"] == json!(true))
+            .max_iterations(2),
+        )
+        .step(
+            StepDef::new("x", move |ctx: ActivityContext| {
+                let r = r.clone();
+                async move {
+                    r.lock().unwrap().push(("x".into(), ctx.idempotency_key()));
+                    Ok(if ctx.epoch() == 0 {
+                        StepOutcome::wait_for_signal("never", "x").generation(ctx.logical_generation()).into()
+                    } else {
+                        StepOutcome::complete(json!("done"))
+                    })
+                }
+            })
+            .depends_on(["t"]),
+        )
+        .build()
+        .unwrap();
+    let engine = world.engine("A", vec![def]);
+    let wf = start(&engine, "wave", "w:1").await;
+    world.drive(&engine).await.unwrap();
+    let inst = world.instance(wf.as_str()).await.unwrap();
+    assert_eq!(inst.status, WorkflowStatus::Completed, "{:?}", inst.steps);
+    assert_eq!(distinct(&keys_of(&runs, "x")), 2);
+    assert_eq!(inst.steps[1].iterations, 1);
+}
+
+/// A streaming step in the loop's body starts its readers over on every iteration (K-16):
+/// the stream holds the last iteration's frames only.
+#[tokio::test]
+async fn a_streaming_step_in_the_body_resets_its_stream_per_iteration() {
+    let world = World::new(21);
+    let def = Definition::builder("streamed")
+        .step(
+            StepDef::new("draft", |ctx: ActivityContext| async move {
+                if let Some(s) = ctx.stream() {
+                    s.text(format!("draft {}", ctx.epoch()))
+                        .await
+                        .map_err(|e| ActivityError::transient(e.to_string()))?;
+                }
+                Ok(StepOutcome::complete(json!({ "again": ctx.epoch() < 2 })))
+            })
+            .streaming()
+            .loop_to("draft", |o| o["again"] == json!(true))
+            .max_iterations(3),
+        )
+        .build()
+        .unwrap();
+    let engine = world.engine("A", vec![def]);
+    start(&engine, "streamed", "st:1").await;
+    world.drive(&engine).await.unwrap();
+    let key = world.streams.keys().pop().expect("one stream");
+    let stream = world.streams.get(&key).unwrap();
+    let texts: Vec<String> = stream.frames.iter().map(|f| format!("{f:?}")).collect();
+    assert_eq!(texts.len(), 1, "only the last iteration's frame: {texts:?}");
+    assert!(texts[0].contains("draft 2"), "{texts:?}");
 }
