@@ -344,7 +344,8 @@ fn replay_resets_failed_steps_through_array_filters() {
             },
             "$unset": {
                 "steps.$[f].error": "", "steps.$[f].checkpoint": "", "steps.$[f].started_at": "", "steps.$[f].finished_at": "",
-                "steps.$[f].retrying_since": "", "claim_token": "", "wait": "", "resume": "", "finished_at": "",
+                "steps.$[f].retrying_since": "", "steps.$[f].iterations": "", "claim_token": "", "wait": "", "resume": "",
+                "finished_at": "",
             },
             "$inc": { "retry_count": 1i32, "revision": 1i64 },
         }
@@ -528,6 +529,85 @@ fn epoch_zero_is_unset() {
     check(
         t,
         doc! { "$set": { "updated_at": d(NOW) }, "$unset": { "steps.2.epoch": "", "steps.2.record": "" }, "$inc": { "revision": 1i64 } },
+        Some(2),
+    );
+}
+
+fn loop_history(epoch: u32) -> HistoryEntry {
+    HistoryEntry { reason: HistoryReason::Loop, ..history(epoch) }
+}
+
+fn loop_history_doc(epoch: u32) -> Document {
+    let mut d = history_doc(epoch);
+    d.insert("reason", "loop");
+    d
+}
+
+/// K-4 amendment: a loop's back-edge starts the next epoch of each reset step with its
+/// history, removes their outputs and the resume; the iteration counter is set as an Int64
+/// on the sender, removed where it goes back to 0, and left where none is given.
+#[test]
+fn loop_back_sets_and_resets_the_iterations() {
+    let fresh = |i: u32, extra: &[&str]| {
+        let mut d = Document::new();
+        for f in ["error", "checkpoint", "finished_at", "record"].iter().chain(extra) {
+            d.insert(format!("steps.{i}.{f}"), "");
+        }
+        d
+    };
+    let mut unset = fresh(0, &["retrying_since"]);
+    unset.extend(fresh(1, &["history", "retrying_since", "iterations"]));
+    unset.extend(fresh(2, &["retrying_since"]));
+    for k in ["output.fetch", "output.publish", "resume"] {
+        unset.insert(k, "");
+    }
+    check(
+        Transition::loop_back(
+            2,
+            vec![(0, 1, vec![loop_history(0)], None), (1, 4, vec![], Some(0)), (2, 2, vec![loop_history(1)], Some(2))],
+            vec!["fetch".into(), "publish".into()],
+            true,
+            NOW,
+        ),
+        doc! {
+            "$set": {
+                "steps.0.status": "pending", "steps.0.attempt": 0i32, "steps.0.epoch": 1i64, "steps.0.history": [loop_history_doc(0)],
+                "steps.1.status": "pending", "steps.1.attempt": 0i32, "steps.1.epoch": 4i64,
+                "steps.2.status": "pending", "steps.2.attempt": 0i32, "steps.2.epoch": 2i64, "steps.2.history": [loop_history_doc(1)],
+                "steps.2.iterations": 2i64,
+                "updated_at": d(NOW),
+            },
+            "$unset": unset,
+            "$inc": { "revision": 1i64 },
+        },
+        Some(2),
+    );
+    // The resume kept when it belongs to no reset step.
+    let unset = fresh(1, &["history", "retrying_since"]);
+    check(
+        Transition::loop_back(1, vec![(1, 1, vec![], Some(1))], vec![], false, NOW),
+        doc! {
+            "$set": { "steps.1.status": "pending", "steps.1.attempt": 0i32, "steps.1.epoch": 1i64, "steps.1.iterations": 1i64, "updated_at": d(NOW) },
+            "$unset": unset,
+            "$inc": { "revision": 1i64 },
+        },
+        Some(1),
+    );
+}
+
+/// K-4 amendment: a step not taken is skipped without an error, its finish time set.
+#[test]
+fn branch_skip_skips_without_an_error() {
+    check(
+        Transition::branch_skip(&[1, 2], NOW),
+        doc! {
+            "$set": {
+                "steps.1.status": "skipped", "steps.1.finished_at": d(NOW),
+                "steps.2.status": "skipped", "steps.2.finished_at": d(NOW), "updated_at": d(NOW),
+            },
+            "$unset": { "steps.1.error": "", "steps.2.error": "" },
+            "$inc": { "revision": 1i64 },
+        },
         Some(2),
     );
 }

@@ -71,6 +71,11 @@ fn history(epoch: u32) -> HistoryEntry {
     }
 }
 
+/// A history entry of one loop iteration (K-4 amendment).
+fn loop_history(epoch: u32) -> HistoryEntry {
+    HistoryEntry { reason: HistoryReason::Loop, ..history(epoch) }
+}
+
 fn guards() -> Vec<(&'static str, Guard)> {
     let id = WaitIdentity { signal_type: "approved".into(), wait_key: "doc:42".into(), generation: 3, step_index: 1 };
     vec![
@@ -185,6 +190,27 @@ fn transitions() -> Vec<(&'static str, Transition)> {
             t.outputs_unset.push("draft".into());
             t
         }),
+        // K-4 amendment: the loop's target keeps its counter (none given), an enclosed
+        // loop's counter goes back to 0 (the key removed), the sender's is set.
+        (
+            "transition loop_back",
+            Transition::loop_back(
+                2,
+                vec![
+                    (0, 1, vec![loop_history(0)], None),
+                    (1, 4, vec![], Some(0)),
+                    (2, 2, vec![loop_history(1)], Some(2)),
+                ],
+                vec!["fetch".into(), "publish".into()],
+                true,
+                NOW,
+            ),
+        ),
+        (
+            "transition loop_back keeping the resume",
+            Transition::loop_back(1, vec![(1, 1, vec![], Some(1))], vec![], false, NOW),
+        ),
+        ("transition branch_skip", Transition::branch_skip(&[1, 2], NOW)),
     ]
 }
 

@@ -440,6 +440,108 @@ pub async fn retrying_since_and_replay_keep_the_audit(store: &DynStore) {
     assert_eq!(s.retrying_since, None);
 }
 
+// --- loops and branches (K-4 amendment) --------------------------------------------------
+
+/// The history entry one loop iteration leaves for step `index` of `inst` (K-4 amendment,
+/// K-17.3): its epoch, output, error and record, the reason `Loop`.
+fn loop_entry(inst: &WorkflowInstance, index: usize, at: Instant) -> HistoryEntry {
+    let s = &inst.steps[index];
+    HistoryEntry {
+        run: inst.retry_count,
+        epoch: s.epoch,
+        reason: HistoryReason::Loop,
+        output: inst.output.get(&s.name).cloned(),
+        error: s.error.clone(),
+        record: s.record.clone(),
+        at,
+    }
+}
+
+/// LoopBack (K-4 amendment, K-6.4) under the running token: every step of the loop's body
+/// starts its next epoch with the iteration in its history (reason `Loop`) and loses its
+/// output; the sender's iteration counter is set (2), an enclosed loop's counter goes back
+/// to 0 (the stored field removed), the target's is left; the resume of a reset step is
+/// cleared. The stored instance equals [`Transition::apply_to`]; another token misses.
+pub async fn loop_back_guard(store: &DynStore) {
+    let mut inst = claimed("wf-1", "a");
+    inst.steps[1].status = StepStatus::Completed;
+    inst.steps[1].finished_at = Some(T0.minus(50));
+    inst.steps[1].iterations = 3;
+    inst.output.insert(STEPS[1].to_string(), json!("draft"));
+    inst.steps[2].status = StepStatus::Completed;
+    inst.steps[2].attempt = 1;
+    inst.steps[2].epoch = 1;
+    inst.steps[2].iterations = 1;
+    inst.steps[2].record = Some(sample_record(0, 1));
+    inst.steps[2].finished_at = Some(T0.minus(10));
+    inst.steps[2].history = vec![loop_entry(&inst, 2, T0.minus(20))];
+    inst.output.insert(STEPS[2].to_string(), json!({"again": true}));
+    inst.resume = Some(Resume { kind: ResumeKind::Signal, step_index: 1, signal_id: Some("sig-1".into()) });
+    let inst = seed(store, inst).await;
+    assert_eq!(store.get(&"wf-1".into()).await.unwrap(), Some(inst.clone()), "iterations read back as created");
+    let at = T0.plus(12);
+    let mut sender_history = inst.steps[2].history.clone();
+    sender_history.push(loop_entry(&inst, 2, at));
+    let t = Transition::loop_back(
+        2,
+        vec![
+            (0, 1, vec![loop_entry(&inst, 0, at)], None),
+            (1, 1, vec![loop_entry(&inst, 1, at)], Some(0)),
+            (2, 2, sender_history.clone(), Some(2)),
+        ],
+        STEPS.iter().map(|s| s.to_string()).collect(),
+        true,
+        at,
+    );
+    check_write(store, "wf-1", &running("b"), &t, false).await;
+    let after = check_write(store, "wf-1", &running("a"), &t, true).await;
+    let shape = |s: &Step| (s.status, s.epoch, s.iterations, s.record.is_none(), s.finished_at);
+    assert_eq!(shape(&after.steps[0]), (StepStatus::Pending, 1, 0, true, None), "target");
+    assert_eq!(shape(&after.steps[1]), (StepStatus::Pending, 1, 0, true, None), "enclosed loop reset to 0");
+    assert_eq!(shape(&after.steps[2]), (StepStatus::Pending, 2, 2, true, None), "sender counts the iteration");
+    assert_eq!(after.steps[2].history, sender_history);
+    assert_eq!(after.steps[2].history[1].reason, HistoryReason::Loop);
+    assert_eq!(after.steps[2].history[1].output, Some(json!({"again": true})), "the output kept in the history");
+    assert_eq!(after.steps[1].history, vec![loop_entry(&inst, 1, at)]);
+    assert!(after.output.is_empty(), "outputs of the body removed: {:?}", after.output);
+    assert_eq!((after.resume.clone(), after.claim_token.clone()), (None, Some("a".to_string().into())));
+}
+
+/// BranchSkip (K-4 amendment, K-6.4) under the running token: a step not taken is skipped
+/// without an error (an earlier attempt's error removed), its finish time set; another
+/// token misses.
+pub async fn branch_skip_guard(store: &DynStore) {
+    let mut inst = claimed("wf-1", "a");
+    inst.steps[2].error = Some(err(ErrorClass::Transient));
+    seed(store, inst).await;
+    let t = Transition::branch_skip(&[2], T0.plus(13));
+    check_write(store, "wf-1", &running("b"), &t, false).await;
+    let after = check_write(store, "wf-1", &running("a"), &t, true).await;
+    let s = &after.steps[2];
+    assert_eq!((s.status, s.error.clone(), s.finished_at), (StepStatus::Skipped, None, Some(T0.plus(13))));
+    assert!(s.not_taken());
+    assert_eq!(after.steps[1].status, StepStatus::Running, "other steps untouched");
+}
+
+/// Replay (K-5, K-4 amendment) clears the loop iteration counter of a failed step with the
+/// rest of its attempt, and keeps it on completed and skipped steps.
+pub async fn replay_clears_the_iterations_of_failed_steps(store: &DynStore) {
+    let mut f = failed_instance("wf-1");
+    f.steps[0].iterations = 2;
+    f.steps[1].iterations = 3;
+    f.steps[1].epoch = 4;
+    f.steps[2].iterations = 1;
+    seed(store, f).await;
+    let t = Transition::replay(json!({"fencing_token": "f2"}), T0.plus(22));
+    let after = check_write(store, "wf-1", &Guard::Failed { unless_round: None }, &t, true).await;
+    assert_eq!(after.steps[1], Step { epoch: 4, ..Step::pending(STEPS[1]) }, "failed step reset, iterations cleared");
+    assert_eq!(
+        after.steps.iter().map(|s| s.iterations).collect::<Vec<_>>(),
+        [2, 0, 1],
+        "completed and skipped steps keep their iterations"
+    );
+}
+
 // --- create (no token; unique biz_key) ---------------------------------------------------
 
 /// Create, then read back by id and by biz key.
@@ -1321,6 +1423,9 @@ macro_rules! store_conformance {
             regenerate_guard,
             dead_letter_and_step_epoch,
             retrying_since_and_replay_keep_the_audit,
+            loop_back_guard,
+            branch_skip_guard,
+            replay_clears_the_iterations_of_failed_steps,
         );
     };
 }
