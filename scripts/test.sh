@@ -120,7 +120,7 @@ REPORTS=(crash_at_every_boundary crash_sweep_on_mongo refused_writes_report
 REPORTS+=(crash_sweep_on_postgres races_over_concurrent_connections both_paths_survive_crashes_on_postgres
   store_queries_use_an_index live_summary_story_on_postgres)
 # --- end PostgreSQL -----------------------------------------------------------------------
-REPORTS+=(crash_sweep_on_sqlite both_paths_survive_crashes_on_sqlite model_steps_report)
+REPORTS+=(crash_sweep_on_sqlite both_paths_survive_crashes_on_sqlite model_steps_report control_report)
 skip_args=()
 for r in "${REPORTS[@]}"; do skip_args+=(--skip "$r"); done
 
@@ -157,6 +157,10 @@ cargo test -p store-sqlite --test it -- --nocapture --exact sweep::crash_sweep_o
 # scripted models, the query hook, the dead-letter store and the stored instances.
 cargo test -q -p testkit --test engine model_steps::model_steps_report -- --nocapture --exact \
   | grep -E '^(model-steps:|test result)'
+# Control beyond a DAG (loops, branches, event starts, bounded agents) under a crash at
+# every boundary; counts from the fakes and the stored instances.
+cargo test -q -p testkit --test engine control::control_report -- --nocapture --exact \
+  | grep -E '^(control:|control sweep:|test result)'
 # A dedicated redis-server on a free port is killed and restarted (never the shared one).
 cargo test -p queue-redis --test it redis_outage_engines_complete_through_the_store_and_lanes_are_rebuilt -- --nocapture
 
@@ -182,6 +186,10 @@ TMPDIR="$real_tmp" cargo run -q -p kernel-examples --example real_crash -- --pro
   | grep '^real-crash:'
 # The README's model-steps example: re-sample, cache hit, dead letter, operator retry, regenerate.
 TMPDIR="$real_tmp" cargo run -q -p kernel-examples --example model_steps | grep '^post:' | sed 's/^/model-steps example: /'
+# The README's control examples: the review loop with an agent triage, and the webhook
+# receiver starting and signaling order workflows.
+TMPDIR="$real_tmp" cargo run -q -p kernel-examples --example document_review | grep '^document-review:'
+TMPDIR="$real_tmp" cargo run -q -p kernel-examples --example webhook_events | grep '^webhook-events:'
 rm -rf "$real_tmp"
 
 section "demo smoke run (the simulated story)"

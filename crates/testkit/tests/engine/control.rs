@@ -1012,3 +1012,49 @@ async fn a_streaming_step_in_the_body_resets_its_stream_per_iteration() {
     assert_eq!(texts.len(), 1, "only the last iteration's frame: {texts:?}");
     assert!(texts[0].contains("draft 2"), "{texts:?}");
 }
+
+// --- the report ---------------------------------------------------------------------------
+
+/// The control report (K-4 amendment, K-5 amendment, K-17.1 sub-steps): every count from an
+/// independent oracle — the stored instances after each run, the fake business world, the
+/// events' stored inputs, the agent's fake model and tools reading the store — never from
+/// the engine's own claims. Run by the test script's reports section.
+#[tokio::test]
+async fn control_report() {
+    let (report, totals) = control_sweep(SweepSample::All).await;
+    report.assert_clean();
+    assert_eq!(totals.past_max, 0, "{totals:?}");
+    // Loops stopped at their maximum, one per policy, counted from the stored senders.
+    let mut loop_stops = 0u64;
+    for policy in [OnFailed::Stop, OnFailed::Skip, OnFailed::DeadLetter] {
+        let world = World::new(31);
+        let review = Review::new(100);
+        let engine = world.engine("A", vec![review.definition(2, policy)]);
+        start(&engine, "review", "file:limit").await;
+        world.drive(&engine).await.unwrap();
+        for i in world.instances().await.unwrap() {
+            loop_stops += i
+                .steps
+                .iter()
+                .filter(|s| s.error.as_ref().is_some_and(|e| e.message.contains("reached its maximum")))
+                .count() as u64;
+        }
+    }
+    let (event_starts, duplicate_event_starts) = super::events::event_counts().await;
+    let agent = super::agent::agent_counts().await;
+    let limit_stops = loop_stops + agent.limit_stops;
+    println!(
+        "control: loop_iterations_max={} branches_skipped={} event_starts={event_starts} duplicate_event_starts={duplicate_event_starts} agent_resumes={} agent_proposal_resamples={} agent_tool_reexecutions={} limit_stops={limit_stops}",
+        totals.loop_iterations_max, totals.branches_skipped, agent.resumes, agent.proposal_resamples, agent.tool_reexecutions,
+    );
+    println!(
+        "control sweep: runs={} loop_and_branch_runs={} agent_runs={} loop_stops={loop_stops} agent_limit_stops={}",
+        report.runs, totals.runs, agent.runs, agent.limit_stops
+    );
+    assert!(totals.loop_iterations_max >= 3 && totals.branches_skipped > 0 && event_starts > 0, "{totals:?}");
+    assert_eq!(duplicate_event_starts, 0);
+    assert!(agent.resumes > 0, "{agent:?}");
+    assert_eq!((agent.proposal_resamples, agent.tool_reexecutions), (0, 0), "{agent:?}");
+    assert_eq!(loop_stops, 3);
+    assert!(agent.limit_stops > 0, "{agent:?}");
+}
