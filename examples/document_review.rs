@@ -190,7 +190,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         collect.epoch,
         proposals + tool_calls,
         if legal.not_taken() { "not_taken" } else { legal.status.as_str() },
-        done.output.get("approve").is_some()
+        done.output.contains_key("approve")
     );
     println!("the database file: {}", dir.join("workflows.db").display());
     Ok(())
