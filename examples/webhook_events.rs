@@ -196,7 +196,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (deliveries, events, duplicate_signals) = {
         let log = log.0.lock().expect("log lock");
         let route = route();
-        let signaled = |id: &str| route.signal_id(id).is_ok_and(|s| signal_ids.contains(&s));
+        // The entity of each event is in its body (`order`), as the receiver derived its key.
+        let signaled = |id: &str| {
+            let key = log.bodies.get(id).and_then(|b| b["order"].as_str()).unwrap_or_default();
+            route.signal_id(key, id).is_ok_and(|s| signal_ids.contains(&s))
+        };
         let repeats = log.deliveries.iter().filter(|(id, _)| signaled(id)).map(|(_, n)| n - 1).sum::<u64>();
         (log.deliveries.values().sum::<u64>(), log.bodies.len(), repeats)
     };

@@ -96,7 +96,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock};
 
 /// Upper bound on an agent's declared sub-steps (proposals and tool calls together): the
-/// step's record holds every one of them, within [`RECORD_ENTRIES_MAX`](crate::record::RECORD_ENTRIES_MAX).
+/// step's record holds every one of them, within [`RECORD_ENTRIES_MAX`].
 pub const AGENT_SUB_STEPS_MAX: u32 = 200;
 
 /// The limits of a bounded agent, enforced across its whole loop. An agent needs all of a
@@ -280,7 +280,9 @@ pub trait Tool: Send + Sync + 'static {
     /// system with side effects (the call runs again when it ended before its result was
     /// recorded). A permanent error is recorded as the call's result `{"error": message}`
     /// and shown to the model; a transient or unknown-outcome error ends the invocation
-    /// (the step retries; the recorded sub-steps stay).
+    /// (the step retries; the recorded sub-steps stay). A tool makes no recorded call of
+    /// its own (`ctx.model`, `ctx.record`): the tool call is the recorded sub-step. A result
+    /// too large for what is left of the step's record is recorded as an error.
     async fn call(
         &self,
         call: &ToolCall,
@@ -300,23 +302,34 @@ pub enum AgentLimit {
     CostMicros,
     /// [`AgentLimits::deadline_ms`] (used and max in milliseconds).
     Deadline,
+    /// The step's record reached three quarters of the store payload limit (used and max
+    /// in bytes): the rest is kept for the stop and the step's own writes. Not declared:
+    /// the record is bounded by bytes whatever the other limits allow.
+    RecordBytes,
 }
 
 impl AgentLimit {
-    /// `sub_steps`, `tokens`, `cost_micros` or `deadline_ms`, as recorded.
+    /// `sub_steps`, `tokens`, `cost_micros`, `deadline_ms` or `record_bytes`, as recorded.
     pub fn as_str(self) -> &'static str {
         match self {
             AgentLimit::SubSteps => "sub_steps",
             AgentLimit::Tokens => "tokens",
             AgentLimit::CostMicros => "cost_micros",
             AgentLimit::Deadline => "deadline_ms",
+            AgentLimit::RecordBytes => "record_bytes",
         }
     }
 
     fn parse(s: &str) -> Option<AgentLimit> {
-        [AgentLimit::SubSteps, AgentLimit::Tokens, AgentLimit::CostMicros, AgentLimit::Deadline]
-            .into_iter()
-            .find(|l| l.as_str() == s)
+        [
+            AgentLimit::SubSteps,
+            AgentLimit::Tokens,
+            AgentLimit::CostMicros,
+            AgentLimit::Deadline,
+            AgentLimit::RecordBytes,
+        ]
+        .into_iter()
+        .find(|l| l.as_str() == s)
     }
 }
 
@@ -543,6 +556,10 @@ impl Agent {
                     if let Some((limit, used, max)) = self.reached(n, usage, started, journal.now()) {
                         return Err(self.stop(ctx, limit, used, max).await);
                     }
+                    let (bytes, bytes_max) = journal.record_room()?;
+                    if bytes.saturating_mul(4) >= bytes_max.saturating_mul(3) {
+                        return Err(self.stop(ctx, AgentLimit::RecordBytes, bytes as u64, bytes_max as u64).await);
+                    }
                     if ctx.cancellation().is_cancelled() {
                         return Err(ActivityError::transient("canceled before the next sub-step").into());
                     }
@@ -567,13 +584,31 @@ impl Agent {
                     transcript.push(json!({"sub_step": n, "proposal": out}));
                     n += 1;
                     match proposal {
-                        Proposal::Done(output) => return Ok(AgentRun { output, sub_steps: n, usage, replayed }),
+                        Proposal::Done(output) => {
+                            // The step's own output schema holds the agent's answer, as it
+                            // holds an operator's (K-17.4): a mismatch is a permanent error.
+                            if let Some(schema) = journal.settings.schema.as_ref() {
+                                let errors = schema.errors(&output);
+                                if !errors.is_empty() {
+                                    return Err(permanent(format!(
+                                        "the agent's answer fails the step's schema {}: {}",
+                                        schema.version(),
+                                        errors.join("; ")
+                                    )));
+                                }
+                            }
+                            return Ok(AgentRun { output, sub_steps: n, usage, replayed });
+                        }
                         Proposal::ToolCalls(calls) => pending.extend(calls),
                     }
                 }
                 Some(call) => {
                     let key = sub_step_key(&step_key, n);
                     let tool = self.tools.iter().find(|t| t.name() == call.tool).cloned();
+                    // What a result may take of the record (a little kept for the entry's
+                    // own fields and the stop): a larger one is recorded as an error.
+                    let (bytes, bytes_max) = journal.record_room()?;
+                    let room = bytes_max.saturating_sub(bytes).saturating_sub(1_024) / 2;
                     let result = ctx
                         .record(&label, || async {
                             let Some(tool) = tool else {
@@ -582,7 +617,15 @@ impl Agent {
                                 );
                             };
                             match tool.call(&call, &key, ctx).await {
-                                Ok(v) => Ok(json!({"tool": call.tool, "result": v})),
+                                Ok(v) => {
+                                    let size = serde_json::to_vec(&v).map_or(usize::MAX, |b| b.len());
+                                    if size > room {
+                                        return Ok(json!({"tool": call.tool, "error": format!(
+                                            "the result is too large to record: {size} bytes, {room} left"
+                                        )}));
+                                    }
+                                    Ok(json!({"tool": call.tool, "result": v}))
+                                }
                                 Err(e) if e.class == ErrorClass::Permanent => {
                                     Ok(json!({"tool": call.tool, "error": e.message}))
                                 }

@@ -118,6 +118,14 @@ impl StepJournal {
         self.clock.now()
     }
 
+    /// The serialized size of the step's record as it stands, and the most it may hold
+    /// (the store payload limit).
+    pub(crate) fn record_room(&self) -> Result<(usize, usize), ActivityError> {
+        let st = self.enter("record_room")?;
+        let bytes = serde_json::to_vec(&st.record).map(|b| b.len()).unwrap_or(usize::MAX);
+        Ok((bytes, self.payload_bytes_max))
+    }
+
     /// `f` of the entry the next recorded call of this invocation will be matched to
     /// (`None`: the call will be new), and of the entry the last one was matched to.
     /// Refused like a recorded call while another is in progress or after a failed write.

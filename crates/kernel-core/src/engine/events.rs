@@ -100,16 +100,33 @@ impl EventRoute {
         derived("event.key", format!("{}:{key}", self.workflow_type))
     }
 
-    /// The signal id of event `event_id` on this route:
-    /// `<workflow_type>:<signal_type>:<event_id>`, so every delivery of one event is the
-    /// same inbox record, and the same event id on two routes is two records.
+    /// The signal id of event `event_id` about entity `key` on this route:
+    /// `<workflow_type>:<signal_type>:<key length>:<key>:<event_id>` — every delivery of
+    /// one event is the same inbox record; the same event id about another entity, or on
+    /// another route, is another record (an id need only be unique per entity). When that
+    /// would be longer than an identifier may be, `<workflow_type>:<signal_type>:h<hex>`
+    /// with the SHA-256 of the length-prefixed key and id (still a function of the three).
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] (field `event.id`) when `event_id` breaks the identifier
-    /// rule or makes the signal id longer than an identifier may be.
-    pub fn signal_id(&self, event_id: &str) -> Result<String> {
+    /// [`Error::InvalidInput`] (field `event.id` or `event.key`) when either breaks the
+    /// identifier rule.
+    pub fn signal_id(&self, key: &str, event_id: &str) -> Result<String> {
+        validate::identifier("event.key", key)?;
         validate::identifier("event.id", event_id)?;
-        derived("event.id", format!("{}:{}:{event_id}", self.workflow_type, self.signal_type))
+        let plain = format!("{}:{}:{}:{key}:{event_id}", self.workflow_type, self.signal_type, key.len());
+        if plain.len() <= validate::IDENTIFIER_BYTES_MAX {
+            return derived("event.id", plain);
+        }
+        use sha2::Digest;
+        let mut h = sha2::Sha256::new();
+        for part in [key, event_id] {
+            h.update((part.len() as u32).to_be_bytes());
+            h.update(part.as_bytes());
+        }
+        derived(
+            "event.id",
+            format!("{}:{}:h{}", self.workflow_type, self.signal_type, crate::model_call::hex(&h.finalize())),
+        )
     }
 
     /// The wait a step returns for the next event about entity `key`: this route's signal
@@ -241,7 +258,7 @@ impl Publisher {
     pub async fn deliver_event(&self, route: &EventRoute, event: Event) -> Result<EventOutcome> {
         event.validate()?;
         let biz_key = route.biz_key(&event.key)?;
-        let signal_id = route.signal_id(&event.id)?;
+        let signal_id = route.signal_id(&event.key, &event.id)?;
         let input = event.to_input();
         validate::payload("event.payload", &input, self.payload_bytes_max())?;
         self.plans().get(route.workflow_type())?;
@@ -300,16 +317,24 @@ mod tests {
     fn derived_keys_and_ids() {
         let r = EventRoute::new("order", "order_event").unwrap();
         assert_eq!(r.biz_key("o-1").unwrap(), "order:o-1");
-        assert_eq!(r.signal_id("evt-9").unwrap(), "order:order_event:evt-9");
-        // Another route's signal for the same event id is another record.
+        assert_eq!(r.signal_id("o-1", "evt-9").unwrap(), "order:order_event:3:o-1:evt-9");
+        // Another route's signal for the same event id is another record, and so is the
+        // same event id about another entity; the key's length keeps `a:b`+`c` apart from
+        // `a`+`b:c`.
         let other = EventRoute::new("order", "shipping_event").unwrap();
-        assert_ne!(other.signal_id("evt-9").unwrap(), r.signal_id("evt-9").unwrap());
-        // A key or id that is an identifier but too long once prefixed is refused by name.
+        assert_ne!(other.signal_id("o-1", "evt-9").unwrap(), r.signal_id("o-1", "evt-9").unwrap());
+        assert_ne!(r.signal_id("o-2", "evt-9").unwrap(), r.signal_id("o-1", "evt-9").unwrap());
+        assert_ne!(r.signal_id("a:b", "c").unwrap(), r.signal_id("a", "b:c").unwrap());
+        // A key or id too long once prefixed: the biz key is refused by name, the signal id
+        // falls back to a hash of both (distinct per key and id, within the limit).
         let long = "k".repeat(validate::IDENTIFIER_BYTES_MAX);
         assert_eq!(field_of(r.biz_key(&long)), "event.key");
-        assert_eq!(field_of(r.signal_id(&long)), "event.id");
+        let hashed = r.signal_id("o-1", &long).unwrap();
+        assert!(hashed.starts_with("order:order_event:h") && hashed.len() <= validate::IDENTIFIER_BYTES_MAX);
+        assert_ne!(hashed, r.signal_id("o-2", &long).unwrap());
         assert_eq!(field_of(r.biz_key("")), "event.key");
-        assert_eq!(field_of(r.signal_id("a\0")), "event.id");
+        assert_eq!(field_of(r.signal_id("o-1", "a\0")), "event.id");
+        assert_eq!(field_of(r.signal_id("", "e")), "event.key");
         let longest_key = "k".repeat(validate::IDENTIFIER_BYTES_MAX - "order:".len());
         assert!(r.biz_key(&longest_key).is_ok());
     }

@@ -317,6 +317,8 @@ fn limits_for(limit: AgentLimit) -> AgentLimits {
         AgentLimit::Tokens => l.max_tokens = Some(40),
         AgentLimit::CostMicros => (l.max_tokens, l.max_cost_micros) = (None, Some(10)),
         AgentLimit::Deadline => l.deadline_ms = Some(DurationMs::from_secs(5)),
+        // Not declared: bounded by the payload limit (see `the_record_is_bounded_by_bytes`).
+        AgentLimit::RecordBytes => {}
     }
     l
 }
@@ -333,6 +335,7 @@ fn expected_stop(limit: AgentLimit) -> (u64, u64, usize) {
         AgentLimit::CostMicros => (14, 10, 3),
         // p0 t1 (2 s) p2 t3 (4 s) p4 t5 (6 s) | p6 refused
         AgentLimit::Deadline => (6_000, 5_000, 6),
+        AgentLimit::RecordBytes => unreachable!("not a declared limit"),
     }
 }
 
@@ -688,4 +691,90 @@ async fn agent_counts_come_from_the_oracles() {
     assert!(c.resumes > 0, "{c:?}");
     assert_eq!((c.proposal_resamples, c.tool_reexecutions), (0, 0), "{c:?}");
     assert_eq!(c.limit_stops, LIMITS.len() as u64 + 1, "{c:?}");
+}
+
+fn one_agent_step(
+    world: &World,
+    oracle: &Arc<Oracle>,
+    script: Script,
+    tool: Behaviour,
+    schema: Option<kernel_core::model_call::OutputSchema>,
+) -> Definition {
+    let model = ScriptedModel { script, usage: usage(), store: world.durable.clone(), oracle: oracle.clone() };
+    let mut limits = limits_for(AgentLimit::SubSteps);
+    limits.max_sub_steps = 40;
+    let agent = Agent::builder(Arc::new(model), VersionRef::new("p", "1"))
+        .tool(FakeTool::new("fetch", world, oracle, tool))
+        .limits(limits)
+        .build()
+        .unwrap();
+    let mut step = StepDef::agent("work", agent);
+    if let Some(s) = schema {
+        step = step.output_schema(s);
+    }
+    Definition::builder("one").step(step).build().unwrap()
+}
+
+async fn run_one(world: &World, def: Definition) -> WorkflowInstance {
+    let engine = world.engine("A", vec![def]);
+    engine.publisher().start_or_resume(StartRequest::new("one", "one:1", json!({}))).await.unwrap();
+    world.drive(&engine).await.unwrap();
+    world.instances().await.unwrap().pop().unwrap()
+}
+
+/// The step's own output schema holds the agent's answer (K-17.4), as it holds an
+/// operator's: an answer that fails it is a permanent error of the step — before, any
+/// `done` value completed the step.
+#[tokio::test]
+async fn the_agents_answer_is_held_to_the_steps_schema() {
+    let world = World::new(80);
+    let oracle = Arc::new(Oracle::default());
+    let script: Script = Arc::new(|_, _| json!({"done": {"total": "not a number"}}));
+    let schema = kernel_core::model_call::OutputSchema::new(
+        VersionRef::new("answer", "1"),
+        json!({"type": "object", "required": ["total"], "properties": {"total": {"type": "number"}}}),
+    )
+    .unwrap();
+    let inst =
+        run_one(&world, one_agent_step(&world, &oracle, script, Arc::new(|_, _| Ok(json!(1))), Some(schema))).await;
+    assert_eq!(inst.status, WorkflowStatus::Failed);
+    let error = inst.steps[0].error.as_ref().unwrap();
+    assert_eq!(error.class, ErrorClass::Permanent);
+    assert!(error.message.contains("fails the step's schema answer@1"), "{}", error.message);
+}
+
+/// The record is bounded by bytes whatever the declared limits allow: a tool result too
+/// large for what is left is recorded as an error (the model sees it), and an agent whose
+/// record reaches three quarters of the payload limit stops with the recorded limit
+/// `record_bytes` — before, the record write failed after the tool's side effect, with no
+/// recorded stop.
+#[tokio::test]
+async fn the_record_is_bounded_by_bytes() {
+    let world = World::new(81);
+    let oracle = Arc::new(Oracle::default());
+    // Always one more fetch; a 40 KiB result first, then 12 KiB ones.
+    let script: Script = Arc::new(|_, _| json!({"tool_calls": [{"tool": "fetch", "args": {}}]}));
+    let big: Behaviour = Arc::new(|_, _| Ok(json!("x".repeat(40 * 1024))));
+    let inst = run_one(&world, one_agent_step(&world, &oracle, script.clone(), big, None)).await;
+    let rec = inst.steps[0].record.as_ref().unwrap();
+    let first = rec.entries.iter().find_map(|e| match e {
+        RecordEntry::Value(v) if v.label == "agent.t1" => Some(v.value.clone()),
+        _ => None,
+    });
+    assert!(first.unwrap()["error"].as_str().unwrap().contains("too large to record"));
+
+    let world = World::new(82);
+    let oracle = Arc::new(Oracle::default());
+    let mid: Behaviour = Arc::new(|_, _| Ok(json!("y".repeat(12 * 1024))));
+    let inst = run_one(&world, one_agent_step(&world, &oracle, script, mid, None)).await;
+    assert_eq!(inst.status, WorkflowStatus::Failed);
+    let rec = inst.steps[0].record.as_ref().unwrap();
+    let stop = rec.entries.iter().find_map(|e| match e {
+        RecordEntry::Value(v) if v.label == LABEL_STOP => Some(v.value.clone()),
+        _ => None,
+    });
+    assert_eq!(stop.as_ref().map(|s| s["limit"].clone()), Some(json!("record_bytes")), "{stop:?}");
+    let bytes = serde_json::to_vec(rec).unwrap().len();
+    assert!(bytes < 64 * 1024, "the record stayed within the payload limit: {bytes}");
+    assert!(get(&oracle.tool_runs) >= 3 && get(&oracle.tool_runs) < 8, "{}", get(&oracle.tool_runs));
 }

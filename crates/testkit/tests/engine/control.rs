@@ -1058,3 +1058,33 @@ async fn control_report() {
     assert_eq!(loop_stops, 3);
     assert!(agent.limit_stops > 0, "{agent:?}");
 }
+
+/// K-7.1 for loops: an iteration of the review loop costs four durable writes — the
+/// target's start, its completion fused with the sender's start, the sender's completion
+/// (never fused with a loop-back) and the loop-back — and the last pass the linear path's
+/// writes. Counted by the store's audit, not by the engine.
+#[tokio::test]
+async fn a_loop_iteration_costs_four_writes() {
+    for needed in [1u64, 2, 4] {
+        let world = World::new(22);
+        let review = Review::new(needed);
+        let engine = world.engine("A", vec![review.definition(5, OnFailed::Stop)]);
+        start(&engine, "review", "file:writes").await;
+        world.audit.reset_traffic(); // from the claim on: the create is the publisher's
+        world.drive(&engine).await.unwrap();
+        let inst = world.instances().await.unwrap().pop().unwrap();
+        assert_eq!(inst.status, WorkflowStatus::Completed);
+        let iterations = needed - 1;
+        let writes = world.audit.counts().writes;
+        println!("loop-writes: iterations={iterations} writes={writes}");
+        // claim + 4 per iteration + start, complete/start, complete/start, complete+completed.
+        assert_eq!(writes, 1 + 4 * iterations + 4, "{iterations} iterations");
+        let loop_backs = world
+            .observations
+            .events()
+            .iter()
+            .filter(|o| o.kind == kernel_core::transition::TransitionKind::LoopBack)
+            .count() as u64;
+        assert_eq!(loop_backs, iterations);
+    }
+}

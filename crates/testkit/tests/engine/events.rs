@@ -137,7 +137,7 @@ async fn a_later_event_from_a_publisher_alone_wakes_the_running_workflows_wait()
     assert_eq!(entries.load(Ordering::SeqCst), 1);
 
     let out = receive(&publisher, &facts, event("e2", "o-1", "shipped")).await;
-    let signal_id = "order:order_event:e2".to_string();
+    let signal_id = "order:order_event:3:o-1:e2".to_string();
     assert_eq!(
         out,
         EventOutcome::Signaled {
@@ -169,7 +169,7 @@ async fn a_duplicate_later_event_is_deduped_by_the_inbox() {
     let wf = receive(&publisher, &facts, event("e1", "o-1", "created")).await.workflow_id().clone();
     let signaled = |delivery, seen_before, id: &str| EventOutcome::Signaled {
         workflow_id: wf.clone(),
-        signal_id: format!("order:order_event:{id}"),
+        signal_id: format!("order:order_event:3:o-1:{id}"),
         delivery,
         seen_before,
     };
@@ -305,7 +305,9 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
         (event("e1", "", "created"), "event.key"),
         (event("e1\n", "o-1", "created"), "event.id"),
         (event("e1", "o\u{0}1", "created"), "event.key"),
-        (event(&long, "o-1", "created"), "event.id"),
+        // Any identifier is a valid id (a long one is hashed into the signal id); one past
+        // the identifier limit is not.
+        (event(&"x".repeat(257), "o-1", "created"), "event.id"),
         (event("e1", &long, "created"), "event.key"),
         (Event::new("e1", "o-1", json!({ "text": "x".repeat(1_000) })), "event.payload"),
         (Event::new("e1", "o-1", json!({ "text": "a\u{0}b" })), "event.payload"),
@@ -377,4 +379,33 @@ pub(crate) async fn event_counts() -> (u64, u64) {
 #[tokio::test]
 async fn a_burst_with_duplicates_starts_one_workflow_per_key() {
     assert_eq!(event_counts().await, (5, 0));
+}
+
+/// An event id need only be unique per entity: the same id about two orders is two
+/// signals, each to its own workflow — before, the second was taken for a repeat of the
+/// first (one inbox record) and its order's workflow never heard of it.
+#[tokio::test]
+async fn the_same_event_id_about_two_entities_is_two_signals() {
+    let Rig { world, facts, engine, publisher, .. } = rig();
+    for key in ["o-1", "o-2"] {
+        let started = receive(&publisher, &facts, event(&format!("start-{key}"), key, "created")).await;
+        assert!(matches!(started, EventOutcome::Started { .. }), "{started:?}");
+    }
+    world.drive(&engine).await.unwrap();
+    let mut woken = vec![];
+    for key in ["o-1", "o-2"] {
+        match receive(&publisher, &facts, event("evt-1", key, "shipped")).await {
+            EventOutcome::Signaled { seen_before, workflow_id, delivery, .. } => {
+                assert!(!seen_before, "{key}");
+                assert_eq!(delivery, DeliverOutcome::Activated, "{key}");
+                woken.push(workflow_id);
+            }
+            other => panic!("{key}: {other:?}"),
+        }
+    }
+    assert_ne!(woken[0], woken[1]);
+    world.drive(&engine).await.unwrap();
+    for i in orders(&world).await {
+        assert_eq!(i.status, WorkflowStatus::Completed, "{}: woken by its own signal", i.biz_key);
+    }
 }
