@@ -555,12 +555,9 @@ async fn a_recorded_stop_is_replayed_without_asking_the_model() {
     assert_eq!(stops, 1, "recorded once");
 }
 
-/// A tool's permanent error and a call to a tool the agent does not have are recorded as
-/// error results and shown to the model, which goes on; nothing crashes.
-#[tokio::test]
-async fn tool_errors_are_recorded_and_fed_back() {
-    let world = World::new(60);
-    let oracle = Arc::new(Oracle::default());
+/// The pay agent: it proposes a payment and a refund together (the agent has no `refund`
+/// tool, and `pay` is declined), then finishes with the errors it saw.
+fn pay_agent(world: &World, oracle: &Arc<Oracle>, limits: AgentLimits) -> Agent {
     let script: Script = Arc::new(|req, _| {
         let transcript = req.input["transcript"].as_array().cloned().unwrap_or_default();
         if transcript.is_empty() {
@@ -572,20 +569,31 @@ async fn tool_errors_are_recorded_and_fed_back() {
     });
     let model = ScriptedModel { script, usage: usage(), store: world.durable.clone(), oracle: oracle.clone() };
     let refuse: Behaviour = Arc::new(|_, _| Err(ActivityError::permanent("card declined")));
-    let agent = Agent::builder(Arc::new(model), VersionRef::new("pay-prompt", "1"))
-        .tool(FakeTool::new("pay", &world, &oracle, refuse))
-        .limits(limits_for(AgentLimit::SubSteps))
+    Agent::builder(Arc::new(model), VersionRef::new("pay-prompt", "1"))
+        .tool(FakeTool::new("pay", world, oracle, refuse))
+        .limits(limits)
         .task(|_| json!({"order": 7}))
         .build()
-        .unwrap();
-    let mut limits = agent.limits();
-    limits.max_sub_steps = 4;
+        .unwrap()
+}
+
+async fn run_pay(world: &World, agent: Agent) -> WorkflowInstance {
     let def = Definition::builder("pay").step(StepDef::agent("pay", agent)).build().unwrap();
-    assert_eq!(def.steps()[0].get_agent_limits().map(|l| l.max_sub_steps), Some(3));
     let engine = world.engine("A", vec![def]);
     engine.publisher().start_or_resume(StartRequest::new("pay", "pay:1", json!({}))).await.unwrap();
     world.drive(&engine).await.unwrap();
-    let inst = world.instances().await.unwrap().pop().unwrap();
+    world.instances().await.unwrap().pop().unwrap()
+}
+
+/// A tool's permanent error and a call to a tool the agent does not have are recorded as
+/// error results and shown to the model, which goes on; nothing crashes.
+#[tokio::test]
+async fn tool_errors_are_recorded_and_fed_back() {
+    let world = World::new(60);
+    let oracle = Arc::new(Oracle::default());
+    let agent = pay_agent(&world, &oracle, limits_for(AgentLimit::SubSteps));
+    assert_eq!(agent.limits().max_sub_steps, 3);
+    let inst = run_pay(&world, agent).await;
     // Three sub-steps were allowed: the proposal and both calls; the next proposal is refused.
     assert_eq!(inst.status, WorkflowStatus::Failed);
     assert_eq!(
@@ -611,27 +619,9 @@ async fn tool_errors_are_recorded_and_fed_back() {
     // With one more sub-step the model sees both errors and finishes.
     let world = World::new(61);
     let oracle = Arc::new(Oracle::default());
-    let script: Script = Arc::new(|req, _| {
-        let transcript = req.input["transcript"].as_array().cloned().unwrap_or_default();
-        if transcript.is_empty() {
-            json!({"tool_calls": [{"tool": "pay", "args": {"amount": 5}}, {"tool": "refund", "args": {}}]})
-        } else {
-            let errors: Vec<Value> = transcript.iter().filter_map(|t| t["tool_result"].get("error").cloned()).collect();
-            json!({ "done": { "errors": errors } })
-        }
-    });
-    let model = ScriptedModel { script, usage: usage(), store: world.durable.clone(), oracle: oracle.clone() };
-    let refuse: Behaviour = Arc::new(|_, _| Err(ActivityError::permanent("card declined")));
-    let agent = Agent::builder(Arc::new(model), VersionRef::new("pay-prompt", "1"))
-        .tool(FakeTool::new("pay", &world, &oracle, refuse))
-        .limits(limits)
-        .build()
-        .unwrap();
-    let def = Definition::builder("pay").step(StepDef::agent("pay", agent)).build().unwrap();
-    let engine = world.engine("A", vec![def]);
-    engine.publisher().start_or_resume(StartRequest::new("pay", "pay:1", json!({}))).await.unwrap();
-    world.drive(&engine).await.unwrap();
-    let inst = world.instances().await.unwrap().pop().unwrap();
+    let mut limits = limits_for(AgentLimit::SubSteps);
+    limits.max_sub_steps = 4;
+    let inst = run_pay(&world, pay_agent(&world, &oracle, limits)).await;
     assert_eq!(inst.status, WorkflowStatus::Completed);
     assert_eq!(inst.output["pay"], json!({"errors": ["card declined", "unknown tool `refund`"]}));
 }
