@@ -108,6 +108,8 @@ pub struct StepDef {
     pub(crate) loop_to: Option<LoopSpec>,
     pub(crate) when: Option<BranchSpec>,
     pub(crate) agent: Option<crate::agent::AgentLimits>,
+    pub(crate) inverse: Option<Arc<dyn Activity>>,
+    pub(crate) irreversible: bool,
 }
 
 /// Whether a loop's sender sends the workflow back again, read from the sender's recorded
@@ -223,7 +225,33 @@ impl StepDef {
             loop_to: None,
             when: None,
             agent: None,
+            inverse: None,
+            irreversible: false,
         }
+    }
+    /// Declare the idempotent inverse of this side-effecting step (K-17.6): the business
+    /// action that undoes it (a reversal entry, a refund), run by the failure path's
+    /// compensation in reverse completion order. The inverse gets its own idempotency key,
+    /// derived from the step's. Policy, like retries: not part of the fingerprint.
+    pub fn compensate_with(mut self, inverse: impl Activity) -> Self {
+        self.inverse = Some(Arc::new(inverse));
+        self
+    }
+    /// Mark this step irreversible (K-17.6): nothing can undo it (a notification sent, a
+    /// payment released). The definition is refused unless every compensable step is
+    /// upstream of it — so no compensable step can still be running or pending when it
+    /// starts — and it is in no loop's body (a loop would run it again).
+    pub fn irreversible(mut self) -> Self {
+        self.irreversible = true;
+        self
+    }
+    /// The step's inverse, if it declared one.
+    pub fn get_inverse(&self) -> Option<&Arc<dyn Activity>> {
+        self.inverse.as_ref()
+    }
+    /// Whether the step is irreversible.
+    pub fn is_irreversible(&self) -> bool {
+        self.irreversible
     }
     /// Make this step a loop's sender (K-4 amendment): once it completes, while
     /// `again(output)` holds on its recorded output, the workflow goes back to `target` —
@@ -643,6 +671,46 @@ fn descendants(steps: &[PlanStep], root: usize) -> Vec<bool> {
     reach
 }
 
+/// K-17.6: an irreversible step runs after every compensable step — each compensable step
+/// is upstream of it (a dependency, directly or transitively), so when it starts every
+/// compensable step has completed or been skipped — and it is in no loop's body. A step
+/// both compensable and irreversible is refused.
+fn irreversible_last(plan: &Plan, steps: &[StepDef]) -> Result<()> {
+    for (i, s) in steps.iter().enumerate().filter(|(_, s)| s.irreversible) {
+        let field = format!("steps[{i}].irreversible");
+        if s.inverse.is_some() {
+            return Err(Error::invalid(
+                field,
+                format_args!("`{}` declares an inverse: it is not irreversible", s.name),
+            ));
+        }
+        let upstream = ancestors(plan.steps(), i);
+        for (j, c) in steps.iter().enumerate().filter(|(j, c)| c.inverse.is_some() && *j != i) {
+            if !upstream[j] {
+                return Err(Error::invalid(
+                    field,
+                    format_args!(
+                        "irreversible `{}` could run before compensable `{}`: make `{}` depend on it",
+                        s.name, c.name, s.name
+                    ),
+                ));
+            }
+        }
+        for sender in 0..plan.steps().len() {
+            if plan.loop_body(sender).is_some_and(|body| body[i]) {
+                return Err(Error::invalid(
+                    field,
+                    format_args!(
+                        "irreversible `{}` is in the body of the loop sent by `{}`",
+                        s.name, steps[sender].name
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// `upstream[j]`: step `j` is a dependency of step `i`, directly or transitively.
 fn ancestors(steps: &[PlanStep], i: usize) -> Vec<bool> {
     let mut seen = vec![false; steps.len()];
@@ -819,6 +887,7 @@ impl DefinitionBuilder {
             });
         }
         let plan = Plan::with_control(&self.workflow_type, &pairs, &control)?;
+        irreversible_last(&plan, &self.steps)?;
         for (i, s) in self.steps.iter().enumerate() {
             validate::config_ms(&format!("steps[{i}].timeout_ms"), s.timeout_ms)?;
             if let Some(StepResource::Fixed(r)) = &s.resource {

@@ -4,6 +4,7 @@ mod agent;
 mod bad_input;
 mod behaviour;
 mod bulk_start;
+mod compensation;
 mod control;
 mod dispatch_lease;
 mod events;
