@@ -696,14 +696,11 @@ fn irreversible_last(plan: &Plan, steps: &[StepDef]) -> Result<()> {
                 ));
             }
         }
-        for sender in 0..plan.steps().len() {
+        for (sender, sd) in steps.iter().enumerate() {
             if plan.loop_body(sender).is_some_and(|body| body[i]) {
                 return Err(Error::invalid(
                     field,
-                    format_args!(
-                        "irreversible `{}` is in the body of the loop sent by `{}`",
-                        s.name, steps[sender].name
-                    ),
+                    format_args!("irreversible `{}` is in the body of the loop sent by `{}`", s.name, sd.name),
                 ));
             }
         }
