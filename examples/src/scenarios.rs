@@ -275,6 +275,52 @@ impl ScenarioRun for DagRun {
     }
 }
 
+/// The document-review loop with a branch (K-4 amendment): two iterations back, a branch
+/// not taken; the loop's body runs once per iteration key and the run ends as a crash-free
+/// one would.
+pub struct ReviewLoopScenario;
+
+struct ReviewLoopRun {
+    objects: Objects,
+    handed_in: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+}
+
+impl Scenario for ReviewLoopScenario {
+    fn name(&self) -> String {
+        "review_loop".into()
+    }
+    fn instantiate(&self, _world: &World) -> Box<dyn ScenarioRun> {
+        let biz = Arc::new(Business::default());
+        biz.accept("file-1", "f1");
+        let starts = vec![("review_loop".into(), "review-1".into(), "file-1".into(), json!({}))];
+        Box::new(ReviewLoopRun { objects: Objects { biz, starts }, handed_in: Default::default() })
+    }
+}
+
+impl ScenarioRun for ReviewLoopRun {
+    fn definitions(&self) -> Vec<Definition> {
+        vec![workflows::review_loop(self.objects.biz.clone(), self.handed_in.clone())]
+    }
+    fn start<'a>(&'a self, engine: &'a Engine) -> BoxFuture<'a, kernel_core::Result<()>> {
+        self.objects.start(engine)
+    }
+    fn verdict(&self, instances: &[WorkflowInstance]) -> ScenarioVerdict {
+        let mut v = self.objects.verdict(instances, "done");
+        let keys = self.handed_in.lock().map(|h| h.len()).unwrap_or(0);
+        let ok = peek(instances, "review-1").is_some_and(|i| {
+            i.status == WorkflowStatus::Completed
+                && i.steps[1].iterations == 2
+                && i.steps[0].epoch == 2
+                && i.steps[2].not_taken()
+                && i.output.get("check") == Some(&json!({"complete": true, "documents": 3}))
+        });
+        if !ok || keys != 3 {
+            v.unfinished.push(format!("review_loop:file-1 (iterations or keys wrong: {keys} keys)"));
+        }
+        v
+    }
+}
+
 /// Waiters that are already suspended on their signal wait when the fan-out reaches them:
 /// the fan-out settles first (a durable sleep), so every delivery activates a stored wait
 /// and marks the inbox record matched (K-9.3, K-9.4).

@@ -322,6 +322,54 @@ pub fn diamond(biz: Arc<Business>) -> Definition {
         .expect("valid definition")
 }
 
+/// The document-review loop with a branch (K-4 amendment): `collect` counts the documents
+/// handed in — the applicant hands in one more per iteration key, so a re-run of one
+/// iteration hands in nothing new — `check` sends the file back until three are in (at most
+/// four times), `legal` runs only for files of more than ten documents (never here), and
+/// `close` writes the business result under the round's fencing token.
+pub fn review_loop(
+    biz: Arc<Business>,
+    handed_in: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+) -> Definition {
+    let collect = move |ctx: ActivityContext| {
+        let handed_in = handed_in.clone();
+        async move {
+            let documents = {
+                let mut h = handed_in.lock().map_err(|_| ActivityError::transient("portal lock"))?;
+                h.insert(ctx.idempotency_key());
+                h.len()
+            };
+            Ok(StepOutcome::complete(json!({ "documents": documents })))
+        }
+    };
+    let check = |ctx: ActivityContext| async move {
+        let documents = ctx.output("collect").and_then(|o| o["documents"].as_u64()).unwrap_or(0);
+        Ok(StepOutcome::complete(json!({ "complete": documents >= 3, "documents": documents })))
+    };
+    let close = move |ctx: ActivityContext| {
+        let biz = biz.clone();
+        async move {
+            let object_id = object_of(&ctx)?;
+            let documents = ctx.output("check").map(|o| o["documents"].clone()).unwrap_or(Value::Null);
+            biz.fenced(object_id, ctx.fencing_token().unwrap_or_default(), |o| {
+                o.result = Some(format!("documents={documents}"));
+                o.status = "done".into();
+            });
+            Ok(StepOutcome::complete(json!({ "closed": true })))
+        }
+    };
+    Definition::builder("review_loop")
+        .step(StepDef::new("collect", collect))
+        .step(StepDef::new("check", check).loop_to("collect", |out| out["complete"] != json!(true)).max_iterations(4))
+        .step(
+            StepDef::new("legal", |_ctx: ActivityContext| async { Ok(StepOutcome::complete(json!("reviewed"))) })
+                .when(["check"], |o| o.output("check").is_some_and(|c| c["documents"].as_u64().unwrap_or(0) > 10)),
+        )
+        .step(StepDef::new("close", close))
+        .build()
+        .expect("valid definition")
+}
+
 /// A subscriber that only waits for its live, then records the result.
 pub fn waiter(biz: Arc<Business>) -> Definition {
     let wait = move |ctx: ActivityContext| {

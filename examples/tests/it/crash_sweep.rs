@@ -6,8 +6,9 @@ use testkit::harness::{crash_run, sweep, Scenario, SweepSample};
 
 /// Every sweep scenario: the seed's story, a failure with its finalizer, a fan-out that
 /// runs before its subscribers wait and one that runs after (signal activation and
-/// `mark_matched`), a DAG, a step in flight across heartbeats, and the DAG with the ready
-/// queue down (store-fallback claims).
+/// `mark_matched`), a DAG, a step in flight across heartbeats, the DAG with the ready
+/// queue down (store-fallback claims), and a loop with a branch (loop-back and branch-skip
+/// writes).
 fn scenarios() -> Vec<Box<dyn Scenario>> {
     vec![
         Box::new(LiveSummaryScenario { subscribers: 2, page_size: 1 }),
@@ -17,6 +18,7 @@ fn scenarios() -> Vec<Box<dyn Scenario>> {
         Box::new(EarlyWaitScenario { waiters: 2, page_size: 1 }),
         Box::new(HeartbeatScenario { beats: 2 }),
         Box::new(QueueDownScenario),
+        Box::new(ReviewLoopScenario),
     ]
 }
 

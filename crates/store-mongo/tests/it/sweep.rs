@@ -37,6 +37,9 @@ async fn crash_sweep_on_mongo() {
     let fan = FanoutScenario { waiters: 2, page_size: 1 };
     let early = EarlyWaitScenario { waiters: 2, page_size: 1 };
     let beat = HeartbeatScenario { beats: 1 };
+    // The review loop is left out here: its loop-back and branch-skip writes are plain
+    // conditional updates, pinned by the store conformance suite on MongoDB, and the
+    // Mongo-wire budget keeps this sample to the scenarios that reach what only they reach.
     let scenarios: [&dyn Scenario; 7] =
         [&live, &FailingScenario, &fan, &DagScenario, &early, &beat, &QueueDownScenario];
     // About 24 points (the Mongo-wire budget), chosen by seed: every scenario gets both a

@@ -36,8 +36,8 @@ async fn crash_sweep_on_postgres() {
     let fan = FanoutScenario { waiters: 2, page_size: 1 };
     let early = EarlyWaitScenario { waiters: 2, page_size: 1 };
     let beat = HeartbeatScenario { beats: 1 };
-    let scenarios: [&dyn Scenario; 7] =
-        [&live, &FailingScenario, &fan, &DagScenario, &early, &beat, &QueueDownScenario];
+    let scenarios: [&dyn Scenario; 8] =
+        [&live, &FailingScenario, &fan, &DagScenario, &early, &beat, &QueueDownScenario, &ReviewLoopScenario];
     let started = std::time::Instant::now();
     let report = sweep_on(&scenarios, 7, SweepSample::All, &factory).await;
     let elapsed = started.elapsed();
