@@ -768,3 +768,36 @@ async fn the_record_is_bounded_by_bytes() {
     assert!(bytes < 64 * 1024, "the record stayed within the payload limit: {bytes}");
     assert!(get(&oracle.tool_runs) >= 3 && get(&oracle.tool_runs) < 8, "{}", get(&oracle.tool_runs));
 }
+
+/// The write cost of an agent (K-7.1's budget, for sub-steps): one durable write per
+/// recorded sub-step (each proposal and each tool call, written before the loop goes on),
+/// one for the recorded start, plus the step's own mark-running and completion. Counted by
+/// the store's audit, not by the engine.
+#[tokio::test]
+async fn an_agent_sub_step_costs_one_write() {
+    for rounds in [1u64, 3, 6] {
+        let world = World::new(83);
+        let oracle = Arc::new(Oracle::default());
+        // `rounds` proposals of one fetch each, then done.
+        let script: Script = Arc::new(move |req, _| {
+            let seen = req.input["transcript"].as_array().map_or(0, Vec::len) as u64;
+            if seen < 2 * rounds {
+                json!({"tool_calls": [{"tool": "fetch", "args": {}}]})
+            } else {
+                json!({"done": {"rounds": rounds}})
+            }
+        });
+        let def = one_agent_step(&world, &oracle, script, Arc::new(|_, _| Ok(json!("page"))), None);
+        let engine = world.engine("A", vec![def]);
+        engine.publisher().start_or_resume(StartRequest::new("one", "one:1", json!({}))).await.unwrap();
+        world.audit.reset_traffic();
+        world.drive(&engine).await.unwrap();
+        let inst = world.instances().await.unwrap().pop().unwrap();
+        assert_eq!(inst.status, WorkflowStatus::Completed);
+        let sub_steps = 2 * rounds + 1; // proposals with a call each, then the done proposal
+        let writes = world.audit.counts().writes;
+        println!("agent-writes: sub_steps={sub_steps} writes={writes}");
+        // claim + mark running + start + one per sub-step + completion fused with completed.
+        assert_eq!(writes, 1 + 1 + 1 + sub_steps + 1, "{sub_steps} sub-steps");
+    }
+}
