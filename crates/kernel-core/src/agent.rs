@@ -605,8 +605,9 @@ impl Agent {
                 Some(call) => {
                     let key = sub_step_key(&step_key, n);
                     let tool = self.tools.iter().find(|t| t.name() == call.tool).cloned();
-                    // What a result may take of the record (a little kept for the entry's
-                    // own fields and the stop): a larger one is recorded as an error.
+                    // What a result may take of the record: half of what is left after a
+                    // little for the entry's own fields, so the next proposal and the stop
+                    // still fit; a larger result is recorded as an error.
                     let (bytes, bytes_max) = journal.record_room()?;
                     let room = bytes_max.saturating_sub(bytes).saturating_sub(1_024) / 2;
                     let result = ctx
@@ -620,8 +621,11 @@ impl Agent {
                                 Ok(v) => {
                                     let size = serde_json::to_vec(&v).map_or(usize::MAX, |b| b.len());
                                     if size > room {
-                                        return Ok(json!({"tool": call.tool, "error": format!(
-                                            "the result is too large to record: {size} bytes, {room} left"
+                                        // The call took effect; only its result is dropped (say so,
+                                        // or the model calls it again under a new key).
+                                        return Ok(json!({"tool": call.tool, "succeeded": true, "error": format!(
+                                            "the call succeeded but its result is too large to record: \
+                                             {size} bytes, {room} left; do not call it again for the same purpose"
                                         )}));
                                     }
                                     Ok(json!({"tool": call.tool, "result": v}))

@@ -64,6 +64,24 @@ enum Next {
     End(ClaimEnd),
 }
 
+/// What the control pass decides (K-4 amendment).
+enum Control {
+    /// `sender`'s loop goes back to `target`.
+    LoopBack { sender: usize, target: usize },
+    /// Step `i` fails by its policy with this message (a loop at its maximum, a panicking
+    /// predicate).
+    Stop(usize, String),
+    /// These conditional steps are not taken.
+    Skip(Vec<usize>),
+}
+
+/// The control pass's write, built from a [`Control`].
+enum Act {
+    LoopBack(Box<Transition>),
+    Stop(usize, String),
+    Skip(Vec<usize>),
+}
+
 /// Why a step got no permit.
 enum NoPermit {
     /// Denied, or the permit backend failed (fail closed): retry after this delay.
@@ -96,10 +114,10 @@ fn prepare(inst: &WorkflowInstance, def: &Definition, hook: Option<&PrepareConte
     }
 }
 
-/// Whether `step`'s current logical attempt was completed by an operator (a dead letter
-/// decided "complete", K-17.2).
-fn completed_by_operator(step: &Step, run: u32) -> bool {
-    step.record_of(run).is_some_and(|r| {
+/// Whether `step`'s completion in its current epoch was an operator's (a dead letter decided
+/// "complete", K-17.2) — in whatever run: a replay keeps a completed step as it is (K-5).
+fn completed_by_operator(step: &Step) -> bool {
+    step.record.as_ref().filter(|r| r.epoch == step.epoch).is_some_and(|r| {
         r.entries.iter().any(|e| matches!(e, crate::record::RecordEntry::Operator(o) if o.action == "complete"))
     })
 }
@@ -992,6 +1010,68 @@ impl Claim {
         !matches!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (l.again)(output))), Ok(false))
     }
 
+    /// What the control pass decides from the committed document `d` (K-4 amendment), or
+    /// `None` when there is nothing to decide: the first completed loop sender (in step
+    /// order) whose predicate holds on its recorded output — or panics — loops back or, at
+    /// its maximum, stops; otherwise the fresh ready conditional steps whose predicate does
+    /// not hold are skipped. The one decision both [`control`](Self::control) and the wave's
+    /// [`loop_back_supersedes`](Self::loop_back_supersedes) act on.
+    fn decide_control(&self, d: &ClaimDoc) -> Option<Control> {
+        let plan = self.def.plan();
+        if !plan.steps().iter().any(|p| p.loop_to.is_some() || p.reads.is_some()) {
+            // A plain DAG: nothing to decide.
+            return None;
+        }
+        for (i, sd) in self.def.steps().iter().enumerate() {
+            let (Some(l), Some(target)) = (sd.loop_to.as_ref(), plan.steps()[i].loop_to) else { continue };
+            let step = &d.inst.steps[i];
+            if step.status != StepStatus::Completed || completed_by_operator(step) {
+                // An operator's output for this logical attempt (a dead letter decided
+                // "complete") leaves the loop: it is not asked again.
+                continue;
+            }
+            let out = d.outputs.get(&step.name).unwrap_or(&Value::Null);
+            return match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (l.again)(out))) {
+                Ok(false) => continue,
+                Ok(true) => {
+                    let max = l.max_iterations.unwrap_or(0);
+                    Some(if step.iterations >= max {
+                        Control::Stop(
+                            i,
+                            format!(
+                                "loop from {} to {} reached its maximum of {max} iterations",
+                                sd.name(),
+                                plan.steps()[target].name
+                            ),
+                        )
+                    } else {
+                        Control::LoopBack { sender: i, target }
+                    })
+                }
+                Err(panic) => {
+                    Some(Control::Stop(i, format!("the loop predicate panicked: {}", panic_message(&*panic))))
+                }
+            };
+        }
+        let mut skip = Vec::new();
+        for i in plan.ready(&d.inst.steps) {
+            let Some(b) = self.def.steps()[i].when.as_ref() else { continue };
+            if d.inst.steps[i].status != StepStatus::Pending {
+                // A running leftover was taken before it started.
+                continue;
+            }
+            let inputs = crate::definition::BranchInputs { reads: &b.reads, outputs: &d.outputs };
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (b.holds)(&inputs))) {
+                Ok(true) => {}
+                Ok(false) => skip.push(i),
+                Err(panic) => {
+                    return Some(Control::Stop(i, format!("the branch predicate panicked: {}", panic_message(&*panic))))
+                }
+            }
+        }
+        (!skip.is_empty()).then_some(Control::Skip(skip))
+    }
+
     /// The control pass (K-4 amendment), before the ready steps are read: the first
     /// completed loop sender whose predicate holds on its recorded output sends the
     /// workflow back (one write), or, at its maximum, fails by its policy; otherwise every
@@ -999,79 +1079,14 @@ impl Claim {
     /// Decided from the committed document alone, so a crash between a sender's completion
     /// and its loop-back decides the same way on the next claim. `None`: nothing to do.
     async fn control(&self) -> Option<Next> {
-        enum Act {
-            LoopBack(Box<Transition>),
-            Stop(usize, String),
-            Skip(Vec<usize>),
-        }
-        let plan = self.def.plan();
-        if !plan.steps().iter().any(|p| p.loop_to.is_some() || p.reads.is_some()) {
-            // A plain DAG: nothing to decide (no lock taken, nothing read).
-            return None;
-        }
         let act = {
             let d = self.doc();
-            let mut act = None;
-            for (i, sd) in self.def.steps().iter().enumerate() {
-                let (Some(l), Some(target)) = (sd.loop_to.as_ref(), plan.steps()[i].loop_to) else { continue };
-                let step = &d.inst.steps[i];
-                if step.status != StepStatus::Completed || completed_by_operator(step, d.inst.retry_count) {
-                    // An operator's output for this logical attempt (a dead letter decided
-                    // "complete") leaves the loop: it is not asked again.
-                    continue;
-                }
-                let out = d.outputs.get(&step.name).unwrap_or(&Value::Null);
-                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (l.again)(out))) {
-                    Ok(false) => continue,
-                    Ok(true) => {
-                        let max = l.max_iterations.unwrap_or(0);
-                        act = Some(if step.iterations >= max {
-                            Act::Stop(
-                                i,
-                                format!(
-                                    "loop from {} to {} reached its maximum of {max} iterations",
-                                    sd.name(),
-                                    plan.steps()[target].name
-                                ),
-                            )
-                        } else {
-                            Act::LoopBack(Box::new(self.loop_back(&d, i, target)))
-                        });
-                    }
-                    Err(panic) => {
-                        act = Some(Act::Stop(i, format!("the loop predicate panicked: {}", panic_message(&*panic))))
-                    }
-                }
-                break;
+            match self.decide_control(&d)? {
+                Control::LoopBack { sender, target } => Act::LoopBack(Box::new(self.loop_back(&d, sender, target))),
+                Control::Stop(i, message) => Act::Stop(i, message),
+                Control::Skip(indices) => Act::Skip(indices),
             }
-            if act.is_none() {
-                let mut skip = Vec::new();
-                for i in plan.ready(&d.inst.steps) {
-                    let Some(b) = self.def.steps()[i].when.as_ref() else { continue };
-                    let step = &d.inst.steps[i];
-                    if step.status != StepStatus::Pending {
-                        // A running leftover was taken before it started.
-                        continue;
-                    }
-                    let inputs = crate::definition::BranchInputs { reads: &b.reads, outputs: &d.outputs };
-                    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (b.holds)(&inputs))) {
-                        Ok(true) => {}
-                        Ok(false) => skip.push(i),
-                        Err(panic) => {
-                            act = Some(Act::Stop(
-                                i,
-                                format!("the branch predicate panicked: {}", panic_message(&*panic)),
-                            ));
-                            break;
-                        }
-                    }
-                }
-                if act.is_none() && !skip.is_empty() {
-                    act = Some(Act::Skip(skip));
-                }
-            }
-            act
-        }?;
+        };
         let t = match act {
             Act::LoopBack(t) => *t,
             Act::Skip(indices) => Transition::branch_skip(&indices, self.now()),
@@ -1320,10 +1335,9 @@ impl Claim {
         })
     }
 
-    /// Whether a completed member of `wave` is a loop sender whose loop-back is due (its
-    /// predicate holds on its committed output, below its maximum) and whose body holds
-    /// every halted member, each halted only for now (a wait, a yield, a retry, a park, a
-    /// deferral — never a failure, a cancellation or a dead letter, which stand).
+    /// Whether the control pass's next decision is a loop-back whose body holds every
+    /// halted member of `wave`, each halted only for now (a wait, a yield, a retry, a park,
+    /// a deferral — never a failure, a cancellation or a dead letter, which stand).
     fn loop_back_supersedes(&self, wave: &[(usize, Option<Halt>)]) -> bool {
         let halted: Vec<usize> = wave.iter().filter(|(_, h)| h.is_some()).map(|(i, _)| *i).collect();
         if halted.is_empty()
@@ -1333,17 +1347,18 @@ impl Claim {
         {
             return false;
         }
-        let plan = self.def.plan();
-        let d = self.doc();
-        wave.iter().filter(|(_, h)| h.is_none()).any(|&(i, _)| {
-            let (Some(l), Some(body)) = (self.def.steps()[i].loop_to.as_ref(), plan.loop_body(i)) else { return false };
-            let step = &d.inst.steps[i];
-            let out = d.outputs.get(&step.name).unwrap_or(&Value::Null);
-            step.status == StepStatus::Completed
-                && step.iterations < l.max_iterations.unwrap_or(0)
-                && matches!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (l.again)(out))), Ok(true))
-                && halted.iter().all(|&h| body[h])
-        })
+        // Exactly what the control pass will do next: only a loop-back whose body holds
+        // every halted member supersedes them (a stop, a skip or another sender's loop
+        // leaves their halts to stand).
+        let decision = self.decide_control(&self.doc());
+        match decision {
+            Some(Control::LoopBack { sender, .. }) => self
+                .def
+                .plan()
+                .loop_body(sender)
+                .is_some_and(|body| halted.iter().all(|&h| body.get(h).copied().unwrap_or(false))),
+            _ => false,
+        }
     }
 
     /// The retry clock of `max_retry_duration` (K-17.2), kept on the steps a write

@@ -66,7 +66,8 @@ impl EventRoute {
     ///
     /// # Errors
     /// [`Error::InvalidInput`] (field `workflow_type` or `signal_type`) for a name that
-    /// breaks the identifier rule or contains `:`.
+    /// breaks the identifier rule or contains `:`, or (field `signal_type`) for names longer
+    /// than 189 bytes together (every derived signal id must stay an identifier).
     pub fn new(workflow_type: impl Into<String>, signal_type: impl Into<String>) -> Result<Self> {
         let (workflow_type, signal_type) = (workflow_type.into(), signal_type.into());
         for (field, name) in [("workflow_type", &workflow_type), ("signal_type", &signal_type)] {
@@ -74,6 +75,16 @@ impl EventRoute {
             if name.contains(':') {
                 return Err(Error::invalid(field, "must not contain `:` (it separates the parts of derived keys)"));
             }
+        }
+        // The longest derived signal id is `<workflow_type>:<signal_type>:h<64 hex>`.
+        if workflow_type.len() + signal_type.len() + 67 > validate::IDENTIFIER_BYTES_MAX {
+            return Err(Error::invalid(
+                "signal_type",
+                format_args!(
+                    "the workflow and signal type names together may be at most {} bytes",
+                    validate::IDENTIFIER_BYTES_MAX - 67
+                ),
+            ));
         }
         Ok(EventRoute { workflow_type, signal_type })
     }
@@ -311,6 +322,10 @@ mod tests {
         assert_eq!(field_of(EventRoute::new("a:b", "s")), "workflow_type");
         assert_eq!(field_of(EventRoute::new("t", "s\n")), "signal_type");
         assert_eq!(field_of(EventRoute::new("t", "x:y")), "signal_type");
+        assert_eq!(field_of(EventRoute::new("t".repeat(100), "s".repeat(90))), "signal_type");
+        let longest = EventRoute::new("t".repeat(100), "s".repeat(89)).unwrap();
+        let id = longest.signal_id(&"k".repeat(256), "e").unwrap();
+        assert!(id.len() <= validate::IDENTIFIER_BYTES_MAX, "{}", id.len());
     }
 
     #[test]

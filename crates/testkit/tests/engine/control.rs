@@ -1088,3 +1088,142 @@ async fn a_loop_iteration_costs_four_writes() {
         assert_eq!(loop_backs, iterations);
     }
 }
+
+/// The wave's supersede follows exactly the control pass's decision: when the first sender
+/// in step order is at its maximum (a stop), a later sender's due loop-back does not drop a
+/// body sibling's wait — before, the wait was never written and the sibling was left
+/// running while the stop dead-lettered the first sender.
+#[tokio::test]
+async fn a_stop_at_the_maximum_never_drops_a_siblings_wait() {
+    let world = World::new(23);
+    let runs: Runs = Default::default();
+    let r = runs.clone();
+    let def = Definition::builder("two")
+        .step(again_step("t", runs.clone()))
+        .step(
+            again_step("a", runs.clone())
+                .depends_on(["t"])
+                .loop_to("t", |o| o["again"] == json!(true))
+                .max_iterations(1)
+                .on_failed(OnFailed::DeadLetter),
+        )
+        .step(
+            again_step("b", runs.clone())
+                .depends_on(["t"])
+                .loop_to("t", |o| o["again"] == json!(true))
+                .max_iterations(5),
+        )
+        .step(
+            StepDef::new("x", move |ctx: ActivityContext| {
+                let r = r.clone();
+                async move {
+                    r.lock().unwrap().push(("x".into(), ctx.idempotency_key()));
+                    Ok(StepOutcome::wait_for_signal("go", "x").generation(ctx.logical_generation()).into())
+                }
+            })
+            .depends_on(["t"]),
+        )
+        .build()
+        .unwrap();
+    let engine = world.engine("A", vec![def]);
+    let wf = start(&engine, "two", "two:1").await;
+    world.drive(&engine).await.unwrap();
+    let inst = world.instance(wf.as_str()).await.unwrap();
+    assert!(
+        inst.steps.iter().all(|s| s.status != StepStatus::Running),
+        "no step is left running: {:?}",
+        inst.steps.iter().map(|s| (s.name.as_str(), s.status)).collect::<Vec<_>>()
+    );
+    assert_eq!(inst.status, WorkflowStatus::Waiting);
+    let wait = inst.wait.as_ref().expect("a stored wait");
+    assert_eq!(wait.step_index(), 3, "x's wait was written (K-4.5), not dropped");
+    assert_eq!(inst.steps[1].iterations, 1);
+}
+
+/// A halted sibling outside the loop's body keeps its halt: the loop-back waits for it.
+#[tokio::test]
+async fn a_halted_sibling_outside_the_body_keeps_its_wait() {
+    let world = World::new(24);
+    let runs: Runs = Default::default();
+    let def = Definition::builder("outside")
+        .step(again_step("pre", runs.clone()))
+        .step(again_step("t", runs.clone()).depends_on(["pre"]))
+        .step(
+            StepDef::new("s", |ctx: ActivityContext| async move {
+                Ok(StepOutcome::complete(json!({ "again": ctx.epoch() < 1 })))
+            })
+            .depends_on(["t"])
+            .loop_to("t", |o| o["again"] == json!(true))
+            .max_iterations(2),
+        )
+        .step(
+            StepDef::new("y", |ctx: ActivityContext| async move {
+                Ok(match ctx.resume() {
+                    Some(Resume { kind: ResumeKind::Signal, .. }) => StepOutcome::complete(json!("woken")),
+                    _ => StepOutcome::wait_for_signal("go", "y").generation(ctx.logical_generation()).into(),
+                })
+            })
+            .depends_on(["pre"]),
+        )
+        .build()
+        .unwrap();
+    let engine = world.engine("A", vec![def]);
+    let wf = start(&engine, "outside", "o:1").await;
+    world.drive(&engine).await.unwrap();
+    let inst = world.instance(wf.as_str()).await.unwrap();
+    // y (outside the body) is waiting; its wait was stored.
+    assert_eq!(inst.status, WorkflowStatus::Waiting, "{:?}", inst.steps);
+    assert_eq!(inst.wait.as_ref().map(|w| w.step_index()), Some(3));
+    let signal = Signal::builder(wf.clone(), "go").wait_key("y").generation(0).signal_id("go-y").build().unwrap();
+    engine.deliver_signal(signal).await.unwrap();
+    world.drive(&engine).await.unwrap();
+    let inst = world.instance(wf.as_str()).await.unwrap();
+    assert_eq!(inst.status, WorkflowStatus::Completed, "{:?}", inst.steps);
+    assert_eq!((inst.steps[2].iterations, inst.output["y"].clone()), (1, json!("woken")));
+}
+
+/// An operator's completion of a sender survives a replayed round (K-5 keeps completed
+/// steps): the loop is not stopped again — before, the control pass looked for the
+/// operator's entry in the new run only and stopped the sender at its maximum again.
+#[tokio::test]
+async fn an_operator_completion_survives_a_replay() {
+    let world = World::new(25);
+    let review = Review::new(100);
+    let fails = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let f = fails.clone();
+    let base = review.definition(1, OnFailed::DeadLetter);
+    let mut b = Definition::builder("review");
+    for s in base.steps() {
+        b = b.step(s.clone());
+    }
+    let def = b
+        .step(StepDef::new("file", move |_: ActivityContext| {
+            let f = f.clone();
+            async move {
+                if f.load(std::sync::atomic::Ordering::SeqCst) {
+                    return Err(ActivityError::permanent("archive unavailable"));
+                }
+                Ok(StepOutcome::complete(json!("filed")))
+            }
+        }))
+        .build()
+        .unwrap();
+    let engine = world.engine("A", vec![def]);
+    let wf = start(&engine, "review", "file:replay").await;
+    world.drive(&engine).await.unwrap();
+    let dl = world.dead_letters.list(Some(DeadLetterStatus::Open), None, 10).await.unwrap().pop().unwrap();
+    let output = json!({ "complete": false, "documents": 2, "waived": true });
+    engine
+        .decide_dead_letter(&dl.id, DeadLetterAction::Complete { output: output.clone() }, "ops", None)
+        .await
+        .unwrap();
+    world.drive(&engine).await.unwrap();
+    assert_eq!(world.instance(wf.as_str()).await.unwrap().status, WorkflowStatus::Failed, "`file` failed");
+    fails.store(false, std::sync::atomic::Ordering::SeqCst);
+    engine.publisher().start_or_resume(StartRequest::new("review", "file:replay", json!({}))).await.unwrap();
+    world.drive(&engine).await.unwrap();
+    let inst = world.instance(wf.as_str()).await.unwrap();
+    assert_eq!(inst.status, WorkflowStatus::Completed, "{:?}", inst.steps[1]);
+    assert_eq!((inst.retry_count, inst.output["check"].clone()), (1, output));
+    assert_eq!(world.dead_letters.list(Some(DeadLetterStatus::Open), None, 10).await.unwrap().len(), 0);
+}
