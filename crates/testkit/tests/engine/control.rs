@@ -79,6 +79,15 @@ impl Review {
         });
         Definition::builder("review").step(collect).step(check).step(approve).build().unwrap()
     }
+
+    /// The review with one more step after `approve`.
+    fn extended(&self, max: u32, on_failed: OnFailed, last: StepDef) -> Definition {
+        let mut b = Definition::builder("review");
+        for s in self.definition(max, on_failed).steps() {
+            b = b.step(s.clone());
+        }
+        b.step(last).build().unwrap()
+    }
 }
 
 async fn start(engine: &Engine, workflow_type: &str, biz_key: &str) -> WorkflowId {
@@ -838,6 +847,15 @@ fn again_step(name: &'static str, runs: Runs) -> StepDef {
     })
 }
 
+/// A sender back to `t` that always asks for another round, at most `max` times.
+fn sender_to_t(name: &'static str, runs: &Runs, max: u32, policy: OnFailed) -> StepDef {
+    again_step(name, runs.clone())
+        .depends_on(["t"])
+        .loop_to("t", |o| o["again"] == json!(true))
+        .max_iterations(max)
+        .on_failed(policy)
+}
+
 /// Two sibling senders back to the same target never reset each other's counters (only a
 /// loop strictly inside another restarts): each stops at its own maximum, so the workflow
 /// ends — before, each loop-back of one restarted the other and it never did.
@@ -847,20 +865,8 @@ async fn sibling_loops_stay_bounded() {
     let runs: Runs = Default::default();
     let def = Definition::builder("siblings")
         .step(again_step("t", runs.clone()))
-        .step(
-            again_step("a", runs.clone())
-                .depends_on(["t"])
-                .loop_to("t", |o| o["again"] == json!(true))
-                .max_iterations(2)
-                .on_failed(OnFailed::Skip),
-        )
-        .step(
-            again_step("b", runs.clone())
-                .depends_on(["t"])
-                .loop_to("t", |o| o["again"] == json!(true))
-                .max_iterations(2)
-                .on_failed(OnFailed::Skip),
-        )
+        .step(sender_to_t("a", &runs, 2, OnFailed::Skip))
+        .step(sender_to_t("b", &runs, 2, OnFailed::Skip))
         .build()
         .unwrap();
     let engine = world.engine("A", vec![def]);
@@ -919,12 +925,7 @@ async fn a_regenerate_restarts_the_loop_counter() {
             })
         }
     });
-    let base = review.definition(2, OnFailed::Stop);
-    let mut b = Definition::builder("review");
-    for s in base.steps() {
-        b = b.step(s.clone());
-    }
-    let engine = world.engine("A", vec![b.step(gate).build().unwrap()]);
+    let engine = world.engine("A", vec![review.extended(2, OnFailed::Stop, gate)]);
     let wf = start(&engine, "review", "file:regen").await;
     world.drive(&engine).await.unwrap();
     let before = world.instance(wf.as_str()).await.unwrap();
@@ -1100,19 +1101,8 @@ async fn a_stop_at_the_maximum_never_drops_a_siblings_wait() {
     let r = runs.clone();
     let def = Definition::builder("two")
         .step(again_step("t", runs.clone()))
-        .step(
-            again_step("a", runs.clone())
-                .depends_on(["t"])
-                .loop_to("t", |o| o["again"] == json!(true))
-                .max_iterations(1)
-                .on_failed(OnFailed::DeadLetter),
-        )
-        .step(
-            again_step("b", runs.clone())
-                .depends_on(["t"])
-                .loop_to("t", |o| o["again"] == json!(true))
-                .max_iterations(5),
-        )
+        .step(sender_to_t("a", &runs, 1, OnFailed::DeadLetter))
+        .step(sender_to_t("b", &runs, 5, OnFailed::Stop))
         .step(
             StepDef::new("x", move |ctx: ActivityContext| {
                 let r = r.clone();
@@ -1191,23 +1181,16 @@ async fn an_operator_completion_survives_a_replay() {
     let review = Review::new(100);
     let fails = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let f = fails.clone();
-    let base = review.definition(1, OnFailed::DeadLetter);
-    let mut b = Definition::builder("review");
-    for s in base.steps() {
-        b = b.step(s.clone());
-    }
-    let def = b
-        .step(StepDef::new("file", move |_: ActivityContext| {
-            let f = f.clone();
-            async move {
-                if f.load(std::sync::atomic::Ordering::SeqCst) {
-                    return Err(ActivityError::permanent("archive unavailable"));
-                }
-                Ok(StepOutcome::complete(json!("filed")))
+    let file = StepDef::new("file", move |_: ActivityContext| {
+        let f = f.clone();
+        async move {
+            if f.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(ActivityError::permanent("archive unavailable"));
             }
-        }))
-        .build()
-        .unwrap();
+            Ok(StepOutcome::complete(json!("filed")))
+        }
+    });
+    let def = review.extended(1, OnFailed::DeadLetter, file);
     let engine = world.engine("A", vec![def]);
     let wf = start(&engine, "review", "file:replay").await;
     world.drive(&engine).await.unwrap();
