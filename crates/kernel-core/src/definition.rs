@@ -635,6 +635,11 @@ impl Plan {
             .collect()
     }
 
+    /// `dependents[j]`: step `j` is step `i` or depends on it, directly or transitively.
+    pub fn dependents(&self, i: usize) -> Vec<bool> {
+        descendants(&self.steps, i)
+    }
+
     /// The body of the loop whose sender is step `sender` (`None` when it sends no loop):
     /// `body[j]` for the target and every step depending on it (transitively), except the
     /// steps after the sender (K-4 amendment).

@@ -75,13 +75,6 @@ enum Control {
     Skip(Vec<usize>),
 }
 
-/// The control pass's write, built from a [`Control`].
-enum Act {
-    LoopBack(Box<Transition>),
-    Stop(usize, String),
-    Skip(Vec<usize>),
-}
-
 /// Why a step got no permit.
 enum NoPermit {
     /// Denied, or the permit backend failed (fail closed): retry after this delay.
@@ -1079,18 +1072,20 @@ impl Claim {
     /// Decided from the committed document alone, so a crash between a sender's completion
     /// and its loop-back decides the same way on the next claim. `None`: nothing to do.
     async fn control(&self) -> Option<Next> {
-        let act = {
+        // The loop-back write is built from the same reading of the document as the decision.
+        let (decision, loop_back) = {
             let d = self.doc();
-            match self.decide_control(&d)? {
-                Control::LoopBack { sender, target } => Act::LoopBack(Box::new(self.loop_back(&d, sender, target))),
-                Control::Stop(i, message) => Act::Stop(i, message),
-                Control::Skip(indices) => Act::Skip(indices),
-            }
+            let decision = self.decide_control(&d)?;
+            let t = match &decision {
+                Control::LoopBack { sender, target } => Some(self.loop_back(&d, *sender, *target)),
+                _ => None,
+            };
+            (decision, t)
         };
-        let t = match act {
-            Act::LoopBack(t) => *t,
-            Act::Skip(indices) => Transition::branch_skip(&indices, self.now()),
-            Act::Stop(i, message) => {
+        let t = match decision {
+            Control::LoopBack { .. } => loop_back.expect("built with the decision"),
+            Control::Skip(indices) => Transition::branch_skip(&indices, self.now()),
+            Control::Stop(i, message) => {
                 tracing::warn!(step = self.def.steps()[i].name(), %message, "control stop");
                 let inv = Invocation { result: Err(ActivityError::permanent(message)), elapsed_ms: DurationMs::ZERO };
                 return Some(match self.classify(i, inv) {

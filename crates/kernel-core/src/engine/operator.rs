@@ -135,20 +135,8 @@ impl Engine {
                     s.status.as_str()
                 )));
             }
-            // The step and its transitive dependents (a step may depend on a later one:
-            // repeat until nothing changes; the plan is acyclic and small).
-            let mut reset = vec![false; plan.steps().len()];
-            reset[idx] = true;
-            let mut changed = true;
-            while changed {
-                changed = false;
-                for (j, p) in plan.steps().iter().enumerate() {
-                    if !reset[j] && p.deps.iter().any(|&d| reset.get(d).copied().unwrap_or(false)) {
-                        reset[j] = true;
-                        changed = true;
-                    }
-                }
-            }
+            // The step and its transitive dependents.
+            let reset = plan.dependents(idx);
             let now = ports.clock.now();
             let limits = self.inner.config.history_limits;
             let mut resets = Vec::new();
