@@ -101,21 +101,9 @@ impl Db {
             None => Connection::open_in_memory(),
         }
         .map_err(|e| open_error(&label, e))?;
-        conn.busy_timeout(busy_timeout_ms.to_std()).map_err(|e| open_error(&label, e))?;
-        if path.is_some() {
-            // WAL: readers never block the writer and a commit appends to the log; the mode
-            // is stored in the file, so every process on it uses it.
-            let mode: String = conn
-                .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
-                .map_err(|e| open_error(&label, e))?;
-            if !mode.eq_ignore_ascii_case("wal") {
-                return Err(Error::unavailable(format!("{label}: journal_mode is {mode}, WAL is required")));
-            }
-        }
-        conn.pragma_update(None, "synchronous", synchronous.pragma()).map_err(|e| open_error(&label, e))?;
         conn.set_prepared_statement_cache_capacity(32);
         let mut conn = conn;
-        migrate(&mut conn, &label)?;
+        prepare_retrying_deadlocks(&mut conn, path.is_some(), busy_timeout_ms.to_std(), synchronous, &label)?;
         let interrupt = conn.get_interrupt_handle();
         Ok(Db {
             conn: Mutex::new(conn),
@@ -274,6 +262,65 @@ fn open_error(label: &str, e: rusqlite::Error) -> Error {
         }
         _ => map(label, "open", e),
     }
+}
+
+/// Set the pragmas and migrate, within the busy timeout. SQLite answers `SQLITE_BUSY` at
+/// once, without waiting in its busy handler, when two connections would deadlock on a lock
+/// upgrade — which happens when several processes open a new file together and each
+/// switches it to WAL while the others read its schema. Such an answer is retried (short
+/// pauses) until the busy timeout has passed since the first try; a lock held past the busy
+/// timeout stays `Unavailable` as before.
+fn prepare_retrying_deadlocks(
+    conn: &mut Connection,
+    file: bool,
+    busy_timeout: std::time::Duration,
+    synchronous: Synchronous,
+    label: &str,
+) -> Result<()> {
+    let deadline = std::time::Instant::now() + busy_timeout;
+    let mut pause = std::time::Duration::from_millis(2);
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match prepare(conn, file, left, synchronous, label) {
+            Err(Error::Unavailable { cause: Some(cause), .. })
+                if busy(&cause) && std::time::Instant::now() + pause < deadline =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(std::time::Duration::from_millis(50));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Whether the driver error behind an `Unavailable` is a busy or locked database.
+fn busy(cause: &kernel_core::error::Cause) -> bool {
+    (**cause)
+        .downcast_ref::<rusqlite::Error>()
+        .is_some_and(|e| matches!(code(e), Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)))
+}
+
+/// One try of [`prepare_retrying_deadlocks`]: busy timeout, WAL, `synchronous`, migrations.
+fn prepare(
+    conn: &mut Connection,
+    file: bool,
+    busy_timeout: std::time::Duration,
+    synchronous: Synchronous,
+    label: &str,
+) -> Result<()> {
+    conn.busy_timeout(busy_timeout).map_err(|e| open_error(label, e))?;
+    if file {
+        // WAL: readers never block the writer and a commit appends to the log; the mode
+        // is stored in the file, so every process on it uses it.
+        let mode: String = conn
+            .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
+            .map_err(|e| open_error(label, e))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(Error::unavailable(format!("{label}: journal_mode is {mode}, WAL is required")));
+        }
+    }
+    conn.pragma_update(None, "synchronous", synchronous.pragma()).map_err(|e| open_error(label, e))?;
+    migrate(conn, label)
 }
 
 /// Bring the coordination tables to [`SCHEMA_VERSION`] in one `BEGIN IMMEDIATE`
