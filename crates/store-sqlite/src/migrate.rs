@@ -35,15 +35,17 @@ struct Identity {
 }
 
 fn identity(conn: &Connection) -> rusqlite::Result<Identity> {
-    let application_id: i32 = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
-    let user_version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    // coord-local's tables (`coord_…`, versioned in their own row) may share the file and
-    // may have been created first: they do not make a file foreign.
-    let objects: i64 = conn.query_row(
-        "SELECT count(*) FROM sqlite_schema WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\' \
-         AND name NOT LIKE 'coord\\_%' ESCAPE '\\'",
+    // One statement, so one read snapshot: read one by one, the three could straddle
+    // another process's migration (tables there, header not yet written) and call the file
+    // foreign. coord-local's tables (`coord_…`, versioned in their own row) may share the
+    // file and may have been created first: they do not make a file foreign.
+    let (application_id, user_version, objects): (i32, i64, i64) = conn.query_row(
+        "SELECT (SELECT application_id FROM pragma_application_id), \
+                (SELECT user_version FROM pragma_user_version), \
+                (SELECT count(*) FROM sqlite_schema WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\' \
+                 AND name NOT LIKE 'coord\\_%' ESCAPE '\\')",
         [],
-        |r| r.get(0),
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
     )?;
     Ok(Identity { application_id, user_version: u32::try_from(user_version).unwrap_or(u32::MAX), objects })
 }
@@ -83,6 +85,27 @@ fn open_error(path: &Path, what: &str, e: rusqlite::Error) -> Error {
     }
 }
 
+/// WAL is a property of the file, set once. Another process switching it at the same
+/// moment makes this wait on its lock (busy timeout) — except when the two would deadlock
+/// on a lock upgrade (each read the schema, each wants the exclusive lock): SQLite then
+/// answers `SQLITE_BUSY` at once, without its busy handler. Such an answer is retried with
+/// short pauses until `wait` has passed since the first try. Returns the journal mode.
+fn switch_to_wal(conn: &Connection, wait: Duration) -> rusqlite::Result<String> {
+    let deadline = std::time::Instant::now() + wait;
+    let mut pause = Duration::from_millis(2);
+    loop {
+        match conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0)) {
+            Err(rusqlite::Error::SqliteFailure(f, _))
+                if f.code == rusqlite::ErrorCode::DatabaseBusy && std::time::Instant::now() + pause < deadline =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Blocking: open `path`, check it (nothing changed when it is not ours or newer), switch it to WAL
 /// and apply the migrations it lacks in one `BEGIN IMMEDIATE` transaction: the version is
 /// re-read under the write lock, so when two processes start at once one migrates and the
@@ -104,10 +127,8 @@ pub fn migrate(path: &Path, config: &SqliteConfig) -> Result<Vec<u32>> {
         }
         return Ok(Vec::new());
     }
-    // WAL is a property of the file, set once; another process switching it at the same
-    // moment makes this wait on its lock (busy timeout).
-    let mode: String =
-        conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0)).map_err(|e| open_error(path, "set WAL mode", e))?;
+    let mode = switch_to_wal(&conn, Duration::from_millis(config.migrate_wait_ms))
+        .map_err(|e| open_error(path, "set WAL mode", e))?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(Error::unavailable(format!(
             "sqlite file `{}`: cannot switch to WAL mode (journal_mode stays `{mode}`)",
