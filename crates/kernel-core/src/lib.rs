@@ -16,6 +16,7 @@ pub mod definition;
 pub mod dispatch;
 pub mod engine;
 pub mod error;
+pub mod human;
 pub mod id;
 mod journal;
 pub mod model;

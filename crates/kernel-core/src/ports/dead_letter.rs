@@ -109,7 +109,7 @@ impl DeadLetterDecision {
 }
 
 /// A free text of at most `max` bytes without NUL (no store can hold NUL in every place).
-fn text(field: &str, s: &str, max: usize) -> Result<()> {
+pub(super) fn text(field: &str, s: &str, max: usize) -> Result<()> {
     if s.len() > max {
         return Err(Error::invalid(field, format_args!("{} bytes exceeds the limit of {max}", s.len())));
     }

@@ -16,6 +16,7 @@ mod permits;
 mod queue;
 mod store;
 mod stream;
+mod task_inbox;
 
 pub use cache::*;
 pub use clock::*;
@@ -28,3 +29,4 @@ pub use permits::*;
 pub use queue::*;
 pub use store::*;
 pub use stream::*;
+pub use task_inbox::*;
