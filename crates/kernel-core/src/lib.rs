@@ -12,6 +12,7 @@
 
 pub mod activity;
 pub mod agent;
+pub mod compensation;
 pub mod definition;
 pub mod dispatch;
 pub mod engine;

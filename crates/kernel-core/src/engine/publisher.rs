@@ -372,6 +372,12 @@ impl Publisher {
         Ok(self.deliver(signal).await?.outcome)
     }
 
+    /// A [`SignalSender`] delivering as [`deliver_signal`](Self::deliver_signal) does (a
+    /// [`TaskDesk`](crate::human::TaskDesk) in a process without an engine).
+    pub fn signal_sender(&self) -> SignalSender {
+        SignalSender::new(std::sync::Arc::new(self.clone()))
+    }
+
     /// [`deliver_signal`](Self::deliver_signal), saying whether the inbox held the id.
     pub(super) async fn deliver(&self, signal: Signal) -> Result<super::signals::Delivered> {
         let ports = super::signals::SignalPorts {
@@ -532,4 +538,11 @@ struct Stored {
     candidate: Option<LaneEntry>,
     /// The start's clock reading (the stream owner of an activated start).
     now: Instant,
+}
+
+#[async_trait::async_trait]
+impl SignalDelivery for Publisher {
+    async fn deliver(&self, signal: Signal) -> Result<DeliverOutcome> {
+        self.deliver_signal(signal).await
+    }
 }
