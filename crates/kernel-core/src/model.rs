@@ -562,6 +562,10 @@ pub struct WorkflowInstance {
     /// When the instance reached a terminal status; cleared by replay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<Instant>,
+    /// What the failure path's compensation did (K-17.6), recorded with the `failed`
+    /// write when the definition declares inverses; cleared by replay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compensation: Option<crate::compensation::CompensationReport>,
 }
 
 std::thread_local! {
@@ -609,6 +613,7 @@ impl Clone for WorkflowInstance {
             created_at: self.created_at,
             updated_at: self.updated_at,
             finished_at: self.finished_at,
+            compensation: self.compensation.clone(),
         }
     }
 }
@@ -645,7 +650,11 @@ impl WorkflowInstance {
             created_at: _,
             updated_at: _,
             finished_at: _,
+            compensation,
         } = self;
+        if let Some(c) = compensation {
+            c.validate()?;
+        }
         validate::identifier("workflow_id", workflow_id.as_str())?;
         validate::identifier("biz_key", biz_key)?;
         validate::identifier("workflow_type", workflow_type)?;

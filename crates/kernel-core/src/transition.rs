@@ -470,6 +470,8 @@ pub struct Transition {
     pub prepare_failures: Option<u32>,
     /// Terminal time, set (terminal write) or cleared (replay).
     pub finished_at: Option<Patch<Instant>>,
+    /// The compensation report (K-17.6), set with the `failed` write or cleared (replay).
+    pub compensation: Option<Patch<crate::compensation::CompensationReport>>,
     /// `revision += 1` (every accepted write but claim and heartbeat, K-2.2).
     pub bump_revision: bool,
 }
@@ -536,6 +538,7 @@ impl Transition {
             retry_count_inc,
             prepare_failures,
             finished_at,
+            compensation,
             bump_revision,
         } = next;
         self.kinds.extend(kinds);
@@ -569,7 +572,8 @@ impl Transition {
             fingerprint_mismatch,
             priority,
             prepare_failures,
-            finished_at
+            finished_at,
+            compensation
         );
         self.reset_failed_steps |= reset_failed_steps;
         self.retry_count_inc |= retry_count_inc;
@@ -597,8 +601,12 @@ impl Transition {
             retry_count_inc,
             prepare_failures,
             finished_at,
+            compensation,
             bump_revision,
         } = self;
+        if let Some(p) = compensation {
+            p.apply(&mut inst.compensation);
+        }
         if let Some(s) = status {
             inst.status = *s;
         }
@@ -698,8 +706,12 @@ impl Transition {
             retry_count_inc: _,
             prepare_failures: _,
             finished_at: _,
+            compensation,
             bump_revision: _,
         } = self;
+        if let Some(Patch::Set(c)) = compensation {
+            c.validate()?;
+        }
         if *reset_failed_steps && !steps.is_empty() {
             // Both could name the same element (`steps.$[f]` and `steps.<i>`), which a
             // document store refuses as a path conflict; no kernel transition needs it.
@@ -923,6 +935,14 @@ impl Transition {
         Transition::terminal(TransitionKind::Failed, WorkflowStatus::Failed, now)
     }
 
+    /// [`failed`](Self::failed) with the compensation's report (K-17.6), under
+    /// [`Guard::Failing`].
+    pub fn failed_compensated(now: Instant, report: crate::compensation::CompensationReport) -> Self {
+        let mut t = Transition::failed(now);
+        t.compensation = Some(Patch::Set(report));
+        t
+    }
+
     /// `running → completed`, under [`Guard::Running`].
     pub fn completed(now: Instant) -> Self {
         Transition::terminal(TransitionKind::Completed, WorkflowStatus::Completed, now)
@@ -1038,6 +1058,7 @@ impl Transition {
         t.claimable_time = Some(Patch::Set(now));
         t.claim_token = Some(Patch::Unset);
         t.finished_at = Some(Patch::Unset);
+        t.compensation = Some(Patch::Unset);
         t.resume = Some(Patch::Unset);
         t.wait = Some(Patch::Unset);
         t.reset_failed_steps = true;

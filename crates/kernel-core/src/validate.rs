@@ -256,6 +256,7 @@ mod tests {
                 created_at: Instant::ZERO,
                 updated_at: Instant::ZERO,
                 finished_at: None,
+                compensation: None,
             }
         }
 

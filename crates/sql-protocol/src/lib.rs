@@ -598,6 +598,7 @@ pub fn set_sql(b: &mut Binds, t: &Transition, limits: &Limits) -> Result<String>
         retry_count_inc,
         prepare_failures,
         finished_at,
+        compensation,
         bump_revision,
     } = t;
     let d = b.dialect;
@@ -697,6 +698,7 @@ pub fn set_sql(b: &mut Binds, t: &Transition, limits: &Limits) -> Result<String>
     patch(b, "business_priority", priority.map(|p| Ok(Some(Param::Int8(i64::from(u8::from(p)))))))?;
     patch(b, "finished_at", of(finished_at, |x| Ok(Param::Int8(x.as_millis()))))?;
     patch(b, "prepare_failures", prepare_failures.map(|n| Ok(Some(Param::Int8(i64::from(n))))))?;
+    patch(b, "compensation", of(compensation, |c| jsonb(d, "compensation", serde_json::to_value(c))))?;
     patch(b, "updated_at", Some(Ok(Some(Param::Int8(now.as_millis())))))?;
     if *retry_count_inc {
         sets.push("retry_count = retry_count + 1".to_string());
@@ -775,7 +777,7 @@ pub fn dead_letter_params(dialect: Dialect, dl: &kernel_core::ports::DeadLetter)
 /// Instance columns in the order every `SELECT`/`RETURNING` reads them.
 pub const INSTANCE_COLUMNS: &str = "workflow_id, workflow_type, biz_key, status, steps, input, output, \
 claimable_time, claim_token, wait, resume, definition_fingerprint, fingerprint_mismatch, business_priority, \
-retry_count, prepare_failures, revision, created_at, updated_at, finished_at";
+retry_count, prepare_failures, revision, created_at, updated_at, finished_at, compensation";
 
 /// The insert of a new instance into `table` (already qualified and quoted by the store):
 /// `INSERT … (`[`INSTANCE_COLUMNS`]`) VALUES (…) ON CONFLICT DO NOTHING RETURNING workflow_id`
@@ -804,6 +806,7 @@ pub fn insert_instance(dialect: Dialect, table: &str, w: &WorkflowInstance, limi
         created_at,
         updated_at,
         finished_at,
+        compensation,
     } = w;
     for (i, s) in steps.iter().enumerate() {
         if let Some(c) = &s.checkpoint {
@@ -860,6 +863,10 @@ pub fn insert_instance(dialect: Dialect, table: &str, w: &WorkflowInstance, limi
     nullable(&mut b, Some(Param::Int8(created_at.as_millis())));
     nullable(&mut b, Some(Param::Int8(updated_at.as_millis())));
     nullable(&mut b, finished_at.map(|t| Param::Int8(t.as_millis())));
+    nullable(
+        &mut b,
+        compensation.as_ref().map(|c| jsonb(dialect, "compensation", serde_json::to_value(c))).transpose()?,
+    );
     let sql = format!(
         "INSERT INTO {table} ({INSTANCE_COLUMNS}) VALUES ({}) ON CONFLICT DO NOTHING RETURNING workflow_id",
         vals.join(", ")

@@ -403,6 +403,7 @@ pub(crate) fn instance_doc(w: &WorkflowInstance) -> Result<Document> {
         created_at,
         updated_at,
         finished_at,
+        compensation,
     } = w;
     let steps =
         steps.iter().enumerate().map(|(i, s)| step_doc(i, s).map(Bson::Document)).collect::<Result<Vec<_>>>()?;
@@ -447,7 +448,16 @@ pub(crate) fn instance_doc(w: &WorkflowInstance) -> Result<Document> {
     if *prepare_failures > 0 {
         d.insert("prepare_failures", i32_of("prepare_failures", *prepare_failures)?);
     }
+    if let Some(c) = compensation {
+        d.insert("compensation", compensation_bson(c)?);
+    }
     Ok(d)
+}
+
+/// A compensation report (K-17.6) as BSON: its JSON form node by node ([`json_to_bson`]).
+pub(crate) fn compensation_bson(c: &kernel_core::compensation::CompensationReport) -> Result<Bson> {
+    let v = serde_json::to_value(c).map_err(|e| Error::invalid_with("compensation", e.to_string(), e))?;
+    json_to_bson("compensation", &v)
 }
 
 /// Decode a stored instance document.
@@ -494,6 +504,13 @@ pub(crate) fn instance_of(d: &Document) -> Result<WorkflowInstance> {
         created_at: time_of("created_at", req(d, "created_at")?)?,
         updated_at: time_of("updated_at", req(d, "updated_at")?)?,
         finished_at: opt_time(d, "finished_at")?,
+        compensation: match d.get("compensation") {
+            None | Some(Bson::Null) => None,
+            Some(b) => Some(
+                serde_json::from_value(bson_to_json("compensation", b)?)
+                    .map_err(|e| corrupt("compensation", format_args!("{e}")))?,
+            ),
+        },
     })
 }
 

@@ -293,6 +293,7 @@ pub fn transition_update(t: &Transition, limits: &Limits) -> Result<Update> {
         retry_count_inc,
         prepare_failures,
         finished_at,
+        compensation,
         bump_revision,
     } = t;
     let mut ops = Ops::default();
@@ -348,6 +349,9 @@ pub fn transition_update(t: &Transition, limits: &Limits) -> Result<Update> {
     }
     if let Some(n) = prepare_failures {
         ops.set.insert("prepare_failures", codec::i32_of("prepare_failures", *n)?);
+    }
+    if let Some(p) = compensation {
+        ops.patch("compensation".into(), p, codec::compensation_bson)?;
     }
     ops.set.insert("updated_at", dt(*now));
     if *retry_count_inc {

@@ -83,6 +83,7 @@ pub(crate) fn instance(row: &Row<'_>) -> Result<WorkflowInstance> {
         created_at: time(row, "created_at")?,
         updated_at: time(row, "updated_at")?,
         finished_at: opt_time(row, "finished_at")?,
+        compensation: opt_json(row, "compensation")?,
     })
 }
 

@@ -458,6 +458,7 @@ impl Publisher {
             created_at: now,
             updated_at: now,
             finished_at: None,
+            compensation: None,
         };
         let (mut inst, mut activated, created) = match store.create(doc).await? {
             CreateOutcome::Created(i) => {

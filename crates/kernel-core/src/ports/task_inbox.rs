@@ -151,6 +151,15 @@ pub struct TaskDecision {
 }
 
 impl TaskDecision {
+    /// This decision without the text of a sensitive reason (what leaves the task record).
+    pub fn redacted(&self) -> TaskDecision {
+        let mut d = self.clone();
+        if let Some(r) = d.reason.as_mut().filter(|r| r.sensitive) {
+            r.text = None;
+        }
+        d
+    }
+
     /// The K-2.0 check, called by every adapter before any I/O: `actor` follows the
     /// identifier rule, a reason's text is at most [`TASK_TEXT_BYTES_MAX`] bytes without
     /// NUL. A refusal is [`Error::InvalidInput`] and nothing is written.
@@ -317,9 +326,10 @@ pub enum TaskDecideOutcome {
     NotFound,
     /// The task is closed (decided and taken, escalated, expired or canceled).
     Closed,
-    /// Another decision was stored first (returned as stored) — also what a reused token gets.
+    /// Another decision was stored first (returned without a sensitive reason's text) —
+    /// also what a reused token gets.
     AlreadyDecided(TaskDecision),
-    /// The token is not this task's.
+    /// The token is not this task's (checked before anything else is said of the task).
     WrongToken,
     /// The actor is neither the assignee nor holds one of the task's roles.
     NotEligible,
@@ -329,9 +339,11 @@ pub enum TaskDecideOutcome {
 
 /// The one rule every adapter applies to a decision, from the record as read: `Some` of
 /// the refusal, or `None` when the decision may be written (conditionally on the record
-/// still being open with this token). Checked in this order: absent, closed, decided, the
-/// token, the decision's actor, eligibility — so a wrong token learns nothing about who
-/// may decide. The fields it reads besides the status never change after `open`.
+/// still being open with this token). Checked in this order: absent, the token, closed,
+/// decided, the decision's actor, eligibility — so a caller without the token learns
+/// nothing about the task (not whether it is closed, not a stored decision), and a stored
+/// decision is returned without the text of a sensitive reason. The fields it reads besides
+/// the status and decision never change after `open`.
 pub fn task_decision_refused(
     found: Option<&TaskRecord>,
     token: &str,
@@ -339,14 +351,14 @@ pub fn task_decision_refused(
     decision: &TaskDecision,
 ) -> Result<Option<TaskDecideOutcome>> {
     let Some(t) = found else { return Ok(Some(TaskDecideOutcome::NotFound)) };
+    if !constant_time_eq(t.token.as_bytes(), token.as_bytes()) {
+        return Ok(Some(TaskDecideOutcome::WrongToken));
+    }
     Ok(match (t.status, &t.decision) {
         (TaskStatus::Closed, _) => Some(TaskDecideOutcome::Closed),
-        (TaskStatus::Decided, Some(d)) => Some(TaskDecideOutcome::AlreadyDecided(d.clone())),
+        (TaskStatus::Decided, Some(d)) => Some(TaskDecideOutcome::AlreadyDecided(d.redacted())),
         (TaskStatus::Decided, None) => {
             return Err(Error::corrupt(format!("task `{}` is decided without a decision", t.id)));
-        }
-        (TaskStatus::Open, _) if !constant_time_eq(t.token.as_bytes(), token.as_bytes()) => {
-            Some(TaskDecideOutcome::WrongToken)
         }
         (TaskStatus::Open, _) if decision.actor != actor.id => Some(TaskDecideOutcome::ActorMismatch),
         (TaskStatus::Open, _) if !t.eligible(actor) => Some(TaskDecideOutcome::NotEligible),

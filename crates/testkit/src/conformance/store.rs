@@ -94,6 +94,7 @@ pub fn instance(workflow_id: &str) -> WorkflowInstance {
         created_at: T0.minus(1_000),
         updated_at: T0.minus(1_000),
         finished_at: None,
+        compensation: None,
     }
 }
 
