@@ -543,6 +543,54 @@ pub async fn replay_clears_the_iterations_of_failed_steps(store: &DynStore) {
     );
 }
 
+/// K-17.6: the `failed` write carries the compensation report (under `Failing` only: a
+/// wrong token misses), it reads back whole, and a replay clears it.
+pub async fn compensation_report_guard(store: &DynStore) {
+    use kernel_core::compensation::{CompensationOutcome, CompensationReport, InverseResult, InverseRun};
+    let mut f = claimed("wf-1", "a");
+    f.status = WorkflowStatus::Failing;
+    seed(store, f).await;
+    let report = CompensationReport {
+        outcome: CompensationOutcome::Escalated,
+        steps: vec![
+            InverseRun {
+                step: STEPS[1].into(),
+                result: InverseResult::Compensated,
+                attempts: 1,
+                error: None,
+                task: None,
+            },
+            InverseRun {
+                step: STEPS[0].into(),
+                result: InverseResult::Escalated,
+                attempts: 3,
+                error: Some("ledger: 503 ünavailable".into()),
+                task: Some("5:wf-1|1:a|0|c|h0".into()),
+            },
+        ],
+        at: T0.plus(30),
+    };
+    let t = Transition::failed_compensated(T0.plus(30), report.clone());
+    check_write(store, "wf-1", &failing("b"), &t, false).await;
+    let after = check_write(store, "wf-1", &failing("a"), &t, true).await;
+    assert_eq!((after.status, after.compensation.as_ref()), (WorkflowStatus::Failed, Some(&report)));
+    let replay = Transition::replay(json!({"fencing_token": "f2"}), T0.plus(40));
+    let after = check_write(store, "wf-1", &Guard::Failed { unless_round: None }, &replay, true).await;
+    assert_eq!(after.compensation, None, "a replay clears the report");
+    // A report that disagrees with its steps is bad input, nothing written.
+    let mut g = claimed("wf-2", "a");
+    g.status = WorkflowStatus::Failing;
+    seed(store, g).await;
+    let mut bad = report;
+    bad.outcome = CompensationOutcome::Recovered;
+    let e = store
+        .apply(&"wf-2".into(), &failing("a"), &Transition::failed_compensated(T0.plus(50), bad))
+        .await
+        .expect_err("refused");
+    assert!(matches!(e, Error::InvalidInput { .. }), "{e:?}");
+    assert_eq!(store.get(&"wf-2".into()).await.unwrap().unwrap().status, WorkflowStatus::Failing);
+}
+
 // --- create (no token; unique biz_key) ---------------------------------------------------
 
 /// Create, then read back by id and by biz key.
@@ -1427,6 +1475,7 @@ macro_rules! store_conformance {
             loop_back_guard,
             branch_skip_guard,
             replay_clears_the_iterations_of_failed_steps,
+            compensation_report_guard,
         );
     };
 }
