@@ -18,10 +18,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
     (2, "observations", include_str!("../migrations/0002_observations.sql")),
     (3, "result_cache", include_str!("../migrations/0003_result_cache.sql")),
     (4, "dead_letters", include_str!("../migrations/0004_dead_letters.sql")),
+    (5, "task_inbox", include_str!("../migrations/0005_task_inbox.sql")),
 ];
 
 /// The schema version this build writes and reads: the last migration's.
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// `PRAGMA application_id` of a database of this crate (`"WFK1"`).
 pub const APPLICATION_ID: i32 = 0x5746_4B31;
