@@ -774,6 +774,52 @@ pub fn dead_letter_params(dialect: Dialect, dl: &kernel_core::ports::DeadLetter)
     ])
 }
 
+/// Human-task columns in the order every `SELECT` reads them (K-17.5).
+pub const TASK_COLUMNS: &str = "id, workflow_id, workflow_type, step, level, title, assignee, roles, evidence, token, \
+     created_at, due_at, status, decision, closed_at";
+
+/// The values of a new human task, in the order of the first twelve [`TASK_COLUMNS`] (a
+/// new record is `open`, without decision or `closed_at`): the roles as a
+/// [`Param::TextArray`], the evidence as JSON. The record is checked by
+/// `TaskRecord::validate_new` first.
+pub fn task_params(dialect: Dialect, task: &kernel_core::ports::TaskRecord) -> Result<Vec<Param>> {
+    task.validate_new()?;
+    let kernel_core::ports::TaskRecord {
+        id,
+        workflow_id,
+        workflow_type,
+        step,
+        level,
+        title,
+        assignee,
+        roles,
+        evidence,
+        token,
+        created_at,
+        due_at,
+        status: _,
+        decision: _,
+        closed_at: _,
+    } = task;
+    Ok(vec![
+        text_of(dialect, "id", id)?,
+        text_of(dialect, "workflow_id", workflow_id.as_str())?,
+        text_of(dialect, "workflow_type", workflow_type)?,
+        text_of(dialect, "step", step)?,
+        Param::Int8(i64::from(*level)),
+        text_of(dialect, "title", title)?,
+        match assignee {
+            Some(a) => text_of(dialect, "assignee", a)?,
+            None => Param::NullText,
+        },
+        Param::TextArray(roles.clone()),
+        jsonb(dialect, "evidence", serde_json::to_value(evidence))?,
+        text_of(dialect, "token", token)?,
+        Param::Int8(created_at.as_millis()),
+        Param::Int8(due_at.as_millis()),
+    ])
+}
+
 /// Instance columns in the order every `SELECT`/`RETURNING` reads them.
 pub const INSTANCE_COLUMNS: &str = "workflow_id, workflow_type, biz_key, status, steps, input, output, \
 claimable_time, claim_token, wait, resume, definition_fingerprint, fingerprint_mismatch, business_priority, \

@@ -124,3 +124,29 @@ pub(crate) fn dead_letter(row: &Row) -> Result<kernel_core::ports::DeadLetter> {
         closed_at: opt_time(row, "closed_at")?,
     })
 }
+
+/// A row of every task column ([`TASK_COLUMNS`](crate::task_inbox::TASK_COLUMNS)).
+pub(crate) fn task(row: &Row) -> Result<kernel_core::ports::TaskRecord> {
+    Ok(kernel_core::ports::TaskRecord {
+        id: col(row, "id")?,
+        workflow_id: col::<String>(row, "workflow_id")?.into(),
+        workflow_type: col(row, "workflow_type")?,
+        step: col(row, "step")?,
+        level: u32_of("level", col(row, "level")?)?,
+        title: col(row, "title")?,
+        assignee: col(row, "assignee")?,
+        roles: col(row, "roles")?,
+        evidence: json("evidence", col::<Value>(row, "evidence")?)?,
+        token: col(row, "token")?,
+        created_at: time(row, "created_at")?,
+        due_at: time(row, "due_at")?,
+        status: status_of(row, "status")?,
+        decision: task_decision(row)?,
+        closed_at: opt_time(row, "closed_at")?,
+    })
+}
+
+/// The `decision` column of a task row.
+pub(crate) fn task_decision(row: &Row) -> Result<Option<kernel_core::ports::TaskDecision>> {
+    opt_json(row, "decision")
+}

@@ -6,7 +6,8 @@
 //! [`PostgresOutbox`] the dispatch outbox on the user's business table,
 //! [`PostgresResultCache`] the cache of read-only activity results
 //! ([`ResultCache`](kernel_core::ports::ResultCache)), and
-//! [`PostgresDeadLetters`] implements [`DeadLetters`](kernel_core::ports::DeadLetters), and
+//! [`PostgresDeadLetters`] implements [`DeadLetters`](kernel_core::ports::DeadLetters),
+//! [`PostgresTaskInbox`] implements [`TaskInbox`](kernel_core::ports::TaskInbox), and
 //! [`PostgresObservationRepository`] the observer's
 //! [`ObservationRepository`](observer::ObservationRepository) (what
 //! [`OpsView`](observer::OpsView) queries).
@@ -74,6 +75,9 @@
 //! result_cache(key PK, value jsonb, stored_at, expires_at)          -- PostgresResultCache
 //! dead_letters(id PK, workflow_id, workflow_type, step, step_index, run, epoch, created_at,
 //!   status, closed_at, error jsonb, inputs jsonb, decision jsonb)   -- migration 7
+//! task_inbox(id PK, workflow_id, workflow_type, step, level, title, assignee, roles text[],
+//!   token, created_at, due_at, status, closed_at, evidence jsonb, decision jsonb,
+//!   decided_at, sensitive_text)                   -- migration 8, the last two generated
 //! ```
 //!
 //! `claim_any` takes its candidate from the function `claim_candidate(now, types)`
@@ -103,6 +107,7 @@ mod observation;
 mod outbox;
 pub mod protocol;
 mod store;
+mod task_inbox;
 
 pub use cache::{PostgresResultCache, RESULT_CACHE};
 pub use dead_letter::{PostgresDeadLetters, DEAD_LETTER_COLUMNS};
@@ -115,6 +120,7 @@ pub use observation::{
 pub use outbox::{OutboxTable, PostgresOutbox};
 pub use protocol::Limits;
 pub use store::PostgresWorkflowStore;
+pub use task_inbox::{PostgresTaskInbox, TASK_COLUMNS};
 
 use error::Op;
 use kernel_core::{Error, Result};
@@ -130,6 +136,8 @@ pub const INSTANCES: &str = "workflow_instances";
 pub const INBOX: &str = "signal_inbox";
 /// Name of the dead-letter table.
 pub const DEAD_LETTERS: &str = "dead_letters";
+/// Name of the human-task table.
+pub const TASK_INBOX: &str = "task_inbox";
 /// The URL used when `DATABASE_URL` is unset.
 pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 

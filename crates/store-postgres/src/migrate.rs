@@ -14,6 +14,7 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     (5, "write_path", include_str!("../migrations/0005_write_path.sql")),
     (6, "result_cache", include_str!("../migrations/0006_result_cache.sql")),
     (7, "dead_letters", include_str!("../migrations/0007_dead_letters.sql")),
+    (8, "task_inbox", include_str!("../migrations/0008_task_inbox.sql")),
     (9, "compensation", include_str!("../migrations/0009_compensation.sql")),
 ];
 

@@ -6,7 +6,8 @@
 //! [`SqliteOutbox`] the dispatch outbox on the user's business table,
 //! [`SqliteResultCache`] the cache of read-only activity results
 //! ([`ResultCache`](kernel_core::ports::ResultCache)), and
-//! [`SqliteDeadLetters`] implements [`DeadLetters`](kernel_core::ports::DeadLetters), and
+//! [`SqliteDeadLetters`] implements [`DeadLetters`](kernel_core::ports::DeadLetters),
+//! [`SqliteTaskInbox`] implements [`TaskInbox`](kernel_core::ports::TaskInbox), and
 //! [`SqliteObservationRepository`] the observer's
 //! [`ObservationRepository`](observer::ObservationRepository) (what
 //! [`OpsView`](observer::OpsView) queries). Several processes may share the file.
@@ -85,6 +86,9 @@
 //! result_cache(key PK, value, stored_at, expires_at)        -- SqliteResultCache
 //! dead_letters(id PK, workflow_id, workflow_type, step, step_index, run, epoch, created_at,
 //!   status, closed_at, error, inputs, decision)                      -- migration 4, JSON text
+//! task_inbox(id PK, workflow_id, workflow_type, step, level, title, assignee, token,
+//!   created_at, due_at, status, closed_at, roles, evidence, decision,  -- migration 5, JSON text
+//!   decided_at, sensitive_text)                                     -- generated from decision
 //! ```
 //!
 //! Times are `INTEGER` milliseconds since the Unix epoch; text compares byte-wise. The file
@@ -114,6 +118,7 @@ mod observation;
 mod outbox;
 pub mod protocol;
 mod store;
+mod task_inbox;
 
 pub use cache::{SqliteResultCache, RESULT_CACHE};
 pub use dead_letter::{SqliteDeadLetters, DEAD_LETTER_COLUMNS};
@@ -123,6 +128,7 @@ pub use observation::SqliteObservationRepository;
 pub use outbox::{OutboxTable, SqliteOutbox};
 pub use sql_protocol::Limits;
 pub use store::SqliteWorkflowStore;
+pub use task_inbox::{SqliteTaskInbox, TASK_COLUMNS};
 
 use error::Op;
 use kernel_core::{Error, Result};
@@ -137,6 +143,8 @@ pub const INSTANCES: &str = "workflow_instances";
 pub const INBOX: &str = "signal_inbox";
 /// Name of the dead-letter table.
 pub const DEAD_LETTERS: &str = "dead_letters";
+/// Name of the human-task table.
+pub const TASK_INBOX: &str = "task_inbox";
 
 /// SQLite's `synchronous` setting: when a commit waits for the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -18,6 +18,7 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
     (2, "observations", include_str!("../migrations/0002_observations.sql")),
     (3, "result_cache", include_str!("../migrations/0003_result_cache.sql")),
     (4, "dead_letters", include_str!("../migrations/0004_dead_letters.sql")),
+    (5, "task_inbox", include_str!("../migrations/0005_task_inbox.sql")),
     (6, "compensation", include_str!("../migrations/0006_compensation.sql")),
 ];
 

@@ -19,3 +19,4 @@ mod races;
 mod story;
 mod support;
 mod sweep;
+mod task_inbox;

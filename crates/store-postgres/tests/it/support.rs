@@ -1,16 +1,18 @@
 //! The one place that decides whether the PostgreSQL tests run, and their fixtures.
 
-use kernel_core::ports::{DynDeadLetters, DynInbox, DynResultCache, DynStore};
+use kernel_core::ports::{DynDeadLetters, DynInbox, DynResultCache, DynStore, DynTaskInbox};
 use rand::Rng;
 use std::sync::OnceLock;
 use std::time::Duration;
 use store_postgres::{
-    PostgresConfig, PostgresDeadLetters, PostgresResultCache, PostgresSignalInbox, PostgresWorkflowStore,
+    PostgresConfig, PostgresDeadLetters, PostgresResultCache, PostgresSignalInbox, PostgresTaskInbox,
+    PostgresWorkflowStore,
 };
 use testkit::conformance::cache::CacheFixture;
 use testkit::conformance::dead_letter::DeadLetterFixture;
 use testkit::conformance::inbox::InboxFixture;
 use testkit::conformance::store::StoreFixture;
+use testkit::conformance::task_inbox::TaskInboxFixture;
 
 /// Whether the server answered the first probe of this test binary.
 static SERVER: OnceLock<Result<(), String>> = OnceLock::new();
@@ -104,6 +106,10 @@ impl TestSchema {
 
     pub fn dead_letters(&self) -> PostgresDeadLetters {
         PostgresDeadLetters::new(self.pool.clone(), self.config.clone()).expect("dead letters")
+    }
+
+    pub fn task_inbox(&self) -> PostgresTaskInbox {
+        PostgresTaskInbox::new(self.pool.clone(), self.config.clone()).expect("task inbox")
     }
 
     /// A client of the pool, for reading the tables directly.
@@ -307,6 +313,26 @@ impl DeadLetterDb {
 
 impl DeadLetterFixture for DeadLetterDb {
     fn dead_letters(&self) -> &DynDeadLetters {
+        &self.1
+    }
+    fn teardown(self) -> futures::future::BoxFuture<'static, ()> {
+        Box::pin(self.0.drop_schema())
+    }
+}
+
+/// Task-inbox conformance fixture: the human tasks in a fresh schema.
+pub struct TaskInboxDb(pub TestSchema, pub PostgresTaskInbox);
+
+impl TaskInboxDb {
+    pub async fn new() -> Option<TaskInboxDb> {
+        let t = TestSchema::new().await?;
+        let s = t.task_inbox();
+        Some(TaskInboxDb(t, s))
+    }
+}
+
+impl TaskInboxFixture for TaskInboxDb {
+    fn task_inbox(&self) -> &DynTaskInbox {
         &self.1
     }
     fn teardown(self) -> futures::future::BoxFuture<'static, ()> {

@@ -16,3 +16,4 @@ mod quarantine;
 mod races;
 mod support;
 mod sweep;
+mod task_inbox;

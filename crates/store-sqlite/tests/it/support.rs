@@ -1,13 +1,15 @@
 //! Fixtures: a fresh SQLite file per test, in a temporary directory removed on drop.
 
-use kernel_core::ports::{DynDeadLetters, DynInbox, DynResultCache, DynStore};
+use kernel_core::ports::{DynDeadLetters, DynInbox, DynResultCache, DynStore, DynTaskInbox};
 use store_sqlite::{
-    SqliteConfig, SqliteDb, SqliteDeadLetters, SqliteResultCache, SqliteSignalInbox, SqliteWorkflowStore, Synchronous,
+    SqliteConfig, SqliteDb, SqliteDeadLetters, SqliteResultCache, SqliteSignalInbox, SqliteTaskInbox,
+    SqliteWorkflowStore, Synchronous,
 };
 use testkit::conformance::cache::CacheFixture;
 use testkit::conformance::dead_letter::DeadLetterFixture;
 use testkit::conformance::inbox::InboxFixture;
 use testkit::conformance::store::StoreFixture;
+use testkit::conformance::task_inbox::TaskInboxFixture;
 
 /// The configuration of the tests: `synchronous=NORMAL` (see the crate's test docs).
 pub fn config() -> SqliteConfig {
@@ -41,6 +43,10 @@ impl TestDb {
 
     pub fn dead_letters(&self) -> SqliteDeadLetters {
         SqliteDeadLetters::new(self.db.clone())
+    }
+
+    pub fn task_inbox(&self) -> SqliteTaskInbox {
+        SqliteTaskInbox::new(self.db.clone())
     }
 
     /// Close the pool and delete the directory (a failure to delete is reported, not fatal).
@@ -137,6 +143,28 @@ impl DeadLetterDb {
 
 impl DeadLetterFixture for DeadLetterDb {
     fn dead_letters(&self) -> &DynDeadLetters {
+        &self.1
+    }
+    fn teardown(self) -> futures::future::BoxFuture<'static, ()> {
+        drop(self.1);
+        self.0.close();
+        Box::pin(async {})
+    }
+}
+
+/// Task-inbox conformance fixture: the human tasks in a fresh file.
+pub struct TaskInboxDb(pub TestDb, pub SqliteTaskInbox);
+
+impl TaskInboxDb {
+    pub async fn new() -> Option<TaskInboxDb> {
+        let t = TestDb::new().await;
+        let s = t.task_inbox();
+        Some(TaskInboxDb(t, s))
+    }
+}
+
+impl TaskInboxFixture for TaskInboxDb {
+    fn task_inbox(&self) -> &DynTaskInbox {
         &self.1
     }
     fn teardown(self) -> futures::future::BoxFuture<'static, ()> {
