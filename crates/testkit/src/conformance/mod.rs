@@ -9,4 +9,5 @@ pub mod outbox;
 pub mod permits;
 pub mod queue;
 pub mod store;
+pub mod task_inbox;
 pub mod wakeup;

@@ -9,6 +9,7 @@ mod outbox;
 mod permits;
 mod queue;
 mod store;
+mod task_inbox;
 
 pub use cache::MemoryResultCache;
 pub use clock::{ManualClock, SeqIds};
@@ -18,3 +19,4 @@ pub use outbox::{InMemoryCandidates, InMemoryOutbox};
 pub use permits::{InMemoryPermits, PermitLimits};
 pub use queue::{InMemoryQueue, InMemoryWakeup, LaneWeights};
 pub use store::InMemoryStore;
+pub use task_inbox::MemoryTaskInbox;
