@@ -674,6 +674,155 @@ pub(crate) fn decode_dead_letter(r: &RawDocumentBuf) -> Result<kernel_core::port
     })
 }
 
+// --- human tasks -------------------------------------------------------------------------
+
+/// The stored shape of a [`TaskDecision`](kernel_core::ports::TaskDecision):
+/// `{ outcome: "approve" | "reject" | "escalate" | "cancel", actor,
+/// reason?: { sensitive: Bool, text? }, decided_at: Date }`.
+pub(crate) fn task_decision_doc(d: &kernel_core::ports::TaskDecision) -> Document {
+    use kernel_core::ports::{TaskDecision, TaskReason};
+    let TaskDecision { outcome, actor, reason, decided_at } = d;
+    let mut doc = bson::doc! { "outcome": outcome.as_str(), "actor": actor.as_str(), "decided_at": dt(*decided_at) };
+    if let Some(TaskReason { sensitive, text }) = reason {
+        let mut r = bson::doc! { "sensitive": *sensitive };
+        if let Some(t) = text {
+            r.insert("text", t.as_str());
+        }
+        doc.insert("reason", r);
+    }
+    doc
+}
+
+fn task_decision_of(d: &Document) -> Result<kernel_core::ports::TaskDecision> {
+    use kernel_core::ports::{TaskDecision, TaskReason};
+    let reason = match doc_of(d, "reason")? {
+        None => None,
+        Some(r) => Some(TaskReason {
+            sensitive: match req(r, "sensitive")? {
+                Bson::Boolean(b) => *b,
+                _ => return Err(corrupt("decision.reason.sensitive", "not a boolean")),
+            },
+            text: opt_str(r, "text")?,
+        }),
+    };
+    Ok(TaskDecision {
+        outcome: parse_enum("decision.outcome", str_of(d, "outcome")?)?,
+        actor: str_of(d, "actor")?,
+        reason,
+        decided_at: time_of("decision.decided_at", req(d, "decided_at")?)?,
+    })
+}
+
+/// The decision of a stored task document, if it has one (a projection of the task is
+/// enough).
+pub(crate) fn task_decision_in(r: &RawDocumentBuf) -> Result<Option<kernel_core::ports::TaskDecision>> {
+    let d = unraw(r)?;
+    doc_of(&d, "decision")?.map(task_decision_of).transpose()
+}
+
+fn strings_of(d: &Document, k: &str) -> Result<Vec<String>> {
+    match get(d, k) {
+        None => Ok(Vec::new()),
+        Some(Bson::Array(a)) => a
+            .iter()
+            .map(|x| match x {
+                Bson::String(s) => Ok(s.clone()),
+                _ => Err(corrupt(k, "an element is not a string")),
+            })
+            .collect(),
+        Some(_) => Err(corrupt(k, "not an array")),
+    }
+}
+
+/// The stored shape of a [`TaskRecord`](kernel_core::ports::TaskRecord):
+/// `{ _id: id, workflow_id, workflow_type, step, level: Int64, title, assignee?, roles: [..],
+/// evidence: [{ label, reference }], token, created_at: Date, due_at: Date,
+/// status: "open" | "decided" | "closed", decision?, closed_at?: Date }`.
+pub(crate) fn task_doc(t: &kernel_core::ports::TaskRecord) -> Document {
+    use kernel_core::ports::{Evidence, TaskRecord};
+    let TaskRecord {
+        id,
+        workflow_id,
+        workflow_type,
+        step,
+        level,
+        title,
+        assignee,
+        roles,
+        evidence,
+        token,
+        created_at,
+        due_at,
+        status,
+        decision,
+        closed_at,
+    } = t;
+    let evidence: Vec<Bson> = evidence
+        .iter()
+        .map(|Evidence { label, reference }| {
+            Bson::Document(bson::doc! { "label": label.as_str(), "reference": reference.as_str() })
+        })
+        .collect();
+    let mut doc = bson::doc! {
+        "_id": id.as_str(),
+        "workflow_id": workflow_id.as_str(),
+        "workflow_type": workflow_type.as_str(),
+        "step": step.as_str(),
+        "level": i64::from(*level),
+        "title": title.as_str(),
+    };
+    if let Some(a) = assignee {
+        doc.insert("assignee", a.as_str());
+    }
+    doc.insert("roles", roles.iter().map(|r| Bson::String(r.clone())).collect::<Vec<_>>());
+    doc.insert("evidence", evidence);
+    doc.insert("token", token.as_str());
+    doc.insert("created_at", dt(*created_at));
+    doc.insert("due_at", dt(*due_at));
+    doc.insert("status", status.as_str());
+    if let Some(x) = decision {
+        doc.insert("decision", task_decision_doc(x));
+    }
+    if let Some(t) = closed_at {
+        doc.insert("closed_at", dt(*t));
+    }
+    doc
+}
+
+/// Decode a stored task.
+pub(crate) fn decode_task(r: &RawDocumentBuf) -> Result<kernel_core::ports::TaskRecord> {
+    use kernel_core::ports::{Evidence, TaskRecord};
+    let d = unraw(r)?;
+    let evidence = match get(&d, "evidence") {
+        None => Vec::new(),
+        Some(Bson::Array(a)) => a
+            .iter()
+            .map(|x| match x {
+                Bson::Document(e) => Ok(Evidence { label: str_of(e, "label")?, reference: str_of(e, "reference")? }),
+                _ => Err(corrupt("evidence", "an element is not a document")),
+            })
+            .collect::<Result<_>>()?,
+        Some(_) => return Err(corrupt("evidence", "not an array")),
+    };
+    Ok(TaskRecord {
+        id: str_of(&d, "_id")?,
+        workflow_id: str_of(&d, "workflow_id")?.into(),
+        workflow_type: str_of(&d, "workflow_type")?,
+        step: str_of(&d, "step")?,
+        level: u32_of(&d, "level")?,
+        title: str_of(&d, "title")?,
+        assignee: opt_str(&d, "assignee")?,
+        roles: strings_of(&d, "roles")?,
+        evidence,
+        token: str_of(&d, "token")?,
+        created_at: time_of("created_at", req(&d, "created_at")?)?,
+        due_at: time_of("due_at", req(&d, "due_at")?)?,
+        status: parse_enum("status", str_of(&d, "status")?)?,
+        decision: doc_of(&d, "decision")?.map(task_decision_of).transpose()?,
+        closed_at: opt_time(&d, "closed_at")?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

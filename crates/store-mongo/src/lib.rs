@@ -5,6 +5,7 @@
 //! [`MongoSignalInbox`] implements [`SignalInbox`](kernel_core::ports::SignalInbox) and
 //! [`MongoResultCache`] implements [`ResultCache`](kernel_core::ports::ResultCache).
 //! [`MongoDeadLetters`] implements [`DeadLetters`](kernel_core::ports::DeadLetters).
+//! [`MongoTaskInbox`] implements [`TaskInbox`](kernel_core::ports::TaskInbox).
 //!
 //! Every port write is **one** single-document `findAndModify`, `update` or `insert` whose
 //! filter is `workflow_id = id AND <guard>` (K-6.4); the update is translated from the typed
@@ -48,7 +49,7 @@
 //! `signal_inbox`: see [`MongoSignalInbox`]. `workflow_result_cache` (the name is
 //! configurable): see [`MongoResultCache`].
 //! `signal_inbox`: see [`MongoSignalInbox`]. `workflow_dead_letters` (configurable): see
-//! [`MongoDeadLetters`].
+//! [`MongoDeadLetters`]. `workflow_task_inbox` (configurable): see [`MongoTaskInbox`].
 
 mod cache;
 mod codec;
@@ -58,6 +59,7 @@ mod inbox;
 mod outbox;
 pub mod protocol;
 mod store;
+mod task_inbox;
 
 pub use cache::{MongoResultCache, RESULT_CACHE};
 pub use dead_letter::MongoDeadLetters;
@@ -65,6 +67,7 @@ pub use inbox::MongoSignalInbox;
 pub use outbox::{MongoOutbox, OutboxSchema};
 pub use protocol::Limits;
 pub use store::MongoWorkflowStore;
+pub use task_inbox::MongoTaskInbox;
 
 use mongodb::options::{Acknowledgment, ReadPreference, SelectionCriteria, WriteConcern};
 
@@ -74,6 +77,8 @@ pub const INSTANCES: &str = "workflow_instances";
 pub const INBOX: &str = "signal_inbox";
 /// Default name of the dead-letter collection ([`MongoDeadLetters`]).
 pub const DEAD_LETTERS: &str = "workflow_dead_letters";
+/// Default name of the human-task collection ([`MongoTaskInbox`]).
+pub const TASK_INBOX: &str = "workflow_task_inbox";
 
 /// Adapter configuration.
 #[derive(Debug, Clone)]

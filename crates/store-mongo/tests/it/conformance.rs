@@ -19,3 +19,8 @@ mod dead_letter {
     use crate::support::DeadLetterDb;
     testkit::dead_letter_conformance!(DeadLetterDb::new);
 }
+
+mod task_inbox {
+    use crate::support::TaskInboxDb;
+    testkit::task_inbox_conformance!(TaskInboxDb::new);
+}

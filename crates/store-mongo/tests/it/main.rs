@@ -15,3 +15,4 @@ mod races;
 mod refused;
 mod support;
 mod sweep;
+mod task_inbox;

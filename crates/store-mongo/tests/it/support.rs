@@ -1,13 +1,16 @@
 //! The one place that decides whether the Mongo tests run, and their fixtures.
 
-use kernel_core::ports::{DynDeadLetters, DynInbox, DynResultCache, DynStore};
+use kernel_core::ports::{DynDeadLetters, DynInbox, DynResultCache, DynStore, DynTaskInbox};
 use mongodb::{Client, Database};
 use rand::Rng;
-use store_mongo::{MongoConfig, MongoDeadLetters, MongoResultCache, MongoSignalInbox, MongoWorkflowStore};
+use store_mongo::{
+    MongoConfig, MongoDeadLetters, MongoResultCache, MongoSignalInbox, MongoTaskInbox, MongoWorkflowStore,
+};
 use testkit::conformance::cache::CacheFixture;
 use testkit::conformance::dead_letter::DeadLetterFixture;
 use testkit::conformance::inbox::InboxFixture;
 use testkit::conformance::store::StoreFixture;
+use testkit::conformance::task_inbox::TaskInboxFixture;
 
 /// `MONGODB_URI`, or `None` after printing why the test is skipped. Under CI (`CI=true` or
 /// `CI=1`, `testkit::ci`) a missing URI is a failure: CI must always exercise the adapter
@@ -63,6 +66,12 @@ impl TestDb {
         MongoDeadLetters::open_in(&self.db, "ops_dead_letters", MongoConfig::default())
             .await
             .expect("open dead letters")
+    }
+
+    /// The task inbox on this database, on a collection named apart from the default (the
+    /// name is configurable), indexes created.
+    pub async fn task_inbox(&self) -> MongoTaskInbox {
+        MongoTaskInbox::open_in(&self.db, "ops_task_inbox", MongoConfig::default()).await.expect("open task inbox")
     }
 
     /// Documents in a collection (one round trip).
@@ -150,6 +159,26 @@ impl DeadLetterDb {
 
 impl DeadLetterFixture for DeadLetterDb {
     fn dead_letters(&self) -> &DynDeadLetters {
+        &self.1
+    }
+    fn teardown(self) -> futures::future::BoxFuture<'static, ()> {
+        Box::pin(self.0.drop_db())
+    }
+}
+
+/// Task-inbox conformance fixture: the task inbox on a fresh database.
+pub struct TaskInboxDb(pub TestDb, pub MongoTaskInbox);
+
+impl TaskInboxDb {
+    pub async fn new() -> Option<TaskInboxDb> {
+        let t = TestDb::new().await?;
+        let s = t.task_inbox().await;
+        Some(TaskInboxDb(t, s))
+    }
+}
+
+impl TaskInboxFixture for TaskInboxDb {
+    fn task_inbox(&self) -> &DynTaskInbox {
         &self.1
     }
     fn teardown(self) -> futures::future::BoxFuture<'static, ()> {
