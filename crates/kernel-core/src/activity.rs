@@ -174,6 +174,8 @@ pub struct ActivityContext {
     pub(crate) now: Instant,
     pub(crate) epoch: u32,
     pub(crate) journal: Option<Arc<crate::journal::StepJournal>>,
+    /// An inverse run by the failure path's compensation (K-17.6): the key gets `|c`.
+    pub(crate) compensating: bool,
 }
 
 impl std::fmt::Debug for ActivityContext {
@@ -270,8 +272,22 @@ impl ActivityContext {
     /// Idempotency key for external side effects (K-17.1): stable across physical retries,
     /// suspensions and crashes of one logical attempt; new for a replayed round and for a
     /// new epoch of the step (regenerate, dead-letter retry).
+    ///
+    /// The inverse of a step run by the failure path's compensation (K-17.6) gets the
+    /// step's key with `|c` appended — its own key, derived from the original's, so the
+    /// downstream dedupes a repeated inverse without confusing it with the original.
     pub fn idempotency_key(&self) -> String {
-        idempotency_key_at(&self.workflow_id, &self.step_name, self.workflow_run, self.epoch)
+        let key = idempotency_key_at(&self.workflow_id, &self.step_name, self.workflow_run, self.epoch);
+        if self.compensating {
+            format!("{key}|c")
+        } else {
+            key
+        }
+    }
+    /// Whether this invocation is the inverse of the step, run by the failure path's
+    /// compensation (K-17.6).
+    pub fn is_compensation(&self) -> bool {
+        self.compensating
     }
     /// The step's epoch (K-17.1): 0 until the step is re-run within the run (an operator's
     /// regenerate or dead-letter retry, a loop iteration).

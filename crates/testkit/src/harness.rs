@@ -261,6 +261,8 @@ pub struct World {
     pub streams: InMemoryStreamSink,
     /// The dead-letter records (K-17.2) every engine of this world shares.
     pub dead_letters: crate::memory::MemoryDeadLetters,
+    /// Human tasks (K-17.5), where the compensation escalates (K-17.6).
+    pub task_inbox: crate::memory::MemoryTaskInbox,
     /// The result cache (K-17.7) every engine of this world shares.
     pub result_cache: crate::memory::MemoryResultCache,
 }
@@ -331,6 +333,7 @@ impl World {
             observations: RecordingSink::default(),
             streams: InMemoryStreamSink::default(),
             dead_letters: crate::memory::MemoryDeadLetters::new(),
+            task_inbox: crate::memory::MemoryTaskInbox::new(),
             result_cache: crate::memory::MemoryResultCache::new(),
         }
     }
@@ -364,6 +367,7 @@ impl World {
             stream: Arc::new(self.streams.clone()),
             result_cache: Some(Arc::new(self.result_cache.clone())),
             dead_letters: Some(Arc::new(self.dead_letters.clone())),
+            task_inbox: Some(Arc::new(self.task_inbox.clone())),
         }
     }
 

@@ -11,6 +11,7 @@ use super::invoke::{self, HeldPermit, Invocation, Renewal};
 use super::outcome::{self, AfterWave, Entry, Halt, StepPolicy, StepResult};
 use super::{signals, ClaimEnd, Inner, PrepareContext};
 use crate::activity::{Activity, ActivityContext, ActivityError, StepOutcome};
+use crate::compensation::{CompensationReport, InverseResult, InverseRun};
 use crate::definition::Definition;
 use crate::id::{ClaimToken, WorkflowId};
 use crate::model::*;
@@ -831,6 +832,7 @@ impl Claim {
             now,
             epoch: step.map_or(0, |s| s.epoch),
             journal: idx.zip(step).map(|(i, s)| self.journal(i, s, d.inst.retry_count, now)),
+            compensating: false,
         }
     }
 
@@ -1589,21 +1591,151 @@ impl Claim {
         }
     }
 
-    /// Failure (K-8): in `failing`, the finalizer, then `failing + token → failed`. Failed
-    /// steps are never re-run here.
+    /// Failure (K-8): in `failing`, the compensation (K-17.6) when the definition declares
+    /// inverses, the finalizer, then `failing + token → failed` with the compensation's
+    /// report. Failed steps are never re-run here.
     async fn fail_path(&self) -> ClaimEnd {
+        let report = self.compensate().await;
         if let Some(f) = self.def.failure_finalizer().cloned() {
             if let Err(e) = self.run_finalizer(f, "failure_finalizer").await {
                 tracing::warn!(error = %e, "failure finalizer failed; releasing with a delay");
                 return self.release_after(G::Failing, self.inner.config.finalizer_retry_ms).await;
             }
         }
-        match self.commit_plain(G::Failing, Transition::failed(self.now())).await {
+        let t = match report {
+            Some(r) => Transition::failed_compensated(self.now(), r),
+            None => Transition::failed(self.now()),
+        };
+        match self.commit_plain(G::Failing, t).await {
             Ok(()) => {
                 self.on_terminal().await;
                 ClaimEnd::Terminal(WorkflowStatus::Failed)
             }
             Err(e) => e,
+        }
+    }
+
+    /// The compensation of a failing workflow (K-17.6), `None` when no step declares an
+    /// inverse: the inverses of the completed steps that declare one, in reverse completion
+    /// order, each with its own idempotency key (the step's with `|c`) and up to
+    /// `compensation_attempts` attempts one after the other (a transient error retries; a
+    /// permanent error or an inverse that does not complete stops at once). An inverse
+    /// that kept failing is escalated to a person through the task inbox, or recorded as
+    /// failed without one — never dropped. Run again from the start if the claim is lost
+    /// before the terminal write: inverses are idempotent by their keys.
+    async fn compensate(&self) -> Option<CompensationReport> {
+        let steps = self.def.steps();
+        if steps.iter().all(|s| s.get_inverse().is_none()) {
+            return None;
+        }
+        let mut order: Vec<(usize, Instant)> = {
+            let d = self.doc();
+            steps
+                .iter()
+                .enumerate()
+                .filter(|(i, sd)| sd.get_inverse().is_some() && d.inst.steps[*i].status == StepStatus::Completed)
+                .map(|(i, _)| (i, d.inst.steps[i].finished_at.unwrap_or(Instant::ZERO)))
+                .collect()
+        };
+        order.sort_by(|a, b| b.1.cmp(&a.1).then(b.0.cmp(&a.0)));
+        let mut runs = Vec::with_capacity(order.len());
+        for (idx, _) in order {
+            runs.push(self.run_inverse(idx).await);
+        }
+        let outcome = CompensationReport::outcome_of(&runs);
+        tracing::info!(outcome = outcome.as_str(), inverses = runs.len(), "compensation ended");
+        Some(CompensationReport { outcome, steps: runs, at: self.now() })
+    }
+
+    async fn run_inverse(&self, idx: usize) -> InverseRun {
+        let sd = &self.def.steps()[idx];
+        let inverse = sd.get_inverse().expect("only steps with an inverse are compensated").clone();
+        let cfg = &self.inner.config;
+        let mut attempts = 0;
+        let error = loop {
+            attempts += 1;
+            let cancel = self.cancel.child_token();
+            let mut ctx = self.context(Some(idx), sd.name(), cancel.clone());
+            ctx.compensating = true;
+            ctx.journal = None;
+            ctx.attempt = attempts;
+            let span = tracing::info_span!("compensate", step = sd.name(), attempt = attempts);
+            let inv =
+                invoke::invoke(&self.inner.ports.clock, inverse.clone(), ctx, cancel, cfg.finalizer_timeout_ms, None)
+                    .instrument(span)
+                    .await;
+            let e = match inv.result {
+                Ok(StepOutcome::Complete(_)) => {
+                    return InverseRun {
+                        step: sd.name().to_string(),
+                        result: InverseResult::Compensated,
+                        attempts,
+                        error: None,
+                        task: None,
+                    };
+                }
+                Ok(other) => ActivityError::permanent(format!("an inverse must complete, got {other:?}")),
+                Err(e) => e,
+            };
+            if e.class != ErrorClass::Transient || attempts >= cfg.compensation_attempts {
+                break e;
+            }
+            tracing::warn!(step = sd.name(), attempt = attempts, error = %e, "inverse failed; retrying");
+        };
+        let message = outcome::truncate(error.message, crate::compensation::INVERSE_ERROR_BYTES_MAX);
+        tracing::warn!(step = sd.name(), attempts, error = %message, "inverse kept failing");
+        let task = self.escalate_inverse(idx, &message).await;
+        InverseRun {
+            step: sd.name().to_string(),
+            result: if task.is_some() { InverseResult::Escalated } else { InverseResult::Failed },
+            attempts,
+            error: Some(message),
+            task,
+        }
+    }
+
+    /// Open a human task for an inverse that kept failing (K-17.5); its id, or `None`
+    /// without a task inbox or when the inbox refused.
+    async fn escalate_inverse(&self, idx: usize, error: &str) -> Option<String> {
+        let inbox = self.inner.ports.task_inbox.clone()?;
+        let cfg = &self.inner.config;
+        let (key, wf_type, step) = {
+            let d = self.doc();
+            let s = &d.inst.steps[idx];
+            (
+                crate::activity::idempotency_key_at(&self.shared.workflow_id, &s.name, d.inst.retry_count, s.epoch),
+                d.inst.workflow_type.clone(),
+                s.name.clone(),
+            )
+        };
+        let now = self.now();
+        let title = outcome::truncate(
+            format!("Undo step `{step}` by hand: its inverse kept failing ({error})"),
+            TASK_TEXT_BYTES_MAX,
+        );
+        let task = crate::ports::TaskRecord {
+            id: crate::human::task_id(&format!("{key}|c"), 0),
+            workflow_id: self.shared.workflow_id.to_string().into(),
+            workflow_type: wf_type,
+            step,
+            level: 0,
+            title,
+            assignee: None,
+            roles: cfg.compensation_escalation_roles.clone(),
+            evidence: Vec::new(),
+            token: format!("{}{:016x}", self.inner.ports.ids.new_token(), self.inner.ports.ids.random_u64()),
+            created_at: now,
+            due_at: now.saturating_add(cfg.compensation_escalation_sla_ms),
+            status: crate::ports::TaskStatus::Open,
+            decision: None,
+            closed_at: None,
+        };
+        match inbox.open(&task).await {
+            Ok(_) => Some(task.id),
+            Err(e) => {
+                tracing::error!(error = %e, "the escalation task of an inverse could not be opened");
+                None
+            }
         }
     }
 

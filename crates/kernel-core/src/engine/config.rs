@@ -94,6 +94,13 @@ pub struct EngineConfig {
     pub history_limits: crate::record::HistoryLimits,
     /// How long a closed dead letter is kept before maintenance deletes it (K-17.2).
     pub dead_letter_retention_ms: DurationMs,
+    /// Attempts of each inverse by the failure path's compensation (K-17.6), 1..=10, made
+    /// one after the other within the claim.
+    pub compensation_attempts: u32,
+    /// Who gets the human task of an inverse that kept failing (roles, K-17.5).
+    pub compensation_escalation_roles: Vec<String>,
+    /// The SLA of that task.
+    pub compensation_escalation_sla_ms: DurationMs,
 }
 
 impl Default for EngineConfig {
@@ -130,6 +137,9 @@ impl Default for EngineConfig {
             dead_letter_poll_ms: DurationMs::from_millis(600_000),
             history_limits: Default::default(),
             dead_letter_retention_ms: DurationMs::from_millis(30 * 24 * 3_600_000),
+            compensation_attempts: 3,
+            compensation_escalation_roles: vec!["operator".to_string()],
+            compensation_escalation_sla_ms: DurationMs::from_millis(24 * 3_600_000),
         }
     }
 }
@@ -169,6 +179,7 @@ impl EngineConfig {
             ("prepare_retry_max_ms", self.prepare_retry_max_ms),
             ("dead_letter_poll_ms", self.dead_letter_poll_ms),
             ("dead_letter_retention_ms", self.dead_letter_retention_ms),
+            ("compensation_escalation_sla_ms", self.compensation_escalation_sla_ms),
         ] {
             validate::config_ms(f, v)?;
         }
@@ -186,6 +197,18 @@ impl EngineConfig {
                     self.heartbeat_ms, self.heartbeat_deadline_ms, self.lease_ms
                 ),
             ));
+        }
+        if !(1..=10).contains(&self.compensation_attempts) {
+            return Err(Error::invalid("compensation_attempts", "must be in 1..=10"));
+        }
+        if self.compensation_escalation_roles.is_empty() {
+            return Err(Error::invalid(
+                "compensation_escalation_roles",
+                "at least one role: someone must get the task",
+            ));
+        }
+        for r in &self.compensation_escalation_roles {
+            validate::identifier("compensation_escalation_roles", r)?;
         }
         if self.prepare_attempts_max == 0 {
             return Err(Error::invalid("prepare_attempts_max", "must be > 0"));

@@ -425,7 +425,7 @@ pub(crate) fn resolve_wave(mut wave: Vec<(usize, Option<Halt>)>, now: Instant) -
 }
 
 /// Cut `s` to at most `max` bytes at a character boundary.
-fn truncate(mut s: String, max: usize) -> String {
+pub(crate) fn truncate(mut s: String, max: usize) -> String {
     if s.len() > max {
         let mut cut = max;
         while !s.is_char_boundary(cut) {

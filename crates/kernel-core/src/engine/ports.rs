@@ -32,6 +32,9 @@ pub struct Ports {
     pub result_cache: Option<Arc<DynResultCache>>,
     /// Dead-letter records (K-17.2); needed by steps with `OnFailed::DeadLetter`.
     pub dead_letters: Option<Arc<DynDeadLetters>>,
+    /// Human tasks (K-17.5): where the failure path's compensation escalates an inverse
+    /// that keeps failing (K-17.6); without it such an inverse is recorded as failed.
+    pub task_inbox: Option<Arc<DynTaskInbox>>,
 }
 
 impl std::fmt::Debug for Ports {
@@ -83,6 +86,7 @@ pub struct PortsBuilder {
     stream: Option<Arc<DynStreamSink>>,
     result_cache: Option<Arc<DynResultCache>>,
     dead_letters: Option<Arc<DynDeadLetters>>,
+    task_inbox: Option<Arc<DynTaskInbox>>,
 }
 
 impl std::fmt::Debug for PortsBuilder {
@@ -154,6 +158,12 @@ impl PortsBuilder {
         self
     }
 
+    /// Escalate inverses that keep failing to people through this inbox (K-17.6).
+    pub fn task_inbox(mut self, inbox: Arc<DynTaskInbox>) -> Self {
+        self.task_inbox = Some(inbox);
+        self
+    }
+
     /// The ports, or the first required port that was not given (in the order store,
     /// inbox, queue, wakeup, permits).
     pub fn build(self) -> Result<Ports, MissingPort> {
@@ -170,6 +180,7 @@ impl PortsBuilder {
             stream: self.stream.unwrap_or_else(|| Arc::new(NoopStreamSink)),
             result_cache: self.result_cache,
             dead_letters: self.dead_letters,
+            task_inbox: self.task_inbox,
         })
     }
 }

@@ -74,3 +74,187 @@ fn an_irreversible_step_placed_early_is_refused() {
         assert!(r.contains(reason), "{field}: {r}");
     }
 }
+
+// --- the failure path's compensation (K-17.6) ----------------------------------------------
+
+mod failure_path {
+    use kernel_core::compensation::{CompensationOutcome, InverseResult};
+    use kernel_core::ports::TaskStatus;
+    use kernel_core::*;
+    use serde_json::json;
+    use std::sync::{Arc, Mutex};
+    use testkit::harness::World;
+
+    /// What the fake downstream saw: (activity, idempotency key), in order.
+    type Log = Arc<Mutex<Vec<(String, String)>>>;
+
+    fn effect(name: &'static str, log: &Log) -> impl Activity {
+        let log = log.clone();
+        move |c: ActivityContext| {
+            let log = log.clone();
+            async move {
+                log.lock().unwrap().push((name.to_string(), c.idempotency_key()));
+                Ok(StepOutcome::complete(json!(name)))
+            }
+        }
+    }
+
+    /// An inverse that fails transiently `fails` times (per key), then completes.
+    fn flaky_inverse(name: &'static str, fails: usize, log: &Log) -> impl Activity {
+        let log = log.clone();
+        move |c: ActivityContext| {
+            let log = log.clone();
+            async move {
+                let key = c.idempotency_key();
+                let mut l = log.lock().unwrap();
+                let seen = l.iter().filter(|(n, k)| n == name && *k == key).count();
+                l.push((name.to_string(), key));
+                assert!(c.is_compensation(), "an inverse knows it compensates");
+                if seen < fails {
+                    Err(ActivityError::transient("ledger unavailable"))
+                } else {
+                    Ok(StepOutcome::complete(json!("reversed")))
+                }
+            }
+        }
+    }
+
+    fn failing() -> impl Activity {
+        |_: ActivityContext| async { Err::<StepOutcome, _>(ActivityError::permanent("vendor unknown")) }
+    }
+
+    /// reserve → post → (notify fails): both completed steps are undone, the later one first.
+    fn def(log: &Log, post_inverse_fails: usize) -> Definition {
+        Definition::builder("inv")
+            .step(StepDef::new("reserve", effect("reserve", log)).compensate_with(flaky_inverse("unreserve", 0, log)))
+            .step(StepDef::new("post", effect("post", log)).depends_on(["reserve"]).compensate_with(flaky_inverse(
+                "reverse",
+                post_inverse_fails,
+                log,
+            )))
+            .step(StepDef::new("check", failing()).depends_on(["post"]))
+            .step(StepDef::new("archive", effect("archive", log)).compensate_with(flaky_inverse("unarchive", 0, log)))
+            .build()
+            .unwrap()
+    }
+
+    async fn run(world: &World, engine: &Engine) -> WorkflowInstance {
+        let req = StartRequest::new("inv", "i-1", json!({})).workflow_id("wf-i-1");
+        engine.publisher().start_or_resume(req).await.unwrap();
+        world.drive(engine).await.unwrap();
+        world.store.peek("wf-i-1").unwrap()
+    }
+
+    /// K-17.6: the inverses of the completed compensable steps run in reverse completion
+    /// order, each once, with its own key derived from the original's; a compensable step
+    /// that did not complete (`archive`, independent of the failure) is undone only if it
+    /// completed; the report says `recovered` and is stored with `failed`.
+    #[tokio::test]
+    async fn inverses_run_in_reverse_completion_order_with_derived_keys() {
+        let world = World::new(7);
+        let log: Log = Default::default();
+        let engine = world.engine("w", vec![def(&log, 0)]);
+        let inst = run(&world, &engine).await;
+        assert_eq!(inst.status, WorkflowStatus::Failed);
+        let log = log.lock().unwrap().clone();
+        let key = |n: &str| log.iter().find(|(a, _)| a == n).map(|(_, k)| k.clone()).unwrap();
+        let inverses: Vec<&str> =
+            log.iter().map(|(n, _)| n.as_str()).filter(|n| ["unreserve", "reverse", "unarchive"].contains(n)).collect();
+        // The order is the reverse of the completion times, ties broken by the later step first.
+        let done: Vec<(usize, Instant)> = inst
+            .steps
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.status == StepStatus::Completed)
+            .map(|(i, s)| (i, s.finished_at.unwrap()))
+            .collect();
+        let mut expected = done.clone();
+        expected.sort_by(|a, b| b.1.cmp(&a.1).then(b.0.cmp(&a.0)));
+        let names = ["unreserve", "reverse", "check", "unarchive"];
+        assert_eq!(inverses, expected.iter().map(|(i, _)| names[*i]).collect::<Vec<_>>(), "{log:?}");
+        assert_eq!(key("reverse"), format!("{}|c", key("post")), "derived from the original's key");
+        assert_eq!(key("unreserve"), format!("{}|c", key("reserve")));
+        let report = inst.compensation.expect("recorded on the instance");
+        assert_eq!(report.outcome, CompensationOutcome::Recovered);
+        assert!(report.steps.iter().all(|r| r.result == InverseResult::Compensated && r.attempts == 1), "{report:?}");
+        assert_eq!(report.steps.len(), done.len(), "one inverse per completed compensable step");
+        assert!(done.len() >= 2, "reserve and post completed: {done:?}");
+    }
+
+    /// K-17.6: a transient failure of an inverse is retried (attempts counted); one that
+    /// keeps failing is escalated to a person — a task in the inbox, roles from the config —
+    /// not dropped, and the report says `escalated`.
+    #[tokio::test]
+    async fn an_inverse_that_keeps_failing_escalates_to_a_person() {
+        let world = World::new(8);
+        let log: Log = Default::default();
+        let engine = world.engine("w", vec![def(&log, 10)]);
+        let inst = run(&world, &engine).await;
+        let report = inst.compensation.expect("recorded");
+        assert_eq!(report.outcome, CompensationOutcome::Escalated, "{report:?}");
+        let post = report.steps.iter().find(|r| r.step == "post").unwrap();
+        assert_eq!((post.result, post.attempts), (InverseResult::Escalated, 3));
+        assert!(post.error.as_deref().unwrap().contains("ledger unavailable"));
+        let reverse_calls = log.lock().unwrap().iter().filter(|(n, _)| n == "reverse").count();
+        assert_eq!(reverse_calls, 3, "three attempts, then a person");
+        let tasks = world.task_inbox.all();
+        assert_eq!(tasks.len(), 1);
+        let t = &tasks[0];
+        assert_eq!(
+            (Some(t.id.as_str()), t.status, t.roles.clone()),
+            (post.task.as_deref(), TaskStatus::Open, vec!["operator".to_string()])
+        );
+        assert!(t.title.contains("post"), "{}", t.title);
+        let reserve = report.steps.iter().find(|r| r.step == "reserve").unwrap();
+        assert_eq!(reserve.result, InverseResult::Compensated, "the other inverses still ran");
+    }
+
+    /// K-17.6: without a task inbox the inverse that kept failing is recorded as failed and
+    /// the others' success makes it `partially_recovered`; a recovered retry within the
+    /// attempts makes it `recovered`.
+    #[tokio::test]
+    async fn without_an_inbox_a_failing_inverse_is_recorded_failed() {
+        let world = World::new(9);
+        let log: Log = Default::default();
+        let mut ports = world.ports();
+        ports.task_inbox = None;
+        let engine = world.engine_on(ports, testkit::harness::test_config("w"), vec![def(&log, 10)]);
+        let report = run(&world, &engine).await.compensation.unwrap();
+        assert_eq!(report.outcome, CompensationOutcome::PartiallyRecovered, "{report:?}");
+        assert_eq!(report.steps.iter().find(|r| r.step == "post").unwrap().result, InverseResult::Failed);
+        assert!(world.task_inbox.all().is_empty());
+
+        let world = World::new(10);
+        let log: Log = Default::default();
+        let engine = world.engine("w", vec![def(&log, 2)]);
+        let report = run(&world, &engine).await.compensation.unwrap();
+        assert_eq!(report.outcome, CompensationOutcome::Recovered);
+        assert_eq!(report.steps.iter().find(|r| r.step == "post").unwrap().attempts, 3);
+    }
+
+    /// A definition without inverses records no report; a successful workflow runs none.
+    #[tokio::test]
+    async fn no_inverse_no_report_and_success_runs_none() {
+        let world = World::new(11);
+        let log: Log = Default::default();
+        let plain = Definition::builder("inv")
+            .step(StepDef::new("post", effect("post", &log)))
+            .step(StepDef::new("check", failing()).depends_on(["post"]))
+            .build()
+            .unwrap();
+        let engine = world.engine("w", vec![plain]);
+        let inst = run(&world, &engine).await;
+        assert_eq!((inst.status, inst.compensation), (WorkflowStatus::Failed, None));
+
+        let world = World::new(12);
+        let log: Log = Default::default();
+        let ok = Definition::builder("inv")
+            .step(StepDef::new("post", effect("post", &log)).compensate_with(flaky_inverse("reverse", 0, &log)))
+            .build()
+            .unwrap();
+        let engine = world.engine("w", vec![ok]);
+        let inst = run(&world, &engine).await;
+        assert_eq!((inst.status, inst.compensation), (WorkflowStatus::Completed, None));
+        assert!(log.lock().unwrap().iter().all(|(n, _)| n != "reverse"));
+    }
+}
