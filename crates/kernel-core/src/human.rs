@@ -178,7 +178,7 @@ impl Level {
 /// What a [`Notifier`] is told.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Notice {
-    /// The task was opened (once per record).
+    /// The task was opened (once per record, again only after a failed notice or a crash).
     Opened,
     /// The n-th reminder (from 1) of the task is due.
     Reminder(u32),
@@ -312,6 +312,10 @@ impl std::fmt::Debug for HumanTask {
 struct Progress {
     level: u32,
     reminders: u32,
+    /// The `Opened` notice of this level went out (kept with the wait, so a notice that
+    /// failed is sent again when the step is retried: at least once).
+    #[serde(default)]
+    opened: bool,
 }
 
 /// The id of a task record: the step's idempotency key and the level (`K|h<level>`), or
@@ -398,12 +402,7 @@ impl HumanTask {
             closed_at: None,
         };
         match self.inbox.open(&fresh).await {
-            Ok(None) => {
-                if let Some(n) = &self.notifier {
-                    n.notify(&fresh, Notice::Opened).await?;
-                }
-                Ok(fresh)
-            }
+            Ok(None) => Ok(fresh),
             Ok(Some(stored)) => Ok(stored),
             Err(e @ Error::InvalidInput { .. }) => Err(ActivityError::permanent(format!("human task refused: {e}"))),
             Err(e) => Err(transient("open", e)),
@@ -439,6 +438,12 @@ impl Activity for HumanTask {
                     }
                 }
                 TaskStatus::Open => {
+                    if !p.opened {
+                        if let Some(n) = &self.notifier {
+                            n.notify(&task, Notice::Opened).await?;
+                        }
+                        p.opened = true;
+                    }
                     let offsets = &self.reminders;
                     while let Some(off) = offsets.get(p.reminders as usize) {
                         if now < task.created_at.saturating_add(*off) {
@@ -471,7 +476,7 @@ impl Activity for HumanTask {
                     return Self::conclude(&task, Concluded::Sla { outcome: self.on_sla, at });
                 }
             }
-            p = Progress { level: p.level + 1, reminders: 0 };
+            p = Progress { level: p.level + 1, reminders: 0, opened: false };
         }
     }
 }

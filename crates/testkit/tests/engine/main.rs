@@ -13,6 +13,7 @@ mod harness;
 mod health;
 mod heartbeat_driver;
 mod hot_path_counts;
+mod human;
 mod maintenance_hardening;
 mod mocks;
 mod model;
