@@ -187,7 +187,8 @@ pub enum Notice {
 /// Tells people about tasks (mail, chat). At least once: a notice may repeat after a crash.
 #[async_trait::async_trait]
 pub trait Notifier: Send + Sync + 'static {
-    /// Tell the task's eligible people. An error retries the step (transient).
+    /// Tell the task's eligible people. An error ends the invocation as a transient
+    /// error: the step retries it as its retry policy allows (give it `max_retry`).
     async fn notify(&self, task: &TaskRecord, notice: Notice) -> std::result::Result<(), ActivityError>;
 }
 
