@@ -83,8 +83,8 @@ use kernel_core::model::DurationMs;
 #[cfg(feature = "redis")]
 use kernel_core::ports::DynClock;
 use kernel_core::ports::{
-    DynCandidates, DynDeadLetters, DynInbox, DynOutbox, DynPermits, DynQueue, DynResultCache, DynStore, DynWakeup,
-    LaneWeights, PermitLimits,
+    DynCandidates, DynDeadLetters, DynInbox, DynOutbox, DynPermits, DynQueue, DynResultCache, DynStore, DynTaskInbox,
+    DynWakeup, LaneWeights, PermitLimits,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -346,6 +346,9 @@ pub struct StoreSide {
     /// Dead-letter records (K-17.2) next to the instances: the same database, schema or
     /// file; an in-process one for `memory:`.
     pub dead_letters: Arc<DynDeadLetters>,
+    /// Human tasks (K-17.5) next to the instances: the same database, schema or file; an
+    /// in-process one for `memory:`. A `TaskDesk` reads and decides them.
+    pub task_inbox: Arc<DynTaskInbox>,
     /// Result cache of read-only model calls (K-17.7) next to the instances: the same
     /// database, schema or file; an in-process one for `memory:`.
     pub result_cache: Arc<DynResultCache>,
@@ -705,7 +708,8 @@ impl Deployment {
     }
 
     /// A [`PortsBuilder`] with the five required ports set, and the store side's
-    /// [`dead_letters`](StoreSide::dead_letters) and
+    /// [`dead_letters`](StoreSide::dead_letters),
+    /// [`task_inbox`](StoreSide::task_inbox) and
     /// [`result_cache`](StoreSide::result_cache); add an observer, a stream sink, another
     /// clock as needed (or replace the cache) and [`build`](PortsBuilder::build).
     pub fn ports(&self) -> PortsBuilder {
@@ -716,6 +720,7 @@ impl Deployment {
             .wakeup(self.queue.wakeup.clone())
             .permits(self.queue.permits.clone())
             .dead_letters(self.store.dead_letters.clone())
+            .task_inbox(self.store.task_inbox.clone())
             .result_cache(self.store.result_cache.clone())
     }
 

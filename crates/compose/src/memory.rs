@@ -14,6 +14,7 @@ pub(crate) fn store() -> StoreSide {
         store: Arc::new(InMemoryStore::new()),
         inbox: Arc::new(InMemoryInbox::new()),
         dead_letters: Arc::new(MemoryDeadLetters::new()),
+        task_inbox: Arc::new(testkit::memory::MemoryTaskInbox::new()),
         result_cache: Arc::new(MemoryResultCache::new()),
         scheme: crate::Scheme::Memory,
         handle: StoreHandle::Memory,

@@ -28,6 +28,9 @@ pub(crate) async fn store(target: &Target) -> Result<StoreSide, ComposeError> {
     let dead_letters = MongoDeadLetters::open(&db, MongoConfig::default())
         .await
         .map_err(|e| connect_error(target, "open the dead letters", e))?;
+    let task_inbox = store_mongo::MongoTaskInbox::open(&db, MongoConfig::default())
+        .await
+        .map_err(|e| connect_error(target, "open the task inbox", e))?;
     let result_cache = MongoResultCache::open(&db, &MongoConfig::default(), RESULT_CACHE)
         .await
         .map_err(|e| connect_error(target, "open the result cache", e))?;
@@ -36,6 +39,7 @@ pub(crate) async fn store(target: &Target) -> Result<StoreSide, ComposeError> {
         store: Arc::new(store),
         inbox: Arc::new(inbox),
         dead_letters: Arc::new(dead_letters),
+        task_inbox: Arc::new(task_inbox),
         result_cache: Arc::new(result_cache),
         scheme: target.scheme,
         handle: StoreHandle::Mongo(db, store_for_handle),

@@ -28,12 +28,15 @@ pub(crate) async fn store(target: &Target) -> Result<StoreSide, ComposeError> {
         .map_err(|e| store_error(url.clone(), "open the inbox", e))?;
     let dead_letters = PostgresDeadLetters::new(pool.clone(), config.clone())
         .map_err(|e| store_error(url.clone(), "open the dead letters", e))?;
+    let task_inbox = store_postgres::PostgresTaskInbox::new(pool.clone(), config.clone())
+        .map_err(|e| store_error(url.clone(), "open the task inbox", e))?;
     let result_cache = PostgresResultCache::new(pool.clone(), config.clone())
         .map_err(|e| store_error(url, "open the result cache", e))?;
     Ok(StoreSide {
         store: Arc::new(store.clone()),
         inbox: Arc::new(inbox),
         dead_letters: Arc::new(dead_letters),
+        task_inbox: Arc::new(task_inbox),
         result_cache: Arc::new(result_cache),
         scheme: target.scheme,
         handle: StoreHandle::Postgres(pool, config, store),

@@ -32,6 +32,7 @@ pub(crate) async fn store(target: &Target) -> Result<StoreSide, ComposeError> {
         store: Arc::new(store),
         inbox: Arc::new(SqliteSignalInbox::new(db.clone())),
         dead_letters: Arc::new(SqliteDeadLetters::new(db.clone())),
+        task_inbox: Arc::new(store_sqlite::SqliteTaskInbox::new(db.clone())),
         result_cache: Arc::new(SqliteResultCache::new(db.clone())),
         scheme: target.scheme,
         handle: StoreHandle::Sqlite(db, path),
