@@ -2,7 +2,7 @@
 //! never approves.
 //!
 //! [`HumanTask`] is an [`Activity`]: its first invocation opens a task record in the
-//! [`TaskInbox`] (id: the step's idempotency key and the escalation level; an unguessable
+//! [`TaskInbox`](crate::ports::TaskInbox) (id: the step's idempotency key and the escalation level; an unguessable
 //! token) and waits on the signal [`HUMAN_TASK_SIGNAL`] with a poll fallback at the next
 //! reminder or the SLA deadline — a durable timer, so no worker is held while a person
 //! thinks. [`TaskDesk`] is the other side: it lists the open tasks an actor may decide,
