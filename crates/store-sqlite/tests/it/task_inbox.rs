@@ -88,7 +88,7 @@ async fn lifecycle(inbox: &DynTaskInbox) {
     assert_eq!(inbox.get("t-a").await.unwrap(), Some(decided_a.clone()));
     let again = decision("alice", TaskOutcome::Reject, None, T0.as_millis() + 20);
     let r = inbox.decide("t-a", &a.token, &alice, &again).await.unwrap();
-    assert_eq!(r, TaskDecideOutcome::AlreadyDecided(by_alice.clone()));
+    assert_eq!(r, TaskDecideOutcome::AlreadyDecided(by_alice.redacted()));
     assert_eq!(ids(&inbox.list_open(&alice, None, 10).await.unwrap()), ["t-b"], "no longer open");
     let by_bob_c = decision("bob", TaskOutcome::Escalate, Some(false), T0.as_millis() + 30);
     assert_eq!(inbox.decide("t-c", &c.token, &bob, &by_bob_c).await.unwrap(), TaskDecideOutcome::Decided);
