@@ -936,10 +936,20 @@ impl Transition {
     }
 
     /// [`failed`](Self::failed) with the compensation's report (K-17.6), under
-    /// [`Guard::Failing`].
-    pub fn failed_compensated(now: Instant, report: crate::compensation::CompensationReport) -> Self {
+    /// [`Guard::Failing`]: the steps in `undone` (those whose inverse completed) become
+    /// failed with a permanent error saying so, so a replay runs them again — their effect
+    /// was undone — instead of taking their outputs as still true.
+    pub fn failed_compensated(now: Instant, report: crate::compensation::CompensationReport, undone: &[usize]) -> Self {
         let mut t = Transition::failed(now);
         t.compensation = Some(Patch::Set(report));
+        for &i in undone {
+            let p = t.step_mut(i);
+            p.status = Some(StepStatus::Failed);
+            p.error = Some(Patch::Set(StepError {
+                class: ErrorClass::Permanent,
+                message: "compensated: undone by its inverse".to_string(),
+            }));
+        }
         t
     }
 

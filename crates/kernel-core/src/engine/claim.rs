@@ -1595,7 +1595,10 @@ impl Claim {
     /// inverses, the finalizer, then `failing + token → failed` with the compensation's
     /// report. Failed steps are never re-run here.
     async fn fail_path(&self) -> ClaimEnd {
-        let report = self.compensate().await;
+        let report = match self.compensate().await {
+            Ok(r) => r,
+            Err(end) => return end,
+        };
         if let Some(f) = self.def.failure_finalizer().cloned() {
             if let Err(e) = self.run_finalizer(f, "failure_finalizer").await {
                 tracing::warn!(error = %e, "failure finalizer failed; releasing with a delay");
@@ -1603,7 +1606,7 @@ impl Claim {
             }
         }
         let t = match report {
-            Some(r) => Transition::failed_compensated(self.now(), r),
+            Some((r, undone)) => Transition::failed_compensated(self.now(), r, &undone),
             None => Transition::failed(self.now()),
         };
         match self.commit_plain(G::Failing, t).await {
@@ -1623,36 +1626,81 @@ impl Claim {
     /// that kept failing is escalated to a person through the task inbox, or recorded as
     /// failed without one — never dropped. Run again from the start if the claim is lost
     /// before the terminal write: inverses are idempotent by their keys.
-    async fn compensate(&self) -> Option<CompensationReport> {
+    async fn compensate(&self) -> Result<Option<(CompensationReport, Vec<usize>)>, ClaimEnd> {
         let steps = self.def.steps();
         if steps.iter().all(|s| s.get_inverse().is_none()) {
-            return None;
+            return Ok(None);
         }
-        let mut order: Vec<(usize, Instant)> = {
+        // Reverse completion order; on a tie (one millisecond, or the clocks of two workers)
+        // a step with more transitive dependencies first, so a dependent is undone before
+        // what it depends on (a dependent always has more).
+        let plan = self.def.plan();
+        let ancestors = |i: usize| (0..steps.len()).filter(|&k| k != i && plan.dependents(k)[i]).count();
+        let mut order: Vec<(usize, Instant, usize)> = {
             let d = self.doc();
             steps
                 .iter()
                 .enumerate()
                 .filter(|(i, sd)| sd.get_inverse().is_some() && d.inst.steps[*i].status == StepStatus::Completed)
-                .map(|(i, _)| (i, d.inst.steps[i].finished_at.unwrap_or(Instant::ZERO)))
+                .map(|(i, _)| (i, d.inst.steps[i].finished_at.unwrap_or(Instant::ZERO), ancestors(i)))
                 .collect()
         };
-        order.sort_by(|a, b| b.1.cmp(&a.1).then(b.0.cmp(&a.0)));
+        order.sort_by(|a, b| b.1.cmp(&a.1).then(b.2.cmp(&a.2)).then(b.0.cmp(&a.0)));
         let mut runs = Vec::with_capacity(order.len());
-        for (idx, _) in order {
-            runs.push(self.run_inverse(idx).await);
+        let mut undone = Vec::new();
+        for (idx, _, _) in order {
+            let run = self.run_inverse(idx).await?;
+            if run.result == InverseResult::Compensated {
+                undone.push(idx);
+            }
+            runs.push(run);
         }
         let outcome = CompensationReport::outcome_of(&runs);
         tracing::info!(outcome = outcome.as_str(), inverses = runs.len(), "compensation ended");
-        Some(CompensationReport { outcome, steps: runs, at: self.now() })
+        Ok(Some((CompensationReport { outcome, steps: runs, at: self.now() }, undone)))
     }
 
-    async fn run_inverse(&self, idx: usize) -> InverseRun {
+    /// `Err` with how the claim ended when it may no longer start an inverse: canceled,
+    /// lost, past its lease (another worker may own the instance already), or the stored
+    /// instance is no longer `failing` under this claim's token — an operator's cancel is
+    /// seen before the next inverse starts (one read per inverse, on the failure path only;
+    /// a read that fails stops the compensation too: the next claim runs it again).
+    async fn may_start_inverse(&self) -> Result<(), ClaimEnd> {
+        if self.cancel.is_cancelled() {
+            return Err(self.ended_as());
+        }
+        if self.now() >= self.lease.until_or_min() {
+            tracing::warn!("lease expired during the compensation; stopping");
+            self.cancel.cancel();
+            return Err(ClaimEnd::ClaimLost);
+        }
+        let id = WorkflowId::from(&*self.shared.workflow_id);
+        match self.inner.ports.store.get(&id).await {
+            Ok(Some(i))
+                if i.status == WorkflowStatus::Failing
+                    && i.claim_token.as_ref().map(|t| t.as_str()) == Some(&*self.shared.claim_token) =>
+            {
+                Ok(())
+            }
+            Ok(found) => {
+                tracing::info!(status = ?found.map(|i| i.status), "the instance changed during the compensation; stopping");
+                self.cancel.cancel();
+                Err(ClaimEnd::ClaimLost)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the instance could not be read during the compensation; stopping");
+                Err(ClaimEnd::Uncertain)
+            }
+        }
+    }
+
+    async fn run_inverse(&self, idx: usize) -> Result<InverseRun, ClaimEnd> {
         let sd = &self.def.steps()[idx];
         let inverse = sd.get_inverse().expect("only steps with an inverse are compensated").clone();
         let cfg = &self.inner.config;
         let mut attempts = 0;
         let error = loop {
+            self.may_start_inverse().await?;
             attempts += 1;
             let cancel = self.cancel.child_token();
             let mut ctx = self.context(Some(idx), sd.name(), cancel.clone());
@@ -1666,13 +1714,14 @@ impl Claim {
                     .await;
             let e = match inv.result {
                 Ok(StepOutcome::Complete(_)) => {
-                    return InverseRun {
+                    self.close_escalation(idx).await;
+                    return Ok(InverseRun {
                         step: sd.name().to_string(),
                         result: InverseResult::Compensated,
                         attempts,
                         error: None,
                         task: None,
-                    };
+                    });
                 }
                 Ok(other) => ActivityError::permanent(format!("an inverse must complete, got {other:?}")),
                 Err(e) => e,
@@ -1682,15 +1731,36 @@ impl Claim {
             }
             tracing::warn!(step = sd.name(), attempt = attempts, error = %e, "inverse failed; retrying");
         };
-        let message = outcome::truncate(error.message, crate::compensation::INVERSE_ERROR_BYTES_MAX);
+        // The claim ending is not the inverse failing: nothing is escalated for it.
+        self.may_start_inverse().await?;
+        // No store holds NUL everywhere, and the report and the task title must be written.
+        let printable: String = error.message.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+        let message = outcome::truncate(printable, crate::compensation::INVERSE_ERROR_BYTES_MAX);
         tracing::warn!(step = sd.name(), attempts, error = %message, "inverse kept failing");
         let task = self.escalate_inverse(idx, &message).await;
-        InverseRun {
+        Ok(InverseRun {
             step: sd.name().to_string(),
             result: if task.is_some() { InverseResult::Escalated } else { InverseResult::Failed },
             attempts,
             error: Some(message),
             task,
+        })
+    }
+
+    /// The escalation task id of step `idx`'s inverse (one per logical attempt).
+    fn escalation_task_id(&self, idx: usize) -> String {
+        let d = self.doc();
+        let s = &d.inst.steps[idx];
+        let key = crate::activity::idempotency_key_at(&self.shared.workflow_id, &s.name, d.inst.retry_count, s.epoch);
+        crate::human::task_id(&format!("{key}|c"), 0)
+    }
+
+    /// An inverse completed: close the task an earlier pass may have opened for it, so
+    /// nobody undoes the step a second time by hand (best effort; absent is the rule).
+    async fn close_escalation(&self, idx: usize) {
+        let Some(inbox) = self.inner.ports.task_inbox.clone() else { return };
+        if let Err(e) = inbox.close(&self.escalation_task_id(idx), self.now()).await {
+            tracing::warn!(error = %e, "the escalation task of a compensated step could not be closed");
         }
     }
 
@@ -1699,14 +1769,10 @@ impl Claim {
     async fn escalate_inverse(&self, idx: usize, error: &str) -> Option<String> {
         let inbox = self.inner.ports.task_inbox.clone()?;
         let cfg = &self.inner.config;
-        let (key, wf_type, step) = {
+        let id = self.escalation_task_id(idx);
+        let (wf_type, step) = {
             let d = self.doc();
-            let s = &d.inst.steps[idx];
-            (
-                crate::activity::idempotency_key_at(&self.shared.workflow_id, &s.name, d.inst.retry_count, s.epoch),
-                d.inst.workflow_type.clone(),
-                s.name.clone(),
-            )
+            (d.inst.workflow_type.clone(), d.inst.steps[idx].name.clone())
         };
         let now = self.now();
         let title = outcome::truncate(
@@ -1714,7 +1780,7 @@ impl Claim {
             TASK_TEXT_BYTES_MAX,
         );
         let task = crate::ports::TaskRecord {
-            id: crate::human::task_id(&format!("{key}|c"), 0),
+            id,
             workflow_id: self.shared.workflow_id.to_string().into(),
             workflow_type: wf_type,
             step,
@@ -1744,7 +1810,12 @@ impl Claim {
         let Some(key) = &self.shared.stream_key else { return };
         let summary = {
             let d = self.doc();
-            serde_json::json!({ "status": d.inst.status.as_str(), "revision": d.inst.revision })
+            let mut summary = serde_json::json!({ "status": d.inst.status.as_str(), "revision": d.inst.revision });
+            // The compensation's outcome is observable to clients too (K-17.6).
+            if let Some(c) = &d.inst.compensation {
+                summary["compensation"] = serde_json::json!(c.outcome.as_str());
+            }
+            summary
         };
         if let Err(e) = self.inner.ports.stream.terminal(key, self.stream_owner(), summary).await {
             tracing::debug!(error = %e, "terminal frame failed");

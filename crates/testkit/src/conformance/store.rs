@@ -570,13 +570,15 @@ pub async fn compensation_report_guard(store: &DynStore) {
         ],
         at: T0.plus(30),
     };
-    let t = Transition::failed_compensated(T0.plus(30), report.clone());
+    let t = Transition::failed_compensated(T0.plus(30), report.clone(), &[0]);
     check_write(store, "wf-1", &failing("b"), &t, false).await;
     let after = check_write(store, "wf-1", &failing("a"), &t, true).await;
     assert_eq!((after.status, after.compensation.as_ref()), (WorkflowStatus::Failed, Some(&report)));
+    assert_eq!(after.steps[0].status, StepStatus::Failed, "an undone step is failed, so a replay runs it again");
     let replay = Transition::replay(json!({"fencing_token": "f2"}), T0.plus(40));
     let after = check_write(store, "wf-1", &Guard::Failed { unless_round: None }, &replay, true).await;
     assert_eq!(after.compensation, None, "a replay clears the report");
+    assert_eq!(after.steps[0].status, StepStatus::Pending, "the undone step runs again");
     // A report that disagrees with its steps is bad input, nothing written.
     let mut g = claimed("wf-2", "a");
     g.status = WorkflowStatus::Failing;
@@ -584,7 +586,7 @@ pub async fn compensation_report_guard(store: &DynStore) {
     let mut bad = report;
     bad.outcome = CompensationOutcome::Recovered;
     let e = store
-        .apply(&"wf-2".into(), &failing("a"), &Transition::failed_compensated(T0.plus(50), bad))
+        .apply(&"wf-2".into(), &failing("a"), &Transition::failed_compensated(T0.plus(50), bad, &[]))
         .await
         .expect_err("refused");
     assert!(matches!(e, Error::InvalidInput { .. }), "{e:?}");

@@ -160,16 +160,21 @@ mod failure_path {
         let key = |n: &str| log.iter().find(|(a, _)| a == n).map(|(_, k)| k.clone()).unwrap();
         let inverses: Vec<&str> =
             log.iter().map(|(n, _)| n.as_str()).filter(|n| ["unreserve", "reverse", "unarchive"].contains(n)).collect();
-        // The order is the reverse of the completion times, ties broken by the later step first.
+        // The order is the reverse of the completion times; on a tie a dependent first
+        // (`post` depends on `reserve`), then the later step. The undone steps are failed
+        // ("compensated"), so a replay runs them again.
         let done: Vec<(usize, Instant)> = inst
             .steps
             .iter()
             .enumerate()
-            .filter(|(_, s)| s.status == StepStatus::Completed)
+            .filter(|(_, s)| s.error.as_ref().is_some_and(|e| e.message.starts_with("compensated")))
             .map(|(i, s)| (i, s.finished_at.unwrap()))
             .collect();
+        assert!(done.iter().all(|(i, _)| inst.steps[*i].status == StepStatus::Failed));
+        let rank = |i: usize| usize::from(i == 1);
         let mut expected = done.clone();
-        expected.sort_by(|a, b| b.1.cmp(&a.1).then(b.0.cmp(&a.0)));
+        expected.sort_by(|a, b| b.1.cmp(&a.1).then(rank(b.0).cmp(&rank(a.0))).then(b.0.cmp(&a.0)));
+        assert_eq!(&inverses[..2], ["reverse", "unreserve"], "post is undone before reserve: {log:?}");
         let names = ["unreserve", "reverse", "check", "unarchive"];
         assert_eq!(inverses, expected.iter().map(|(i, _)| names[*i]).collect::<Vec<_>>(), "{log:?}");
         assert_eq!(key("reverse"), format!("{}|c", key("post")), "derived from the original's key");
@@ -256,5 +261,100 @@ mod failure_path {
         let inst = run(&world, &engine).await;
         assert_eq!((inst.status, inst.compensation), (WorkflowStatus::Completed, None));
         assert!(log.lock().unwrap().iter().all(|(n, _)| n != "reverse"));
+    }
+
+    /// Regression (K-17.6): an inverse whose error carries a NUL (a binary reply body)
+    /// still gets its report written — the text is made printable — instead of the failed
+    /// write being refused on every claim and the instance staying `failing`.
+    #[tokio::test]
+    async fn an_inverse_error_with_a_nul_is_recorded() {
+        let world = World::new(13);
+        let log: Log = Default::default();
+        let nul =
+            |_: ActivityContext| async { Err::<StepOutcome, _>(ActivityError::permanent("ledger said \0\u{1}x")) };
+        let def = Definition::builder("inv")
+            .step(StepDef::new("post", effect("post", &log)).compensate_with(nul))
+            .step(StepDef::new("check", failing()).depends_on(["post"]))
+            .build()
+            .unwrap();
+        let engine = world.engine("w", vec![def]);
+        let inst = run(&world, &engine).await;
+        assert_eq!(inst.status, WorkflowStatus::Failed);
+        let report = inst.compensation.unwrap();
+        assert_eq!(report.steps[0].error.as_deref(), Some("ledger said   x"));
+        assert_eq!(report.outcome, CompensationOutcome::Escalated);
+        assert_eq!(world.task_inbox.all().len(), 1);
+    }
+
+    /// K-17.6: a workflow canceled during its compensation stops it: the inverses after the
+    /// cancel are not started, nothing is escalated for them, and no report is written.
+    #[tokio::test]
+    async fn a_cancel_during_the_compensation_stops_it_without_escalating() {
+        let world = World::new(14);
+        let log: Log = Default::default();
+        let engine_cell: Arc<std::sync::OnceLock<Engine>> = Default::default();
+        let cancel_then_fail = {
+            let (cell, log) = (engine_cell.clone(), log.clone());
+            move |c: ActivityContext| {
+                let (cell, log) = (cell.clone(), log.clone());
+                async move {
+                    log.lock().unwrap().push(("reverse".into(), c.idempotency_key()));
+                    let engine = cell.get().expect("engine set").clone();
+                    assert!(engine.cancel(&c.workflow_id().into()).await.unwrap());
+                    Err::<StepOutcome, _>(ActivityError::transient("ledger unavailable"))
+                }
+            }
+        };
+        let def = Definition::builder("inv")
+            .step(StepDef::new("reserve", effect("reserve", &log)).compensate_with(flaky_inverse("unreserve", 0, &log)))
+            .step(StepDef::new("post", effect("post", &log)).depends_on(["reserve"]).compensate_with(cancel_then_fail))
+            .step(StepDef::new("check", failing()).depends_on(["post"]))
+            .build()
+            .unwrap();
+        let engine = world.engine("w", vec![def]);
+        engine_cell.set(engine.clone()).ok();
+        let inst = run(&world, &engine).await;
+        assert_eq!(inst.status, WorkflowStatus::Canceled);
+        assert_eq!(inst.compensation, None);
+        let names: Vec<String> = log.lock().unwrap().iter().map(|(n, _)| n.clone()).collect();
+        assert_eq!(names.iter().filter(|n| *n == "reverse").count(), 1, "no retry after the cancel: {names:?}");
+        assert!(!names.contains(&"unreserve".to_string()), "no inverse started after the cancel: {names:?}");
+        assert!(world.task_inbox.all().is_empty(), "nothing escalated for a canceled claim");
+    }
+
+    /// K-17.6 with K-5: a replay after a compensated failure runs the undone steps again
+    /// (their effect was reversed), under the new run's keys.
+    #[tokio::test]
+    async fn a_replay_runs_the_undone_steps_again() {
+        let world = World::new(15);
+        let log: Log = Default::default();
+        let broken = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let check = {
+            let broken = broken.clone();
+            move |_: ActivityContext| {
+                let broken = broken.load(std::sync::atomic::Ordering::SeqCst);
+                async move {
+                    if broken {
+                        Err(ActivityError::permanent("vendor unknown"))
+                    } else {
+                        Ok(StepOutcome::complete(json!("ok")))
+                    }
+                }
+            }
+        };
+        let def = Definition::builder("inv")
+            .step(StepDef::new("post", effect("post", &log)).compensate_with(flaky_inverse("reverse", 0, &log)))
+            .step(StepDef::new("check", check).depends_on(["post"]))
+            .build()
+            .unwrap();
+        let engine = world.engine("w", vec![def]);
+        assert_eq!(run(&world, &engine).await.status, WorkflowStatus::Failed);
+        broken.store(false, std::sync::atomic::Ordering::SeqCst);
+        let inst = run(&world, &engine).await;
+        assert_eq!((inst.status, inst.compensation), (WorkflowStatus::Completed, None));
+        let posts: Vec<String> =
+            log.lock().unwrap().iter().filter(|(n, _)| n == "post").map(|(_, k)| k.clone()).collect();
+        assert_eq!(posts.len(), 2, "posted, reversed, posted again: {posts:?}");
+        assert_ne!(posts[0], posts[1], "the new run's key");
     }
 }
