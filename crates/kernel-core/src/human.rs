@@ -491,6 +491,7 @@ pub struct TaskDesk {
     signals: SignalSender,
     clock: Arc<dyn Clock>,
     rules: HashMap<(String, String), Rule>,
+    store: Option<Arc<crate::ports::DynStore>>,
 }
 
 impl std::fmt::Debug for TaskDesk {
@@ -508,7 +509,32 @@ impl TaskDesk {
     /// [`Publisher::signal_sender`](crate::engine::Publisher::signal_sender) in a process
     /// without an engine).
     pub fn new(inbox: Arc<DynTaskInbox>, signals: SignalSender, clock: Arc<dyn Clock>) -> TaskDesk {
-        TaskDesk { inbox, signals, clock, rules: HashMap::new() }
+        TaskDesk { inbox, signals, clock, rules: HashMap::new(), store: None }
+    }
+
+    /// Check each task against its workflow before listing or deciding it: a task whose
+    /// workflow ended, or whose step moved on (a replay, a regenerate or a loop started
+    /// another logical attempt), is stale — closed on the spot and refused as
+    /// [`TaskDecideOutcome::Closed`], never listed. One instance read per task looked at.
+    pub fn with_store(mut self, store: Arc<crate::ports::DynStore>) -> TaskDesk {
+        self.store = Some(store);
+        self
+    }
+
+    /// Whether `t` is stale (see [`with_store`](Self::with_store)); closes it if so.
+    async fn stale(&self, t: &TaskRecord) -> Result<bool> {
+        let Some(store) = &self.store else { return Ok(false) };
+        let live = match store.get(&t.workflow_id).await? {
+            Some(i) if !i.status.is_terminal() => i.steps.iter().find(|s| s.name == t.step).is_some_and(|s| {
+                let key = crate::activity::idempotency_key_at(t.workflow_id.as_str(), &s.name, i.retry_count, s.epoch);
+                task_id(&key, t.level) == t.id
+            }),
+            _ => false,
+        };
+        if !live {
+            self.inbox.close(&t.id, self.clock.now()).await?;
+        }
+        Ok(!live)
     }
 
     /// An eligibility predicate over the actor for the tasks of `step` in `workflow_type`,
@@ -541,7 +567,13 @@ impl TaskDesk {
         validate_task_list(actor, after, limit)?;
         let page = self.inbox.list_open(actor, after, limit).await?;
         let last = (page.len() == limit).then(|| page.last().map(|t| t.id.clone())).flatten();
-        Ok((page.into_iter().filter(|t| self.allowed(actor, t)).collect(), last))
+        let mut open = Vec::with_capacity(page.len());
+        for t in page.into_iter().filter(|t| self.allowed(actor, t)) {
+            if !self.stale(&t).await? {
+                open.push(t);
+            }
+        }
+        Ok((open, last))
     }
 
     /// One task with its evidence, for an actor who may decide it; `None` when absent or
@@ -577,6 +609,9 @@ impl TaskDesk {
         let task = found.expect("a task not refused exists");
         if !self.allowed(actor, &task) {
             return Ok(TaskDecideOutcome::NotEligible);
+        }
+        if self.stale(&task).await? {
+            return Ok(TaskDecideOutcome::Closed);
         }
         let out = self.inbox.decide(id, token, actor, &decision).await?;
         if out == TaskDecideOutcome::Decided {

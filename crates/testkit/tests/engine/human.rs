@@ -730,3 +730,39 @@ async fn a_failed_opened_notice_is_sent_again_on_retry() {
     r.settle().await;
     assert_eq!(flaky.calls.load(Ordering::SeqCst), 2);
 }
+
+/// K-17.5: a task whose workflow ended (here canceled while it waited) is stale for a desk
+/// that checks the store: not listed, a decision with the right token is `Closed`, and the
+/// record is closed on the spot; a desk without the store check would still take it.
+#[tokio::test]
+async fn a_task_of_a_canceled_workflow_is_closed_not_decided() {
+    let rig = Rig::new(41, |_, b| b.level(Level::roles(["finance"]).sla(mins(60))));
+    let wf = rig.start("stale").await;
+    rig.settle().await;
+    let task = rig.at_level(&wf, 0);
+    assert!(rig.engine.cancel(&wf.as_str().into()).await.unwrap());
+    let checking = rig.desk.clone().with_store(rig.world.durable.clone());
+    let (listed, _) = checking.open_tasks(&finance("alice"), None, 10).await.unwrap();
+    assert!(listed.is_empty(), "a stale task is not listed: {listed:?}");
+    let out = checking.decide(&task.id, &task.token, &finance("alice"), TaskOutcome::Approve, None).await.unwrap();
+    assert_eq!(out, TaskDecideOutcome::Closed);
+    let rec = rig.record(&task.id).await;
+    assert_eq!((rec.status, rec.decision), (TaskStatus::Closed, None), "closed without a decision");
+    assert_eq!(rig.posts.load(Ordering::SeqCst), 0);
+}
+
+/// K-17.5: the store check leaves a live task alone — listed and decided as usual.
+#[tokio::test]
+async fn a_live_task_passes_the_store_check() {
+    let rig = Rig::new(42, |_, b| b.level(Level::roles(["finance"]).sla(mins(60))));
+    let wf = rig.start("live").await;
+    rig.settle().await;
+    let task = rig.at_level(&wf, 0);
+    let checking = rig.desk.clone().with_store(rig.world.durable.clone());
+    let (listed, _) = checking.open_tasks(&finance("alice"), None, 10).await.unwrap();
+    assert_eq!(listed.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), [task.id.as_str()]);
+    let out = checking.decide(&task.id, &task.token, &finance("alice"), TaskOutcome::Approve, None).await.unwrap();
+    assert_eq!(out, TaskDecideOutcome::Decided);
+    rig.settle().await;
+    assert!(rig.result(&wf).await.approved());
+}
