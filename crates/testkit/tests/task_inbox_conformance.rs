@@ -50,3 +50,11 @@ mod shared {
         assert_eq!(all[3].status, TaskStatus::Open);
     }
 }
+
+/// The database adapters' two extra checks hold on the in-memory inbox too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_extra_checks_hold_in_memory() {
+    use testkit::conformance::task_inbox_extra::{lifecycle, races};
+    lifecycle(&testkit::memory::MemoryTaskInbox::new()).await;
+    races(std::sync::Arc::new(testkit::memory::MemoryTaskInbox::new())).await;
+}

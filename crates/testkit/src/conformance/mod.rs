@@ -10,4 +10,5 @@ pub mod permits;
 pub mod queue;
 pub mod store;
 pub mod task_inbox;
+pub mod task_inbox_extra;
 pub mod wakeup;
