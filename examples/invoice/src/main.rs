@@ -68,7 +68,8 @@ async fn run(a: Args) -> Result<(), String> {
             println!("report: {}", md.display());
             println!("chart: {}", png.display());
             println!("{}", e.line());
-            Ok(())
+            // The demo's verdict: a wrong count fails the command.
+            e.verdict()
         }
         _ => Err(USAGE.into()),
     }

@@ -86,7 +86,7 @@ pub fn markdown(e: &Evaluation, command: &str, font: bool) -> String {
     let _ = writeln!(s, "{}", row("**overall**", &t.kernel, false));
     let _ = writeln!(
         s,
-        "\n## The all-agent baseline, same invoices and fault schedule\n\nOne loop per upload keeps its progress in its own context, calls the same fake model, ledger and mailer with a fresh key it invents per attempt, loses its context on a restart and re-plans from the start. Its figures are reported, not asserted. It runs invoices one after another, so the permit ceiling of `full_queue` does not bind it (no backlog, no exec/wait split).\n\n{HEADER}"
+        "\n## The all-agent baseline, same invoices and fault schedule\n\nOne loop per upload keeps its progress in its own context, calls the same fake model, ledger and mailer with a fresh key it invents per attempt, loses its context on a restart and re-plans from the start. Its figures are reported, not asserted. It runs the invoices of a batch one after another on fresh fakes, as the kernel's batch had, so the permit ceiling of `full_queue` does not bind it (no backlog, no exec/wait split); and where two invoices of a batch share an invoice number, the one refused as the duplicate can differ from the kernel's, which runs the batch concurrently.\n\n{HEADER}"
     );
     for (c, r) in &e.classes {
         let _ = writeln!(s, "{}", row(c.name(), &r.baseline, true));

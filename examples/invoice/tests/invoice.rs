@@ -90,6 +90,7 @@ async fn a_small_evaluation_keeps_every_promise_and_replays() {
         e.classes.iter().filter(|(c, _)| *c != FaultClass::All).map(|(_, r)| r.kernel.injected).min().unwrap()
     );
     assert_eq!(t.kernel.invoices, 48);
+    assert_eq!(e.verdict(), Ok(()));
     assert!(t.kernel.compensated > 0 && t.kernel.escalated > 0, "{line}");
     assert!(t.kernel.success > 0 && t.kernel.sla_met_pct() < 100.0, "{line}");
     assert!(line.starts_with("invoice-eval: invoices=48 fault_classes=7 "), "{line}");
