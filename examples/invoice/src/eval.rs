@@ -256,6 +256,8 @@ pub struct Figures {
     pub escalated: u64,
     /// Engines killed by restart faults (agent: contexts lost).
     pub restarts: u64,
+    /// Recorded outputs of an older schema version migrated on resume.
+    pub migrated: u64,
     /// Where failed invoices stopped, by step.
     pub stops: BTreeMap<String, u64>,
 }
@@ -284,6 +286,7 @@ impl Figures {
         self.sla_met += o.sla_met;
         self.escalated += o.escalated;
         self.restarts += o.restarts;
+        self.migrated += o.migrated;
         for (k, v) in &o.stops {
             *self.stops.entry(k.clone()).or_insert(0) += v;
         }
@@ -355,6 +358,7 @@ pub fn kernel_figures(class: FaultClass, cases: &[Case], run: &BatchRun) -> Figu
             for e in s.record.iter().flat_map(|r| r.entries.iter()) {
                 if let kernel_core::record::RecordEntry::Model(m) = e {
                     f.retries += m.samples.len().saturating_sub(1) as u64;
+                    f.migrated += m.migrations.len() as u64;
                 }
             }
         }
@@ -692,6 +696,9 @@ pub async fn evaluate(invoices: usize, seed: u64, store: &StoreKind) -> kernel_c
         let mut r = ClassResult::default();
         for (c, chunk) in all.chunks(BATCH).enumerate() {
             let uploads: Vec<Upload> = chunk.iter().map(Case::upload).collect();
+            // Every other batch of the old-schema class starts on the previous build, which
+            // extracts in `invoice@1`; the current build resumes from that record.
+            let upgrade = class == FaultClass::OldSchema && c % 2 == 0;
             let run = run_batch(
                 store,
                 seed,
@@ -700,6 +707,7 @@ pub async fn evaluate(invoices: usize, seed: u64, store: &StoreKind) -> kernel_c
                 // The full queue is a burst: invoices arrive ten times as fast.
                 &|timing| business(if class == FaultClass::FullQueue { timing.scaled(10) } else { timing }, chunk),
                 &uploads,
+                upgrade,
             )
             .await?;
             batch_no += 1;

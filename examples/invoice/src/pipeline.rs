@@ -141,12 +141,48 @@ pub fn approval(inbox: Arc<DynTaskInbox>, ids: Arc<DynIds>) -> kernel_core::Resu
         .build(inbox)
 }
 
+/// Which build of the pipeline: the previous one extracted in `invoice@1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Build {
+    /// Extraction schema `invoice@2`, with the migration from `@1`.
+    Current,
+    /// Extraction schema `invoice@1` (same steps, same fingerprint: schemas are not part of
+    /// it, K-17.4).
+    Previous,
+}
+
+/// The previous build's extraction schema, `invoice@1`.
+///
+/// # Errors
+/// None in practice: the schema is fixed.
+pub fn schema_v1() -> kernel_core::Result<OutputSchema> {
+    OutputSchema::new(VersionRef::new("invoice", "1"), invoice_schema_v1())
+}
+
 /// The pipeline's definition over `b`'s fakes; `inbox` holds the human tasks, `ids` makes
 /// their tokens.
 ///
 /// # Errors
 /// A definition the kernel refuses (it does not).
 pub fn definition(b: &Business, inbox: Arc<DynTaskInbox>, ids: Arc<DynIds>) -> kernel_core::Result<Definition> {
+    definition_of(Build::Current, b, inbox, ids)
+}
+
+/// [`definition`] of a given build.
+///
+/// # Errors
+/// A definition the kernel refuses (it does not).
+pub fn definition_of(
+    build: Build,
+    b: &Business,
+    inbox: Arc<DynTaskInbox>,
+    ids: Arc<DynIds>,
+) -> kernel_core::Result<Definition> {
+    let step_schema = match build {
+        Build::Current => schema()?,
+        Build::Previous => schema_v1()?,
+    };
+    let call_schema = (build == Build::Previous).then(|| step_schema.clone());
     let (bx, bv, bp, bq, br, brc, bn) = (b.clone(), b.clone(), b.clone(), b.clone(), b.clone(), b.clone(), b.clone());
     Definition::builder(WORKFLOW_TYPE)
         .step(StepDef::new("receive", |ctx: ActivityContext| async move {
@@ -160,18 +196,22 @@ pub fn definition(b: &Business, inbox: Arc<DynTaskInbox>, ids: Arc<DynIds>) -> k
         .step(
             StepDef::new("extract", move |ctx: ActivityContext| {
                 let b = bx.clone();
+                let call_schema = call_schema.clone();
                 async move {
-                    let req = ModelRequest::new(
+                    let mut req = ModelRequest::new(
                         "extract",
                         VersionRef::new("invoice-extract", "3"),
                         json!({"hash": hash_of(&ctx), "document": ctx.input()["file"]}),
                     );
+                    if let Some(s) = call_schema {
+                        req = req.output_schema(s);
+                    }
                     let out = ctx.model(&*b.model, req).await?;
                     b.restarts.fire(&hash_of(&ctx), "extract");
                     Ok(StepOutcome::complete(out))
                 }
             })
-            .output_schema(schema()?)
+            .output_schema(step_schema)
             .resamples(2)
             .max_retry(2),
         )

@@ -47,7 +47,7 @@ fn row(name: &str, f: &Figures, baseline: bool) -> String {
     };
     let backlog = if baseline { "–".to_string() } else { f.backlog_peak.to_string() };
     format!(
-        "| {name} | {} | {} | {} | {} | {} | {} | {}/{}/{} | {} | {backlog} | {} | {timing} | {} | {:.1} | {} | {stops} |",
+        "| {name} | {} | {} | {} | {} | {} | {} | {}/{}/{} | {} | {backlog} | {} | {} | {timing} | {} | {:.1} | {} | {stops} |",
         f.invoices,
         f.injected,
         f.success,
@@ -59,13 +59,14 @@ fn row(name: &str, f: &Figures, baseline: bool) -> String {
         f.compensation_failed,
         f.unknown_states,
         f.restarts,
+        f.migrated,
         f.cost_per_success(),
         f.sla_met_pct(),
         f.escalated,
     )
 }
 
-const HEADER: &str = "| class | invoices | faults injected | success | refused / rejected / timed out | retries | duplicate side effects | compensated / escalated / failed | unknown states | backlog peak | restarts | mean exec / wait per invoice (s) | cost per success (µ) | human SLA met % | approvals escalated | stopped at |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|";
+const HEADER: &str = "| class | invoices | faults injected | success | refused / rejected / timed out | retries | duplicate side effects | compensated / escalated / failed | unknown states | backlog peak | restarts | old outputs migrated | mean exec / wait per invoice (s) | cost per success (µ) | human SLA met % | approvals escalated | stopped at |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|";
 
 /// The Markdown report of `e`, made by `command`.
 pub fn markdown(e: &Evaluation, command: &str, font: bool) -> String {
@@ -102,7 +103,7 @@ pub fn markdown(e: &Evaluation, command: &str, font: bool) -> String {
 | lost_reply | the fake ledger applies the posting and loses its reply (ledger); the kernel's post step ends `unknown outcome` and asks the ledger by its idempotency key before any retry |
 | restart | the engine dies right after the side effect of extract, post or notify — a crash switch (`testkit::faults::CrashSwitch::crash_now`) parks every later port call — and a fresh engine recovers on the surviving state after the lease (restart switch) |
 | duplicate_callback | the same upload is started twice at once and once more after the end; the approval is rung again, decided again with the same token, and signalled under a new id (driver, approver) |
-| old_schema | the fake model answers in `invoice@1` one to three times before answering in `invoice@2`; the kernel re-samples at most twice (model) |
+| old_schema | the fake model answers in `invoice@1` one to three times before answering in `invoice@2`; the kernel re-samples at most twice. In every other batch the first engine runs the previous build (extraction schema `invoice@1`) and dies right after the first extraction; the current build resumes from the recorded `invoice@1` output through the registered migration, without asking the model again (model) |
 | compensation_failure | the invoice is in a closed period, so reconcile fails after posting; the reversal fails one, two or four times (compensation attempts: 3, then a human task for the controller) (ledger) |
 | full_queue | a permit ceiling on the ledger (1 at a time, 1 start a second) under a burst of 25 invoices (permit denials, counted by a decorator of the permit port) |
 | slow_approver | finance decides after 3 h (after the reminder), or never (the CFO decides 2 h into the escalation), or nobody decides (approver) |

@@ -87,16 +87,23 @@ fn tell(out: &mut String, c: &Case, i: &WorkflowInstance, run: &BatchRun) {
             (_, StepStatus::Skipped) if s.not_taken() => "not taken".to_string(),
             ("receive", _) => format!("upload of {} bytes, hash is the business key", out_of("bytes")),
             ("extract", _) => {
-                let (mut samples, mut invalid, mut cost) = (0, 0, 0);
+                let (mut samples, mut invalid, mut cost, mut migrated) = (0, 0, 0, String::new());
                 for e in s.record.iter().flat_map(|r| r.entries.iter()) {
                     if let RecordEntry::Model(m) = e {
                         samples += m.samples.len();
                         invalid += m.samples.iter().filter(|x| !x.errors.is_empty()).count();
                         cost += m.samples.iter().map(|x| x.usage.cost_micros).sum::<u64>();
+                        for g in &m.migrations {
+                            let _ = write!(
+                                migrated,
+                                "; recorded as invoice@{} by the previous build, the engine restarted on the current build and migrated it to invoice@{} without asking the model again",
+                                g.from, g.to
+                            );
+                        }
                     }
                 }
                 format!(
-                    "model fake-extractor@7, schema invoice@2: {samples} sample(s), {invalid} in the old schema re-sampled, cost {cost} µ"
+                    "model fake-extractor@7, schema invoice@2: {samples} sample(s), {invalid} in the old schema re-sampled, cost {cost} µ{migrated}"
                 )
             }
             ("validate", StepStatus::Completed) => format!(
@@ -165,14 +172,15 @@ fn tell(out: &mut String, c: &Case, i: &WorkflowInstance, run: &BatchRun) {
     );
 }
 
-/// Run the story in memory; returns its text, ending with an `invoice-story:` line.
+/// Run the story in memory (the first engine runs the previous build, whose extraction
+/// schema is `invoice@1`, and dies after the first extraction); returns its text, ending with an `invoice-story:` line.
 ///
 /// # Errors
 /// A port's error.
 pub async fn run(seed: u64) -> kernel_core::Result<String> {
     let cases = cases();
     let uploads: Vec<Upload> = cases.iter().map(Case::upload).collect();
-    let run = run_batch(&StoreKind::Memory, seed, 0, HashMap::new(), &|t| business(t, &cases), &uploads).await?;
+    let run = run_batch(&StoreKind::Memory, seed, 0, HashMap::new(), &|t| business(t, &cases), &uploads, true).await?;
     let mut out = String::from("The invoice pipeline, in memory with a manual clock: receive → extract → validate → approve (above 5000.00 EUR) → post → reconcile → notify.\n");
     let mut posted = 0;
     let mut compensated = 0;

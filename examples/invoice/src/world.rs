@@ -370,7 +370,9 @@ async fn drive(world: &World, engine: &Engine, approver: &Approver) -> kernel_co
     Ok(true)
 }
 
-/// Run `uploads` on a fresh world, against the fakes `make` scripts on the world's clock to the end: start them (duplicates twice), drive engines
+/// Run `uploads` on a fresh world, against the fakes `make` scripts on the world's clock
+/// (with `upgrade`, the first engine runs the previous build and dies after the first
+/// extraction; the current build resumes it from its `invoice@1` record) to the end: start them (duplicates twice), drive engines
 /// in simulated time, replacing an engine a restart fault killed, then upload the
 /// duplicates once more.
 ///
@@ -383,11 +385,18 @@ pub async fn run_batch(
     limits: HashMap<String, PermitLimits>,
     make: &dyn Fn(Timing) -> Business,
     uploads: &[Upload],
+    upgrade: bool,
 ) -> kernel_core::Result<BatchRun> {
     let (world, tasks) = world(store, seed, batch, limits).await?;
     let ids: Arc<DynIds> = world.ids.clone();
     let business = make(Timing::on(world.clock.clone()));
-    let def = || pipeline::definition(&business, tasks.clone(), ids.clone());
+    let def = |n: usize| {
+        let build = if upgrade && n == 0 { pipeline::Build::Previous } else { pipeline::Build::Current };
+        pipeline::definition_of(build, &business, tasks.clone(), ids.clone())
+    };
+    if upgrade {
+        business.restarts.plan_first("extract");
+    }
     let plans =
         uploads.iter().map(|u| (pipeline::workflow_id(&crate::fakes::file_hash(&u.file)), u.approver)).collect();
     let duplicate = uploads
@@ -411,7 +420,7 @@ pub async fn run_batch(
         let engine = world.engine_on(
             ports(&world, &tasks, &gauge, switch.clone()),
             engine_config(&format!("e{n}")),
-            vec![def()?],
+            vec![def(n)?],
         );
         approver.use_desk(TaskDesk::new(tasks.clone(), engine.signal_sender(), world.clock.clone()));
         if n == 0 {

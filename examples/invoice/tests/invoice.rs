@@ -20,6 +20,7 @@ async fn the_story_runs_end_to_end() {
     assert!(story.contains("the reply was lost; the ledger was asked and had it"), "{story}");
     assert!(story.contains("cfo decided Approve at level 1"), "{story}");
     assert!(story.contains("1 in the old schema re-sampled"), "{story}");
+    assert!(story.contains("recorded as invoice@1 by the previous build"), "{story}");
     assert!(story.contains("compensation: post reversed after 1 attempt(s) → recovered"), "{story}");
 }
 
@@ -42,8 +43,9 @@ async fn the_same_upload_twice_is_one_workflow() {
     let cases = big(ApproverPlan::Prompt, 1);
     let u = cases[0].upload();
     let uploads = vec![u.clone(), Upload { duplicate: true, ..u }];
-    let run =
-        run_batch(&StoreKind::Memory, 3, 0, HashMap::new(), &|t| business(t, &cases), &uploads).await.expect("runs");
+    let run = run_batch(&StoreKind::Memory, 3, 0, HashMap::new(), &|t| business(t, &cases), &uploads, false)
+        .await
+        .expect("runs");
     assert_eq!(run.instances.len(), 1, "one workflow for one file");
     assert_eq!(run.instances[0].biz_key, cases[0].hash);
     assert_eq!(run.instances[0].status, WorkflowStatus::Completed);
@@ -57,8 +59,9 @@ async fn the_same_upload_twice_is_one_workflow() {
 async fn a_timeout_never_approves() {
     let cases = big(ApproverPlan::Absent, 4);
     let uploads: Vec<Upload> = cases.iter().map(Case::upload).collect();
-    let run =
-        run_batch(&StoreKind::Memory, 5, 0, HashMap::new(), &|t| business(t, &cases), &uploads).await.expect("runs");
+    let run = run_batch(&StoreKind::Memory, 5, 0, HashMap::new(), &|t| business(t, &cases), &uploads, false)
+        .await
+        .expect("runs");
     for c in &cases {
         let i = run.instances.iter().find(|i| i.biz_key == c.hash).expect("instance");
         assert_eq!(i.status, WorkflowStatus::Completed, "{}", i.workflow_id);
@@ -93,6 +96,7 @@ async fn a_small_evaluation_keeps_every_promise_and_replays() {
     assert_eq!(e.verdict(), Ok(()));
     assert!(t.kernel.compensated > 0 && t.kernel.escalated > 0, "{line}");
     assert!(t.kernel.success > 0 && t.kernel.sla_met_pct() < 100.0, "{line}");
+    assert!(e.classes.iter().any(|(c, r)| *c == FaultClass::OldSchema && r.kernel.migrated > 0), "{line}");
     assert!(line.starts_with("invoice-eval: invoices=48 fault_classes=7 "), "{line}");
     assert!(line.contains(" duplicate_side_effects=0 unknown_states=0 "), "{line}");
     // The same seed replays exactly, and SQLite tells the same story as memory.
