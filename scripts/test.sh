@@ -174,6 +174,18 @@ if pg_ready || is_ci; then
   cargo run -q -p dispatch-recovery -- --seed 7 --requests 50 --backend postgres --store "$PG_URL"
 fi
 
+section "invoice evaluation (K-17.8: seven fault classes, kernel and all-agent baseline)"
+# Seeded invoices under each fault class and all together, in memory and on SQLite; the
+# duplicate side effects are counted by the fake ledger and mailer. The command exits
+# non-zero when a kernel count is wrong. Report and chart go to a scratch directory.
+invoice_tmp=$(mktemp -d)
+cargo run -q -p invoice-pipeline --bin invoice -- story | grep '^invoice-story:'
+for store in memory sqlite; do
+  cargo run -q -p invoice-pipeline --bin invoice -- evaluate --invoices 200 --seed 7 --store "$store" \
+    --out "$invoice_tmp/$store" | grep '^invoice-eval:' | sed "s/\$/ store=$store/"
+done
+rm -rf "$invoice_tmp"
+
 section "browser check (headless chromium on the SSE example page)"
 bash scripts/browser-check.sh
 
