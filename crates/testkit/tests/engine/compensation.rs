@@ -357,4 +357,30 @@ mod failure_path {
         assert_eq!(posts.len(), 2, "posted, reversed, posted again: {posts:?}");
         assert_ne!(posts[0], posts[1], "the new run's key");
     }
+
+    /// K-17.6: the outcome is observable — the terminal frame of the workflow's progress
+    /// stream carries it next to the status.
+    #[tokio::test]
+    async fn the_outcome_is_in_the_terminal_stream_frame() {
+        let world = World::new(16);
+        let log: Log = Default::default();
+        let def = Definition::builder("inv")
+            .step(
+                StepDef::new("post", effect("post", &log))
+                    .compensate_with(flaky_inverse("reverse", 0, &log))
+                    .streaming(),
+            )
+            .step(StepDef::new("check", failing()).depends_on(["post"]))
+            .build()
+            .unwrap();
+        let engine = world.engine("w", vec![def]);
+        assert_eq!(run(&world, &engine).await.status, WorkflowStatus::Failed);
+        let keys = world.streams.keys();
+        assert_eq!(keys.len(), 1);
+        let terminal = world.streams.get(&keys[0]).and_then(|s| s.terminal).expect("terminal frame");
+        assert_eq!(
+            (terminal["status"].as_str(), terminal["compensation"].as_str()),
+            (Some("failed"), Some("recovered"))
+        );
+    }
 }

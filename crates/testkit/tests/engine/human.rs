@@ -591,11 +591,20 @@ impl LogBuf {
 
 const SECRET: &str = "medical leave";
 
-/// K-17.5: a sensitive reason is on the task record only — not in the instance, the
-/// observations, the stream or the logs — and the retention purge removes its text while
-/// the decision stays.
-#[tokio::test]
-async fn a_sensitive_reason_stays_on_the_task_record_until_purged() {
+/// A workflow whose review a person rejects with a sensitive reason while the doorbell is
+/// down (the desk logs the failed ring; the step takes the decision at its poll), run to
+/// its end with every log line captured.
+struct Sensitive {
+    r: Rig,
+    wf: String,
+    task: TaskRecord,
+    logs: LogBuf,
+    decided_at: Instant,
+    reason: TaskReason,
+    _guard: tracing::subscriber::DefaultGuard,
+}
+
+async fn sensitive_run(seed: u64) -> Sensitive {
     let logs = LogBuf::default();
     let w = logs.clone();
     let subscriber = tracing_subscriber::fmt()
@@ -603,14 +612,11 @@ async fn a_sensitive_reason_stays_on_the_task_record_until_purged() {
         .with_max_level(tracing::Level::TRACE)
         .with_ansi(false)
         .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
-
-    let r = Rig::with_post(10, |_, b| b.level(Level::roles(["finance"]).sla(mins(60))), true);
+    let guard = tracing::subscriber::set_default(subscriber);
+    let r = Rig::with_post(seed, |_, b| b.level(Level::roles(["finance"]).sla(mins(60))), true);
     let wf = r.start("inv-10").await;
     r.settle().await;
     let task = r.at_level(&wf, 0);
-    // The doorbell is down: the desk logs the failed ring, and the step takes the decision
-    // at its poll.
     let (deaf, _) = deaf_desk(&r);
     r.world.clock.advance(mins(3));
     let decided_at = r.now();
@@ -619,46 +625,80 @@ async fn a_sensitive_reason_stays_on_the_task_record_until_purged() {
     assert_eq!(out.unwrap(), TaskDecideOutcome::Decided);
     r.world.clock.set(task.due_at);
     r.settle().await;
+    assert_eq!(r.instance(&wf).await.status, WorkflowStatus::Completed);
+    Sensitive { r, wf, task, logs, decided_at, reason, _guard: guard }
+}
 
-    let res = r.result(&wf).await;
+/// K-17.5, place 1: the instance (the step's output) says a sensitive reason was given,
+/// never its text.
+#[tokio::test]
+async fn a_sensitive_reason_is_not_in_the_instance() {
+    let s = sensitive_run(10).await;
+    let res = s.r.result(&s.wf).await;
     assert_eq!(
         res.concluded,
         Concluded::Person {
             outcome: TaskOutcome::Reject,
             actor: "alice".into(),
-            decided_at,
+            decided_at: s.decided_at,
             reason: Some(TaskReason { sensitive: true, text: None }),
         }
     );
-    assert_eq!(r.instance(&wf).await.status, WorkflowStatus::Completed);
-    let rec = r.record(&task.id).await;
-    assert_eq!(rec.decision.as_ref().and_then(|d| d.reason.clone()), Some(reason), "the record keeps the text");
-
-    let inst = serde_json::to_string(&r.instance(&wf).await).unwrap();
+    let inst = serde_json::to_string(&s.r.instance(&s.wf).await).unwrap();
     assert!(inst.contains("\"sensitive\":true"), "the instance says a sensitive reason was given");
     assert!(!inst.contains(SECRET), "not in the instance: {inst}");
-    let observed = format!("{:?}", r.world.observations.events());
-    assert!(!r.world.observations.events().is_empty());
-    assert!(!observed.contains(SECRET), "not in the observations");
-    let keys = r.world.streams.keys();
+}
+
+/// K-17.5, place 2: the observer's rows and snapshots never carry the text.
+#[tokio::test]
+async fn a_sensitive_reason_is_not_in_the_observations() {
+    let s = sensitive_run(12).await;
+    let events = s.r.world.observations.events();
+    assert!(!events.is_empty());
+    assert!(!format!("{events:?}").contains(SECRET), "not in the observations");
+}
+
+/// K-17.5, place 3: the progress stream carries the review's output without the text.
+#[tokio::test]
+async fn a_sensitive_reason_is_not_in_the_stream() {
+    let s = sensitive_run(13).await;
+    let keys = s.r.world.streams.keys();
     assert_eq!(keys.len(), 1, "post streamed");
-    let streamed = format!("{:?}", keys.iter().map(|k| r.world.streams.get(k)).collect::<Vec<_>>());
+    let streamed = format!("{:?}", keys.iter().map(|k| s.r.world.streams.get(k)).collect::<Vec<_>>());
     assert!(streamed.contains("sensitive"), "the stream carried the review's output: {streamed}");
     assert!(!streamed.contains(SECRET), "not in the stream: {streamed}");
-    let logged = logs.text();
-    assert!(logged.contains("did not ring") && logged.contains(&task.id), "the failed ring is logged: {logged}");
-    assert!(!logged.contains(SECRET), "not in the logs: {logged}");
+}
 
-    // Retention: too recent, then past it.
+/// K-17.5, place 4: no log line carries a reason (the failed ring is logged by task id).
+#[tokio::test]
+async fn a_sensitive_reason_is_never_logged() {
+    let s = sensitive_run(14).await;
+    let logged = s.logs.text();
+    assert!(logged.contains("did not ring") && logged.contains(&s.task.id), "the failed ring is logged: {logged}");
+    assert!(!logged.contains(SECRET), "not in the logs: {logged}");
+}
+
+/// K-17.5, place 5: the task record keeps the text until the retention purge removes it;
+/// the decision (outcome, actor, time, the sensitive flag) stays.
+#[tokio::test]
+async fn a_sensitive_reason_is_purged_from_the_task_record_after_retention() {
+    let s = sensitive_run(15).await;
+    let (r, task) = (&s.r, &s.task);
+    let rec = r.record(&task.id).await;
+    assert_eq!(
+        rec.decision.as_ref().and_then(|d| d.reason.clone()),
+        Some(s.reason.clone()),
+        "the record keeps the text"
+    );
     let retention = DurationMs::from_millis(30 * 24 * 60 * MIN);
-    assert_eq!(r.desk.purge_sensitive_reasons(retention, 100).await.unwrap(), 0);
+    assert_eq!(r.desk.purge_sensitive_reasons(retention, 100).await.unwrap(), 0, "too recent");
     assert_eq!(r.record(&task.id).await, rec);
     r.world.clock.advance(retention);
     r.world.clock.advance(1);
     assert_eq!(r.desk.purge_sensitive_reasons(retention, 100).await.unwrap(), 1);
     let purged = r.record(&task.id).await;
     let d = purged.decision.as_ref().expect("the decision stays");
-    assert_eq!((d.outcome, d.actor.as_str(), d.decided_at), (TaskOutcome::Reject, "alice", decided_at));
+    assert_eq!((d.outcome, d.actor.as_str(), d.decided_at), (TaskOutcome::Reject, "alice", s.decided_at));
     assert_eq!(d.reason, Some(TaskReason { sensitive: true, text: None }), "the text is gone");
     assert_eq!(TaskRecord { decision: rec.decision.as_ref().map(TaskDecision::redacted), ..rec }, purged);
     assert_eq!(r.desk.purge_sensitive_reasons(retention, 100).await.unwrap(), 0, "idempotent");
