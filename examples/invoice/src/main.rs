@@ -8,7 +8,7 @@
 use invoice_pipeline::{eval, report, story, world::StoreKind};
 use std::path::PathBuf;
 
-const USAGE: &str = "usage: invoice story [--seed S]\n       invoice evaluate --invoices N --seed S [--store memory|sqlite] --out DIR [--font PATH]";
+const USAGE: &str = "usage: invoice story [--seed S]\n       invoice evaluate --invoices N --seed S [--store memory|sqlite|postgres://…|mongodb://…] --out DIR [--font PATH]";
 
 struct Args {
     command: String,
@@ -52,10 +52,17 @@ async fn run(a: Args) -> Result<(), String> {
             let store = match a.store.as_str() {
                 "memory" => StoreKind::Memory,
                 "sqlite" => StoreKind::Sqlite(scratch.clone()),
-                other => return Err(format!("unknown store {other}: memory or sqlite")),
+                url if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                    StoreKind::Postgres(url.to_string())
+                }
+                url if url.starts_with("mongodb://") => StoreKind::Mongo(url.to_string()),
+                other => {
+                    return Err(format!("unknown store {other}: memory, sqlite, a postgres:// URL or a mongodb:// URI"))
+                }
             };
             let e = eval::evaluate(a.invoices, a.seed, &store).await.map_err(|e| e.to_string());
             let _ = std::fs::remove_dir_all(&scratch);
+            invoice_pipeline::world::drop_scratch().await;
             let e = e?;
             let command = format!(
                 "cargo run -p invoice-pipeline --bin invoice -- evaluate --invoices {} --seed {} --store {} --out {}",

@@ -28,6 +28,10 @@ pub enum StoreKind {
     Memory,
     /// One SQLite file per batch in this directory.
     Sqlite(PathBuf),
+    /// A PostgreSQL server (URL): one fresh schema per batch, dropped by [`drop_scratch`].
+    Postgres(String),
+    /// A MongoDB server (URI): one fresh database per batch, dropped by [`drop_scratch`].
+    Mongo(String),
 }
 
 impl StoreKind {
@@ -36,6 +40,8 @@ impl StoreKind {
         match self {
             StoreKind::Memory => "memory",
             StoreKind::Sqlite(_) => "sqlite",
+            StoreKind::Postgres(_) => "postgres",
+            StoreKind::Mongo(_) => "mongo",
         }
     }
 }
@@ -321,6 +327,72 @@ pub async fn world(
             });
             let w = World::with_durable(seed, limits, Arc::new(st), Arc::new(inbox), lister);
             Ok((w, Arc::new(store_sqlite::SqliteTaskInbox::new(db))))
+        }
+        StoreKind::Postgres(url) => {
+            let schema = format!("invoice_eval_{}_{seed}_{batch}", std::process::id());
+            let config = store_postgres::PostgresConfig { schema: schema.clone(), ..Default::default() };
+            let pool = store_postgres::connect(url, &config)?;
+            keep_scratch(Scratch::Postgres(pool.clone(), schema.clone()));
+            store_postgres::migrate(&pool, &schema).await?;
+            let st = store_postgres::PostgresWorkflowStore::new(pool.clone(), config.clone())?;
+            let inbox = store_postgres::PostgresSignalInbox::new(pool.clone(), config.clone())?;
+            let tasks = store_postgres::PostgresTaskInbox::new(pool, config)?;
+            let listed = st.clone();
+            let lister: Lister = Arc::new(move || {
+                let s = listed.clone();
+                Box::pin(async move { s.list(1_000).await })
+            });
+            let w = World::with_durable(seed, limits, Arc::new(st), Arc::new(inbox), lister);
+            Ok((w, Arc::new(tasks)))
+        }
+        StoreKind::Mongo(uri) => {
+            let db = store_mongo::connect(uri, &format!("invoice_eval_{}_{seed}_{batch}", std::process::id())).await?;
+            keep_scratch(Scratch::Mongo(db.clone()));
+            let config = store_mongo::MongoConfig::default();
+            let st = store_mongo::MongoWorkflowStore::open(&db, config.clone()).await?;
+            let inbox = store_mongo::MongoSignalInbox::open(&db, config.clone()).await?;
+            let tasks = store_mongo::MongoTaskInbox::open(&db, config).await?;
+            let listed = st.clone();
+            let lister: Lister = Arc::new(move || {
+                let s = listed.clone();
+                Box::pin(async move { s.list(1_000).await })
+            });
+            let w = World::with_durable(seed, limits, Arc::new(st), Arc::new(inbox), lister);
+            Ok((w, Arc::new(tasks)))
+        }
+    }
+}
+
+/// A schema or database made for a batch on a server.
+enum Scratch {
+    Postgres(store_postgres::Pool, String),
+    Mongo(mongodb::Database),
+}
+
+/// What [`drop_scratch`] drops.
+static SCRATCH: std::sync::Mutex<Vec<Scratch>> = std::sync::Mutex::new(Vec::new());
+
+fn keep_scratch(s: Scratch) {
+    SCRATCH.lock().expect("scratch list").push(s);
+}
+
+/// Drop every schema and database the batches on a server made (a run on memory or SQLite
+/// made none). Best effort: a failure is printed, not returned.
+pub async fn drop_scratch() {
+    let all = std::mem::take(&mut *SCRATCH.lock().expect("scratch list"));
+    for s in all {
+        let dropped = match &s {
+            Scratch::Postgres(pool, schema) => match pool.get().await {
+                Ok(c) => c
+                    .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+                    .await
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            },
+            Scratch::Mongo(db) => db.drop().await.map_err(|e| e.to_string()),
+        };
+        if let Err(e) = dropped {
+            eprintln!("scratch space not dropped: {e}");
         }
     }
 }

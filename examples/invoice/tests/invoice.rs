@@ -124,3 +124,21 @@ async fn the_report_and_chart_are_written() {
     assert_eq!(&bytes[1..4], b"PNG");
     assert_eq!(pipeline::workflow_id(&"a".repeat(64)).len(), 28);
 }
+
+/// The pipeline on PostgreSQL (a fresh schema per batch, dropped afterwards) tells the same
+/// seeded story as in memory: the store changes nothing the fakes count.
+#[tokio::test(flavor = "current_thread")]
+async fn postgres_tells_the_same_story_as_memory() {
+    let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let probe = store_postgres::connect(&url, &Default::default()).expect("a valid URL");
+    if let Err(e) = probe.get().await {
+        return testkit::ci::skip_or_fail("postgres_tells_the_same_story_as_memory", &format!("PostgreSQL: {e}"))
+            .unwrap_or(());
+    }
+    let memory = eval::evaluate(16, 3, &StoreKind::Memory).await.expect("evaluates in memory");
+    let pg = eval::evaluate(16, 3, &StoreKind::Postgres(url)).await;
+    invoice_pipeline::world::drop_scratch().await;
+    let pg = pg.expect("evaluates on postgres");
+    assert_eq!(pg.line(), memory.line());
+    assert_eq!(pg.classes, memory.classes);
+}
