@@ -36,8 +36,8 @@ use crate::error::{Error, Result};
 use crate::model::{DurationMs, Instant};
 use crate::ports::{
     task_decision_refused, validate_task_decide, validate_task_list, validate_task_purge, Actor, Clock, DynIds,
-    DynTaskInbox, Evidence, RandomIds, Signal, SignalSender, TaskCloseOutcome, TaskDecideOutcome, TaskDecision,
-    TaskOutcome, TaskReason, TaskRecord, TaskStatus, TASK_EVIDENCE_MAX,
+    DynTaskInbox, Evidence, Signal, SignalSender, TaskCloseOutcome, TaskDecideOutcome, TaskDecision, TaskOutcome,
+    TaskReason, TaskRecord, TaskStatus, TASK_EVIDENCE_MAX,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -203,7 +203,7 @@ pub struct HumanTaskBuilder {
     evidence: EvidenceFn,
     reminders: Vec<DurationMs>,
     on_sla: SlaOutcome,
-    ids: Arc<DynIds>,
+    ids: Option<Arc<DynIds>>,
     notifier: Option<Arc<dyn Notifier>>,
 }
 
@@ -233,9 +233,10 @@ impl HumanTaskBuilder {
         self.on_sla = outcome;
         self
     }
-    /// Where tokens come from (default [`RandomIds`]; tests pass a seeded generator).
+    /// Where tokens come from: by default [`secure_token`] (the operating system's secure
+    /// source); tests pass a seeded generator to replay exactly.
     pub fn ids(mut self, ids: Arc<DynIds>) -> Self {
-        self.ids = ids;
+        self.ids = Some(ids);
         self
     }
     /// Who tells people about opened tasks and reminders (default: nobody).
@@ -297,7 +298,7 @@ pub struct HumanTask {
     evidence: EvidenceFn,
     reminders: Vec<DurationMs>,
     on_sla: SlaOutcome,
-    ids: Arc<DynIds>,
+    ids: Option<Arc<DynIds>>,
     notifier: Option<Arc<dyn Notifier>>,
     inbox: Arc<DynTaskInbox>,
 }
@@ -317,6 +318,18 @@ struct Progress {
     /// failed is sent again when the step is retried: at least once).
     #[serde(default)]
     opened: bool,
+}
+
+/// 128 bits from the operating system's secure random source, in hex: a task token no one
+/// can guess (the default of [`HumanTaskBuilder::ids`]).
+///
+/// # Errors
+/// [`Error::Unavailable`] when the source cannot be read.
+pub fn secure_token() -> Result<String> {
+    let mut bytes = [0u8; 16];
+    getrandom::getrandom(&mut bytes)
+        .map_err(|e| Error::unavailable(format!("the secure random source failed: {e}")))?;
+    Ok(hex::encode(bytes))
 }
 
 /// The id of a task record: the step's idempotency key and the level (`K|h<level>`), or
@@ -349,7 +362,7 @@ impl HumanTask {
             evidence: Arc::new(|_| Vec::new()),
             reminders: Vec::new(),
             on_sla: SlaOutcome::Escalate,
-            ids: Arc::new(RandomIds::default()),
+            ids: None,
             notifier: None,
         }
     }
@@ -393,7 +406,10 @@ impl HumanTask {
             assignee: l.assignee.clone(),
             roles: l.roles.clone(),
             evidence,
-            token: format!("{}{:016x}", self.ids.new_token(), self.ids.random_u64()),
+            token: match &self.ids {
+                Some(ids) => format!("{}{:016x}", ids.new_token(), ids.random_u64()),
+                None => secure_token().map_err(|e| ActivityError::transient(format!("task token: {e}")))?,
+            },
             created_at: now,
             due_at: now
                 .checked_add(l.sla)
@@ -638,5 +654,22 @@ impl TaskDesk {
     pub async fn purge_sensitive_reasons(&self, retention: DurationMs, limit: usize) -> Result<u64> {
         validate_task_purge(limit)?;
         self.inbox.purge_sensitive_reasons(self.clock.now().saturating_sub(retention), limit).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// K-17.5: a default task token is 128 bits from the secure source — 32 hex digits, long
+    /// enough for the inbox's check, and never the same twice.
+    #[test]
+    fn secure_tokens_are_long_and_fresh() {
+        let tokens: std::collections::BTreeSet<String> = (0..64).map(|_| secure_token().unwrap()).collect();
+        assert_eq!(tokens.len(), 64);
+        for t in &tokens {
+            assert_eq!(t.len(), 32);
+            assert!(t.len() >= crate::ports::TASK_TOKEN_BYTES_MIN && t.chars().all(|c| c.is_ascii_hexdigit()), "{t}");
+        }
     }
 }

@@ -1789,7 +1789,9 @@ impl Claim {
             assignee: None,
             roles: cfg.compensation_escalation_roles.clone(),
             evidence: Vec::new(),
-            token: format!("{}{:016x}", self.inner.ports.ids.new_token(), self.inner.ports.ids.random_u64()),
+            token: crate::human::secure_token().unwrap_or_else(|_| {
+                format!("{}{:016x}", self.inner.ports.ids.new_token(), self.inner.ports.ids.random_u64())
+            }),
             created_at: now,
             due_at: now.saturating_add(cfg.compensation_escalation_sla_ms),
             status: crate::ports::TaskStatus::Open,
