@@ -56,6 +56,22 @@ pub fn identifier(field: &str, value: &str) -> Result<()> {
     Ok(())
 }
 
+/// A page or batch bound: `limit` in `1..=max`, else [`Error::InvalidInput`] on `field`.
+pub fn limit_in(field: &str, limit: usize, max: usize) -> Result<()> {
+    if (1..=max).contains(&limit) {
+        Ok(())
+    } else {
+        Err(Error::invalid(field, format_args!("{limit} is not in 1..={max}")))
+    }
+}
+
+/// A page of records ordered by id: [`limit_in`] `1..=max`, and the cursor `after`, when
+/// given, follows the [`identifier`] rule.
+pub fn page(after: Option<&str>, limit: usize, max: usize) -> Result<()> {
+    limit_in("limit", limit, max)?;
+    after.map_or(Ok(()), |a| identifier("after", a))
+}
+
 /// Names that become document keys (step names, resource names, output keys): the
 /// [`identifier`] rule, and never starting with `$` nor containing `.`, so that a name can
 /// never be read as a query operator or a nested path.

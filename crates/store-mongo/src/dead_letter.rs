@@ -51,15 +51,7 @@ impl MongoDeadLetters {
 
     /// Open on `collection` without touching indexes.
     pub fn without_indexes(db: &Database, collection: &str, config: MongoConfig) -> Result<Self> {
-        validate::identifier("collection", collection)?;
-        if collection.starts_with("system.") || collection.contains('$') {
-            return Err(Error::invalid("collection", format_args!("{collection:?} is not a usable collection name")));
-        }
-        let opts = CollectionOptions::builder()
-            .write_concern(config.write_concern.clone())
-            .selection_criteria(config.selection_criteria())
-            .build();
-        Ok(MongoDeadLetters { coll: db.collection_with_options(collection, opts), config })
+        Ok(MongoDeadLetters { coll: record_collection(db, collection, &config)?, config })
     }
 
     /// The indexes of the collection (besides `_id`):
@@ -210,4 +202,23 @@ impl DeadLetters for MongoDeadLetters {
         let r = self.coll.delete_many(filter).await.map_err(|e| map(Op::Write, "purge dead letters", e))?;
         Ok(r.deleted_count)
     }
+}
+
+/// A record store's collection named by the caller (dead letters, human tasks), with the
+/// configured write concern and read preference. A name that is not an identifier (K-2.0),
+/// or that starts with `system.` or holds `$`, is [`Error::InvalidInput`].
+pub(crate) fn record_collection(
+    db: &Database,
+    collection: &str,
+    config: &MongoConfig,
+) -> Result<Collection<RawDocumentBuf>> {
+    validate::identifier("collection", collection)?;
+    if collection.starts_with("system.") || collection.contains('$') {
+        return Err(Error::invalid("collection", format_args!("{collection:?} is not a usable collection name")));
+    }
+    let opts = CollectionOptions::builder()
+        .write_concern(config.write_concern.clone())
+        .selection_criteria(config.selection_criteria())
+        .build();
+    Ok(db.collection_with_options(collection, opts))
 }

@@ -5,7 +5,7 @@ use kernel_core::model::Instant;
 use kernel_core::ports::*;
 use kernel_core::{validate, Error, Result};
 use mongodb::bson::{doc, Bson, Document, RawDocumentBuf};
-use mongodb::options::{CollectionOptions, IndexOptions, ReturnDocument};
+use mongodb::options::{IndexOptions, ReturnDocument};
 use mongodb::{Collection, Database, IndexModel};
 
 /// [`TaskInbox`] on a collection of its own (default [`TASK_INBOX`],
@@ -53,15 +53,7 @@ impl MongoTaskInbox {
 
     /// Open on `collection` without touching indexes.
     pub fn without_indexes(db: &Database, collection: &str, config: MongoConfig) -> Result<Self> {
-        validate::identifier("collection", collection)?;
-        if collection.starts_with("system.") || collection.contains('$') {
-            return Err(Error::invalid("collection", format_args!("{collection:?} is not a usable collection name")));
-        }
-        let opts = CollectionOptions::builder()
-            .write_concern(config.write_concern.clone())
-            .selection_criteria(config.selection_criteria())
-            .build();
-        Ok(MongoTaskInbox { coll: db.collection_with_options(collection, opts), config })
+        Ok(MongoTaskInbox { coll: crate::dead_letter::record_collection(db, collection, &config)?, config })
     }
 
     /// The indexes of the collection (besides `_id`):

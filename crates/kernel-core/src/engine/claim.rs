@@ -1634,8 +1634,8 @@ impl Claim {
         // Reverse completion order; on a tie (one millisecond, or the clocks of two workers)
         // a step with more transitive dependencies first, so a dependent is undone before
         // what it depends on (a dependent always has more).
-        let plan = self.def.plan();
-        let ancestors = |i: usize| (0..steps.len()).filter(|&k| k != i && plan.dependents(k)[i]).count();
+        let dependents: Vec<Vec<bool>> = (0..steps.len()).map(|k| self.def.plan().dependents(k)).collect();
+        let ancestors = |i: usize| dependents.iter().enumerate().filter(|(k, d)| *k != i && d[i]).count();
         let mut order: Vec<(usize, Instant, usize)> = {
             let d = self.doc();
             steps

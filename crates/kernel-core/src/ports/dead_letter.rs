@@ -228,21 +228,12 @@ impl DeadLetter {
 /// The shared check of a [`DeadLetters::list`] call: `limit` in
 /// `1..=`[`DEAD_LETTER_LIST_MAX`], `after` an identifier.
 pub fn validate_dead_letter_list(after: Option<&str>, limit: usize) -> Result<()> {
-    if !(1..=DEAD_LETTER_LIST_MAX).contains(&limit) {
-        return Err(Error::invalid("limit", format_args!("{limit} is not in 1..={DEAD_LETTER_LIST_MAX}")));
-    }
-    if let Some(a) = after {
-        validate::identifier("after", a)?;
-    }
-    Ok(())
+    validate::page(after, limit, DEAD_LETTER_LIST_MAX)
 }
 
 /// The shared check of a [`DeadLetters::purge_closed`] limit: `1..=`[`DEAD_LETTER_PURGE_MAX`].
 pub fn validate_dead_letter_purge(limit: usize) -> Result<()> {
-    if !(1..=DEAD_LETTER_PURGE_MAX).contains(&limit) {
-        return Err(Error::invalid("limit", format_args!("{limit} is not in 1..={DEAD_LETTER_PURGE_MAX}")));
-    }
-    Ok(())
+    validate::limit_in("limit", limit, DEAD_LETTER_PURGE_MAX)
 }
 
 /// What [`DeadLetters::decide`] did.

@@ -384,21 +384,12 @@ pub fn validate_task_decide(id: &str, token: &str, actor: &Actor, decision: &Tas
 /// `1..=`[`TASK_LIST_MAX`], `after` an identifier.
 pub fn validate_task_list(actor: &Actor, after: Option<&str>, limit: usize) -> Result<()> {
     actor.validate()?;
-    if !(1..=TASK_LIST_MAX).contains(&limit) {
-        return Err(Error::invalid("limit", format_args!("{limit} is not in 1..={TASK_LIST_MAX}")));
-    }
-    if let Some(a) = after {
-        validate::identifier("after", a)?;
-    }
-    Ok(())
+    validate::page(after, limit, TASK_LIST_MAX)
 }
 
 /// The shared check of a purge limit: `1..=`[`TASK_PURGE_MAX`].
 pub fn validate_task_purge(limit: usize) -> Result<()> {
-    if !(1..=TASK_PURGE_MAX).contains(&limit) {
-        return Err(Error::invalid("limit", format_args!("{limit} is not in 1..={TASK_PURGE_MAX}")));
-    }
-    Ok(())
+    validate::limit_in("limit", limit, TASK_PURGE_MAX)
 }
 
 /// What [`TaskInbox::close`] did.
