@@ -372,6 +372,61 @@ impl Publisher {
         Ok(self.deliver(signal).await?.outcome)
     }
 
+    /// Replay the failed instance `workflow_id` with its stored input: a new run (K-5), by
+    /// one CAS on `status = failed` — the same write [`start_or_resume`](Self::start_or_resume)
+    /// makes for a failed instance, for an operator who has the id and no definitions.
+    /// Afterwards best-effort enqueue + wakeup and a stream reset, as a start does.
+    ///
+    /// # Errors
+    /// Nothing is written on any of them. [`Error::NotFound`] for an unknown id;
+    /// [`Error::Conflict`] for an instance that is not failed, for one that belongs to a
+    /// dispatch round (its input carries a `fencing_token`: a failed round is never
+    /// replayed under its own round — dispatch a new round with `Dispatch::retry_failed`,
+    /// K-11.4), and when the instance changed between the read and the write.
+    ///
+    /// ```
+    /// # async fn demo(publisher: kernel_core::Publisher, id: kernel_core::WorkflowId) -> kernel_core::Result<()> {
+    /// let run = publisher.replay(&id).await?;
+    /// assert_eq!(run.status, kernel_core::WorkflowStatus::Running);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn replay(&self, workflow_id: &WorkflowId) -> Result<WorkflowInstance> {
+        validate::identifier("workflow_id", workflow_id.as_str())?;
+        let inst = self.store.get(workflow_id).await?.ok_or_else(|| Error::NotFound(workflow_id.to_string()))?;
+        if inst.status != WorkflowStatus::Failed {
+            return Err(Error::Conflict(format!(
+                "{workflow_id} is {}, not failed: nothing to replay",
+                inst.status.as_str()
+            )));
+        }
+        let round = crate::id::BusinessRound::of(&inst.input);
+        if let Some(token) = round.fencing_token.filter(|t| !t.as_str().is_empty()) {
+            let object = round.object_id.map_or_else(|| "?".to_string(), |o| o.to_string());
+            return Err(Error::Conflict(format!(
+                "{workflow_id} belongs to dispatch round {token} of object {object}: a failed round is never replayed \
+                 under its own round; dispatch a new round (retry-failed)"
+            )));
+        }
+        let now = self.clock.now();
+        let t = Transition::replay(inst.input.clone(), now);
+        let revision = match self.store.apply(workflow_id, &Guard::replay(&inst.input), &t).await? {
+            WriteOutcome::Applied { revision } => revision,
+            WriteOutcome::Missed => {
+                return Err(Error::Conflict(format!(
+                    "{workflow_id} changed before the replay was written; read it again"
+                )))
+            }
+        };
+        let after = self.store.get(workflow_id).await?.ok_or_else(|| Error::NotFound(workflow_id.to_string()))?;
+        let mut observed = after.clone();
+        observed.revision = revision;
+        effects::observe(&*self.observer, &observed, &t, revision, Writer::default());
+        effects::enqueue_and_wake(&*self.queue, &*self.wakeup, workflow_id, after.business_priority, now).await;
+        self.reset_stream(&after, now).await;
+        Ok(after)
+    }
+
     /// A [`SignalSender`] delivering as [`deliver_signal`](Self::deliver_signal) does (a
     /// [`TaskDesk`](crate::human::TaskDesk) in a process without an engine).
     pub fn signal_sender(&self) -> SignalSender {

@@ -68,3 +68,64 @@ async fn a_standalone_publisher_with_overrides_starts_what_an_engine_runs() {
     world.drive(&engine).await.unwrap();
     assert_eq!(world.store.peek(&out.instance.workflow_id).unwrap().status, WorkflowStatus::Completed);
 }
+
+#[tokio::test]
+async fn an_operator_replay_needs_no_plan_and_refuses_what_k5_keeps() {
+    // K-5 (failed → replay by one CAS), K-11.4 (a failed round is never replayed under its
+    // own round), K-15 (the replay is observed)
+    let world = World::new(1);
+    let def = Definition::builder("t")
+        .step(StepDef::new("a", |c: ActivityContext| async move {
+            if c.input()["fail"] == json!(true) && c.idempotency_key().ends_with("|0") {
+                Err(ActivityError::permanent("bad input"))
+            } else {
+                Ok(StepOutcome::complete(json!("a")))
+            }
+        }))
+        .build()
+        .unwrap();
+    let engine = world.engine("w", vec![def]);
+    let ports = world.ports();
+    // A publisher with no plan at all: the replay reads the stored input.
+    let publisher = Publisher::builder(ports.store.clone(), ports.queue.clone(), ports.wakeup.clone())
+        .observer(ports.observer.clone())
+        .build()
+        .unwrap();
+    engine
+        .publisher()
+        .start_or_resume(StartRequest::new("t", "b", json!({ "fail": true })).workflow_id("wf-b"))
+        .await
+        .unwrap();
+    engine
+        .publisher()
+        .start_or_resume(
+            StartRequest::new("t", "r", json!({ "fail": true, "fencing_token": "f1", "object_id": "o1" }))
+                .workflow_id("wf-r"),
+        )
+        .await
+        .unwrap();
+    let id: WorkflowId = "wf-b".into();
+    // Not failed yet: refused, nothing written.
+    let before = world.store.peek("wf-b").unwrap().revision;
+    assert!(matches!(publisher.replay(&id).await, Err(Error::Conflict(_))));
+    assert_eq!(world.store.peek("wf-b").unwrap().revision, before);
+    world.drive(&engine).await.unwrap();
+    assert_eq!(world.store.peek("wf-b").unwrap().status, WorkflowStatus::Failed);
+    let run = publisher.replay(&id).await.unwrap();
+    assert_eq!((run.status, run.retry_count), (WorkflowStatus::Running, 1));
+    assert!(world.observations.events().iter().any(|o| o.workflow_id == id && o.kind == TransitionKind::Replay));
+    // A second replay finds it running: refused.
+    assert!(matches!(publisher.replay(&id).await, Err(Error::Conflict(_))));
+    world.drive(&engine).await.unwrap();
+    assert_eq!(world.store.peek("wf-b").unwrap().status, WorkflowStatus::Completed);
+    // The instance of a dispatch round stays failed; the refusal names retry-failed.
+    let round: WorkflowId = "wf-r".into();
+    assert_eq!(world.store.peek("wf-r").unwrap().status, WorkflowStatus::Failed);
+    match publisher.replay(&round).await {
+        Err(Error::Conflict(m)) => assert!(m.contains("retry-failed") && m.contains("f1"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(world.store.peek("wf-r").unwrap().status, WorkflowStatus::Failed);
+    assert!(matches!(publisher.replay(&"wf-none".into()).await, Err(Error::NotFound(_))));
+    assert!(matches!(publisher.replay(&"bad\nid".into()).await, Err(Error::InvalidInput { .. })));
+}
