@@ -1,0 +1,137 @@
+//! # ops-server
+//!
+//! The web console of the durable workflow kernel: the operator surface ([`ops::Ops`]) over
+//! HTTP. Pages are plain HTML, JavaScript and CSS embedded in the binary; the JSON API under
+//! `/api/` mirrors the `Ops` methods, every read a GET and every action a POST.
+//!
+//! Access ([`auth`]): a configured bearer token, a session cookie obtained for a token on the
+//! login page, or a configured fronting proxy's user header. Every POST is checked for its
+//! origin and, with ambient credentials, for its CSRF token. Refusals: no or bad
+//! credentials 401; a bad CSRF token or origin 403; a viewer acting 403 (the operator
+//! surface still records the refused action in its audit log); a guard that no longer
+//! matches (K-6.4) 409; no such thing 404; bad input 400; a store that does not answer 503.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let ops = ops::Ops::connect("sqlite:/var/lib/app/wf.db", "local", vec![]).await?;
+//! let config = ops_server::ServerConfig::from_json(r#"{"tokens":[
+//!     {"token":"a-long-random-token","name":"ana","role":"operator","task_roles":["finance"]}]}"#)?;
+//! let app = ops_server::router(std::sync::Arc::new(ops), &config)?;
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! axum::serve(listener, app).await?;
+//! # Ok(())
+//! # }
+//! ```
+
+mod api;
+mod assets;
+pub mod auth;
+pub mod config;
+
+pub use auth::{Principal, Refusal, Via, CSRF_HEADER, SESSION_COOKIE};
+pub use config::{ProxyHeaders, ServerConfig, TokenEntry};
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use std::sync::Arc;
+
+/// Most bytes of a request body (a signal payload or a dead letter's output fits).
+pub const BODY_BYTES_MAX: usize = 1 << 20;
+
+/// What can go wrong building the server.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The configuration is wrong.
+    #[error("bad configuration: {0}")]
+    Config(String),
+}
+
+/// Result alias of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The shared state of the handlers.
+pub(crate) struct AppState {
+    pub ops: Arc<ops::Ops>,
+    pub auth: auth::Auth,
+}
+
+/// The console's router: pages, assets and the JSON API over `ops`.
+///
+/// # Errors
+/// [`Error::Config`] when `config` does not check.
+pub fn router(ops: Arc<ops::Ops>, config: &ServerConfig) -> Result<Router> {
+    let state = Arc::new(AppState { ops, auth: auth::Auth::new(config.check()?) });
+    Ok(assets::routes()
+        .merge(api::routes())
+        .with_state(state)
+        .layer(axum::extract::DefaultBodyLimit::max(BODY_BYTES_MAX))
+        .layer(axum::middleware::map_response(security_headers)))
+}
+
+/// Headers on every answer: no framing, no sniffing, no referrer, a strict content policy,
+/// and no caching of API answers.
+async fn security_headers(mut res: Response) -> Response {
+    let h = res.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; \
+             form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
+    h.entry(header::CACHE_CONTROL).or_insert(HeaderValue::from_static("no-store"));
+    res
+}
+
+/// An API refusal or failure: the status and `{"error": kind, "message": ...}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// `unauthenticated`, `forbidden`, `not_found`, `bad_input`, `refused`, `unavailable`.
+    pub kind: &'static str,
+    /// For a person.
+    pub message: String,
+}
+
+impl ApiError {
+    pub(crate) fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError { status, kind, message: message.into() }
+    }
+
+    pub(crate) fn bad_input(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "bad_input", message)
+    }
+}
+
+impl From<ops::OpsError> for ApiError {
+    fn from(e: ops::OpsError) -> Self {
+        let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        ApiError::new(status, e.kind(), e.message())
+    }
+}
+
+impl From<Refusal> for ApiError {
+    fn from(r: Refusal) -> Self {
+        match r {
+            Refusal::Unauthenticated(m) => ApiError::new(StatusCode::UNAUTHORIZED, "unauthenticated", m),
+            Refusal::Forbidden(m) => ApiError::new(StatusCode::FORBIDDEN, "forbidden", m),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut res =
+            (self.status, axum::Json(serde_json::json!({"error": self.kind, "message": self.message}))).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            res.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        res
+    }
+}

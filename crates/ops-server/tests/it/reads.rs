@@ -1,0 +1,99 @@
+//! The reads: the list's filters and pages, one workflow's detail with its timeline, lanes,
+//! the audit log.
+
+use crate::actions::urlencode;
+use crate::rig::*;
+use axum::http::StatusCode;
+use serde_json::Value;
+
+fn keys(v: &Value) -> Vec<String> {
+    let mut k: Vec<String> =
+        v["items"].as_array().unwrap().iter().map(|s| s["biz_key"].as_str().unwrap().to_string()).collect();
+    k.sort();
+    k
+}
+
+#[tokio::test]
+async fn the_list_filters_by_type_status_prefix_and_signal_and_pages_by_cursor() {
+    let rig = Rig::new().await;
+    for b in ["a-1", "a-2", "a-3", "b-1"] {
+        rig.start("quick", b).await;
+    }
+    rig.start("waiter", "w-1").await;
+    rig.settle().await;
+    let (s, v) = rig.get(VIEWER, "/api/instances?biz_key_prefix=a-").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(keys(&v), ["a-1", "a-2", "a-3"]);
+    let (_, v) = rig.get(VIEWER, "/api/instances?type=waiter").await;
+    assert_eq!(keys(&v), ["w-1"]);
+    let (_, v) = rig.get(VIEWER, "/api/instances?status=completed").await;
+    assert_eq!(keys(&v).len(), 4);
+    let (_, v) = rig.get(VIEWER, "/api/instances?waiting_on=go").await;
+    assert_eq!(keys(&v), ["w-1"]);
+    let (_, v) = rig.get(VIEWER, "/api/instances?status=&type=").await;
+    assert_eq!(keys(&v).len(), 5, "empty filters are no filters");
+    // Pages of two.
+    let mut seen = vec![];
+    let mut cursor: Option<String> = None;
+    for _ in 0..5 {
+        let path = match &cursor {
+            Some(c) => format!("/api/instances?biz_key_prefix=a-&limit=2&cursor={}", urlencode(c)),
+            None => "/api/instances?biz_key_prefix=a-&limit=2".to_string(),
+        };
+        let (s, v) = rig.get(VIEWER, &path).await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        seen.extend(keys(&v));
+        match v["next"].as_str() {
+            Some(n) => cursor = Some(n.to_string()),
+            None => break,
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, ["a-1", "a-2", "a-3"], "every row once");
+    for bad in ["status=sleeping", "limit=many", "cursor=zz", "limit=100000", "type=a%00b"] {
+        let (s, v) = rig.get(VIEWER, &format!("/api/instances?{bad}")).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{bad}: {v}");
+    }
+}
+
+#[tokio::test]
+async fn the_detail_has_steps_errors_and_a_timeline() {
+    let rig = Rig::new().await;
+    let wf = rig.start("broken", "detail").await;
+    rig.settle().await;
+    let (s, v) = rig.get(VIEWER, &format!("/api/instances/{wf}")).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["status"], "failed");
+    assert_eq!(v["steps"][0]["error"]["message"], "the ledger refused the entry");
+    let bars = v["timeline"].as_array().unwrap();
+    assert!(!bars.is_empty(), "{v}");
+    for f in ["queue_ms", "permit_ms", "execution_ms", "external_ms"] {
+        assert!(bars[0][f].as_i64().unwrap() >= 0, "{f}");
+    }
+    // By business key too.
+    let (s, v) = rig.get(VIEWER, "/api/instances/detail").await;
+    assert_eq!((s, v["workflow_id"].as_str()), (StatusCode::OK, Some(wf.as_str())));
+    let (s, _) = rig.get(VIEWER, "/api/instances/wf-nobody").await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn lanes_and_the_audit_log_read() {
+    let rig = Rig::new().await;
+    rig.start("quick", "lane").await;
+    let (s, v) = rig.get(VIEWER, "/api/lanes").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let lanes = v.as_array().unwrap();
+    assert_eq!(lanes.len(), 4);
+    assert_eq!(lanes.iter().map(|l| l["depth"].as_u64().unwrap()).sum::<u64>(), 1, "{v}");
+    rig.settle().await;
+    let (s, _) = rig.post(OPERATOR, "/api/lanes/rebuild", serde_json::json!({})).await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, v) = rig.get(VIEWER, "/api/audit?actor=ana").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let items = v["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{v}");
+    assert_eq!((items[0]["action"].as_str(), items[0]["result"].as_str()), (Some("rebuild"), Some("ok")));
+    let (s, _) = rig.get(VIEWER, "/api/audit?limit=0").await;
+    assert_eq!(s, StatusCode::OK, "0 is the default page");
+}
