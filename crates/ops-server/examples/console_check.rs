@@ -2,7 +2,8 @@
 //! `review` step is a human task (K-17.5), an engine running in this process on the wall
 //! clock, the ops server on a free port, and headless Chromium driven through chromedriver
 //! (WebDriver): log in, open the list, open the workflow waiting on the task, approve it,
-//! and wait until the page shows it completed. Screenshots of the list and of the detail
+//! and wait until the page shows it completed; then the inbox (empty), the audit log (the
+//! approval recorded), the lanes and the dead letters draw. Screenshots of the list and of the detail
 //! page go to `--out`; the workflow's status is then read from the store itself, and
 //!
 //! ```text
@@ -132,6 +133,15 @@ async fn run() -> Result<String, String> {
             .build()
             .map_err(|e| e.to_string())?,
         Definition::builder("receipt").step(work_step("file", 100)).build().map_err(|e| e.to_string())?,
+        Definition::builder("payment")
+            .step(
+                StepDef::new("charge", |_c: ActivityContext| async {
+                    Err::<StepOutcome, _>(ActivityError::permanent("card declined"))
+                })
+                .on_failed(OnFailed::DeadLetter),
+            )
+            .build()
+            .map_err(|e| e.to_string())?,
     ];
     let mut b = Engine::builder(ports.clone());
     for def in defs.clone() {
@@ -145,6 +155,8 @@ async fn run() -> Result<String, String> {
             StartRequest::new("receipt", format!("rcpt-{n}"), json!({"n": n})).workflow_id(format!("wf-rcpt-{n}"));
         publisher.start_or_resume(req).await.map_err(|e| e.to_string())?;
     }
+    let req = StartRequest::new("payment", "pay-1", json!({"cents": 990})).workflow_id("wf-pay-1");
+    publisher.start_or_resume(req).await.map_err(|e| e.to_string())?;
     let wf = WorkflowId::from("wf-inv-7");
     let req = StartRequest::new("invoice", "inv-7", json!({"amount_cents": 1_240_000})).workflow_id(wf.as_str());
     publisher.start_or_resume(req).await.map_err(|e| e.to_string())?;
@@ -311,5 +323,24 @@ async fn steps(c: &fantoccini::Client, args: &Args, base: &str, wf: &str) -> Res
     std::fs::write(&detail_png, c.screenshot().await.map_err(e("screenshot the detail"))?)
         .map_err(|e| e.to_string())?;
     shots.push(detail_png);
+
+    // 5. The other pages draw: the inbox is empty now, the audit log holds the approval.
+    let others = [
+        ("tasks", "//main[.//h1[starts-with(text(),'Tasks for')]]//p[text()='Nothing to decide.']"),
+        ("audit", "//table[@id='audit']//tr[td[text()='ana'] and td[text()='task-approve'] and td[text()='ok']]"),
+        ("lanes", "//table[@id='lanes']//tr[td[text()='normal']]"),
+        ("dead-letters", "//table[@id='dead-letters']//tr[td[text()='wf-pay-1'] or td/a[text()='wf-pay-1']][.//button[text()='Retry']]"),
+    ];
+    for (page, check) in others {
+        c.goto(&format!("{base}/#/{page}")).await.map_err(e("open a page"))?;
+        if let Err(err) = wait(c).for_element(Locator::XPath(check)).await {
+            let shown = match c.find(Locator::Id("main")).await {
+                Ok(m) => m.text().await.unwrap_or_default(),
+                Err(_) => String::new(),
+            };
+            return Err(format!("the {page} page: {err}; it shows: {shown}"));
+        }
+        pages += 1;
+    }
     Ok((pages, shown, shots))
 }
