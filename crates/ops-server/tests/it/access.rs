@@ -208,3 +208,50 @@ async fn pages_and_assets_are_served_with_a_strict_content_policy() {
     let (s, _) = rig.get(OPERATOR, "/api/no-such-thing").await;
     assert_eq!(s, StatusCode::NOT_FOUND);
 }
+
+/// Every action route, with a body it would accept.
+fn every_action(wf: &str) -> Vec<(String, serde_json::Value)> {
+    vec![
+        (format!("/api/instances/{wf}/signal"), json!({"signal_type": "go"})),
+        (format!("/api/instances/{wf}/cancel"), json!({})),
+        (format!("/api/instances/{wf}/replay"), json!({})),
+        (format!("/api/instances/{wf}/regenerate"), json!({"step": "prep"})),
+        ("/api/objects/obj-1/retry-failed".to_string(), json!({})),
+        ("/api/dead-letters/dl-1/decide".to_string(), json!({"action": "retry"})),
+        ("/api/tasks/task-1/decide".to_string(), json!({"outcome": "approve"})),
+        ("/api/permits/ledger/limits".to_string(), json!({"max_concurrency": 1, "max_starts_per_second": 0})),
+        ("/api/lanes/rebuild".to_string(), json!({})),
+    ]
+}
+
+#[tokio::test]
+async fn every_action_refuses_no_token_a_bad_token_a_missing_csrf_token_and_a_viewer() {
+    let rig = Rig::new().await;
+    let wf = rig.start("waiter", "matrix").await;
+    rig.settle().await;
+    let session = rig.login(OPERATOR).await;
+    let viewer = rig.login(VIEWER).await;
+    let origin = format!("http://{HOST}");
+    for (path, body) in every_action(&wf) {
+        let (s, _) = rig.call(Method::POST, &path, &[], Some(body.clone())).await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED, "no token: {path}");
+        let (s, _) = rig.post("a-token-nobody-configured", &path, body.clone()).await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED, "bad token: {path}");
+        let (s, _) = rig
+            .call(Method::POST, &path, &[("cookie", &session.cookie), ("origin", &origin)], Some(body.clone()))
+            .await;
+        assert_eq!(s, StatusCode::FORBIDDEN, "no CSRF token: {path}");
+        let (s, _) = rig.post(VIEWER, &path, body.clone()).await;
+        assert_eq!(s, StatusCode::FORBIDDEN, "viewer by token: {path}");
+        let (s, _) = viewer.post(&rig, &path, body.clone()).await;
+        assert_eq!(s, StatusCode::FORBIDDEN, "viewer by session: {path}");
+        let (s, _) = rig.call(Method::GET, &path, &[("authorization", &format!("Bearer {OPERATOR}"))], None).await;
+        assert_eq!(s, StatusCode::METHOD_NOT_ALLOWED, "an action is a POST: {path}");
+    }
+    assert_eq!(rig.status(&wf).await, WorkflowStatus::Waiting, "nothing happened");
+    // Each refusal is in the audit log: 3 before the surface (401, 401, 403) and 2 by it.
+    let (_, v) = rig.get(OPERATOR, "/api/audit?limit=500").await;
+    let entries = v["items"].as_array().unwrap();
+    assert_eq!(entries.len(), every_action(&wf).len() * 5, "{v}");
+    assert!(entries.iter().all(|e| e["result"] == "refused"), "{v}");
+}
