@@ -127,7 +127,15 @@ async fn decide_a_dead_letter_once_and_a_second_decision_is_409() {
 
 #[tokio::test]
 async fn approve_a_human_task_as_an_eligible_operator_and_others_are_refused() {
-    let rig = Rig::new().await;
+    approve_flow(Rig::new().await).await;
+}
+
+#[tokio::test]
+async fn approve_a_human_task_on_a_sqlite_file() {
+    approve_flow(Rig::sqlite().await).await;
+}
+
+async fn approve_flow(rig: Rig) {
     let wf = rig.start("invoice", "t1").await;
     rig.settle().await;
     assert_eq!(rig.status(&wf).await, WorkflowStatus::Waiting);

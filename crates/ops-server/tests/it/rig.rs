@@ -41,6 +41,8 @@ pub struct Rig {
     pub writer: ObserverWriter,
     pub ops: Arc<Ops>,
     pub store: Arc<ports::DynStore>,
+    /// The SQLite file's directory, removed with the rig.
+    _dir: Option<tempfile::TempDir>,
 }
 
 /// `invoice`: a human review (finance) then `post`. `broken`: fails for good. `letter`:
@@ -81,10 +83,21 @@ fn definitions(inbox: Arc<ports::DynTaskInbox>) -> Vec<Definition> {
 }
 
 impl Rig {
+    /// On `memory:`.
     pub async fn new() -> Rig {
-        let d = compose::Deployment::connect("memory:", "memory:", &compose::QueueOptions::default())
-            .await
-            .expect("memory deployment");
+        Rig::on("memory:", "memory:", None).await
+    }
+
+    /// On a fresh SQLite file with the `local` queue in it.
+    pub async fn sqlite() -> Rig {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite:{}", dir.path().join("wf.db").display());
+        Rig::on(&url, "local", Some(dir)).await
+    }
+
+    async fn on(store: &str, queue: &str, dir: Option<tempfile::TempDir>) -> Rig {
+        let d =
+            compose::Deployment::connect(store, queue, &compose::QueueOptions::default()).await.expect("deployment");
         let repo = d.store.observation_repository().await.expect("projection");
         let base = d.ports().build().expect("ports");
         let (sink, writer) =
@@ -101,7 +114,7 @@ impl Rig {
                 .expect("ops"),
         );
         let app = ops_server::router(ops.clone(), &config()).expect("router");
-        Rig { app, engine, writer, ops, store: d.store.store.clone() }
+        Rig { app, engine, writer, ops, store: d.store.store.clone(), _dir: dir }
     }
 
     /// Start a workflow `wf-<biz>` of `workflow_type`.
