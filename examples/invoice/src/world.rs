@@ -9,7 +9,7 @@ use kernel_core::engine::{Engine, EngineConfig, Ports, RoundOutcome};
 use kernel_core::human::{TaskDesk, HUMAN_TASK_SIGNAL};
 use kernel_core::model::{DurationMs, Instant, WorkflowInstance};
 use kernel_core::ports::{
-    Actor, DynIds, DynPermits, DynTaskInbox, PermitDecision, PermitLimits, PermitOwner, PermitUsage, Permits, Signal,
+    Actor, DynIds, DynPermits, DynTaskInbox, PermitDecision, PermitOwner, PermitUsage, Permits, Signal,
     TaskDecideOutcome, TaskOutcome, TaskReason,
 };
 use kernel_core::{StartRequest, WorkflowId};
