@@ -437,3 +437,22 @@ async fn resources_prunes_the_index_and_usage_skips_foreign_members() {
     let (until, at) = (u.holders[0].lease_until.expect("lease end"), u.as_of.expect("redis time"));
     assert!(until > at && until.duration_since(at) <= DurationMs::from_millis(30_000), "{until} vs {at}");
 }
+
+/// A limit one worker sets through the port is what another worker's next acquire reads,
+/// and what its `usage` reports.
+#[tokio::test]
+async fn set_limits_on_one_worker_binds_the_next_acquire_of_another() {
+    let Some(f) = permits_fixture("set_limits_on_one_worker_binds_the_next_acquire_of_another", 30_000, config()).await
+    else {
+        return;
+    };
+    let other = f.worker().await;
+    Permits::set_limits(&f.permits, "shared", limits(2, 0)).await.unwrap();
+    for i in 0..2 {
+        assert!(matches!(other.acquire("shared", &owner(i)).await.unwrap(), PermitDecision::Granted { .. }));
+    }
+    assert!(matches!(other.acquire("shared", &owner(2)).await.unwrap(), PermitDecision::Denied { .. }));
+    let u = other.usage("shared").await.unwrap();
+    assert_eq!((u.limits, u.overridden, u.holders.len()), (limits(2, 0), true, 2), "{u:?}");
+    assert_eq!(other.resources().await.unwrap(), ["shared"]);
+}

@@ -254,6 +254,32 @@ impl Permits for InMemoryPermits {
 mod tests {
     use super::*;
 
+    fn owner(n: usize) -> PermitOwner {
+        PermitOwner { workflow_id: format!("wf-{n}").into(), step: "call".into(), claim_token: format!("t-{n}").into() }
+    }
+
+    #[tokio::test]
+    async fn usage_and_resources_are_bounded_and_usage_purges_nothing() {
+        let clock = Arc::new(crate::memory::ManualClock::new(Instant::from_millis(1_000)));
+        let p = InMemoryPermits::new(clock.clone(), HashMap::new(), 100);
+        for i in 0..=PERMIT_HOLDERS_MAX {
+            assert!(matches!(p.acquire("wide", &owner(i)).await.unwrap(), PermitDecision::Granted { .. }));
+        }
+        let u = p.usage("wide").await.unwrap();
+        assert_eq!((u.holders.len(), u.truncated), (PERMIT_HOLDERS_MAX, true));
+        for n in 0..=PERMIT_RESOURCES_MAX {
+            Permits::set_limits(&p, &format!("n-{n:05}"), PermitLimits::default()).await.unwrap();
+        }
+        let names = p.resources().await.unwrap();
+        assert_eq!(names.len(), PERMIT_RESOURCES_MAX);
+        assert_eq!(names.first().map(String::as_str), Some("n-00000"));
+        assert!(!names.contains(&"wide".to_string()), "`wide` sorts after every `n-…`");
+        clock.advance(DurationMs::from_millis(100));
+        assert!(p.usage("wide").await.unwrap().holders.is_empty(), "expired at the lease end");
+        let st = p.state.lock().unwrap();
+        assert_eq!(st.resources["wide"].holders.len(), PERMIT_HOLDERS_MAX + 1, "usage purged nothing");
+    }
+
     #[test]
     fn tenant_names() {
         assert_eq!(tenant_resource("acme", "asr").unwrap(), "tenant:acme:asr");
