@@ -65,7 +65,7 @@ impl OpsView {
         self.attempts(&AttemptQuery { step_name: Some(step_name.into()), outcome, ..Default::default() }).await
     }
 
-    /// Depth, ready, delayed and oldest wait per lane, P0 first, now.
+    /// Depth, ready, delayed, oldest wait and pops per lane, P0 first, now.
     pub async fn lane_stats(&self) -> Result<[LaneStats; 4]> {
         self.queue.stats(self.clock.now()).await.map_err(|e| Error::unavailable_with(format!("queue: {e}"), e))
     }
