@@ -53,6 +53,7 @@ pub fn obs(biz_key: &str, revision: u64, kind: TransitionKind, step: Option<&str
         at: after(revision as i64 * 1_000),
         worker_id: Some("w1".into()),
         claim_token: Some("tok".into()),
+        wait_signal: None,
     }
 }
 
