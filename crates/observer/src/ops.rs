@@ -2,6 +2,7 @@
 //! statistics only: an [`OpsView`] holds no store handle, so it cannot scan
 //! `workflow_instances`.
 
+use crate::audit::{AuditEntry, AuditQuery};
 use crate::model::{AttemptOutcome, AttemptQuery, AttemptRow, Snapshot, SnapshotQuery};
 use crate::repo::DynRepository;
 use crate::{Error, Result};
@@ -9,8 +10,8 @@ use kernel_core::model::{Instant, WorkflowStatus};
 use kernel_core::ports::{DynClock, DynQueue, LaneStats};
 use std::sync::Arc;
 
-/// The ops view: snapshots by type, step, status and time window; attempt rows; lane
-/// statistics from the ready queue.
+/// The ops view: snapshots by type, step, status, time window and the signal they wait
+/// on; attempt rows; the operator audit log; lane statistics from the ready queue.
 #[derive(Clone)]
 pub struct OpsView {
     repo: Arc<DynRepository>,
@@ -53,6 +54,16 @@ impl OpsView {
     /// Workflows updated in `[from, to)`.
     pub async fn in_window(&self, from: Instant, to: Instant) -> Result<Vec<Snapshot>> {
         self.snapshots(&SnapshotQuery { updated_from: Some(from), updated_to: Some(to), ..Default::default() }).await
+    }
+
+    /// Workflows waiting for a signal of `signal_type`, newest first.
+    pub async fn waiting_on(&self, signal_type: &str) -> Result<Vec<Snapshot>> {
+        self.snapshots(&SnapshotQuery { waiting_on: Some(signal_type.into()), ..Default::default() }).await
+    }
+
+    /// Operator audit entries, newest first.
+    pub async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>> {
+        self.repo.find_audit(query).await
     }
 
     /// Attempt rows.
