@@ -59,6 +59,16 @@ CREATE TABLE coord_dispatch (
 ) WITHOUT ROWID;
 CREATE INDEX coord_dispatch_due ON coord_dispatch (due, object_id);
 
+## migration 2
+-- coord-local schema version 2: the per-lane pop counters (K-13, `LaneStats::pops`).
+
+-- Members popped per lane since the row was created (missing = 0); a pop bumps it in its
+-- own transaction.
+CREATE TABLE coord_lane_pops (
+  lane INTEGER NOT NULL PRIMARY KEY CHECK (lane BETWEEN 0 AND 3),
+  pops INTEGER NOT NULL CHECK (pops >= 0)
+);
+
 ## queue.enqueue (and each entry of enqueue_many)
 INSERT INTO coord_lane (workflow_id, lane, claimable_at) VALUES (?1, ?2, ?3) ON CONFLICT (workflow_id) DO UPDATE SET lane = excluded.lane, claimable_at = excluded.claimable_at WHERE excluded.lane <= coord_lane.lane
 
@@ -76,6 +86,12 @@ INSERT INTO coord_lane_rotation (id, current, served, burst_left) VALUES (0, ?1,
 
 ## queue.stats
 SELECT lane, count(*), coalesce(sum(claimable_at <= ?1), 0), min(claimable_at) FROM coord_lane GROUP BY lane
+
+## queue.pop_due: count pops
+INSERT INTO coord_lane_pops (lane, pops) VALUES (?1, ?2) ON CONFLICT (lane) DO UPDATE SET pops = pops + excluded.pops
+
+## queue.stats: pops
+SELECT lane, pops FROM coord_lane_pops
 
 ## wakeup.notify
 UPDATE coord_wakeup SET seq = CASE WHEN seq >= 4611686018427387904 THEN 0 ELSE seq + 1 END WHERE id = 0 RETURNING seq
@@ -109,6 +125,18 @@ INSERT INTO coord_permit_start (resource, started_at, owner) VALUES (?1, ?2, ?3)
 
 ## permits.release
 DELETE FROM coord_permit_holder WHERE resource = ?1 AND owner = ?2
+
+## permits.set_limits
+INSERT INTO coord_permit_limits (resource, max_concurrency, max_starts_per_second) VALUES (?1, ?2, ?3) ON CONFLICT (resource) DO UPDATE SET max_concurrency = excluded.max_concurrency, max_starts_per_second = excluded.max_starts_per_second
+
+## permits.usage: holders
+SELECT owner, lease_until FROM coord_permit_holder WHERE resource = ?1 AND lease_until > ?2 ORDER BY lease_until, owner LIMIT ?3
+
+## permits.usage: starts
+SELECT count(*) FROM coord_permit_start WHERE resource = ?1 AND started_at > ?2
+
+## permits.resources
+SELECT resource FROM coord_permit_limits UNION SELECT resource FROM coord_permit_holder WHERE lease_until > ?1 ORDER BY resource LIMIT ?2
 
 ## dispatch.add
 INSERT INTO coord_dispatch (object_id, due) VALUES (?1, ?2) ON CONFLICT (object_id) DO UPDATE SET due = excluded.due

@@ -10,10 +10,11 @@ use std::sync::{Arc, Mutex};
 
 /// Version of the coordination tables this build writes (the `schema_version` row of
 /// `coord_meta`; independent of SQLite's `user_version`, which a store may use).
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// The migrations, in order: migration `i` takes the tables from version `i` to `i + 1`.
-pub(crate) const MIGRATIONS: &[&str] = &[include_str!("../migrations/001_coord.sql")];
+pub(crate) const MIGRATIONS: &[&str] =
+    &[include_str!("../migrations/001_coord.sql"), include_str!("../migrations/002_lane_pops.sql")];
 
 /// Durability of a commit (SQLite's `synchronous` pragma, per connection).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -380,6 +381,25 @@ mod tests {
         migrate(&mut conn, "t").unwrap();
         let n: i64 = conn.query_row("SELECT count(*) FROM coord_lane", [], |r| r.get(0)).unwrap();
         assert_eq!(n, 1, "a second migrate left the data alone");
+    }
+
+    #[test]
+    fn a_version_1_file_migrates_to_the_pop_counters_keeping_its_data() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(MIGRATIONS[0]).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE coord_meta (key TEXT NOT NULL PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID; \
+             INSERT INTO coord_meta VALUES ('schema_version', 1); INSERT INTO coord_lane VALUES ('a', 1, 5);",
+        )
+        .unwrap();
+        migrate(&mut conn, "t").unwrap();
+        let v: i64 = conn.query_row("SELECT value FROM coord_meta", [], |r| r.get(0)).unwrap();
+        assert_eq!(v, SCHEMA_VERSION);
+        let n: i64 = conn.query_row("SELECT count(*) FROM coord_lane", [], |r| r.get(0)).unwrap();
+        assert_eq!(n, 1, "the lanes are kept");
+        let pops: i64 = conn.query_row("SELECT count(*) FROM coord_lane_pops", [], |r| r.get(0)).unwrap();
+        assert_eq!(pops, 0, "the counters start empty (0 for every lane)");
+        assert!(conn.execute("INSERT INTO coord_lane_pops VALUES (4, 1)", []).is_err(), "lanes are 0..=3");
     }
 
     #[test]

@@ -1,6 +1,9 @@
 use crate::db::{self, Db, Kind};
 use kernel_core::model::{DurationMs, Instant};
-use kernel_core::ports::{tenant_base, Clock, PermitDecision, PermitLimits, PermitOwner, Permits};
+use kernel_core::ports::{
+    tenant_base, Clock, PermitDecision, PermitHolder, PermitLimits, PermitOwner, PermitUsage, Permits,
+    PERMIT_HOLDERS_MAX, PERMIT_RESOURCES_MAX,
+};
 use kernel_core::{validate, Error, Result};
 use rusqlite::{params, OptionalExtension, Transaction};
 use std::collections::HashMap;
@@ -28,6 +31,20 @@ pub(crate) const STARTS: &str = "SELECT count(*), min(started_at) FROM coord_per
 pub(crate) const INSERT_START: &str =
     "INSERT INTO coord_permit_start (resource, started_at, owner) VALUES (?1, ?2, ?3)";
 pub(crate) const RELEASE: &str = "DELETE FROM coord_permit_holder WHERE resource = ?1 AND owner = ?2";
+/// Write a resource's live limits.
+pub(crate) const SET_LIMITS: &str =
+    "INSERT INTO coord_permit_limits (resource, max_concurrency, max_starts_per_second) VALUES (?1, ?2, ?3) \
+     ON CONFLICT (resource) DO UPDATE SET max_concurrency = excluded.max_concurrency, \
+     max_starts_per_second = excluded.max_starts_per_second";
+/// The unexpired holders of a resource, soonest lease end first (one more than listed, to
+/// tell a cut list).
+pub(crate) const USAGE_HOLDERS: &str = "SELECT owner, lease_until FROM coord_permit_holder \
+     WHERE resource = ?1 AND lease_until > ?2 ORDER BY lease_until, owner LIMIT ?3";
+/// Starts of a resource in the current 1 s window.
+pub(crate) const USAGE_STARTS: &str = "SELECT count(*) FROM coord_permit_start WHERE resource = ?1 AND started_at > ?2";
+/// Resources with live limits or an unexpired holder, in name byte order.
+pub(crate) const RESOURCES: &str = "SELECT resource FROM coord_permit_limits UNION \
+     SELECT resource FROM coord_permit_holder WHERE lease_until > ?1 ORDER BY resource LIMIT ?2";
 
 /// Settings of [`LocalPermits`] (the same as the Redis adapter's).
 #[derive(Debug, Clone)]
@@ -85,8 +102,9 @@ impl LocalPermitsConfig {
 ///
 /// Tables: `coord_permit_limits` (live limits per resource, what an operator writes;
 /// [`set_limits`](Self::set_limits)), `coord_permit_holder` (owner key → lease end, ms) and
-/// `coord_permit_start` (starts of the last second, ms). Every call is one `BEGIN
-/// IMMEDIATE` transaction that purges expired holders and old starts, reads the live
+/// `coord_permit_start` (starts of the last second, ms). The operator reads
+/// ([`Permits::usage`], [`Permits::resources`]) are one read transaction each and purge
+/// nothing; every other call is one `BEGIN IMMEDIATE` transaction that purges expired holders and old starts, reads the live
 /// limits (else the configured ones: the resource's own, for `tenant:<t>:<base>` those of
 /// `<base>`, else the fallback — a missing row never means "unlimited") and checks and
 /// takes both limits; the file's write lock makes that atomic across processes.
@@ -194,13 +212,11 @@ impl LocalPermits {
         self.db
             .call("permits.set_limits", Kind::Write, move |c, ctx| {
                 db::write(c, ctx, "permits.set_limits", |tx| {
-                    tx.execute(
-                        "INSERT INTO coord_permit_limits (resource, max_concurrency, max_starts_per_second) \
-                         VALUES (?1, ?2, ?3) ON CONFLICT (resource) DO UPDATE SET \
-                         max_concurrency = excluded.max_concurrency, \
-                         max_starts_per_second = excluded.max_starts_per_second",
-                        params![resource, limits.max_concurrency, limits.max_starts_per_second],
-                    )
+                    tx.prepare_cached(SET_LIMITS)?.execute(params![
+                        resource,
+                        limits.max_concurrency,
+                        limits.max_starts_per_second
+                    ])
                 })
             })
             .await?;
@@ -260,6 +276,82 @@ impl LocalPermits {
         Ok(self.holders(resource).await?.contains(&owner.key()))
     }
 
+    /// What [`Permits::usage`] reports, in one read transaction (nothing is purged).
+    async fn read_usage(&self, resource: &str) -> Result<PermitUsage> {
+        validate::key_name("resource", resource)?;
+        let configured = self.config.configured(resource);
+        let resource = resource.to_string();
+        let clock = Arc::clone(&self.clock);
+        type Raw = (Instant, Option<(i64, i64)>, Vec<(String, i64)>, i64);
+        let (now, live, held, starts): Raw = self
+            .db
+            .call("permits.usage", Kind::Read, move |c, ctx| {
+                db::read(c, ctx, "permits.usage", |tx| {
+                    let now = clock.now();
+                    let live = tx
+                        .prepare_cached(LIVE_LIMITS)?
+                        .query_row([&resource], |r| Ok((r.get(0)?, r.get(1)?)))
+                        .optional()?;
+                    let mut st = tx.prepare_cached(USAGE_HOLDERS)?;
+                    let rows = st
+                        .query_map(params![resource, now.as_millis(), PERMIT_HOLDERS_MAX as i64 + 1], |r| {
+                            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+                        })?;
+                    let held = rows.collect::<rusqlite::Result<Vec<_>>>()?;
+                    let window_start = now.saturating_sub(SECOND).as_millis();
+                    let starts =
+                        tx.prepare_cached(USAGE_STARTS)?.query_row(params![resource, window_start], |r| r.get(0))?;
+                    Ok((now, live, held, starts))
+                })
+            })
+            .await?;
+        let limit = |field: &str, v: i64| {
+            u32::try_from(v).map_err(|_| Error::corrupt(format!("coord_permit_limits.{field} {v} is out of range")))
+        };
+        let limits = match live {
+            Some((c, s)) => PermitLimits {
+                max_concurrency: limit("max_concurrency", c)?,
+                max_starts_per_second: limit("max_starts_per_second", s)?,
+            },
+            None => configured,
+        };
+        let truncated = held.len() > PERMIT_HOLDERS_MAX;
+        let holders = held
+            .into_iter()
+            .take(PERMIT_HOLDERS_MAX)
+            .filter_map(|(key, until)| match PermitOwner::from_key(&key) {
+                Some(owner) => Some(PermitHolder { owner, lease_until: Some(Instant::from_millis(until)) }),
+                None => {
+                    tracing::warn!(owner = %key, "coord_permit_holder row is not an owner key; not listed");
+                    None
+                }
+            })
+            .collect();
+        Ok(PermitUsage {
+            limits,
+            overridden: live.is_some(),
+            holders,
+            truncated,
+            starts_in_window: starts.max(0) as u64,
+            as_of: Some(now),
+        })
+    }
+
+    /// What [`Permits::resources`] lists, in one read transaction.
+    async fn read_resources(&self) -> Result<Vec<String>> {
+        let clock = Arc::clone(&self.clock);
+        self.db
+            .call("permits.resources", Kind::Read, move |c, ctx| {
+                db::read(c, ctx, "permits.resources", |tx| {
+                    let now = clock.now();
+                    let mut st = tx.prepare_cached(RESOURCES)?;
+                    let rows = st.query_map(params![now.as_millis(), PERMIT_RESOURCES_MAX as i64], |r| r.get(0))?;
+                    rows.collect()
+                })
+            })
+            .await
+    }
+
     async fn invoke(&self, resource: &str, owner: &PermitOwner, renewal: bool) -> Result<PermitDecision> {
         validate::key_name("resource", resource)?;
         owner.validate()?;
@@ -305,5 +397,17 @@ impl Permits for LocalPermits {
             })
             .await?;
         Ok(())
+    }
+
+    async fn usage(&self, resource: &str) -> Result<PermitUsage> {
+        self.read_usage(resource).await
+    }
+
+    async fn resources(&self) -> Result<Vec<String>> {
+        self.read_resources().await
+    }
+
+    async fn set_limits(&self, resource: &str, limits: PermitLimits) -> Result<()> {
+        LocalPermits::set_limits(self, resource, limits).await
     }
 }

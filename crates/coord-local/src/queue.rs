@@ -30,9 +30,18 @@ pub(crate) const SAVE_ROTATION: &str =
 pub(crate) const STATS: &str = "SELECT lane, count(*), coalesce(sum(claimable_at <= ?1), 0), min(claimable_at) \
      FROM coord_lane GROUP BY lane";
 
+/// Add a batch's pops of one lane to its counter.
+pub(crate) const COUNT_POPS: &str = "INSERT INTO coord_lane_pops (lane, pops) VALUES (?1, ?2) \
+     ON CONFLICT (lane) DO UPDATE SET pops = pops + excluded.pops";
+
+/// The pop counters.
+pub(crate) const POPS: &str = "SELECT lane, pops FROM coord_lane_pops";
+
 /// The ready lanes (K-13) in the SQLite file: table `coord_lane` (one row per member:
-/// `workflow_id` primary key, `lane` 0–3, `claimable_at` in ms) and the rotation row
-/// `coord_lane_rotation` (`current`, `served`, `burst_left`) that every process shares.
+/// `workflow_id` primary key, `lane` 0–3, `claimable_at` in ms), the rotation row
+/// `coord_lane_rotation` (`current`, `served`, `burst_left`) that every process shares, and
+/// the per-lane pop counters `coord_lane_pops` that a batch pop bumps in its own
+/// transaction ([`LaneStats::pops`]).
 ///
 /// Semantics are exactly those of `testkit::memory::InMemoryQueue` and the Redis adapter;
 /// all three run the same conformance suite. Each call is one transaction: `enqueue` (one
@@ -71,13 +80,15 @@ impl LocalQueue {
             .map(|row| row.map(|(lane, at)| (Priority::ALL[lane.clamp(0, 3) as usize], Instant::from_millis(at))))
     }
 
-    /// Delete every member and the rotation state (what a flushed Redis loses; the rebuild
-    /// scan restores the lanes).
+    /// Delete every member, the rotation state and the pop counters (what a flushed Redis
+    /// loses; the rebuild scan restores the lanes).
     pub async fn clear(&self) -> Result<()> {
         self.db
             .call("clear", Kind::Write, |c, ctx| {
                 db::write(c, ctx, "clear", |tx| {
-                    tx.execute_batch("DELETE FROM coord_lane; DELETE FROM coord_lane_rotation;")
+                    tx.execute_batch(
+                        "DELETE FROM coord_lane; DELETE FROM coord_lane_rotation; DELETE FROM coord_lane_pops;",
+                    )
                 })
             })
             .await
@@ -112,12 +123,13 @@ impl Rotation {
         Ok(())
     }
 
-    /// One weighted pop (K-13) over `lanes` (each lane's remaining due members in order).
-    fn pop(&mut self, weights: &LaneWeights, lanes: &mut [VecDeque<String>; 4]) -> Option<String> {
+    /// One weighted pop (K-13) over `lanes` (each lane's remaining due members in order):
+    /// the lane popped from and the member.
+    fn pop(&mut self, weights: &LaneWeights, lanes: &mut [VecDeque<String>; 4]) -> Option<(usize, String)> {
         if self.burst_left > 0 {
             if let Some(m) = lanes[0].pop_front() {
                 self.burst_left -= 1;
-                return Some(m);
+                return Some((0, m));
             }
             // The window ends early the first time P0 has nothing due.
             self.burst_left = 0;
@@ -132,7 +144,7 @@ impl Rotation {
                         self.current = (cur + 1) % 4;
                         self.served = 0;
                     }
-                    return Some(m);
+                    return Some((cur, m));
                 }
             }
             // Nothing due (or block used up): skip at once, forfeiting the rest of the block.
@@ -164,9 +176,13 @@ fn pop_batch(tx: &Transaction<'_>, weights: &LaneWeights, now: Instant, max: usi
     }
     let mut rot = Rotation::load(tx)?;
     let mut out = Vec::with_capacity(max.min(64));
+    let mut popped = [0i64; 4];
     while out.len() < max {
         match rot.pop(weights, &mut lanes) {
-            Some(m) => out.push(m),
+            Some((lane, m)) => {
+                popped[lane] += 1;
+                out.push(m);
+            }
             // The empty pop has armed the burst window; the contract stops here.
             None => break,
         }
@@ -178,6 +194,12 @@ fn pop_batch(tx: &Transaction<'_>, weights: &LaneWeights, now: Instant, max: usi
         }
     }
     rot.save(tx)?;
+    let mut count = tx.prepare_cached(COUNT_POPS)?;
+    for (lane, n) in popped.iter().enumerate() {
+        if *n > 0 {
+            count.execute(params![lane as i64, n])?;
+        }
+    }
     Ok(out)
 }
 
@@ -243,11 +265,19 @@ impl ReadyQueue for LocalQueue {
                     let rows = st.query_map([now.as_millis()], |r| {
                         Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, Option<i64>>(3)?))
                     })?;
-                    rows.collect::<rusqlite::Result<Vec<_>>>()
+                    let rows = rows.collect::<rusqlite::Result<Vec<_>>>()?;
+                    let mut pops = tx.prepare_cached(POPS)?;
+                    let pops = pops.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)))?;
+                    Ok((rows, pops.collect::<rusqlite::Result<Vec<_>>>()?))
                 })
             })
             .await?;
+        let (rows, pops) = rows;
         let mut out = [LaneStats::default(); 4];
+        for (lane, n) in pops {
+            let Some(slot) = usize::try_from(lane).ok().and_then(|l| out.get_mut(l)) else { continue };
+            slot.pops = n.max(0) as u64;
+        }
         for (lane, depth, ready, oldest) in rows {
             let Some(slot) = usize::try_from(lane).ok().and_then(|l| out.get_mut(l)) else { continue };
             let (depth, ready) = (depth.max(0) as u64, ready.max(0) as u64);
@@ -255,7 +285,7 @@ impl ReadyQueue for LocalQueue {
                 Some(at) if at <= now.as_millis() => now - Instant::from_millis(at),
                 _ => DurationMs::ZERO,
             };
-            *slot = LaneStats { depth, ready, delayed: depth - ready.min(depth), oldest_wait_ms };
+            *slot = LaneStats { depth, ready, delayed: depth - ready.min(depth), oldest_wait_ms, pops: slot.pops };
         }
         Ok(out)
     }

@@ -364,6 +364,14 @@ impl Wait {
         }
     }
 
+    /// The signal type a signal wait waits for; `None` for a timer.
+    pub fn signal_type(&self) -> Option<&str> {
+        match self {
+            Wait::Timer { .. } => None,
+            Wait::Signal { signal_type, .. } => Some(signal_type),
+        }
+    }
+
     /// The identity a signal must match (K-9.3); `None` for a timer.
     pub fn signal_identity(&self) -> Option<WaitIdentity> {
         match self {

@@ -1,7 +1,9 @@
 //! The repository conformance suite: plain `pub async fn` cases over `&DynRepository`,
 //! plus [`repository_conformance!`](crate::repository_conformance) which expands to one
-//! named `#[tokio::test]` per case. The in-memory and the Mongo repository both run it.
+//! named `#[tokio::test]` per case. Every repository runs it: in memory, MongoDB, SQLite
+//! and PostgreSQL.
 
+use crate::audit::{AuditEntry, AuditQuery, AuditResult, AUDIT_DETAIL_BYTES_MAX, AUDIT_PURGE_MAX};
 use crate::model::{AttemptOutcome, AttemptQuery, Snapshot, SnapshotQuery};
 use crate::repo::DynRepository;
 use crate::Error;
@@ -53,6 +55,29 @@ pub fn obs(biz_key: &str, revision: u64, kind: TransitionKind, step: Option<&str
         at: after(revision as i64 * 1_000),
         worker_id: Some("w1".into()),
         claim_token: Some("tok".into()),
+        wait_signal: None,
+    }
+}
+
+/// A suspension of `biz_key` at `revision` on a signal wait for `signal` (`None`: a timer).
+pub fn waiting(biz_key: &str, revision: u64, signal: Option<&str>) -> Observation {
+    let mut o = obs(biz_key, revision, TransitionKind::SuspendClaim, Some("s1"), 0);
+    o.wait_signal = signal.map(str::to_string);
+    o
+}
+
+/// An audit entry `id` at `T0 + ms`, by `actor`, doing `action` to `target`.
+pub fn audit_entry(id: &str, ms: i64, actor: &str, action: &str, target: &str) -> AuditEntry {
+    AuditEntry {
+        id: id.to_string(),
+        at: after(ms),
+        actor: actor.to_string(),
+        role: "operator".into(),
+        action: action.to_string(),
+        target: target.to_string(),
+        detail: serde_json::json!({"request": {"id": id, "n": -3, "ratio": 0.5, "tags": ["a", "é"]}}),
+        result: AuditResult::Ok,
+        reason: None,
     }
 }
 
@@ -250,6 +275,278 @@ pub async fn queries_filter_by_type_step_status_and_window(repo: &DynRepository)
     assert_eq!(typed.len(), 1);
 }
 
+async fn all_audit(repo: &DynRepository) -> Vec<AuditEntry> {
+    repo.find_audit(&AuditQuery::default()).await.expect("find_audit")
+}
+
+fn ids(entries: &[AuditEntry]) -> Vec<&str> {
+    entries.iter().map(|e| e.id.as_str()).collect()
+}
+
+/// Appending the same id twice keeps one entry, the first; a refused entry is an
+/// [`Error::InvalidRecord`] and writes nothing.
+pub async fn audit_append_is_idempotent_on_id(repo: &DynRepository) {
+    let first = AuditEntry {
+        role: "admin".into(),
+        result: AuditResult::Refused,
+        reason: Some("already completed".into()),
+        ..audit_entry("op-1", 1_000, "alice", "workflow.cancel", "wf-1")
+    };
+    repo.append_audit(&first).await.expect("append");
+    let second = AuditEntry { actor: "mallory".into(), result: AuditResult::Ok, ..first.clone() };
+    repo.append_audit(&second).await.expect("an existing id is not an error");
+    repo.append_audit(&first).await.expect("again");
+    assert_eq!(all_audit(repo).await, vec![first.clone()], "one entry, the first, read back whole");
+
+    let refused: Vec<(&str, AuditEntry)> = vec![
+        ("empty id", AuditEntry { id: String::new(), ..audit_entry("x", 0, "a", "b", "c") }),
+        ("empty actor", audit_entry("op-2", 0, "", "b", "c")),
+        ("control character", audit_entry("op-3", 0, "a\nb", "b", "c")),
+        ("long action", audit_entry("op-4", 0, "a", &"x".repeat(65), "c")),
+        ("long target", audit_entry("op-5", 0, "a", "b", &"t".repeat(257))),
+        (
+            "large detail",
+            AuditEntry {
+                detail: serde_json::json!({"blob": "x".repeat(AUDIT_DETAIL_BYTES_MAX)}),
+                ..audit_entry("op-6", 0, "a", "b", "c")
+            },
+        ),
+        (
+            "NUL in detail",
+            AuditEntry { detail: serde_json::json!({"k": "a\u{0}b"}), ..audit_entry("op-7", 0, "a", "b", "c") },
+        ),
+        ("long reason", AuditEntry { reason: Some("r".repeat(1_025)), ..audit_entry("op-8", 0, "a", "b", "c") }),
+        ("NUL in reason", AuditEntry { reason: Some("r\u{0}".into()), ..audit_entry("op-9", 0, "a", "b", "c") }),
+    ];
+    for (what, entry) in refused {
+        let r = repo.append_audit(&entry).await;
+        assert!(matches!(r, Err(Error::InvalidRecord(_))), "{what}: {r:?}");
+    }
+    assert_eq!(all_audit(repo).await.len(), 1, "nothing of a refused entry is written");
+}
+
+/// Newest `at` first, ties by id; following the cursor page by page returns every entry
+/// exactly once, whatever the page size.
+pub async fn audit_pages_cover_every_entry_once(repo: &DynRepository) {
+    // Written out of order; three share one time, two another.
+    let times = [("e5", 5_000), ("e1", 1_000), ("e3b", 3_000), ("e4", 4_000), ("e3a", 3_000), ("e3c", 3_000)];
+    let mut times = times.to_vec();
+    times.push(("e2", 1_000));
+    for (id, ms) in &times {
+        repo.append_audit(&audit_entry(id, *ms, "alice", "step.retry", "wf-1")).await.unwrap();
+    }
+    let expected = ["e5", "e4", "e3a", "e3b", "e3c", "e1", "e2"];
+    assert_eq!(ids(&all_audit(repo).await), expected);
+    for page in [1usize, 2, 3, 7, 8] {
+        let mut seen = Vec::new();
+        let mut before = None;
+        for _ in 0..10 {
+            let q = AuditQuery { before: before.clone(), limit: page, ..Default::default() };
+            let got = repo.find_audit(&q).await.unwrap();
+            assert!(got.len() <= page, "page {page}: {} entries", got.len());
+            let Some(last) = got.last() else { break };
+            before = Some((last.at, last.id.clone()));
+            seen.extend(got.iter().map(|e| e.id.clone()));
+        }
+        assert_eq!(seen, expected, "page size {page}");
+    }
+    // A cursor between two entries of one time.
+    let q = AuditQuery { before: Some((after(3_000), "e3a".into())), limit: 2, ..Default::default() };
+    assert_eq!(ids(&repo.find_audit(&q).await.unwrap()), ["e3b", "e3c"]);
+}
+
+/// Filters by actor, action and target, alone and together, with the cursor; a malformed
+/// filter is [`Error::InvalidInput`].
+pub async fn audit_filters_by_actor_action_and_target(repo: &DynRepository) {
+    let entries = [
+        audit_entry("a1", 1_000, "alice", "workflow.cancel", "wf-1"),
+        audit_entry("a2", 2_000, "bob", "workflow.cancel", "wf-2"),
+        audit_entry("a3", 3_000, "alice", "step.retry", "wf-2"),
+        audit_entry("a4", 4_000, "alice", "workflow.cancel", "wf-2"),
+        audit_entry("a5", 5_000, "carol", "step.retry", "wf-1"),
+    ];
+    for e in &entries {
+        repo.append_audit(e).await.unwrap();
+    }
+    let find = |q: AuditQuery| async move { repo.find_audit(&q).await.unwrap() };
+    let some = |s: &str| Some(s.to_string());
+    assert_eq!(ids(&find(AuditQuery { actor: some("alice"), ..Default::default() }).await), ["a4", "a3", "a1"]);
+    assert_eq!(ids(&find(AuditQuery { action: some("step.retry"), ..Default::default() }).await), ["a5", "a3"]);
+    assert_eq!(ids(&find(AuditQuery { target: some("wf-2"), ..Default::default() }).await), ["a4", "a3", "a2"]);
+    let both = AuditQuery {
+        actor: some("alice"),
+        action: some("workflow.cancel"),
+        target: some("wf-2"),
+        ..Default::default()
+    };
+    assert_eq!(ids(&find(both).await), ["a4"]);
+    let paged = AuditQuery { actor: some("alice"), before: Some((after(4_000), "a4".into())), ..Default::default() };
+    assert_eq!(ids(&find(paged).await), ["a3", "a1"]);
+    assert!(find(AuditQuery { actor: some("nobody"), ..Default::default() }).await.is_empty());
+    assert_eq!(ids(&find(AuditQuery { limit: 2, ..Default::default() }).await), ["a5", "a4"]);
+    for bad in [
+        AuditQuery { actor: some(""), ..Default::default() },
+        AuditQuery { target: some("wf\u{0}"), ..Default::default() },
+        AuditQuery { before: Some((after(0), String::new())), ..Default::default() },
+    ] {
+        let r = repo.find_audit(&bad).await;
+        assert!(matches!(r, Err(Error::InvalidInput { .. })), "{bad:?}: {r:?}");
+    }
+}
+
+/// Purge deletes at most `limit` entries strictly older than `before`, oldest first, and
+/// refuses a limit outside `1..=AUDIT_PURGE_MAX`.
+pub async fn audit_purge_is_bounded_and_oldest_first(repo: &DynRepository) {
+    for (id, ms) in [("p1", 1_000), ("p2", 2_000), ("p3a", 3_000), ("p3b", 3_000), ("p4", 4_000)] {
+        repo.append_audit(&audit_entry(id, ms, "alice", "task.decide", "task-1")).await.unwrap();
+    }
+    for bad in [0, AUDIT_PURGE_MAX + 1] {
+        let r = repo.purge_audit(after(10_000), bad).await;
+        assert!(matches!(r, Err(Error::InvalidInput { .. })), "limit {bad}: {r:?}");
+    }
+    assert_eq!(all_audit(repo).await.len(), 5, "a refused purge deletes nothing");
+    assert_eq!(repo.purge_audit(after(4_000), 2).await.unwrap(), 2);
+    assert_eq!(ids(&all_audit(repo).await), ["p4", "p3a", "p3b"]);
+    assert_eq!(repo.purge_audit(after(4_000), 1).await.unwrap(), 1);
+    assert_eq!(ids(&all_audit(repo).await), ["p4", "p3b"], "ties purged by id");
+    assert_eq!(repo.purge_audit(after(4_000), 10).await.unwrap(), 1);
+    assert_eq!(repo.purge_audit(after(4_000), 10).await.unwrap(), 0, "nothing older left");
+    assert_eq!(ids(&all_audit(repo).await), ["p4"], "an entry at `before` is kept");
+}
+
+/// Snapshot pages: following the `(updated_at, biz_key)` cursor, with or without a filter,
+/// returns every matching snapshot exactly once in the newest-first order.
+pub async fn snapshot_pages_cover_every_snapshot_once(repo: &DynRepository) {
+    let mut batch = Vec::new();
+    // Revisions repeat across keys, so several snapshots share one `updated_at`.
+    for (i, rev) in [3u64, 1, 3, 2, 3, 1, 4].iter().enumerate() {
+        let mut o = obs(&format!("k{i}"), *rev, TransitionKind::MarkRunning, Some("s1"), 1);
+        if i % 2 == 1 {
+            o.workflow_type = "other".into();
+        }
+        batch.push(o);
+    }
+    repo.write_batch(&batch).await.unwrap();
+    let keys = |v: &[Snapshot]| v.iter().map(|s| s.biz_key.clone()).collect::<Vec<_>>();
+    let all = repo.find_snapshots(&SnapshotQuery::default()).await.unwrap();
+    assert_eq!(keys(&all), ["k6", "k0", "k2", "k4", "k3", "k1", "k5"]);
+    for typ in [None, Some("summary"), Some("other")] {
+        let expected: Vec<String> =
+            all.iter().filter(|s| typ.is_none_or(|t| s.workflow_type == t)).map(|s| s.biz_key.clone()).collect();
+        for page in [1usize, 2, 3] {
+            let mut seen = Vec::new();
+            let mut before = None;
+            for _ in 0..10 {
+                let q = SnapshotQuery {
+                    workflow_type: typ.map(str::to_string),
+                    before: before.clone(),
+                    limit: page,
+                    ..Default::default()
+                };
+                let got = repo.find_snapshots(&q).await.unwrap();
+                assert!(got.len() <= page);
+                let Some(last) = got.last() else { break };
+                before = Some((last.updated_at, last.biz_key.clone()));
+                seen.extend(keys(&got));
+            }
+            assert_eq!(seen, expected, "type {typ:?}, page size {page}");
+        }
+    }
+}
+
+/// A biz-key prefix is literal: `%`, `_`, `*`, `.`, `[`, `\\` and the like match only
+/// themselves, case matters, and a multi-byte or highest code point works; a malformed
+/// prefix or cursor is [`Error::InvalidInput`].
+pub async fn biz_key_prefix_is_literal(repo: &DynRepository) {
+    let keys = [
+        "a%b",
+        "a%c",
+        "axb",
+        "a_b",
+        "aXb",
+        "a.b",
+        "a.*",
+        "a*b",
+        "a[1]",
+        "a\\b",
+        "a?b",
+        "a^b",
+        "a$",
+        "A%b",
+        "a(b)",
+        "é-1",
+        "é",
+        "ê",
+        "z\u{10ffff}x",
+        "z\u{10ffff}",
+        "{",
+    ];
+    let batch: Vec<Observation> = keys.iter().map(|k| obs(k, 1, TransitionKind::Create, None, 0)).collect();
+    repo.write_batch(&batch).await.unwrap();
+    for prefix in
+        ["a%", "a_", "a.", "a*", "a[", "a\\", "a?", "a^", "a$", "a(", "A", "a", "é", "z\u{10ffff}", "a%b", "ax", "q"]
+    {
+        let q = SnapshotQuery { biz_key_prefix: Some(prefix.into()), ..Default::default() };
+        let mut got: Vec<String> = repo.find_snapshots(&q).await.unwrap().into_iter().map(|s| s.biz_key).collect();
+        got.sort();
+        let mut expected: Vec<String> = keys.iter().filter(|k| k.starts_with(prefix)).map(|k| k.to_string()).collect();
+        expected.sort();
+        assert_eq!(got, expected, "prefix {prefix:?}");
+    }
+    let both = SnapshotQuery { biz_key_prefix: Some("a".into()), limit: 3, ..Default::default() };
+    assert_eq!(repo.find_snapshots(&both).await.unwrap().len(), 3);
+    for bad in [
+        SnapshotQuery { biz_key_prefix: Some(String::new()), ..Default::default() },
+        SnapshotQuery { biz_key_prefix: Some("a\u{0}".into()), ..Default::default() },
+        SnapshotQuery { waiting_on: Some("x".repeat(257)), ..Default::default() },
+        SnapshotQuery { before: Some((T0, "\n".into())), ..Default::default() },
+    ] {
+        let r = repo.find_snapshots(&bad).await;
+        assert!(matches!(r, Err(Error::InvalidInput { .. })), "{bad:?}: {r:?}");
+    }
+}
+
+/// The snapshot keeps the signal type its workflow waits for, clears it when the wait
+/// ends, and `waiting_on` selects by it.
+pub async fn waiting_on_selects_signal_waits(repo: &DynRepository) {
+    repo.write_batch(&[
+        waiting("w1", 2, Some("approved")),
+        waiting("w2", 3, Some("paid")),
+        waiting("w3", 4, None),
+        waiting("w4", 5, Some("approved")),
+        obs("w5", 6, TransitionKind::MarkRunning, Some("s1"), 1),
+    ])
+    .await
+    .unwrap();
+    let on = |signal: &str| SnapshotQuery { waiting_on: Some(signal.into()), ..Default::default() };
+    let keys = |v: Vec<Snapshot>| v.into_iter().map(|s| s.biz_key).collect::<Vec<_>>();
+    assert_eq!(keys(repo.find_snapshots(&on("approved")).await.unwrap()), ["w4", "w1"]);
+    assert_eq!(keys(repo.find_snapshots(&on("paid")).await.unwrap()), ["w2"]);
+    assert!(repo.find_snapshots(&on("other")).await.unwrap().is_empty());
+    assert_eq!(repo.snapshot("w1").await.unwrap().unwrap().wait_signal.as_deref(), Some("approved"));
+    assert_eq!(repo.snapshot("w3").await.unwrap().unwrap().wait_signal, None, "a timer is no signal wait");
+    // The signal arrives: the next observation carries no wait, and the snapshot drops it.
+    repo.write_batch(&[obs("w1", 7, TransitionKind::MarkRunning, Some("s1"), 1)]).await.unwrap();
+    assert_eq!(repo.snapshot("w1").await.unwrap().unwrap().wait_signal, None);
+    assert_eq!(keys(repo.find_snapshots(&on("approved")).await.unwrap()), ["w4"]);
+    // An older observation changes nothing, its wait included.
+    repo.write_batch(&[waiting("w1", 6, Some("approved"))]).await.unwrap();
+    assert_eq!(keys(repo.find_snapshots(&on("approved")).await.unwrap()), ["w4"]);
+    // Combined with the other filters, and through a repaired snapshot.
+    let q = SnapshotQuery {
+        waiting_on: Some("approved".into()),
+        status: Some(WorkflowStatus::Waiting),
+        biz_key_prefix: Some("w".into()),
+        ..Default::default()
+    };
+    assert_eq!(keys(repo.find_snapshots(&q).await.unwrap()), ["w4"]);
+    let mut repaired = Snapshot::from_observation(&waiting("w5", 9, Some("paid")));
+    repaired.steps.clear();
+    assert!(repo.put_snapshot(&repaired).await.unwrap());
+    assert_eq!(keys(repo.find_snapshots(&on("paid")).await.unwrap()), ["w5", "w2"]);
+    assert_eq!(repo.snapshot("w5").await.unwrap().unwrap(), repaired);
+}
+
 /// The suite as named `#[tokio::test]`s. `$factory` is called with the case name and
 /// returns `Option<impl RepositoryFixture>` (`None` = skipped, reason printed).
 #[macro_export]
@@ -262,7 +559,14 @@ macro_rules! repository_conformance {
             older_revision_never_overwrites,
             poison_record_is_an_invalid_record,
             put_snapshot_accepts_only_revisions_at_least_its_own,
-            queries_filter_by_type_step_status_and_window
+            queries_filter_by_type_step_status_and_window,
+            audit_append_is_idempotent_on_id,
+            audit_pages_cover_every_entry_once,
+            audit_filters_by_actor_action_and_target,
+            audit_purge_is_bounded_and_oldest_first,
+            snapshot_pages_cover_every_snapshot_once,
+            biz_key_prefix_is_literal,
+            waiting_on_selects_signal_waits
         );
         #[::tokio::test]
         async fn out_of_order_revisions_keep_the_newest() {

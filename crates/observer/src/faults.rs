@@ -1,9 +1,11 @@
 //! A fault decorator over any repository: an outage switch, and a log of the batches it
 //! saw, so tests can prove that the kept batch is written after the outage.
 
+use crate::audit::{AuditEntry, AuditQuery};
 use crate::model::{AttemptQuery, AttemptRow, Snapshot, SnapshotQuery};
 use crate::repo::{DynRepository, ObservationRepository};
 use crate::{Error, Result};
+use kernel_core::model::Instant;
 use kernel_core::ports::Observation;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -101,5 +103,17 @@ impl ObservationRepository for FaultyRepository {
     async fn find_attempts(&self, query: &AttemptQuery) -> Result<Vec<AttemptRow>> {
         self.gate()?;
         self.inner.find_attempts(query).await
+    }
+    async fn append_audit(&self, entry: &AuditEntry) -> Result<()> {
+        self.gate()?;
+        self.inner.append_audit(entry).await
+    }
+    async fn find_audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>> {
+        self.gate()?;
+        self.inner.find_audit(query).await
+    }
+    async fn purge_audit(&self, before: Instant, limit: usize) -> Result<u64> {
+        self.gate()?;
+        self.inner.purge_audit(before, limit).await
     }
 }

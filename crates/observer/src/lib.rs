@@ -14,7 +14,9 @@
 //!   `RunningEngine::shutdown`.
 //! - [`ObservationRepository`]: attempt rows upserted on `(biz_key, workflow_run,
 //!   step_name, attempt)` and one [`Snapshot`] per `biz_key` that accepts only revisions ≥
-//!   its own; [`InMemoryObservationRepository`] and, with the `mongo` feature,
+//!   its own (with the signal type a waiting workflow waits for, so a console can list
+//!   them), and the operator audit log ([`AuditEntry`], appended once per id, paged newest
+//!   first, purged in bounded pages); [`InMemoryObservationRepository`] and, with the `mongo` feature,
 //!   `MongoObservationRepository`. Both run the
 //!   repository conformance suite (`conformance`, with the `testing` feature, as is the
 //!   fault decorator `faults`).
@@ -36,6 +38,7 @@
 //! # }
 //! ```
 
+pub mod audit;
 #[cfg(feature = "testing")]
 pub mod conformance;
 #[cfg(feature = "testing")]
@@ -48,9 +51,10 @@ mod repair;
 mod repo;
 mod sink;
 
+pub use audit::{AuditEntry, AuditQuery, AuditResult};
 pub use model::{AttemptOutcome, AttemptQuery, AttemptRow, Snapshot, SnapshotQuery, StepSummary};
 #[cfg(feature = "mongo")]
-pub use mongo::{MongoObservationRepository, ATTEMPTS_COLLECTION, SNAPSHOTS_COLLECTION};
+pub use mongo::{MongoObservationRepository, ATTEMPTS_COLLECTION, AUDIT_COLLECTION, SNAPSHOTS_COLLECTION};
 pub use ops::OpsView;
 pub use repair::{repair_snapshots, RepairReport, REPAIR_IDS_MAX};
 pub use repo::{check_step_key, DynRepository, InMemoryObservationRepository, ObservationRepository};

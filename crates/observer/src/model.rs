@@ -1,11 +1,13 @@
 //! The projection's records: attempt rows, snapshots, queries, and the merge rules both
 //! repositories implement.
 
+use crate::{Error, Result};
 use kernel_core::model::{DurationMs, ErrorClass, Instant, WorkflowInstance, WorkflowStatus};
 use kernel_core::ports::Observation;
 use kernel_core::transition::TransitionKind;
 use kernel_core::WorkflowId;
 use serde::{Deserialize, Serialize};
+use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
 /// Most rows one query returns.
@@ -190,6 +192,10 @@ pub struct Snapshot {
     /// Per step, the latest transition seen (keys are step names).
     #[serde(default)]
     pub steps: BTreeMap<String, StepSummary>,
+    /// The signal type the workflow waits for, while it holds a signal wait (`None` for a
+    /// timer or no wait). Absent in snapshots written before it was projected.
+    #[serde(default)]
+    pub wait_signal: Option<String>,
 }
 
 impl Snapshot {
@@ -214,6 +220,7 @@ impl Snapshot {
             finished_at: obs.status.is_terminal().then_some(obs.at),
             worker_id: obs.worker_id.clone(),
             steps,
+            wait_signal: obs.wait_signal.clone(),
         }
     }
 
@@ -280,6 +287,7 @@ impl Snapshot {
             finished_at: inst.finished_at.or(inst.status.is_terminal().then_some(inst.updated_at)),
             worker_id: None,
             steps,
+            wait_signal: inst.wait.as_ref().and_then(|w| w.signal_type()).map(str::to_string),
         }
     }
 }
@@ -294,7 +302,8 @@ fn step_summary(obs: &Observation) -> StepSummary {
     }
 }
 
-/// Snapshots for the ops view; every filter is optional. Newest `updated_at` first.
+/// Snapshots for the ops view; every filter is optional. Newest `updated_at` first, ties
+/// by `biz_key` ascending ([`SnapshotQuery::order`]); page with [`before`](Self::before).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SnapshotQuery {
     /// Workflow type.
@@ -307,18 +316,86 @@ pub struct SnapshotQuery {
     pub updated_from: Option<Instant>,
     /// `updated_at < to`.
     pub updated_to: Option<Instant>,
+    /// `biz_key` starts with this text, taken literally (no character is a wildcard);
+    /// follows the identifier rule (K-2.0).
+    pub biz_key_prefix: Option<String>,
+    /// The workflow holds a signal wait for this signal type ([`Snapshot::wait_signal`]).
+    pub waiting_on: Option<String>,
+    /// Keyset paging: `(updated_at, biz_key)` of the last snapshot of the previous page;
+    /// only snapshots strictly after it in the newest-first order are returned.
+    pub before: Option<(Instant, String)>,
     /// Most rows (capped at [`QUERY_LIMIT_MAX`]; 0 means the cap).
     pub limit: usize,
 }
 
 impl SnapshotQuery {
-    /// Whether a snapshot matches (reference semantics for every repository).
+    /// The check every repository makes before it queries: the prefix, the signal type
+    /// and the cursor's key follow the identifier rule (K-2.0), else
+    /// [`Error::InvalidInput`].
+    pub fn validate(&self) -> Result<()> {
+        input("biz_key_prefix", self.biz_key_prefix.as_deref())?;
+        input("waiting_on", self.waiting_on.as_deref())?;
+        input("before", self.before.as_ref().map(|(_, k)| k.as_str()))
+    }
+
+    /// Whether a snapshot matches (reference semantics for every repository), the
+    /// [`before`](Self::before) cursor included.
     pub fn matches(&self, s: &Snapshot) -> bool {
         self.workflow_type.as_ref().is_none_or(|t| *t == s.workflow_type)
             && self.status.is_none_or(|st| st == s.status)
             && self.step_name.as_ref().is_none_or(|n| Some(n) == s.step_name.as_ref())
             && self.updated_from.is_none_or(|f| s.updated_at >= f)
             && self.updated_to.is_none_or(|t| s.updated_at < t)
+            && self.biz_key_prefix.as_ref().is_none_or(|p| s.biz_key.starts_with(p.as_str()))
+            && self.waiting_on.as_ref().is_none_or(|w| Some(w) == s.wait_signal.as_ref())
+            && self.before.as_ref().is_none_or(|(at, key)| after_cursor((s.updated_at, &s.biz_key), (*at, key)))
+    }
+
+    /// The order of results: newest `updated_at` first, ties by `biz_key` ascending.
+    pub fn order(a: &Snapshot, b: &Snapshot) -> Ordering {
+        b.updated_at.cmp(&a.updated_at).then_with(|| a.biz_key.cmp(&b.biz_key))
+    }
+}
+
+/// Whether `row` comes strictly after `cursor` in the newest-first order (time descending,
+/// ties by key ascending): the keyset paging rule of snapshots and audit entries.
+pub fn after_cursor(row: (Instant, &str), cursor: (Instant, &str)) -> bool {
+    row.0 < cursor.0 || (row.0 == cursor.0 && row.1 > cursor.1)
+}
+
+/// The smallest string greater than every string that starts with `prefix`, in code point
+/// (= UTF-8 byte) order, or `None` when there is none: `key >= prefix AND key < bound` is
+/// exactly "`key` starts with `prefix`", a range every store answers from an index, with
+/// no wildcard to escape.
+///
+/// ```
+/// use observer::model::prefix_upper_bound;
+/// assert_eq!(prefix_upper_bound("a%b").as_deref(), Some("a%c"));
+/// assert_eq!(prefix_upper_bound("a\u{d7ff}").as_deref(), Some("a\u{e000}"));
+/// assert_eq!(prefix_upper_bound("a\u{10ffff}").as_deref(), Some("b"));
+/// assert_eq!(prefix_upper_bound("\u{10ffff}"), None);
+/// ```
+pub fn prefix_upper_bound(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let next = match last {
+            '\u{d7ff}' => Some('\u{e000}'),
+            c => char::from_u32(u32::from(c) + 1),
+        };
+        if let Some(n) = next {
+            chars.push(n);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
+}
+
+/// An optional query text: the identifier rule (K-2.0), as [`Error::InvalidInput`].
+pub(crate) fn input(field: &str, value: Option<&str>) -> Result<()> {
+    match value {
+        Some(v) => kernel_core::validate::identifier(field, v)
+            .map_err(|e| Error::InvalidInput { field: field.to_string(), reason: reason_of(e) }),
+        None => Ok(()),
     }
 }
 
@@ -359,5 +436,13 @@ pub fn effective_limit(limit: usize) -> usize {
         QUERY_LIMIT_MAX
     } else {
         limit.min(QUERY_LIMIT_MAX)
+    }
+}
+
+/// The reason of a kernel refusal, without the field name it repeats.
+pub(crate) fn reason_of(e: kernel_core::Error) -> String {
+    match e {
+        kernel_core::Error::InvalidInput { reason, .. } => reason,
+        other => other.to_string(),
     }
 }

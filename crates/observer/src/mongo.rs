@@ -1,5 +1,5 @@
-//! The MongoDB repository (feature `mongo`): collections `observation_attempts` and
-//! `observation_snapshots`, never `workflow_instances`.
+//! The MongoDB repository (feature `mongo`): collections `observation_attempts`,
+//! `observation_snapshots` and `observation_audit`, never `workflow_instances`.
 //!
 //! Both collections use the same revision rule with one upsert per record:
 //! filter `{_id, revision: {$lte: r}}`, `upsert: true`. When the stored revision is newer
@@ -8,8 +8,14 @@
 //! is the server refusing the record for good ([`Error::InvalidRecord`]); connection and
 //! selection failures are [`Error::Unavailable`]. A batch is one `update` command per
 //! collection with `ordered: false`.
+//!
+//! A biz-key prefix is the `_id` range `[prefix, prefix_upper_bound(prefix))` (strings
+//! compare as UTF-8 bytes, so no character is a wildcard and the `_id` index answers it);
+//! a paging cursor is `updated_at < t OR (updated_at = t AND _id > key)`. An audit entry is
+//! one insert with `_id = id`; a duplicate key is the entry already being there.
 
-use crate::model::{effective_limit, AttemptQuery, AttemptRow, Snapshot, SnapshotQuery};
+use crate::audit::{check_audit_purge_limit, AuditEntry, AuditQuery};
+use crate::model::{effective_limit, prefix_upper_bound, AttemptQuery, AttemptRow, Snapshot, SnapshotQuery};
 use crate::repo::ObservationRepository;
 use crate::{Error, Result};
 use futures::TryStreamExt;
@@ -24,6 +30,8 @@ use mongodb::{Collection, Database, IndexModel};
 pub const ATTEMPTS_COLLECTION: &str = "observation_attempts";
 /// Snapshots, `_id = biz_key`.
 pub const SNAPSHOTS_COLLECTION: &str = "observation_snapshots";
+/// Operator audit entries, `_id = id`.
+pub const AUDIT_COLLECTION: &str = "observation_audit";
 
 const DUPLICATE_KEY: i32 = 11000;
 
@@ -79,6 +87,7 @@ impl MongoObservationRepository {
                 ix(doc! {"status": 1, "updated_at": -1}, "status_updated"),
                 ix(doc! {"step_name": 1, "updated_at": -1}, "step_updated"),
                 ix(doc! {"updated_at": -1}, "updated"),
+                ix(doc! {"wait_signal": 1, "updated_at": -1}, "wait_signal_updated"),
             ])
             .await
             .map_err(map_err)?;
@@ -90,7 +99,20 @@ impl MongoObservationRepository {
             ])
             .await
             .map_err(map_err)?;
+        repo.audit()
+            .create_indexes([
+                ix(doc! {"at": -1, "_id": 1}, "at"),
+                ix(doc! {"actor": 1, "at": -1}, "actor_at"),
+                ix(doc! {"action": 1, "at": -1}, "action_at"),
+                ix(doc! {"target": 1, "at": -1}, "target_at"),
+            ])
+            .await
+            .map_err(map_err)?;
         Ok(repo)
+    }
+
+    fn audit(&self) -> Collection<Document> {
+        self.db.collection(AUDIT_COLLECTION)
     }
 
     fn snapshots(&self) -> Collection<Document> {
@@ -170,12 +192,17 @@ impl MongoObservationRepository {
         filter: Document,
         limit: usize,
     ) -> Result<Vec<T>> {
-        let cursor = coll
-            .find(filter)
-            .sort(doc! { "updated_at": -1, "_id": 1 })
-            .limit(effective_limit(limit) as i64)
-            .await
-            .map_err(map_err)?;
+        self.find_sorted(coll, filter, doc! { "updated_at": -1, "_id": 1 }, limit).await
+    }
+
+    async fn find_sorted<T: serde::de::DeserializeOwned>(
+        &self,
+        coll: Collection<Document>,
+        filter: Document,
+        sort: Document,
+        limit: usize,
+    ) -> Result<Vec<T>> {
+        let cursor = coll.find(filter).sort(sort).limit(effective_limit(limit) as i64).await.map_err(map_err)?;
         let docs: Vec<Document> = cursor.try_collect().await.map_err(map_err)?;
         docs.into_iter()
             .map(|d| mongodb::bson::from_document(d).map_err(|e| Error::unavailable_with(format!("decode: {e}"), e)))
@@ -194,6 +221,35 @@ fn window(filter: &mut Document, from: Option<Instant>, to: Option<Instant>) {
     if !range.is_empty() {
         filter.insert("updated_at", range);
     }
+}
+
+/// Keyset paging: strictly after `(at, key)` in the order `time_field` descending, `_id`
+/// ascending.
+fn cursor(filter: &mut Document, time_field: &str, before: Option<&(Instant, String)>) {
+    if let Some((at, key)) = before {
+        filter.insert(
+            "$or",
+            vec![
+                doc! { time_field: { "$lt": at.as_millis() } },
+                doc! { time_field: at.as_millis(), "_id": { "$gt": key } },
+            ],
+        );
+    }
+}
+
+/// The document an audit entry is stored as: the entry's serde form with `_id = id`.
+fn audit_doc(entry: &AuditEntry) -> Result<Document> {
+    let mut d = to_doc(entry)?;
+    d.remove("id");
+    d.insert("_id", &entry.id);
+    Ok(d)
+}
+
+fn audit_entry(mut d: Document) -> Result<AuditEntry> {
+    if let Some(id) = d.remove("_id") {
+        d.insert("id", id);
+    }
+    mongodb::bson::from_document(d).map_err(|e| Error::unavailable_with(format!("decode: {e}"), e))
 }
 
 fn bson_str<T: serde::Serialize>(v: &T) -> Result<Bson> {
@@ -259,6 +315,7 @@ impl ObservationRepository for MongoObservationRepository {
     }
 
     async fn find_snapshots(&self, q: &SnapshotQuery) -> Result<Vec<Snapshot>> {
+        q.validate()?;
         let mut filter = Document::new();
         if let Some(t) = &q.workflow_type {
             filter.insert("workflow_type", t);
@@ -269,7 +326,18 @@ impl ObservationRepository for MongoObservationRepository {
         if let Some(n) = &q.step_name {
             filter.insert("step_name", n);
         }
+        if let Some(w) = &q.waiting_on {
+            filter.insert("wait_signal", w);
+        }
+        if let Some(p) = &q.biz_key_prefix {
+            let mut range = doc! { "$gte": p };
+            if let Some(upper) = prefix_upper_bound(p) {
+                range.insert("$lt", upper);
+            }
+            filter.insert("_id", range);
+        }
         window(&mut filter, q.updated_from, q.updated_to);
+        cursor(&mut filter, "updated_at", q.before.as_ref());
         self.find(self.snapshots(), filter, q.limit).await
     }
 
@@ -289,5 +357,55 @@ impl ObservationRepository for MongoObservationRepository {
         }
         window(&mut filter, q.updated_from, q.updated_to);
         self.find(self.attempts(), filter, q.limit).await
+    }
+
+    async fn append_audit(&self, entry: &AuditEntry) -> Result<()> {
+        entry.validate()?;
+        match self.audit().insert_one(audit_doc(entry)?).await {
+            Ok(_) => Ok(()),
+            // The id is there already: the first entry is kept.
+            Err(e) if is_duplicate(&e) => Ok(()),
+            Err(e) => Err(map_err(e)),
+        }
+    }
+
+    async fn find_audit(&self, q: &AuditQuery) -> Result<Vec<AuditEntry>> {
+        q.validate()?;
+        let mut filter = Document::new();
+        for (field, value) in [("actor", &q.actor), ("action", &q.action), ("target", &q.target)] {
+            if let Some(v) = value {
+                filter.insert(field, v);
+            }
+        }
+        cursor(&mut filter, "at", q.before.as_ref());
+        let docs: Vec<Document> = self.find_sorted(self.audit(), filter, doc! { "at": -1, "_id": 1 }, q.limit).await?;
+        docs.into_iter().map(audit_entry).collect()
+    }
+
+    async fn purge_audit(&self, before: Instant, limit: usize) -> Result<u64> {
+        check_audit_purge_limit(limit)?;
+        let old = doc! { "at": { "$lt": before.as_millis() } };
+        let cursor = self
+            .audit()
+            .find(old.clone())
+            .sort(doc! { "at": 1, "_id": 1 })
+            .projection(doc! { "_id": 1 })
+            .limit(limit as i64)
+            .await
+            .map_err(map_err)?;
+        let ids: Vec<Bson> = cursor
+            .try_collect::<Vec<Document>>()
+            .await
+            .map_err(map_err)?
+            .into_iter()
+            .filter_map(|mut d| d.remove("_id"))
+            .collect();
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let mut filter = old;
+        filter.insert("_id", doc! { "$in": ids });
+        let r = self.audit().delete_many(filter).await.map_err(map_err)?;
+        Ok(r.deleted_count)
     }
 }

@@ -2,6 +2,7 @@
 //! statistics only: an [`OpsView`] holds no store handle, so it cannot scan
 //! `workflow_instances`.
 
+use crate::audit::{AuditEntry, AuditQuery};
 use crate::model::{AttemptOutcome, AttemptQuery, AttemptRow, Snapshot, SnapshotQuery};
 use crate::repo::DynRepository;
 use crate::{Error, Result};
@@ -9,8 +10,8 @@ use kernel_core::model::{Instant, WorkflowStatus};
 use kernel_core::ports::{DynClock, DynQueue, LaneStats};
 use std::sync::Arc;
 
-/// The ops view: snapshots by type, step, status and time window; attempt rows; lane
-/// statistics from the ready queue.
+/// The ops view: snapshots by type, step, status, time window and the signal they wait
+/// on; attempt rows; the operator audit log; lane statistics from the ready queue.
 #[derive(Clone)]
 pub struct OpsView {
     repo: Arc<DynRepository>,
@@ -55,6 +56,16 @@ impl OpsView {
         self.snapshots(&SnapshotQuery { updated_from: Some(from), updated_to: Some(to), ..Default::default() }).await
     }
 
+    /// Workflows waiting for a signal of `signal_type`, newest first.
+    pub async fn waiting_on(&self, signal_type: &str) -> Result<Vec<Snapshot>> {
+        self.snapshots(&SnapshotQuery { waiting_on: Some(signal_type.into()), ..Default::default() }).await
+    }
+
+    /// Operator audit entries, newest first.
+    pub async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>> {
+        self.repo.find_audit(query).await
+    }
+
     /// Attempt rows.
     pub async fn attempts(&self, query: &AttemptQuery) -> Result<Vec<AttemptRow>> {
         self.repo.find_attempts(query).await
@@ -65,7 +76,7 @@ impl OpsView {
         self.attempts(&AttemptQuery { step_name: Some(step_name.into()), outcome, ..Default::default() }).await
     }
 
-    /// Depth, ready, delayed and oldest wait per lane, P0 first, now.
+    /// Depth, ready, delayed, oldest wait and pops per lane, P0 first, now.
     pub async fn lane_stats(&self) -> Result<[LaneStats; 4]> {
         self.queue.stats(self.clock.now()).await.map_err(|e| Error::unavailable_with(format!("queue: {e}"), e))
     }

@@ -1,13 +1,16 @@
 //! The repository port of the projection and its in-memory implementation.
 
+use crate::audit::{check_audit_purge_limit, AuditEntry, AuditQuery};
 use crate::model::{effective_limit, AttemptQuery, AttemptRow, Snapshot, SnapshotQuery};
 use crate::{Error, Result};
+use kernel_core::model::Instant;
 use kernel_core::ports::Observation;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-/// Where observations are projected: attempt rows and snapshots (K-15). Only the
-/// projection's own collections; it never reads `workflow_instances`.
+/// Where observations are projected: attempt rows and snapshots (K-15), and the operator
+/// audit log beside them. Only the projection's own collections; it never reads
+/// `workflow_instances`.
 #[async_trait::async_trait]
 pub trait ObservationRepository: Send + Sync + 'static {
     /// Project a batch: upsert each observation's attempt row on `(biz_key, workflow_run,
@@ -31,10 +34,44 @@ pub trait ObservationRepository: Send + Sync + 'static {
     async fn snapshot(&self, biz_key: &str) -> Result<Option<Snapshot>>;
 
     /// Snapshots matching `query`, newest `updated_at` first, at most its limit.
+    ///
+    /// # Contract
+    /// Exactly the snapshots [`SnapshotQuery::matches`] accepts, in [`SnapshotQuery::order`],
+    /// at most [`effective_limit`] of them: the biz-key prefix is literal (no character is a
+    /// wildcard), `waiting_on` compares [`Snapshot::wait_signal`], and following the
+    /// `before` cursor from page to page returns every matching snapshot exactly once while
+    /// none changes. [`Error::InvalidInput`]: [`SnapshotQuery::validate`] refused the query.
     async fn find_snapshots(&self, query: &SnapshotQuery) -> Result<Vec<Snapshot>>;
 
     /// Attempt rows matching `query`, newest `updated_at` first, at most its limit.
     async fn find_attempts(&self, query: &AttemptQuery) -> Result<Vec<AttemptRow>>;
+
+    /// Append one operator action to the audit log.
+    ///
+    /// # Contract
+    /// Idempotent on `id`: an entry whose id is already stored changes nothing (the first
+    /// one written is kept, even when the second differs), and is not an error.
+    /// [`Error::InvalidRecord`]: [`AuditEntry::validate`] refused the entry, nothing
+    /// written. [`Error::Unavailable`]: retry the same entry later.
+    async fn append_audit(&self, entry: &AuditEntry) -> Result<()>;
+
+    /// Audit entries matching `query`.
+    ///
+    /// # Contract
+    /// Exactly the entries [`AuditQuery::matches`] accepts, in [`AuditQuery::order`]
+    /// (newest `at` first, ties by `id`), at most [`effective_limit`] of them; following the
+    /// `before` cursor from page to page returns every matching entry exactly once.
+    /// [`Error::InvalidInput`]: [`AuditQuery::validate`] refused the query.
+    async fn find_audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>>;
+
+    /// Retention: delete at most `limit` entries with `at < before`, oldest first (ties by
+    /// `id`); returns how many were deleted.
+    ///
+    /// # Contract
+    /// Bounded: `limit` in `1..=`[`AUDIT_PURGE_MAX`](crate::audit::AUDIT_PURGE_MAX), else
+    /// [`Error::InvalidInput`] and nothing deleted. Never deletes an entry at or after
+    /// `before`; a caller repeats the call until it returns less than `limit`.
+    async fn purge_audit(&self, before: Instant, limit: usize) -> Result<u64>;
 }
 
 /// `dyn ObservationRepository`.
@@ -53,6 +90,7 @@ type AttemptKey = (String, u32, String, u32);
 struct State {
     attempts: HashMap<AttemptKey, AttemptRow>,
     snapshots: HashMap<String, Snapshot>,
+    audit: HashMap<String, AuditEntry>,
 }
 
 /// In-memory projection with the same semantics as the Mongo one. Clones share state.
@@ -127,9 +165,10 @@ impl ObservationRepository for InMemoryObservationRepository {
     }
 
     async fn find_snapshots(&self, query: &SnapshotQuery) -> Result<Vec<Snapshot>> {
+        query.validate()?;
         let st = self.state.lock().expect("repo lock");
         let mut out: Vec<Snapshot> = st.snapshots.values().filter(|s| query.matches(s)).cloned().collect();
-        out.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then_with(|| a.biz_key.cmp(&b.biz_key)));
+        out.sort_by(SnapshotQuery::order);
         out.truncate(effective_limit(query.limit));
         Ok(out)
     }
@@ -149,5 +188,34 @@ impl ObservationRepository for InMemoryObservationRepository {
         });
         out.truncate(effective_limit(query.limit));
         Ok(out)
+    }
+
+    async fn append_audit(&self, entry: &AuditEntry) -> Result<()> {
+        entry.validate()?;
+        let mut st = self.state.lock().expect("repo lock");
+        st.audit.entry(entry.id.clone()).or_insert_with(|| entry.clone());
+        Ok(())
+    }
+
+    async fn find_audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>> {
+        query.validate()?;
+        let st = self.state.lock().expect("repo lock");
+        let mut out: Vec<AuditEntry> = st.audit.values().filter(|e| query.matches(e)).cloned().collect();
+        out.sort_by(AuditQuery::order);
+        out.truncate(effective_limit(query.limit));
+        Ok(out)
+    }
+
+    async fn purge_audit(&self, before: Instant, limit: usize) -> Result<u64> {
+        check_audit_purge_limit(limit)?;
+        let mut st = self.state.lock().expect("repo lock");
+        let mut old: Vec<(Instant, String)> =
+            st.audit.values().filter(|e| e.at < before).map(|e| (e.at, e.id.clone())).collect();
+        old.sort();
+        old.truncate(limit);
+        for (_, id) in &old {
+            st.audit.remove(id);
+        }
+        Ok(old.len() as u64)
     }
 }

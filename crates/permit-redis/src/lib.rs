@@ -14,7 +14,23 @@
 //! | `<prefix>:permit:<resource>:limits` | hash | `max_concurrency`, `max_starts_per_second`, set by operators, read on every acquire |
 //! | `<prefix>:permit:<resource>:holders` | ZSET | owner key → lease end (ms) |
 //! | `<prefix>:permit:<resource>:starts` | ZSET | starts of the last second (µs) |
+//! | `<prefix>:permits` | ZSET | index of resource names (score 0), for [`Permits::resources`] |
 //!
+//! The index is written by every acquire or renewal that writes a holder and by
+//! [`Permits::set_limits`]; [`Permits::resources`] checks each indexed name against its
+//! own keys and drops the names that have neither live limits nor an unexpired holder.
+//! Like the holders, an index that only holders wrote expires a second after the last
+//! lease it saw; once `set_limits` wrote to it, it persists like the limits hashes.
+//! Limits written to a hash by hand (`HSET`) are read by acquires but listed only once the
+//! resource is held or written through `set_limits`.
+//! That script reads keys it derives from the prefix, so on Redis Cluster the prefix must
+//! carry a hash tag (as above) to keep every key on one node. Holders written by workers of
+//! a version without the index appear once a worker with it acquires or renews them.
+//!
+//! Operators: [`Permits::usage`] reports a resource's effective limits, unexpired holders
+//! (with their lease ends on Redis `TIME`) and starts in the current window;
+//! [`Permits::set_limits`] writes the live limits and indexes the resource. Each is one
+//! script call.
 //! When the limits hash (or one of its fields) is missing, the application's configured
 //! limits apply: the resource's own, else for `tenant:<t>:<base>` those of `<base>`, else
 //! the configured fallback — a flushed Redis never means "unlimited".
@@ -45,8 +61,10 @@
 //! # }
 //! ```
 
-use kernel_core::model::DurationMs;
-use kernel_core::ports::{PermitDecision, PermitOwner, Permits};
+use kernel_core::model::{DurationMs, Instant};
+use kernel_core::ports::{
+    PermitDecision, PermitHolder, PermitOwner, PermitUsage, Permits, PERMIT_HOLDERS_MAX, PERMIT_RESOURCES_MAX,
+};
 use kernel_core::{validate, Error, Result};
 use queue_redis::map_redis_error;
 use redis::Script;
@@ -59,6 +77,9 @@ pub use redis::aio::ConnectionManager;
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/acquire.lua")));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/release.lua")));
 static HOLDERS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/holders.lua")));
+static SET_LIMITS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/set_limits.lua")));
+static USAGE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/usage.lua")));
+static RESOURCES: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/resources.lua")));
 
 /// Longest permit lease.
 pub const LEASE_MS_MAX: DurationMs = DurationMs::from_millis(3_600_000);
@@ -198,6 +219,12 @@ impl RedisPermits {
         }
     }
 
+    /// Key of the resource index ZSET (`<prefix>:permits`): never a resource's key, whose
+    /// names all continue `<prefix>:permit:`.
+    pub fn index_key(&self) -> String {
+        format!("{}:permits", self.config.prefix)
+    }
+
     /// The limits an acquire of `resource` would use when Redis has none.
     pub fn configured_limits(&self, resource: &str) -> PermitLimits {
         self.config.configured(resource)
@@ -206,7 +233,7 @@ impl RedisPermits {
     /// Load the scripts now (startup), so the first calls need no round trip for it.
     pub async fn load_scripts(&self) -> Result<()> {
         let mut conn = self.conn.clone();
-        for s in [&*ACQUIRE, &*RELEASE, &*HOLDERS] {
+        for s in [&*ACQUIRE, &*RELEASE, &*HOLDERS, &*SET_LIMITS, &*USAGE, &*RESOURCES] {
             s.prepare_invoke().load_async(&mut conn).await.map_err(map_redis_error)?;
         }
         Ok(())
@@ -232,11 +259,13 @@ impl RedisPermits {
         inv.key(&keys.limits)
             .key(&keys.holders)
             .key(&keys.starts)
+            .key(self.index_key())
             .arg(owner.key())
             .arg(self.config.lease_ms.as_millis())
             .arg(configured.max_concurrency)
             .arg(configured.max_starts_per_second)
-            .arg(if renewal { "1" } else { "0" });
+            .arg(if renewal { "1" } else { "0" })
+            .arg(resource);
         let (granted, ms, redis_time_us, renewed): (i64, i64, i64, i64) =
             inv.invoke_async(&mut self.conn.clone()).await.map_err(map_redis_error)?;
         let decision = if granted == 1 {
@@ -271,19 +300,71 @@ impl RedisPermits {
         Ok(self.holders(resource).await?.contains(&owner.key()))
     }
 
-    /// Write a resource's live limits (what an operator does with `HSET`).
+    /// Write a resource's live limits and index the resource, in one script call (what
+    /// [`Permits::set_limits`] does).
     pub async fn set_limits(&self, resource: &str, limits: PermitLimits) -> Result<()> {
         validate::key_name("resource", resource)?;
-        redis::cmd("HSET")
-            .arg(self.keys(resource).limits)
-            .arg("max_concurrency")
+        let mut inv = SET_LIMITS.prepare_invoke();
+        inv.key(self.keys(resource).limits)
+            .key(self.index_key())
             .arg(limits.max_concurrency)
-            .arg("max_starts_per_second")
             .arg(limits.max_starts_per_second)
-            .query_async::<i64>(&mut self.conn.clone())
-            .await
-            .map_err(map_redis_error)?;
+            .arg(resource);
+        inv.invoke_async::<i64>(&mut self.conn.clone()).await.map_err(map_redis_error)?;
         Ok(())
+    }
+
+    /// What [`Permits::usage`] reports, in one script call.
+    async fn read_usage(&self, resource: &str) -> Result<PermitUsage> {
+        validate::key_name("resource", resource)?;
+        let keys = self.keys(resource);
+        let configured = self.config.configured(resource);
+        let mut inv = USAGE.prepare_invoke();
+        inv.key(&keys.limits)
+            .key(&keys.holders)
+            .key(&keys.starts)
+            .arg(configured.max_concurrency)
+            .arg(configured.max_starts_per_second)
+            .arg(PERMIT_HOLDERS_MAX);
+        type Raw = (i64, i64, i64, i64, i64, Vec<(String, f64)>);
+        let (max_concurrency, max_starts, overridden, now_ms, starts, held): Raw =
+            inv.invoke_async(&mut self.conn.clone()).await.map_err(map_redis_error)?;
+        let limit = |field: &str, v: i64| {
+            u32::try_from(v)
+                .map_err(|_| Error::unavailable(format!("redis: {field} {v} of {} is out of range", keys.limits)))
+        };
+        let truncated = held.len() > PERMIT_HOLDERS_MAX;
+        let holders = held
+            .into_iter()
+            .take(PERMIT_HOLDERS_MAX)
+            .filter_map(|(key, until)| match PermitOwner::from_key(&key) {
+                Some(owner) => Some(PermitHolder { owner, lease_until: Some(Instant::from_millis(until as i64)) }),
+                None => {
+                    tracing::warn!(holders = %keys.holders, member = %key, "permit holder member is not an owner key; not listed");
+                    None
+                }
+            })
+            .collect();
+        Ok(PermitUsage {
+            limits: PermitLimits {
+                max_concurrency: limit("max_concurrency", max_concurrency)?,
+                max_starts_per_second: limit("max_starts_per_second", max_starts)?,
+            },
+            overridden: overridden == 1,
+            holders,
+            truncated,
+            starts_in_window: starts.max(0) as u64,
+            as_of: Some(Instant::from_millis(now_ms)),
+        })
+    }
+
+    /// What [`Permits::resources`] lists, in one script call.
+    async fn read_resources(&self) -> Result<Vec<String>> {
+        let mut inv = RESOURCES.prepare_invoke();
+        inv.key(self.index_key()).arg(format!("{}:permit:", self.config.prefix)).arg(PERMIT_RESOURCES_MAX);
+        let mut names: Vec<String> = inv.invoke_async(&mut self.conn.clone()).await.map_err(map_redis_error)?;
+        names.truncate(PERMIT_RESOURCES_MAX);
+        Ok(names)
     }
 
     /// Delete a resource's live limits, so the configured ones apply.
@@ -311,15 +392,17 @@ impl RedisPermits {
         let configured = self.config.configured(resource);
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(ACQUIRE.get_hash())
-            .arg(3)
+            .arg(4)
             .arg(keys.limits)
             .arg(keys.holders)
             .arg(keys.starts)
+            .arg(self.index_key())
             .arg(owner.key())
             .arg(self.config.lease_ms.as_millis())
             .arg(configured.max_concurrency)
             .arg(configured.max_starts_per_second)
-            .arg("0");
+            .arg("0")
+            .arg(resource);
         cmd
     }
 
@@ -343,6 +426,18 @@ impl Permits for RedisPermits {
 
     async fn release(&self, resource: &str, owner: &PermitOwner) -> Result<()> {
         self.release_held(resource, owner).await.map(|_| ())
+    }
+
+    async fn usage(&self, resource: &str) -> Result<PermitUsage> {
+        self.read_usage(resource).await
+    }
+
+    async fn resources(&self) -> Result<Vec<String>> {
+        self.read_resources().await
+    }
+
+    async fn set_limits(&self, resource: &str, limits: PermitLimits) -> Result<()> {
+        RedisPermits::set_limits(self, resource, limits).await
     }
 }
 
@@ -369,9 +464,12 @@ mod tests {
     /// script change is a protocol change: these pins make it deliberate.
     #[test]
     fn script_fingerprints_are_pinned() {
-        assert_eq!(ACQUIRE.get_hash(), "d6f662187ec7226eaafe87cd60185baf9635fcff");
+        assert_eq!(ACQUIRE.get_hash(), "d9da2cdebdb0d0c5dc3dbb0622f7365346bf7458");
         assert_eq!(RELEASE.get_hash(), "c5a93b835a3561b233615b8b84c98b6a16c6f840");
         assert_eq!(HOLDERS.get_hash(), "efbf4e7f3cd5b8e84052a29d3a4e64d8217b8e07");
+        assert_eq!(SET_LIMITS.get_hash(), "5bd1239692e2205ae9de2a14fc4db88db2925996");
+        assert_eq!(USAGE.get_hash(), "a6d957db6b98dc035ec037a0da104b1d177cd1a7");
+        assert_eq!(RESOURCES.get_hash(), "710531120e9a55f405ead833d6a0abc39cb24134");
     }
 
     #[test]

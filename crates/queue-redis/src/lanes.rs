@@ -14,7 +14,9 @@ static STATS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/
 pub use kernel_core::ports::{LaneWeights, BURST_MAX, LANE_WEIGHT_MAX};
 
 /// The ready lanes on Redis (K-13): ZSETs `<prefix>:lane:p0` … `p3` (member `workflow_id`,
-/// score `claimable_time` in ms) and the shared rotation hash `<prefix>:lane:rotation`.
+/// score `claimable_time` in ms) and the shared rotation hash `<prefix>:lane:rotation`
+/// (`current`, `served`, `burst_left`, and the per-lane pop counters `pops0` … `pops3`
+/// that the pop script bumps and [`ReadyQueue::stats`] reports as [`LaneStats::pops`]).
 ///
 /// Semantics are exactly those of `testkit::memory::InMemoryQueue`; both run the same
 /// conformance suite. Cheap to clone; clones share the connection.
@@ -62,7 +64,8 @@ impl RedisReadyQueue {
         &self.lanes[p.index()]
     }
 
-    /// Key of the shared rotation hash (`current`, `served`, `burst_left`).
+    /// Key of the shared rotation hash (`current`, `served`, `burst_left`, `pops0` …
+    /// `pops3`).
     pub fn rotation_key(&self) -> &str {
         &self.rotation
     }
@@ -104,7 +107,7 @@ impl RedisReadyQueue {
         Ok(s.map(|s| Instant::from_millis(s as i64)))
     }
 
-    /// Delete the lanes and the rotation state.
+    /// Delete the lanes and the rotation state (the pop counters with it).
     pub async fn clear(&self) -> Result<()> {
         let mut cmd = redis::cmd("DEL");
         cmd.arg(&self.lanes).arg(&self.rotation);
@@ -169,16 +172,17 @@ impl ReadyQueue for RedisReadyQueue {
 
     async fn stats(&self, now: Instant) -> Result<[LaneStats; 4]> {
         let mut inv = STATS.prepare_invoke();
-        inv.key(&self.lanes).arg(now.as_millis());
+        inv.key(&self.lanes).key(&self.rotation).arg(now.as_millis());
         let raw: Vec<redis::Value> = inv.invoke_async(&mut self.conn.clone()).await.map_err(map_redis_error)?;
-        if raw.len() != 12 {
-            return Err(Error::unavailable(format!("redis: lane stats returned {} values, expected 12", raw.len())));
+        if raw.len() != 16 {
+            return Err(Error::unavailable(format!("redis: lane stats returned {} values, expected 16", raw.len())));
         }
         let mut out = [LaneStats::default(); 4];
-        for (i, chunk) in raw.chunks(3).enumerate() {
+        for (i, chunk) in raw.chunks(4).enumerate() {
             let depth: u64 = redis::from_redis_value_ref(&chunk[0]).map_err(map_parse)?;
             let ready: u64 = redis::from_redis_value_ref(&chunk[1]).map_err(map_parse)?;
             let oldest: String = redis::from_redis_value_ref(&chunk[2]).map_err(map_parse)?;
+            let pops: u64 = redis::from_redis_value_ref(&chunk[3]).map_err(map_parse)?;
             let oldest_wait_ms = if oldest.is_empty() {
                 DurationMs::ZERO
             } else {
@@ -187,7 +191,7 @@ impl ReadyQueue for RedisReadyQueue {
                     .map_err(|e| Error::unavailable_with(format!("redis: bad score {oldest:?}: {e}"), e))?;
                 now - Instant::from_millis(s as i64)
             };
-            out[i] = LaneStats { depth, ready, delayed: depth - ready, oldest_wait_ms };
+            out[i] = LaneStats { depth, ready, delayed: depth.saturating_sub(ready), oldest_wait_ms, pops };
         }
         Ok(out)
     }
@@ -207,8 +211,8 @@ mod tests {
     fn script_fingerprints_are_pinned() {
         assert_eq!(ENQUEUE.get_hash(), "55ab236ae81d376acd05a84f0048c59aee5c92ea");
         assert_eq!(ENQUEUE_MANY.get_hash(), "021c4f2181384e54f513c71524942e847459d6bc");
-        assert_eq!(POP.get_hash(), "3c2c187ed26441012b9290b8d1eff5acdc801bbb");
-        assert_eq!(STATS.get_hash(), "c52c1d51178a38ab0c42224281f251f9b71c0172");
+        assert_eq!(POP.get_hash(), "4c37c4e9a7a9932f0a84a801bbb5a9e6cebfa507");
+        assert_eq!(STATS.get_hash(), "b7a698f0d165eb1a6765e75d9b0e2ce40021d3d0");
         assert_eq!(crate::dispatch::pop_script_hash(), "e4805134d70d05ac8838c09a69c8e33c4d448990");
     }
 

@@ -1,7 +1,8 @@
 //! The observer's projection on PostgreSQL: [`PostgresObservationRepository`] implements
 //! [`ObservationRepository`] (and so serves [`OpsView`](observer::OpsView)) on the tables
-//! `observation_attempts` and `observation_snapshots` of migration 3. It never reads
-//! `workflow_instances`.
+//! `observation_attempts` and `observation_snapshots` of migration 3 (the snapshot's
+//! `wait_signal` column and the audit log `observation_audit` of migration 10). It never
+//! reads `workflow_instances`.
 //!
 //! Each record is **one** autocommit upsert, `INSERT … ON CONFLICT (<key>) DO UPDATE SET …
 //! WHERE <stored>.revision <= EXCLUDED.revision`: a newer or equal revision is applied, an
@@ -16,14 +17,23 @@
 //! still written. Every other failure is [`Error::Unavailable`], including a write whose
 //! outcome is uncertain: every upsert is idempotent, so writing the same batch again is the
 //! correct answer to both.
+//!
+//! Queries: a biz-key prefix is the range `biz_key >= prefix AND biz_key < bound`
+//! ([`prefix_upper_bound`]; keys are `COLLATE "C"`, so no character is a wildcard and the
+//! primary key answers it); a paging cursor is `(t < $a OR (t = $a AND key > $b))`. An
+//! audit entry is one `INSERT … ON CONFLICT (id) DO NOTHING`; a purge one `DELETE … WHERE
+//! id IN (SELECT … ORDER BY at, id LIMIT n)`.
 
 use crate::error::Op;
 use crate::protocol::{table, Param, Statement};
 use crate::{Db, PostgresConfig};
+use kernel_core::model::Instant;
 use kernel_core::ports::Observation;
-use observer::model::effective_limit;
+use observer::audit::check_audit_purge_limit;
+use observer::model::{effective_limit, prefix_upper_bound};
 use observer::{
-    check_step_key, AttemptQuery, AttemptRow, Error, ObservationRepository, Result, Snapshot, SnapshotQuery,
+    check_step_key, AttemptQuery, AttemptRow, AuditEntry, AuditQuery, Error, ObservationRepository, Result, Snapshot,
+    SnapshotQuery,
 };
 use serde_json::Value;
 
@@ -31,6 +41,8 @@ use serde_json::Value;
 pub const OBSERVATION_ATTEMPTS: &str = "observation_attempts";
 /// Name of the snapshot table (`biz_key` primary key).
 pub const OBSERVATION_SNAPSHOTS: &str = "observation_snapshots";
+/// Name of the operator audit table (`id` primary key).
+pub const OBSERVATION_AUDIT: &str = "observation_audit";
 
 /// The observation projection on PostgreSQL. Cheap to clone (shares the pool).
 #[derive(Debug, Clone)]
@@ -107,13 +119,18 @@ fn snapshot_params(s: &Snapshot) -> Result<Vec<Param>> {
         Param::Int8(revision(s.revision)?),
         Param::Int8(s.updated_at.as_millis()),
         Param::Jsonb(json(s)?),
+        match &s.wait_signal {
+            Some(w) => Param::Text(w.clone()),
+            None => Param::NullText,
+        },
     ])
 }
 
-const SNAPSHOT_INSERT: &str = "(biz_key, workflow_type, status, step_name, revision, updated_at, doc) \
-     VALUES ($1::text, $2::text, $3::text, $4::text, $5::bigint, $6::bigint, $7::jsonb) \
+const SNAPSHOT_INSERT: &str = "(biz_key, workflow_type, status, step_name, revision, updated_at, doc, wait_signal) \
+     VALUES ($1::text, $2::text, $3::text, $4::text, $5::bigint, $6::bigint, $7::jsonb, $8::text) \
      ON CONFLICT (biz_key) DO UPDATE SET workflow_type = EXCLUDED.workflow_type, status = EXCLUDED.status, \
-     step_name = EXCLUDED.step_name, revision = EXCLUDED.revision, updated_at = EXCLUDED.updated_at, ";
+     step_name = EXCLUDED.step_name, revision = EXCLUDED.revision, updated_at = EXCLUDED.updated_at, \
+     wait_signal = EXCLUDED.wait_signal, ";
 
 /// The upsert applying one observation to its snapshot: the observation's fields, the
 /// stored step map merged with its step, the first terminal time kept while terminal.
@@ -168,6 +185,27 @@ impl Filter {
         }
     }
 
+    /// `key` starts with `prefix`, as a range (no character is a wildcard).
+    fn prefix(&mut self, key: &str, prefix: Option<&String>) {
+        if let Some(p) = prefix {
+            self.push(key, ">=", Param::Text(p.clone()));
+            if let Some(upper) = prefix_upper_bound(p) {
+                self.push(key, "<", Param::Text(upper));
+            }
+        }
+    }
+
+    /// Strictly after `(at, id)` in the order `time DESC, key ASC`.
+    fn cursor(&mut self, time: &str, key: &str, before: Option<&(Instant, String)>) {
+        if let Some((at, id)) = before {
+            self.params.push(Param::Int8(at.as_millis()));
+            let t = self.params.len();
+            self.params.push(Param::Text(id.clone()));
+            let k = self.params.len();
+            self.conds.push(format!("({time} < ${t}::bigint OR ({time} = ${t}::bigint AND {key} > ${k}::text))"));
+        }
+    }
+
     fn statement(self, table: &str, order: &str, limit: usize) -> Statement {
         let cond = if self.conds.is_empty() { String::new() } else { format!(" WHERE {}", self.conds.join(" AND ")) };
         let limit = effective_limit(limit);
@@ -177,11 +215,15 @@ impl Filter {
 
 /// The `find_snapshots` query: only the filters present, newest `updated_at` first.
 pub fn snapshots_query(schema: &str, q: &SnapshotQuery) -> Result<Statement> {
+    q.validate()?;
     let mut f = Filter::default();
     f.text("workflow_type", q.workflow_type.clone());
     f.text("status", q.status.as_ref().map(name_of).transpose()?);
     f.text("step_name", q.step_name.clone());
+    f.text("wait_signal", q.waiting_on.clone());
+    f.prefix("biz_key", q.biz_key_prefix.as_ref());
     f.window(q.updated_from, q.updated_to);
+    f.cursor("updated_at", "biz_key", q.before.as_ref());
     Ok(f.statement(&table(schema, OBSERVATION_SNAPSHOTS), "updated_at DESC, biz_key", q.limit))
 }
 
@@ -198,6 +240,51 @@ pub fn attempts_query(schema: &str, q: &AttemptQuery) -> Result<Statement> {
         "updated_at DESC, biz_key, workflow_run, step_name, attempt",
         q.limit,
     ))
+}
+
+/// The `find_audit` query: only the filters present, newest `at` first, ties by id.
+pub fn audit_query(schema: &str, q: &AuditQuery) -> Result<Statement> {
+    q.validate()?;
+    let mut f = Filter::default();
+    f.text("actor", q.actor.clone());
+    f.text("action", q.action.clone());
+    f.text("target", q.target.clone());
+    f.cursor("at", "id", q.before.as_ref());
+    Ok(f.statement(&table(schema, OBSERVATION_AUDIT), "at DESC, id", q.limit))
+}
+
+/// The insert of an audit entry, nothing when its id is stored.
+pub fn audit_insert(schema: &str, entry: &AuditEntry) -> Result<Statement> {
+    entry.validate()?;
+    let t = table(schema, OBSERVATION_AUDIT);
+    Ok(Statement {
+        sql: format!(
+            "INSERT INTO {t} (id, at, actor, action, target, doc) \
+             VALUES ($1::text, $2::bigint, $3::text, $4::text, $5::text, $6::jsonb) ON CONFLICT (id) DO NOTHING"
+        ),
+        params: vec![
+            Param::Text(entry.id.clone()),
+            Param::Int8(entry.at.as_millis()),
+            Param::Text(entry.actor.clone()),
+            Param::Text(entry.action.clone()),
+            Param::Text(entry.target.clone()),
+            Param::Jsonb(json(entry)?),
+        ],
+    })
+}
+
+/// The bounded purge of audit entries older than `before`, oldest first, one row returned
+/// per deleted entry.
+pub fn audit_purge(schema: &str, before: Instant, limit: usize) -> Result<Statement> {
+    check_audit_purge_limit(limit)?;
+    let t = table(schema, OBSERVATION_AUDIT);
+    Ok(Statement {
+        sql: format!(
+            "DELETE FROM {t} WHERE id IN (SELECT id FROM {t} WHERE at < $1::bigint ORDER BY at, id LIMIT {limit}) \
+             RETURNING 1"
+        ),
+        params: vec![Param::Int8(before.as_millis())],
+    })
 }
 
 impl PostgresObservationRepository {
@@ -279,5 +366,20 @@ impl ObservationRepository for PostgresObservationRepository {
 
     async fn find_attempts(&self, query: &AttemptQuery) -> Result<Vec<AttemptRow>> {
         self.read("observation attempts", attempts_query(self.db.schema(), query)).await
+    }
+
+    async fn append_audit(&self, entry: &AuditEntry) -> Result<()> {
+        self.write("observation audit append", audit_insert(self.db.schema(), entry)).await?;
+        Ok(())
+    }
+
+    async fn find_audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>> {
+        self.read("observation audit", audit_query(self.db.schema(), query)).await
+    }
+
+    async fn purge_audit(&self, before: Instant, limit: usize) -> Result<u64> {
+        let stmt = audit_purge(self.db.schema(), before, limit)?;
+        let rows = self.db.query(Op::Write, "observation audit purge", &stmt).await.map_err(|e| map(e, false))?;
+        Ok(rows.len() as u64)
     }
 }

@@ -1,7 +1,8 @@
 //! The observer's projection in the SQLite file: [`SqliteObservationRepository`] implements
 //! [`ObservationRepository`] (and so serves [`OpsView`](observer::OpsView)) on the tables
-//! `observation_attempts` and `observation_snapshots` of migration 2. It never reads
-//! `workflow_instances`.
+//! `observation_attempts` and `observation_snapshots` of migration 2 (the snapshot's
+//! `wait_signal` column and the audit log `observation_audit` of migration 7). It never
+//! reads `workflow_instances`.
 //!
 //! A batch is one `BEGIN IMMEDIATE` transaction (one commit, one sync, for the whole
 //! batch): per record, the stored attempt row and snapshot are read and the observer's own
@@ -16,14 +17,23 @@
 //! batch's other records still written. Every other failure is [`Error::Unavailable`],
 //! including a write whose outcome is uncertain: applying the same batch again is
 //! idempotent, so writing it again is the correct answer to both.
+//!
+//! Queries: a biz-key prefix is the range `biz_key >= prefix AND biz_key < bound`
+//! ([`prefix_upper_bound`]; text compares as bytes, so no character is a wildcard); a
+//! paging cursor is `(t < ? OR (t = ? AND key > ?))`. An audit entry is one
+//! `INSERT … ON CONFLICT (id) DO NOTHING`; a purge one `DELETE … WHERE id IN (SELECT …
+//! ORDER BY at, id LIMIT n)`.
 
 use crate::error::{self, Op};
 use crate::protocol::{Param, Statement};
 use crate::{run, SqliteDb};
+use kernel_core::model::Instant;
 use kernel_core::ports::Observation;
-use observer::model::effective_limit;
+use observer::audit::check_audit_purge_limit;
+use observer::model::{effective_limit, prefix_upper_bound};
 use observer::{
-    check_step_key, AttemptQuery, AttemptRow, Error, ObservationRepository, Result, Snapshot, SnapshotQuery,
+    check_step_key, AttemptQuery, AttemptRow, AuditEntry, AuditQuery, Error, ObservationRepository, Result, Snapshot,
+    SnapshotQuery,
 };
 use rusqlite::Connection;
 use serde_json::Value;
@@ -33,6 +43,8 @@ use sql_protocol::{storable, Dialect};
 pub const OBSERVATION_ATTEMPTS: &str = "observation_attempts";
 /// Name of the snapshot table (`biz_key` primary key).
 pub const OBSERVATION_SNAPSHOTS: &str = "observation_snapshots";
+/// Name of the operator audit table (`id` primary key).
+pub const OBSERVATION_AUDIT: &str = "observation_audit";
 
 /// The observation projection in the SQLite file. Cheap to clone (shares the pool).
 #[derive(Debug, Clone)]
@@ -148,14 +160,19 @@ fn put(c: &Connection, s: &Snapshot) -> Result<bool> {
         Param::Int8(revision(s.revision)?),
         Param::Int8(s.updated_at.as_millis()),
         Param::Text(json_text(s)?),
+        match &s.wait_signal {
+            Some(w) => text("wait_signal", w)?,
+            None => Param::NullText,
+        },
     ];
     let write = Statement {
         sql: format!(
-            "INSERT INTO {OBSERVATION_SNAPSHOTS} (biz_key, workflow_type, status, step_name, revision, updated_at, doc) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
+            "INSERT INTO {OBSERVATION_SNAPSHOTS} (biz_key, workflow_type, status, step_name, revision, updated_at, doc, \
+             wait_signal) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
              ON CONFLICT (biz_key) DO UPDATE SET workflow_type = excluded.workflow_type, status = excluded.status, \
              step_name = excluded.step_name, revision = excluded.revision, updated_at = excluded.updated_at, \
-             doc = excluded.doc WHERE {OBSERVATION_SNAPSHOTS}.revision <= excluded.revision RETURNING 1"
+             doc = excluded.doc, wait_signal = excluded.wait_signal \
+             WHERE {OBSERVATION_SNAPSHOTS}.revision <= excluded.revision RETURNING 1"
         ),
         params,
     };
@@ -219,6 +236,27 @@ impl Filter {
         }
     }
 
+    /// `key` starts with `prefix`, as a range (no character is a wildcard).
+    fn prefix(&mut self, key: &str, prefix: Option<&String>) {
+        if let Some(p) = prefix {
+            self.push(key, ">=", Param::Text(p.clone()));
+            if let Some(upper) = prefix_upper_bound(p) {
+                self.push(key, "<", Param::Text(upper));
+            }
+        }
+    }
+
+    /// Strictly after `(at, id)` in the order `time DESC, key ASC`.
+    fn cursor(&mut self, time: &str, key: &str, before: Option<&(Instant, String)>) {
+        if let Some((at, id)) = before {
+            self.params.push(Param::Int8(at.as_millis()));
+            let t = self.params.len();
+            self.params.push(Param::Text(id.clone()));
+            let k = self.params.len();
+            self.conds.push(format!("({time} < ?{t} OR ({time} = ?{t} AND {key} > ?{k}))"));
+        }
+    }
+
     fn statement(self, table: &str, order: &str, limit: usize) -> Statement {
         let cond = if self.conds.is_empty() { String::new() } else { format!(" WHERE {}", self.conds.join(" AND ")) };
         let limit = effective_limit(limit);
@@ -228,11 +266,15 @@ impl Filter {
 
 /// The `find_snapshots` query: only the filters present, newest `updated_at` first.
 pub fn snapshots_query(q: &SnapshotQuery) -> Result<Statement> {
+    q.validate()?;
     let mut f = Filter::default();
     f.text("workflow_type", q.workflow_type.clone());
     f.text("status", q.status.as_ref().map(name_of).transpose()?);
     f.text("step_name", q.step_name.clone());
+    f.text("wait_signal", q.waiting_on.clone());
+    f.prefix("biz_key", q.biz_key_prefix.as_ref());
     f.window(q.updated_from, q.updated_to);
+    f.cursor("updated_at", "biz_key", q.before.as_ref());
     Ok(f.statement(OBSERVATION_SNAPSHOTS, "updated_at DESC, biz_key", q.limit))
 }
 
@@ -245,6 +287,36 @@ pub fn attempts_query(q: &AttemptQuery) -> Result<Statement> {
     f.text("outcome", q.outcome.map(|o| o.as_str().to_string()));
     f.window(q.updated_from, q.updated_to);
     Ok(f.statement(OBSERVATION_ATTEMPTS, "updated_at DESC, biz_key, workflow_run, step_name, attempt", q.limit))
+}
+
+/// The `find_audit` query: only the filters present, newest `at` first, ties by id.
+pub fn audit_query(q: &AuditQuery) -> Result<Statement> {
+    q.validate()?;
+    let mut f = Filter::default();
+    f.text("actor", q.actor.clone());
+    f.text("action", q.action.clone());
+    f.text("target", q.target.clone());
+    f.cursor("at", "id", q.before.as_ref());
+    Ok(f.statement(OBSERVATION_AUDIT, "at DESC, id", q.limit))
+}
+
+/// The insert of an audit entry, nothing when its id is stored.
+fn audit_insert(entry: &AuditEntry) -> Result<Statement> {
+    entry.validate()?;
+    Ok(Statement {
+        sql: format!(
+            "INSERT INTO {OBSERVATION_AUDIT} (id, at, actor, action, target, doc) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+             ON CONFLICT (id) DO NOTHING"
+        ),
+        params: vec![
+            text("id", &entry.id)?,
+            Param::Int8(entry.at.as_millis()),
+            text("actor", &entry.actor)?,
+            text("action", &entry.action)?,
+            text("target", &entry.target)?,
+            Param::Text(json_text(entry)?),
+        ],
+    })
 }
 
 impl SqliteObservationRepository {
@@ -328,5 +400,34 @@ impl ObservationRepository for SqliteObservationRepository {
 
     async fn find_attempts(&self, query: &AttemptQuery) -> Result<Vec<AttemptRow>> {
         self.read("observation attempts", attempts_query(query)).await
+    }
+
+    async fn append_audit(&self, entry: &AuditEntry) -> Result<()> {
+        let stmt = audit_insert(entry)?;
+        self.transaction("observation audit append", move |c| {
+            run(c, Op::Write, "observation audit append", &stmt, |_| ()).map_err(|e| map(e, true))?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn find_audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>> {
+        self.read("observation audit", audit_query(query)).await
+    }
+
+    async fn purge_audit(&self, before: Instant, limit: usize) -> Result<u64> {
+        check_audit_purge_limit(limit)?;
+        let stmt = Statement {
+            sql: format!(
+                "DELETE FROM {OBSERVATION_AUDIT} WHERE id IN (SELECT id FROM {OBSERVATION_AUDIT} WHERE at < ?1 \
+                 ORDER BY at, id LIMIT {limit}) RETURNING 1"
+            ),
+            params: vec![Param::Int8(before.as_millis())],
+        };
+        self.transaction("observation audit purge", move |c| {
+            let deleted = run(c, Op::Write, "observation audit purge", &stmt, |_| ()).map_err(|e| map(e, false))?;
+            Ok(deleted.len() as u64)
+        })
+        .await
     }
 }

@@ -554,6 +554,15 @@ impl Permits for CrashPorts {
     async fn release(&self, resource: &str, owner: &PermitOwner) -> Result<()> {
         gated!(self, "permits.release", true, self.permits.release(resource, owner).await)
     }
+    async fn usage(&self, resource: &str) -> Result<PermitUsage> {
+        gated!(self, "permits.usage", false, self.permits.usage(resource).await)
+    }
+    async fn resources(&self) -> Result<Vec<String>> {
+        gated!(self, "permits.resources", false, self.permits.resources().await)
+    }
+    async fn set_limits(&self, resource: &str, limits: PermitLimits) -> Result<()> {
+        gated!(self, "permits.set_limits", true, self.permits.set_limits(resource, limits).await)
+    }
 }
 
 #[async_trait::async_trait]

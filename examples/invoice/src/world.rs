@@ -9,8 +9,8 @@ use kernel_core::engine::{Engine, EngineConfig, Ports, RoundOutcome};
 use kernel_core::human::{TaskDesk, HUMAN_TASK_SIGNAL};
 use kernel_core::model::{DurationMs, Instant, WorkflowInstance};
 use kernel_core::ports::{
-    Actor, DynIds, DynPermits, DynTaskInbox, PermitDecision, PermitOwner, Permits, Signal, TaskDecideOutcome,
-    TaskOutcome, TaskReason,
+    Actor, DynIds, DynPermits, DynTaskInbox, PermitDecision, PermitOwner, PermitUsage, Permits, Signal,
+    TaskDecideOutcome, TaskOutcome, TaskReason,
 };
 use kernel_core::{StartRequest, WorkflowId};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -247,6 +247,15 @@ impl Permits for CountingPermits {
     }
     async fn release(&self, resource: &str, owner: &PermitOwner) -> kernel_core::Result<()> {
         self.inner.release(resource, owner).await
+    }
+    async fn usage(&self, resource: &str) -> kernel_core::Result<PermitUsage> {
+        self.inner.usage(resource).await
+    }
+    async fn resources(&self) -> kernel_core::Result<Vec<String>> {
+        self.inner.resources().await
+    }
+    async fn set_limits(&self, resource: &str, limits: PermitLimits) -> kernel_core::Result<()> {
+        self.inner.set_limits(resource, limits).await
     }
 }
 

@@ -120,6 +120,7 @@ async fn a_scratch_schema_holds_the_store_inbox_and_outbox_and_is_dropped() {
         at: kernel_core::model::Instant::from_millis(1_700_000_000_000),
         worker_id: Some("w".into()),
         claim_token: None,
+        wait_signal: None,
     };
     repo.write_batch(&[observation]).await.unwrap();
     let rows: i64 = client

@@ -5,6 +5,7 @@
 mod conformance;
 mod engine;
 mod files;
+mod operators;
 mod processes;
 
 use coord_local::{LocalConfig, LocalCoord};

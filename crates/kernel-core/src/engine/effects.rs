@@ -53,6 +53,7 @@ pub(crate) fn observe(
             at: t.now,
             worker_id: writer.worker_id.map(str::to_string),
             claim_token: writer.claim_token.cloned(),
+            wait_signal: inst.wait.as_ref().and_then(|w| w.signal_type()).map(str::to_string),
         });
     }
 }

@@ -37,6 +37,11 @@ pub struct Observation {
     pub worker_id: Option<String>,
     /// Claim token after the write, if any.
     pub claim_token: Option<ClaimToken>,
+    /// The signal type the instance waits for after the write, when it holds a signal wait
+    /// (`None` for a timer, or no wait), so the projection can list the workflows waiting
+    /// on a signal without reading instances. Absent in older serialized observations.
+    #[serde(default)]
+    pub wait_signal: Option<String>,
 }
 
 /// Where observations go.

@@ -1,6 +1,6 @@
 use crate::error::{Error, Result};
 use crate::id::{ClaimToken, WorkflowId};
-use crate::model::DurationMs;
+use crate::model::{DurationMs, Instant};
 use crate::validate;
 
 /// Who holds a permit: `workflow_id + step + claim_token` (K-14).
@@ -34,6 +34,69 @@ impl PermitOwner {
             self.claim_token
         )
     }
+
+    /// The owner whose [`key`](Self::key) is `key`, or `None` when `key` is not of that form
+    /// (a member written by hand into the backing store). Total: never panics on any input.
+    ///
+    /// ```
+    /// use kernel_core::ports::PermitOwner;
+    /// let o = PermitOwner { workflow_id: "w|1".into(), step: "call".into(), claim_token: "t:9".into() };
+    /// assert_eq!(PermitOwner::from_key(&o.key()), Some(o));
+    /// assert_eq!(PermitOwner::from_key("3:abc|x"), None);
+    /// ```
+    pub fn from_key(key: &str) -> Option<PermitOwner> {
+        /// `<len>:<len bytes>|` at the start of `s`: the part and what follows the `|`.
+        fn part(s: &str) -> Option<(&str, &str)> {
+            let (len, rest) = s.split_once(':')?;
+            if len.is_empty() || len.len() > 10 || !len.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            let n: usize = len.parse().ok()?;
+            let value = rest.get(..n)?;
+            let rest = rest.get(n..)?.strip_prefix('|')?;
+            Some((value, rest))
+        }
+        let (workflow_id, rest) = part(key)?;
+        let (step, claim_token) = part(rest)?;
+        Some(PermitOwner { workflow_id: workflow_id.into(), step: step.into(), claim_token: claim_token.into() })
+    }
+}
+
+/// Most holders one [`Permits::usage`] returns.
+pub const PERMIT_HOLDERS_MAX: usize = 1_000;
+/// Most resources one [`Permits::resources`] returns.
+pub const PERMIT_RESOURCES_MAX: usize = 1_000;
+
+/// One current holder of a resource, as [`Permits::usage`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PermitHolder {
+    /// Who holds it.
+    pub owner: PermitOwner,
+    /// When its lease ends unless renewed, on the adapter's permit clock (Redis `TIME` on
+    /// the Redis adapter); `None` where the adapter does not know it.
+    pub lease_until: Option<Instant>,
+}
+
+/// What [`Permits::usage`] reports about one resource.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PermitUsage {
+    /// The limits an [`acquire`](Permits::acquire) would apply now: the live override if
+    /// one is set, else the application's configured ones.
+    pub limits: PermitLimits,
+    /// Whether a live override ([`Permits::set_limits`]) is in force, rather than the
+    /// configured limits.
+    pub overridden: bool,
+    /// Unexpired holders, soonest lease end first (ties by [`PermitOwner::key`] bytes), at
+    /// most [`PERMIT_HOLDERS_MAX`].
+    pub holders: Vec<PermitHolder>,
+    /// Whether more unexpired holders exist than `holders` lists.
+    pub truncated: bool,
+    /// Starts counted in the current 1 s window (what `max_starts_per_second` is checked
+    /// against).
+    pub starts_in_window: u64,
+    /// The permit clock's reading the report was taken at (compare with
+    /// [`PermitHolder::lease_until`]); `None` where the adapter has no clock.
+    pub as_of: Option<Instant>,
 }
 
 /// Answer of an acquire.
@@ -88,12 +151,60 @@ pub trait Permits: Send + Sync + 'static {
     /// # Contract
     /// Idempotent; releasing a permit not held is a no-op.
     async fn release(&self, resource: &str, owner: &PermitOwner) -> Result<()>;
+
+    /// What an operator sees of one resource: its effective limits, its current holders and
+    /// its starts in the current 1 s window.
+    ///
+    /// # Contract
+    /// Read-only: no holder, start or limit changes, and no start is counted. `limits` are
+    /// those an [`acquire`](Self::acquire) would read now (the live override if set, else
+    /// the configured limits, per field as `acquire` reads them), with `overridden` telling
+    /// which. `holders` are the holders whose lease has not ended, soonest lease end first,
+    /// at most [`PERMIT_HOLDERS_MAX`], with `truncated` set when more exist; a released or
+    /// expired holder is never listed. The parts are read in one consistent snapshot (one
+    /// round trip on a remote adapter). A resource nobody configured or holds reports its
+    /// effective limits and no holders. `resource` follows the key-name rule
+    /// ([`validate::key_name`]), else [`Error::InvalidInput`] before any effect.
+    async fn usage(&self, resource: &str) -> Result<PermitUsage>;
+
+    /// The resources an operator can look at: those with a live limit override or an
+    /// unexpired holder now.
+    ///
+    /// # Contract
+    /// Read-only as far as holders and limits go (an adapter may drop index entries of
+    /// resources that have neither). Sorted by name bytes, without duplicates, at most
+    /// [`PERMIT_RESOURCES_MAX`]: a full vector may mean more exist, and holds the first
+    /// ones in that order. Limits only configured by the application (never written to the
+    /// backing store) do not make a resource appear. One round trip on a remote adapter.
+    async fn resources(&self) -> Result<Vec<String>>;
+
+    /// Persist a live limit override for `resource` in the backing store.
+    ///
+    /// # Contract
+    /// After `Ok`, every worker's next [`acquire`](Self::acquire) of `resource` on the same
+    /// backing store reads `limits` (limits are read on every call), until another
+    /// `set_limits` replaces them or the backing store loses them (a flushed store falls
+    /// back to the configured limits). Both fields are written together; 0 disables a
+    /// limit. Lowering a limit never evicts a holder: current holders keep renewing (above
+    /// the new limit too) and only new acquires are refused until the count falls below
+    /// it. Afterwards [`resources`](Self::resources) lists `resource` and
+    /// [`usage`](Self::usage) reports `limits` with `overridden` set. `resource` follows the
+    /// key-name rule ([`validate::key_name`]), else [`Error::InvalidInput`] and nothing is
+    /// written. One atomic write (one round trip on a remote adapter). An adapter with no
+    /// backing store to write to refuses with [`Error::InvalidInput`] naming `limits`.
+    async fn set_limits(&self, resource: &str, limits: PermitLimits) -> Result<()>;
 }
 
 /// `dyn Permits`.
 pub type DynPermits = dyn Permits;
 
 /// No limits at all (for deployments without traffic resources).
+///
+/// Operator calls: [`usage`](Permits::usage) reports zero (unlimited) limits, no holders
+/// and no starts; [`resources`](Permits::resources) is empty; and
+/// [`set_limits`](Permits::set_limits) is refused with [`Error::InvalidInput`] (field
+/// `limits`): this deployment has no permits backend to persist a limit in, and accepting
+/// one that nothing would enforce would mislead the operator.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct UnlimitedPermits;
 
@@ -107,6 +218,20 @@ impl Permits for UnlimitedPermits {
     }
     async fn release(&self, _resource: &str, _owner: &PermitOwner) -> Result<()> {
         Ok(())
+    }
+    async fn usage(&self, resource: &str) -> Result<PermitUsage> {
+        validate::key_name("resource", resource)?;
+        Ok(PermitUsage::default())
+    }
+    async fn resources(&self) -> Result<Vec<String>> {
+        Ok(Vec::new())
+    }
+    async fn set_limits(&self, resource: &str, _limits: PermitLimits) -> Result<()> {
+        validate::key_name("resource", resource)?;
+        Err(Error::invalid(
+            "limits",
+            "this deployment has no permits backend (unlimited permits): there is nowhere to persist a limit",
+        ))
     }
 }
 
@@ -146,4 +271,63 @@ pub fn tenant_base(resource: &str) -> Option<&str> {
     let rest = resource.strip_prefix(TENANT_SCOPE)?;
     let (_tenant, base) = rest.split_once(':')?;
     (!base.is_empty()).then_some(base)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner(w: &str, s: &str, t: &str) -> PermitOwner {
+        PermitOwner { workflow_id: w.into(), step: s.into(), claim_token: t.into() }
+    }
+
+    #[test]
+    fn owner_keys_parse_back() {
+        for o in [
+            owner("wf-1", "call", "tok"),
+            owner("w|1:s", "t", "1"),
+            owner("ünï|cödé", "s-1", "a|b:c"),
+            owner("", "", ""),
+        ] {
+            assert_eq!(PermitOwner::from_key(&o.key()), Some(o.clone()), "{}", o.key());
+        }
+    }
+
+    #[test]
+    fn malformed_owner_keys_are_none() {
+        for bad in [
+            "",
+            "wf",
+            ":|",
+            "4:wf|1:s|t",
+            "2:wf1:s|t",
+            "2:wf|9:s|t",
+            "x:wf|1:s|t",
+            "-1:w|1:s|t",
+            "+2:wf|1:s|t",
+            "99999999999999999999:w|1:s|t",
+            // One byte into a two-byte character: not a char boundary.
+            "1:\u{fc}|1:s|t",
+        ] {
+            assert_eq!(PermitOwner::from_key(bad), None, "{bad:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn unlimited_permits_report_nothing_and_refuse_limits() {
+        let p = UnlimitedPermits;
+        let u = p.usage("asr").await.unwrap();
+        assert_eq!(u, PermitUsage::default());
+        assert_eq!(u.limits, PermitLimits { max_concurrency: 0, max_starts_per_second: 0 });
+        assert!(p.resources().await.unwrap().is_empty());
+        let e = p.set_limits("asr", PermitLimits { max_concurrency: 1, max_starts_per_second: 0 }).await.unwrap_err();
+        assert!(matches!(&e, Error::InvalidInput { field, .. } if field == "limits"), "{e:?}");
+        assert!(e.to_string().contains("no permits backend"), "{e}");
+        for bad in ["", "a.b", "$x"] {
+            let e = p.usage(bad).await.unwrap_err();
+            assert!(matches!(&e, Error::InvalidInput { field, .. } if field == "resource"), "{e:?}");
+            let e = p.set_limits(bad, PermitLimits::default()).await.unwrap_err();
+            assert!(matches!(&e, Error::InvalidInput { field, .. } if field == "resource"), "{e:?}");
+        }
+    }
 }

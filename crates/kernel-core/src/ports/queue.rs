@@ -13,6 +13,11 @@ pub struct LaneStats {
     pub delayed: u64,
     /// `now − oldest due score`, 0 when nothing is due.
     pub oldest_wait_ms: DurationMs,
+    /// Candidates popped from this lane since the backing store began counting (its
+    /// creation, or the last flush that lost the counter): a counter the adapter keeps in
+    /// the backing store and bumps inside the pop itself, so every worker on that store
+    /// adds to the same count. Burst pops count for P0.
+    pub pops: u64,
 }
 
 /// The ready lanes: four priority-ordered candidate sets (K-13). Only recommends; the
@@ -57,11 +62,16 @@ pub trait ReadyQueue: Send + Sync + 'static {
     /// was due.
     async fn pop_due(&self, now: Instant, max: usize) -> Result<Vec<WorkflowId>>;
 
-    /// Depth, ready, delayed and oldest wait per lane, P0 first.
+    /// Depth, ready, delayed, oldest wait and pops per lane, P0 first.
     ///
     /// # Contract
     /// Read-only (pop rotation and burst state untouched); `ready` and `delayed` split
     /// `depth` at `score ≤ now`. Each lane is read consistently, the four lanes need not be.
+    /// `pops` is the lane's popped-candidate counter: every member a
+    /// [`pop_due`](Self::pop_due) returns adds one to its lane's counter within the same
+    /// atomic operation (no extra round trip), so the counters never miss a pop that
+    /// happened nor count one that did not; they only grow, and start again at 0 when the
+    /// backing store loses them (a flush).
     async fn stats(&self, now: Instant) -> Result<[LaneStats; 4]>;
 }
 

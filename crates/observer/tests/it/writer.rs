@@ -271,3 +271,62 @@ async fn repair_rebuilds_finished_snapshots_and_ops_view_never_needs_the_store()
     let lanes = view.lane_stats().await.unwrap();
     assert_eq!(lanes[2].depth, 1, "the pending instance waits in P2");
 }
+
+/// The signal type a workflow waits on reaches its snapshot through the engine's own
+/// observations and leaves it once the signal wakes the workflow (K-15, K-9.3); a snapshot
+/// rebuilt from the instance says the same.
+#[tokio::test]
+async fn the_snapshot_knows_which_signal_a_workflow_waits_on() {
+    let world = World::new(5);
+    let ask = StepDef::new("ask", |c: kernel_core::ActivityContext| async move {
+        if c.resume().is_some() {
+            return Ok(StepOutcome::complete(json!("approved")));
+        }
+        Ok(StepOutcome::wait_for_signal("approved", "doc-1").into())
+    });
+    let engine = world.engine("A", vec![Definition::builder("approval").step(ask).build().unwrap()]);
+    let out = engine.publisher().start_or_resume(StartRequest::new("approval", "doc-1", json!({}))).await.unwrap();
+    let id = out.instance.workflow_id.clone();
+    world.drive(&engine).await.unwrap();
+    let inst = world.store.peek(id.as_str()).unwrap();
+    assert_eq!(inst.status, WorkflowStatus::Waiting);
+
+    let events = world.observations.events();
+    let waits: Vec<(TransitionKind, Option<&str>)> =
+        events.iter().map(|o| (o.kind, o.wait_signal.as_deref())).collect();
+    assert!(waits.contains(&(TransitionKind::SuspendClaim, Some("approved"))), "{waits:?}");
+    assert!(waits.iter().all(|(k, w)| (*k == TransitionKind::SuspendClaim) == w.is_some()), "{waits:?}");
+    let repo = InMemoryObservationRepository::new();
+    repo.write_batch(&events).await.unwrap();
+    let snap = repo.snapshot("doc-1").await.unwrap().unwrap();
+    assert_eq!(snap.wait_signal.as_deref(), Some("approved"));
+    assert_eq!(observer::Snapshot::from_instance(&inst).wait_signal.as_deref(), Some("approved"));
+    let q = SnapshotQuery { waiting_on: Some("approved".into()), ..Default::default() };
+    assert_eq!(repo.find_snapshots(&q).await.unwrap().len(), 1);
+    let view = OpsView::new(Arc::new(repo.clone()), Arc::new(world.queue.clone()), world.clock.clone());
+    let waiting = view.waiting_on("approved").await.unwrap();
+    assert_eq!(waiting.iter().map(|s| s.workflow_id.as_str()).collect::<Vec<_>>(), [id.as_str()]);
+    assert!(view.waiting_on("paid").await.unwrap().is_empty());
+    // The console records what the operator does about it; the view reads it back.
+    let entry = observer::conformance::audit_entry("op-1", 0, "alice", "signal.deliver", id.as_str());
+    repo.append_audit(&entry).await.unwrap();
+    let by_target = observer::AuditQuery { target: Some(id.as_str().into()), ..Default::default() };
+    assert_eq!(view.audit(&by_target).await.unwrap(), [entry]);
+
+    let signal = kernel_core::ports::Signal {
+        signal_id: "sig-1".into(),
+        workflow_id: id.clone(),
+        signal_type: "approved".into(),
+        wait_key: "doc-1".into(),
+        generation: 0,
+    };
+    engine.deliver_signal(signal).await.unwrap();
+    world.drive(&engine).await.unwrap();
+    let inst = world.store.peek(id.as_str()).unwrap();
+    assert_eq!(inst.status, WorkflowStatus::Completed);
+    repo.write_batch(&world.observations.events()).await.unwrap();
+    let snap = repo.snapshot("doc-1").await.unwrap().unwrap();
+    assert_eq!((snap.status, snap.wait_signal), (WorkflowStatus::Completed, None));
+    assert!(repo.find_snapshots(&q).await.unwrap().is_empty());
+    assert_eq!(observer::Snapshot::from_instance(&inst).wait_signal, None);
+}

@@ -2,11 +2,13 @@
 -- KEYS[1]: live limits hash (max_concurrency, max_starts_per_second)
 -- KEYS[2]: holders ZSET (member owner key, score lease end in ms)
 -- KEYS[3]: starts ZSET (member "<start µs>|<owner key>", score start time in µs)
+-- KEYS[4]: resource index ZSET (member resource name, score 0), read by resources.lua
 -- ARGV[1]: owner key; ARGV[2]: lease ms;
 -- ARGV[3], ARGV[4]: the application's configured max_concurrency and max_starts_per_second,
 -- used per field when the hash lacks it (0 = unlimited).
 -- ARGV[5]: "1" for a renewal by a running activity: a lost permit (expired, flushed) is
 -- re-registered without a limit check and without counting a start (K-14).
+-- ARGV[6]: the resource name, registered in the index whenever a holder is written.
 -- Returns {granted 1|0, lease ms | retry-after ms, Redis time in µs, renewed 1|0}.
 local function int(x)
   return string.format('%.0f', x)
@@ -25,6 +27,17 @@ local function keep_holders()
   local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]
   if last then
     redis.call('PEXPIREAT', KEYS[2], int(tonumber(last) + 1000))
+  end
+  -- Index the resource. An index only holders keep alive (no expiry set: -2 before it
+  -- exists, a TTL after) lives as long as its last holder's key; one that set_limits.lua
+  -- made persistent (-1) stays so.
+  local ttl = redis.call('PTTL', KEYS[4])
+  redis.call('ZADD', KEYS[4], 'NX', 0, ARGV[6])
+  if ttl ~= -1 and last then
+    local want = tonumber(last) + 1000 - now_ms
+    if ttl < want then
+      redis.call('PEXPIRE', KEYS[4], int(want))
+    end
   end
 end
 

@@ -5,7 +5,7 @@
 use crate::{limits, permits_fixture};
 use futures::future::join_all;
 use kernel_core::model::DurationMs;
-use kernel_core::ports::{PermitDecision, PermitOwner, Permits};
+use kernel_core::ports::{PermitDecision, PermitOwner, Permits, PERMIT_HOLDERS_MAX, PERMIT_RESOURCES_MAX};
 use kernel_core::Error;
 use kernel_core::{ClaimToken, WorkflowId};
 use permit_redis::{RedisPermits, RedisPermitsConfig};
@@ -287,16 +287,21 @@ async fn script_time_is_redis_time_and_keys_stay_under_prefix() {
     let a = f.permits.acquire_at("res", &owner(1)).await.unwrap();
     let after = f.permits.redis_time_us().await.unwrap();
     assert!(before <= a.redis_time_us && a.redis_time_us <= after);
+    let mut admin = queue_redis::connect(&f.keys.url).await.unwrap();
+    // An index only holders wrote expires with them.
+    let ttl: i64 = redis::cmd("PTTL").arg(f.permits.index_key()).query_async(&mut admin).await.unwrap();
+    assert!((29_000..=31_000).contains(&ttl), "index ttl {ttl}");
     f.permits.set_limits("res", limits(3, 0)).await.unwrap();
+    let ttl: i64 = redis::cmd("PTTL").arg(f.permits.index_key()).query_async(&mut admin).await.unwrap();
+    assert_eq!(ttl, -1, "an index listing live limits persists like them");
     let mut keys = f.keys.keys();
     keys.sort();
     let k = f.permits.keys("res");
-    let mut want = vec![k.holders, k.limits, k.starts];
+    let mut want = vec![k.holders, k.limits, k.starts, f.permits.index_key()];
     want.sort();
     assert_eq!(keys, want);
-    assert!(keys.iter().all(|key| key.starts_with(&format!("{}:permit:", f.keys.prefix))));
+    assert!(keys.iter().all(|key| key.starts_with(&format!("{}:permit", f.keys.prefix))));
     // Permit keys expire on their own once unused.
-    let mut admin = queue_redis::connect(&f.keys.url).await.unwrap();
     let ttl: i64 = redis::cmd("PTTL").arg(f.permits.keys("res").starts).query_async(&mut admin).await.unwrap();
     assert!((1..=2_000).contains(&ttl), "starts ttl {ttl}");
     let ttl: i64 = redis::cmd("PTTL").arg(f.permits.keys("res").holders).query_async(&mut admin).await.unwrap();
@@ -340,4 +345,114 @@ async fn renewal_after_a_flush_reregisters_without_a_start() {
     assert_eq!(starts, 1, "the renewal counted no start");
     // New acquires still respect the limits.
     assert!(matches!(f.permits.acquire(r, &owner(3)).await.unwrap(), PermitDecision::Denied { .. }));
+}
+
+/// Each operator call is one script call on the server (a private server, so its command
+/// statistics are ours alone), and `usage` writes nothing.
+#[tokio::test]
+async fn operator_calls_are_one_script_call_each() {
+    let Some(server) = DedicatedRedis::start("operator_calls_are_one_script_call_each") else { return };
+    let mut conn = queue_redis::connect(&server.url).await.unwrap();
+    let p = RedisPermits::new(conn.clone(), config()).unwrap();
+    p.load_scripts().await.unwrap();
+    assert!(matches!(p.acquire("r", &owner(1)).await.unwrap(), PermitDecision::Granted { .. }));
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut conn).await.unwrap();
+    Permits::set_limits(&p, "r", limits(4, 2)).await.unwrap();
+    let u = p.usage("r").await.unwrap();
+    assert_eq!((u.limits, u.overridden, u.holders.len(), u.starts_in_window), (limits(4, 2), true, 1, 1), "{u:?}");
+    assert_eq!(p.resources().await.unwrap(), ["r"]);
+    let info: String = redis::cmd("INFO").arg("commandstats").query_async(&mut conn).await.unwrap();
+    let calls = |cmd: &str| -> Option<u64> {
+        let line = info.lines().find(|l| l.starts_with(&format!("cmdstat_{cmd}:")))?;
+        line.split(['=', ',']).nth(1)?.parse().ok()
+    };
+    assert_eq!(calls("evalsha"), Some(3), "one script call per operator call: {info}");
+    for cmd in ["eval", "script|load", "zrem", "zremrangebyscore", "del"] {
+        assert_eq!(calls(cmd), None, "{cmd}: {info}");
+    }
+}
+
+/// `usage` lists at most `PERMIT_HOLDERS_MAX` holders and says when it cut the list;
+/// `resources` at most `PERMIT_RESOURCES_MAX` names, the first ones by name.
+#[tokio::test]
+async fn usage_and_resources_are_bounded() {
+    let Some(f) = permits_fixture("usage_and_resources_are_bounded", 120_000, config()).await else { return };
+    let r = "wide";
+    Permits::set_limits(&f.permits, r, limits(0, 0)).await.unwrap();
+    for batch in (0..=PERMIT_HOLDERS_MAX).collect::<Vec<_>>().chunks(100) {
+        let owners: Vec<PermitOwner> = batch.iter().map(|i| owner(*i)).collect();
+        let granted = join_all(owners.iter().map(|o| f.permits.acquire(r, o))).await;
+        assert!(granted.iter().all(|d| matches!(d, Ok(PermitDecision::Granted { .. }))), "{granted:?}");
+    }
+    let u = f.permits.usage(r).await.unwrap();
+    assert_eq!((u.holders.len(), u.truncated), (PERMIT_HOLDERS_MAX, true), "{} holders", u.holders.len());
+    f.permits.release(r, &owner(0)).await.unwrap();
+    let u = f.permits.usage(r).await.unwrap();
+    assert_eq!((u.holders.len(), u.truncated), (PERMIT_HOLDERS_MAX, false), "exactly the limit is not cut");
+
+    let names: Vec<String> = (0..=PERMIT_RESOURCES_MAX).map(|i| format!("n-{i:05}")).collect();
+    for chunk in names.chunks(100) {
+        let done = join_all(chunk.iter().map(|n| Permits::set_limits(&f.permits, n, limits(1, 0)))).await;
+        assert!(done.iter().all(Result::is_ok), "{done:?}");
+    }
+    let listed = f.permits.resources().await.unwrap();
+    assert_eq!(listed.len(), PERMIT_RESOURCES_MAX);
+    assert_eq!(listed[..], names[..PERMIT_RESOURCES_MAX], "the first names in byte order");
+    assert!(!listed.contains(&r.to_string()), "`wide` sorts after every `n-…`");
+}
+
+/// `resources` drops index names whose resource has neither limits nor a holder, and a
+/// holder member that is not an owner key is left out of `usage` rather than failing it.
+#[tokio::test]
+async fn resources_prunes_the_index_and_usage_skips_foreign_members() {
+    let Some(f) = permits_fixture("resources_prunes_the_index_and_usage_skips_foreign_members", 30_000, config()).await
+    else {
+        return;
+    };
+    let mut admin = queue_redis::connect(&f.keys.url).await.unwrap();
+    for i in 0..5 {
+        assert!(matches!(
+            f.permits.acquire(&format!("gone-{i}"), &owner(i)).await.unwrap(),
+            PermitDecision::Granted { .. }
+        ));
+        f.permits.release(&format!("gone-{i}"), &owner(i)).await.unwrap();
+    }
+    assert!(matches!(f.permits.acquire("kept", &owner(9)).await.unwrap(), PermitDecision::Granted { .. }));
+    let indexed: i64 = redis::cmd("ZCARD").arg(f.permits.index_key()).query_async(&mut admin).await.unwrap();
+    assert_eq!(indexed, 6);
+    assert_eq!(f.permits.resources().await.unwrap(), ["kept"]);
+    let indexed: i64 = redis::cmd("ZCARD").arg(f.permits.index_key()).query_async(&mut admin).await.unwrap();
+    assert_eq!(indexed, 1, "released resources were pruned");
+
+    let far = f.permits.redis_time_us().await.unwrap() / 1_000 + 20_000;
+    let _: i64 = redis::cmd("ZADD")
+        .arg(f.permits.keys("kept").holders)
+        .arg(far)
+        .arg("not an owner key")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let u = f.permits.usage("kept").await.unwrap();
+    assert_eq!(u.holders.iter().map(|h| h.owner.clone()).collect::<Vec<_>>(), [owner(9)], "{u:?}");
+    let (until, at) = (u.holders[0].lease_until.expect("lease end"), u.as_of.expect("redis time"));
+    assert!(until > at && until.duration_since(at) <= DurationMs::from_millis(30_000), "{until} vs {at}");
+}
+
+/// A limit one worker sets through the port is what another worker's next acquire reads,
+/// and what its `usage` reports.
+#[tokio::test]
+async fn set_limits_on_one_worker_binds_the_next_acquire_of_another() {
+    let Some(f) = permits_fixture("set_limits_on_one_worker_binds_the_next_acquire_of_another", 30_000, config()).await
+    else {
+        return;
+    };
+    let other = f.worker().await;
+    Permits::set_limits(&f.permits, "shared", limits(2, 0)).await.unwrap();
+    for i in 0..2 {
+        assert!(matches!(other.acquire("shared", &owner(i)).await.unwrap(), PermitDecision::Granted { .. }));
+    }
+    assert!(matches!(other.acquire("shared", &owner(2)).await.unwrap(), PermitDecision::Denied { .. }));
+    let u = other.usage("shared").await.unwrap();
+    assert_eq!((u.limits, u.overridden, u.holders.len()), (limits(2, 0), true, 2), "{u:?}");
+    assert_eq!(other.resources().await.unwrap(), ["shared"]);
 }

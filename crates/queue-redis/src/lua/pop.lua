@@ -1,12 +1,15 @@
 -- Weighted round-robin pop of up to ARGV[7] due members (K-13), in one script call.
--- KEYS[1..4]: lane ZSETs P0..P3; KEYS[5]: rotation hash (current, served, burst_left).
+-- KEYS[1..4]: lane ZSETs P0..P3; KEYS[5]: rotation hash (current, served, burst_left, and
+-- the per-lane pop counters pops0..pops3).
 -- ARGV[1]: caller's now (ms); ARGV[2..5]: block weights P0..P3; ARGV[6]: burst length;
 -- ARGV[7]: most members to pop (the adapter checks 1..=1000).
 -- The batch is exactly that many single pops in a row, stopped by the first that finds
 -- nothing due (that empty pop arms the burst window as a single one does). Returns the
--- members in pop order (an empty array when nothing is due).
+-- members in pop order (an empty array when nothing is due). Every member taken adds one
+-- to its lane's counter, written once per lane for the batch.
 local now = ARGV[1]
 local max = tonumber(ARGV[7])
+local popped = {0, 0, 0, 0}
 local function first_due(i)
   return redis.call('ZRANGEBYSCORE', KEYS[i], '-inf', now, 'LIMIT', 0, 1)[1]
 end
@@ -14,6 +17,7 @@ local function take(i)
   local m = first_due(i)
   if m then
     redis.call('ZREM', KEYS[i], m)
+    popped[i] = popped[i] + 1
   end
   return m
 end
@@ -77,4 +81,15 @@ while #out < max do
 end
 -- The state is written once for the batch, as the pops left it.
 redis.call('HSET', KEYS[5], 'current', cur, 'served', served, 'burst_left', burst_left)
+for i = 1, 4 do
+  if popped[i] > 0 then
+    local field = 'pops' .. (i - 1)
+    -- A damaged counter (not an integer) restarts from this batch instead of failing the
+    -- pop after its members were taken.
+    local r = redis.pcall('HINCRBY', KEYS[5], field, popped[i])
+    if type(r) == 'table' and r.err then
+      redis.call('HSET', KEYS[5], field, popped[i])
+    end
+  end
+end
 return out

@@ -352,9 +352,44 @@ async fn each_batch_call_is_one_script_call_on_the_server() {
     // once per member.
     assert_eq!((calls("hmget"), calls("hset")), (Some(3), Some(3)), "{info}");
     assert_eq!(calls("zadd"), Some(100), "{info}");
+    // The pop counters: one increment per lane a batch took members from (all four in
+    // each of the two batches), none for the empty one.
+    assert_eq!(calls("hincrby"), Some(8), "{info}");
     for cmd in ["eval", "script|load"] {
         assert_eq!(calls(cmd), None, "{cmd}: {info}");
     }
+    // Reading the counters is the one stats script call.
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut conn).await.unwrap();
+    let stats = q.stats(T0).await.unwrap();
+    assert_eq!(stats.map(|l| l.pops), [25; 4], "every member was popped once: {stats:?}");
+    let info: String = redis::cmd("INFO").arg("commandstats").query_async(&mut conn).await.unwrap();
+    let evalsha = info.lines().find(|l| l.starts_with("cmdstat_evalsha:")).unwrap_or_default();
+    assert!(evalsha.starts_with("cmdstat_evalsha:calls=1,"), "{info}");
+}
+
+/// A damaged pop counter (not an integer) neither fails a pop nor loses its members: the
+/// counter restarts from that pop, and `stats` reads a damaged counter as 0.
+#[tokio::test]
+async fn a_damaged_pop_counter_restarts() {
+    let Some(f) = queue_fixture("a_damaged_pop_counter_restarts").await else { return };
+    let mut conn = connect(&redis_url()).await.expect("connect");
+    for i in 0..3 {
+        f.queue.enqueue(&WorkflowId::from(format!("m-{i}")), Priority::P1, T0).await.unwrap();
+    }
+    let _: i64 = redis::cmd("HSET")
+        .arg(f.queue.rotation_key())
+        .arg("pops1")
+        .arg("many")
+        .arg("pops2")
+        .arg("x1")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(f.queue.stats(T0).await.unwrap().map(|l| l.pops), [0; 4], "damaged counters read as 0");
+    assert_eq!(f.queue.pop_due(T0, 2).await.unwrap().len(), 2);
+    assert_eq!(f.queue.stats(T0).await.unwrap().map(|l| l.pops), [0, 2, 0, 0]);
+    assert_eq!(f.queue.pop_due(T0, 2).await.unwrap().len(), 1);
+    assert_eq!(f.queue.stats(T0).await.unwrap().map(|l| l.pops), [0, 3, 0, 0]);
 }
 
 /// The port refuses a bad batch as a whole, and Redis does not undo a script's earlier

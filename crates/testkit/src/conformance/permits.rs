@@ -8,12 +8,18 @@
 //! of failing.
 //!
 //! Every adapter under test must be configured with [`configured_defaults`] and the
-//! fallback [`FALLBACK_LIMITS`], and use a lease of at least [`LEASE_MS_MIN`].
+//! fallback [`FALLBACK_LIMITS`], and use a lease of at least [`LEASE_MS_MIN`]. The operator
+//! cases ([`Permits::usage`], [`Permits::resources`], [`Permits::set_limits`]) go through the
+//! port itself, not the hooks, and assume nothing else writes the fixture's backing store.
+//!
+//! [`Permits::usage`]: kernel_core::ports::Permits::usage
+//! [`Permits::resources`]: kernel_core::ports::Permits::resources
+//! [`Permits::set_limits`]: kernel_core::ports::Permits::set_limits
 
 use crate::memory::{InMemoryPermits, PermitLimits};
 use futures::future::join_all;
 use kernel_core::model::{DurationMs, Instant};
-use kernel_core::ports::{DynPermits, PermitDecision, PermitOwner};
+use kernel_core::ports::{DynPermits, PermitDecision, PermitOwner, PermitUsage, PERMIT_RESOURCES_MAX};
 use kernel_core::Error;
 use kernel_core::WorkflowId;
 use std::collections::HashMap;
@@ -440,6 +446,232 @@ pub async fn concurrent_acquirers_respect_limit(p: &DynPermits, h: &dyn PermitHo
     .await
 }
 
+async fn usage(p: &DynPermits, r: &str) -> PermitUsage {
+    p.usage(r).await.unwrap_or_else(|e| panic!("usage {r}: {e}"))
+}
+
+async fn resources(p: &DynPermits) -> Vec<String> {
+    let names = p.resources().await.unwrap_or_else(|e| panic!("resources: {e}"));
+    assert!(names.len() <= PERMIT_RESOURCES_MAX, "{} resources", names.len());
+    assert!(names.windows(2).all(|w| w[0] < w[1]), "not sorted and distinct: {names:?}");
+    names
+}
+
+async fn set_limits(p: &DynPermits, r: &str, limits: PermitLimits) {
+    p.set_limits(r, limits).await.unwrap_or_else(|e| panic!("set_limits {r}: {e}"));
+}
+
+/// The owners `usage` lists, in its order.
+fn holder_owners(u: &PermitUsage) -> Vec<PermitOwner> {
+    u.holders.iter().map(|h| h.owner.clone()).collect()
+}
+
+/// Every listed lease ends after the report's time, within one lease of it.
+fn assert_leases_live(u: &PermitUsage, lease: DurationMs) {
+    for h in &u.holders {
+        if let (Some(until), Some(at)) = (h.lease_until, u.as_of) {
+            assert!(until > at && until <= at.saturating_add(lease), "lease {until} vs as_of {at}: {u:?}");
+        }
+    }
+    let ends: Vec<_> = u.holders.iter().map(|h| (h.lease_until, h.owner.key())).collect();
+    assert!(ends.windows(2).all(|w| w[0] <= w[1]), "not soonest lease first: {ends:?}");
+}
+
+/// `set_limits` through the port is what the next acquire reads: raising and lowering
+/// take effect at once, and `usage` reports the override.
+pub async fn set_limits_then_acquire_honours_the_new_limit(p: &DynPermits, h: &dyn PermitHooks) {
+    run_attempts("set_limits_then_acquire_honours_the_new_limit", |a| async move {
+        let r = format!("{CONFIGURED}-{a}");
+        h.clear_limits(&r).await;
+        let before = usage(p, &r).await;
+        assert_eq!((before.limits, before.overridden), (CONFIGURED_LIMITS, false), "{before:?}");
+        let one = PermitLimits { max_concurrency: 1, max_starts_per_second: 0 };
+        let two = PermitLimits { max_concurrency: 2, max_starts_per_second: 0 };
+        set_limits(p, &r, two).await;
+        let u = usage(p, &r).await;
+        assert_eq!((u.limits, u.overridden), (two, true), "{u:?}");
+        let w = Window::open(h, h.lease_ms() / 2).await;
+        w.ensure(granted(p, &r, &owner(1)).await, "first under the override").await?;
+        w.ensure(granted(p, &r, &owner(2)).await, "second under the override (configured is 1)").await?;
+        w.ensure(!granted(p, &r, &owner(3)).await, "third above the override").await?;
+        set_limits(p, &r, PermitLimits { max_concurrency: 3, max_starts_per_second: 0 }).await;
+        w.ensure(granted(p, &r, &owner(3)).await, "raised: the next acquire reads it").await?;
+        release(p, &r, &owner(1)).await;
+        release(p, &r, &owner(2)).await;
+        release(p, &r, &owner(3)).await;
+        set_limits(p, &r, one).await;
+        assert_eq!(usage(p, &r).await.limits, one);
+        w.ensure(granted(p, &r, &owner(4)).await, "lowered to 1: one holder").await?;
+        w.ensure(!granted(p, &r, &owner(5)).await, "lowered to 1: the second is refused").await?;
+        let zero = PermitLimits::default();
+        set_limits(p, &r, zero).await;
+        for i in 5..10 {
+            w.ensure(granted(p, &r, &owner(i)).await, format_args!("0 = unlimited: owner {i}")).await?;
+        }
+        let u = usage(p, &r).await;
+        assert_eq!((u.limits, u.overridden), (zero, true), "an override of zeros is still an override: {u:?}");
+        Ok(())
+    })
+    .await
+}
+
+/// `usage` lists exactly the unexpired holders: new ones appear, released and expired
+/// ones are gone; the limits are the effective ones.
+pub async fn usage_lists_holders_and_drops_released_and_expired_ones(p: &DynPermits, h: &dyn PermitHooks) {
+    run_attempts("usage_lists_holders_and_drops_released_and_expired_ones", |a| async move {
+        let r = format!("usage-{a}");
+        let empty = usage(p, &r).await;
+        assert_eq!((empty.limits, empty.overridden), (FALLBACK_LIMITS, false), "fallback limits: {empty:?}");
+        assert!(empty.holders.is_empty() && !empty.truncated, "{empty:?}");
+        let limits = PermitLimits { max_concurrency: 5, max_starts_per_second: 0 };
+        h.set_limits(&r, limits).await;
+        let w = Window::open(h, h.lease_ms() / 2).await;
+        for i in 1..=3 {
+            w.ensure(granted(p, &r, &owner(i)).await, format_args!("holder {i}")).await?;
+        }
+        let u = usage(p, &r).await;
+        assert_eq!((u.limits, u.overridden), (limits, true), "{u:?}");
+        assert!(!u.truncated, "{u:?}");
+        let mut listed = holder_owners(&u);
+        listed.sort_by_key(PermitOwner::key);
+        if listed.len() < 3 {
+            w.ensure(false, format_args!("three holders listed: {u:?}")).await?;
+        }
+        assert_eq!(listed, [owner(1), owner(2), owner(3)], "{u:?}");
+        assert_leases_live(&u, h.lease_ms());
+        release(p, &r, &owner(2)).await;
+        let u = usage(p, &r).await;
+        let mut listed = holder_owners(&u);
+        listed.sort_by_key(PermitOwner::key);
+        if listed.len() < 2 {
+            w.ensure(false, format_args!("two holders listed: {u:?}")).await?;
+        }
+        assert_eq!(listed, [owner(1), owner(3)], "a released holder is not listed: {u:?}");
+        h.pass(h.lease_ms() + DurationMs::from_millis(1)).await;
+        let u = usage(p, &r).await;
+        assert!(u.holders.is_empty(), "expired holders are not listed: {u:?}");
+        assert_eq!(u.limits, limits, "expiry keeps the override");
+        Ok(())
+    })
+    .await
+}
+
+/// `usage` counts the starts of the current 1 s window and changes nothing: it counts no
+/// start itself, renewals and releases do not change the count, and the count falls to 0
+/// once the window has moved on.
+pub async fn usage_counts_starts_in_the_window_and_changes_nothing(p: &DynPermits, h: &dyn PermitHooks) {
+    run_attempts("usage_counts_starts_in_the_window_and_changes_nothing", |a| async move {
+        let r = format!("usage-sps-{a}");
+        h.set_limits(&r, PermitLimits { max_concurrency: 0, max_starts_per_second: 3 }).await;
+        let w = Window::open(h, 900).await;
+        w.ensure(granted(p, &r, &owner(1)).await, "start 1").await?;
+        w.ensure(granted(p, &r, &owner(2)).await, "start 2").await?;
+        for _ in 0..5 {
+            let u = usage(p, &r).await;
+            w.ensure(u.starts_in_window == 2, format_args!("two starts: {u:?}")).await?;
+        }
+        w.ensure(granted(p, &r, &owner(1)).await, "a renewal is not a start").await?;
+        release(p, &r, &owner(2)).await;
+        let u = usage(p, &r).await;
+        w.ensure(u.starts_in_window == 2, format_args!("renewal and release leave two: {u:?}")).await?;
+        w.ensure(granted(p, &r, &owner(3)).await, "usage calls took no start: a third fits").await?;
+        w.ensure(!granted(p, &r, &owner(4)).await, "the fourth does not").await?;
+        w.ensure(usage(p, &r).await.starts_in_window == 3, "three starts").await?;
+        h.pass(DurationMs::from_millis(1_001)).await;
+        let u = usage(p, &r).await;
+        assert_eq!(u.starts_in_window, 0, "the window moved on: {u:?}");
+        Ok(())
+    })
+    .await
+}
+
+/// `resources` lists a resource once a limit is set or a holder holds it, and no longer
+/// once neither is true; application-configured limits alone list nothing.
+pub async fn resources_lists_set_and_held_resources(p: &DynPermits, h: &dyn PermitHooks) {
+    run_attempts("resources_lists_set_and_held_resources", |a| async move {
+        let (set, held, configured) =
+            (format!("res-b-set-{a}"), format!("res-a-held-{a}"), format!("{CONFIGURED}-{a}"));
+        h.clear_limits(&configured).await;
+        let names = resources(p).await;
+        for r in [&set, &held, &configured] {
+            assert!(!names.contains(r), "{r} listed before anything happened: {names:?}");
+        }
+        set_limits(p, &set, PermitLimits { max_concurrency: 4, max_starts_per_second: 1 }).await;
+        let names = resources(p).await;
+        assert!(names.contains(&set), "{set} not listed after set_limits: {names:?}");
+        assert!(!names.contains(&configured), "configured limits alone list nothing: {names:?}");
+        let w = Window::open(h, h.lease_ms() / 2).await;
+        w.ensure(granted(p, &held, &owner(1)).await, "holder").await?;
+        let names = resources(p).await;
+        if !names.contains(&held) {
+            w.ensure(false, format_args!("{held} not listed while held: {names:?}")).await?;
+        }
+        let (i, j) = (names.iter().position(|n| n == &held), names.iter().position(|n| n == &set));
+        assert!(i < j, "sorted by name: {names:?}");
+        release(p, &held, &owner(1)).await;
+        let names = resources(p).await;
+        assert!(!names.contains(&held), "{held} listed after its only holder left: {names:?}");
+        assert!(names.contains(&set), "{set} still has its limit: {names:?}");
+        w.ensure(granted(p, &held, &owner(2)).await, "held again").await?;
+        h.pass(h.lease_ms() + DurationMs::from_millis(1)).await;
+        let names = resources(p).await;
+        assert!(!names.contains(&held), "{held} listed after its holder expired: {names:?}");
+        assert!(names.contains(&set), "{set} still has its limit: {names:?}");
+        Ok(())
+    })
+    .await
+}
+
+/// Operator calls check resource names like `acquire` does, and a refused `set_limits`
+/// writes nothing.
+pub async fn operator_calls_refuse_bad_names(p: &DynPermits, _h: &dyn PermitHooks) {
+    let before = resources(p).await;
+    let long = "r".repeat(257);
+    for bad in ["", "$where", "a.b", "nul\0", long.as_str()] {
+        let e = p.usage(bad).await.expect_err("bad resource accepted");
+        assert!(matches!(&e, Error::InvalidInput { field, .. } if field == "resource"), "{bad:?}: {e:?}");
+        let e = p
+            .set_limits(bad, PermitLimits { max_concurrency: 1, max_starts_per_second: 0 })
+            .await
+            .expect_err("bad resource accepted");
+        assert!(matches!(&e, Error::InvalidInput { field, .. } if field == "resource"), "{bad:?}: {e:?}");
+    }
+    assert_eq!(resources(p).await, before, "a refused set_limits wrote nothing");
+}
+
+/// Lowering a limit through the port evicts no holder: all stay listed and keep
+/// renewing, and only new acquires are refused until the count is below the new limit.
+pub async fn lowering_a_limit_keeps_existing_holders(p: &DynPermits, h: &dyn PermitHooks) {
+    run_attempts("lowering_a_limit_keeps_existing_holders", |a| async move {
+        let r = format!("keep-{a}");
+        set_limits(p, &r, PermitLimits { max_concurrency: 3, max_starts_per_second: 0 }).await;
+        let w = Window::open(h, h.lease_ms() / 2).await;
+        for i in 1..=3 {
+            w.ensure(granted(p, &r, &owner(i)).await, format_args!("holder {i}")).await?;
+        }
+        let lowered = PermitLimits { max_concurrency: 1, max_starts_per_second: 0 };
+        set_limits(p, &r, lowered).await;
+        let u = usage(p, &r).await;
+        if u.holders.len() < 3 {
+            w.ensure(false, format_args!("three holders after lowering: {u:?}")).await?;
+        }
+        assert_eq!((u.holders.len(), u.limits), (3, lowered), "lowering evicted a holder: {u:?}");
+        for i in 1..=3 {
+            let d = p.renew(&r, &owner(i)).await.expect("renew");
+            assert!(matches!(d, PermitDecision::Granted { .. }), "holder {i} renews above the lowered limit: {d:?}");
+            w.ensure(granted(p, &r, &owner(i)).await, format_args!("holder {i} re-acquires")).await?;
+        }
+        w.ensure(!granted(p, &r, &owner(4)).await, "a new acquire obeys the lowered limit").await?;
+        w.ensure(usage(p, &r).await.holders.len() == 3, "still three holders").await?;
+        release(p, &r, &owner(1)).await;
+        release(p, &r, &owner(2)).await;
+        w.ensure(!granted(p, &r, &owner(4)).await, "one holder left = the new limit").await?;
+        release(p, &r, &owner(3)).await;
+        w.ensure(granted(p, &r, &owner(4)).await, "below the limit again").await
+    })
+    .await
+}
+
 /// Expand to one `#[tokio::test]` per permits conformance case.
 ///
 /// `$factory` is called with the case name and returns a future of `Option<F>` with
@@ -464,7 +696,13 @@ macro_rules! permits_conformance {
             renewal_extends_lease,
             flush_forgets_holders_and_renewal_reregisters,
             rejects_invalid_names,
-            concurrent_acquirers_respect_limit
+            concurrent_acquirers_respect_limit,
+            set_limits_then_acquire_honours_the_new_limit,
+            usage_lists_holders_and_drops_released_and_expired_ones,
+            usage_counts_starts_in_the_window_and_changes_nothing,
+            resources_lists_set_and_held_resources,
+            operator_calls_refuse_bad_names,
+            lowering_a_limit_keeps_existing_holders
         );
     };
     (@cases $factory:expr; $($case:ident),* $(,)?) => {

@@ -242,12 +242,93 @@ pub async fn stats_report_depth_ready_delayed_oldest_wait(q: &DynQueue) {
     q.enqueue(&"d".into(), Priority::P2, T0.plus(1)).await.unwrap();
     q.enqueue(&"e".into(), Priority::P3, T0).await.unwrap();
     let s = q.stats(T0).await.unwrap();
-    assert_eq!(s[0], LaneStats { depth: 3, ready: 2, delayed: 1, oldest_wait_ms: DurationMs::from_millis(300) });
+    let ms = DurationMs::from_millis;
+    assert_eq!(s[0], LaneStats { depth: 3, ready: 2, delayed: 1, oldest_wait_ms: ms(300), pops: 0 });
     assert_eq!(s[1], LaneStats::default());
-    assert_eq!(s[2], LaneStats { depth: 1, ready: 0, delayed: 1, oldest_wait_ms: DurationMs::from_millis(0) });
-    assert_eq!(s[3], LaneStats { depth: 1, ready: 1, delayed: 0, oldest_wait_ms: DurationMs::from_millis(0) });
+    assert_eq!(s[2], LaneStats { depth: 1, ready: 0, delayed: 1, oldest_wait_ms: ms(0), pops: 0 });
+    assert_eq!(s[3], LaneStats { depth: 1, ready: 1, delayed: 0, oldest_wait_ms: ms(0), pops: 0 });
     let later = q.stats(T0.plus(1_000)).await.unwrap();
-    assert_eq!(later[0], LaneStats { depth: 3, ready: 3, delayed: 0, oldest_wait_ms: DurationMs::from_millis(1_300) });
+    assert_eq!(later[0], LaneStats { depth: 3, ready: 3, delayed: 0, oldest_wait_ms: ms(1_300), pops: 0 });
+    assert_eq!(pop1(q, T0).await.as_deref(), Some("a"));
+    let after = q.stats(T0).await.unwrap();
+    assert_eq!(after[0], LaneStats { depth: 2, ready: 1, delayed: 1, oldest_wait_ms: ms(100), pops: 1 });
+}
+
+/// Each lane counts the members popped from it: singles, batches and burst pops alike,
+/// empty pops and enqueues count nothing, `stats` changes nothing, and the counts stay
+/// once the lanes are empty.
+pub async fn stats_count_pops_per_lane(q: &DynQueue) {
+    let pops = |s: [LaneStats; 4]| s.map(|l| l.pops);
+    assert_eq!(pops(q.stats(T0).await.unwrap()), [0; 4], "a fresh queue has popped nothing");
+    fill(q, 0, 3, T0).await;
+    fill(q, 1, 10, T0).await;
+    fill(q, 2, 2, T0).await;
+    q.enqueue(&WorkflowId::from(member(3, 0)), Priority::P3, T0.plus(1_000)).await.unwrap();
+    // Re-enqueues and promotions move members; they pop nothing.
+    q.enqueue(&WorkflowId::from(member(2, 0)), Priority::P2, T0).await.unwrap();
+    q.enqueue(&WorkflowId::from(member(2, 1)), Priority::P1, T0).await.unwrap();
+    assert_eq!(pops(q.stats(T0).await.unwrap()), [0; 4], "enqueues pop nothing");
+
+    let mut want = [0u64; 4];
+    let mut count = |ids: &[WorkflowId]| {
+        for m in ids {
+            // `p2-0001` was promoted into P1: count it where it was popped from.
+            let lane = if m.as_str() == member(2, 1) { 1 } else { lane_of_member(m) };
+            want[lane] += 1;
+        }
+        want
+    };
+    let first = q.pop_due(T0, 5).await.unwrap();
+    assert_eq!(first.len(), 5);
+    let after_first = count(&first);
+    assert_eq!(after_first, [3, 2, 0, 0], "P0 runs dry after 3, then P1: {first:?}");
+    assert_eq!(pops(q.stats(T0).await.unwrap()), after_first);
+    assert_eq!(pops(q.stats(T0.plus(5_000)).await.unwrap()), after_first, "stats pop nothing, at any now");
+    let single = pop1(q, T0).await.expect("one more");
+    let after_single = count(std::slice::from_ref(&single));
+    assert_eq!(pops(q.stats(T0).await.unwrap()), after_single, "a single pop counts");
+    // Drain what is due (the batch ends on an empty pop, which counts nothing), then
+    // pop empty twice more: that arms the burst window.
+    let rest = q.pop_due(T0, POP_DUE_MAX).await.unwrap();
+    let drained = count(&rest);
+    assert_eq!(drained, [3, 11, 1, 0], "P3's delayed member stays: {rest:?}");
+    assert!(q.pop_due(T0, 8).await.unwrap().is_empty());
+    assert_eq!(pop1(q, T0).await, None);
+    let s = q.stats(T0).await.unwrap();
+    assert_eq!(pops(s), drained, "empty pops count nothing");
+    assert_eq!(s.map(|l| l.depth), [0, 0, 0, 1], "counts stay when the lanes are empty");
+    // Burst pops take P0 and count for P0.
+    fill(q, 0, 2, T0.plus(1_000)).await;
+    let burst = q.pop_due(T0.plus(1_000), 3).await.unwrap();
+    assert_eq!(burst.len(), 3, "{burst:?}");
+    let after_burst = count(&burst);
+    assert_eq!(after_burst, [5, 11, 1, 1], "{burst:?}");
+    assert_eq!(pops(q.stats(T0.plus(1_000)).await.unwrap()), after_burst);
+}
+
+/// Concurrent batch pops are counted exactly: the counters add up to what the callers
+/// received, lane by lane.
+pub async fn concurrent_pops_are_counted_exactly(q: &DynQueue) {
+    for lane in 0..4 {
+        fill(q, lane, 25 + 5 * lane, T0).await;
+    }
+    let tasks = (0..5).map(|t| async move {
+        let mut got = Vec::new();
+        for _ in 0..4 {
+            got.extend(q.pop_due(T0, 2 + t).await.expect("pop"));
+        }
+        got
+    });
+    let mut want = [0u64; 4];
+    for m in join_all(tasks).await.into_iter().flatten() {
+        want[lane_of_member(&m)] += 1;
+    }
+    assert!(want.iter().sum::<u64>() > 0);
+    let s = q.stats(T0).await.unwrap();
+    assert_eq!(s.map(|l| l.pops), want, "{s:?}");
+    for (lane, l) in s.iter().enumerate() {
+        assert_eq!(l.pops + l.depth, 25 + 5 * lane as u64, "lane {lane}: popped + left = filled");
+    }
 }
 
 /// Ids break the identifier rule ⇒ `InvalidInput`, nothing stored.
@@ -485,6 +566,8 @@ macro_rules! queue_conformance {
             emptying_pop_does_not_arm_burst,
             delayed_members_do_not_block_burst,
             stats_report_depth_ready_delayed_oldest_wait,
+            stats_count_pops_per_lane,
+            concurrent_pops_are_counted_exactly,
             rejects_invalid_ids,
             concurrent_enqueues_are_promote_only,
             pop_batch_refuses_bad_max,

@@ -1,7 +1,7 @@
 use kernel_core::model::{DurationMs, Instant};
 use kernel_core::ports::*;
 use kernel_core::{validate, Error, Result};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use kernel_core::ports::tenant_base;
@@ -94,7 +94,8 @@ impl InMemoryPermits {
     pub fn lease_ms(&self) -> DurationMs {
         self.lease_ms
     }
-    /// Change a resource's live limits (operators do this in Redis).
+    /// Change a resource's live limits without the port's name check (operators do this in
+    /// Redis); [`Permits::set_limits`] is the checked form.
     pub fn set_limits(&self, resource: &str, limits: PermitLimits) {
         self.state.lock().expect("permit lock").live.insert(resource.to_string(), limits);
     }
@@ -200,11 +201,84 @@ impl Permits for InMemoryPermits {
         }
         Ok(())
     }
+
+    async fn usage(&self, resource: &str) -> Result<PermitUsage> {
+        validate::key_name("resource", resource)?;
+        self.check_up()?;
+        let now = self.clock.now();
+        let configured = self.configured(resource);
+        let st = self.state.lock().expect("permit lock");
+        let live = st.live.get(resource).copied();
+        let mut usage = PermitUsage {
+            limits: live.unwrap_or(configured),
+            overridden: live.is_some(),
+            as_of: Some(now),
+            ..PermitUsage::default()
+        };
+        if let Some(r) = st.resources.get(resource) {
+            // Read-only: expired holders and old starts are skipped, not purged.
+            let mut held: Vec<(Instant, &String)> =
+                r.holders.iter().filter(|(_, until)| **until > now).map(|(k, until)| (*until, k)).collect();
+            held.sort();
+            usage.truncated = held.len() > PERMIT_HOLDERS_MAX;
+            usage.holders = held
+                .into_iter()
+                .take(PERMIT_HOLDERS_MAX)
+                .filter_map(|(until, key)| {
+                    PermitOwner::from_key(key).map(|owner| PermitHolder { owner, lease_until: Some(until) })
+                })
+                .collect();
+            usage.starts_in_window = r.starts.iter().filter(|t| **t > now.saturating_sub(SECOND)).count() as u64;
+        }
+        Ok(usage)
+    }
+
+    async fn resources(&self) -> Result<Vec<String>> {
+        self.check_up()?;
+        let now = self.clock.now();
+        let st = self.state.lock().expect("permit lock");
+        let held = st.resources.iter().filter(|(_, r)| r.holders.values().any(|until| *until > now)).map(|(n, _)| n);
+        let names: BTreeSet<&String> = st.live.keys().chain(held).collect();
+        Ok(names.into_iter().take(PERMIT_RESOURCES_MAX).cloned().collect())
+    }
+
+    async fn set_limits(&self, resource: &str, limits: PermitLimits) -> Result<()> {
+        validate::key_name("resource", resource)?;
+        self.check_up()?;
+        InMemoryPermits::set_limits(self, resource, limits);
+        Ok(())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn owner(n: usize) -> PermitOwner {
+        PermitOwner { workflow_id: format!("wf-{n}").into(), step: "call".into(), claim_token: format!("t-{n}").into() }
+    }
+
+    #[tokio::test]
+    async fn usage_and_resources_are_bounded_and_usage_purges_nothing() {
+        let clock = Arc::new(crate::memory::ManualClock::new(Instant::from_millis(1_000)));
+        let p = InMemoryPermits::new(clock.clone(), HashMap::new(), 100);
+        for i in 0..=PERMIT_HOLDERS_MAX {
+            assert!(matches!(p.acquire("wide", &owner(i)).await.unwrap(), PermitDecision::Granted { .. }));
+        }
+        let u = p.usage("wide").await.unwrap();
+        assert_eq!((u.holders.len(), u.truncated), (PERMIT_HOLDERS_MAX, true));
+        for n in 0..=PERMIT_RESOURCES_MAX {
+            Permits::set_limits(&p, &format!("n-{n:05}"), PermitLimits::default()).await.unwrap();
+        }
+        let names = p.resources().await.unwrap();
+        assert_eq!(names.len(), PERMIT_RESOURCES_MAX);
+        assert_eq!(names.first().map(String::as_str), Some("n-00000"));
+        assert!(!names.contains(&"wide".to_string()), "`wide` sorts after every `n-…`");
+        clock.advance(DurationMs::from_millis(100));
+        assert!(p.usage("wide").await.unwrap().holders.is_empty(), "expired at the lease end");
+        let st = p.state.lock().unwrap();
+        assert_eq!(st.resources["wide"].holders.len(), PERMIT_HOLDERS_MAX + 1, "usage purged nothing");
+    }
 
     #[test]
     fn tenant_names() {

@@ -51,6 +51,8 @@ struct State {
     served: u32,
     /// Pops left in the burst window.
     burst_left: u32,
+    /// Members popped per lane (what [`LaneStats::pops`] reports), bumped by every pop.
+    pops: [u64; 4],
 }
 
 /// In-memory [`ReadyQueue`] implementing the 4-lane 8:6:4:2 weighted pop with the burst
@@ -69,7 +71,9 @@ struct State {
 /// - within a lane, members leave by (score, member bytes), like a Redis ZSET;
 /// - `pop_due(now, max)` is up to `max` of these pops in a row under one lock, stopped by
 ///   the first that finds nothing (which arms the burst window as a single empty pop
-///   does); `enqueue_many` is its entries' enqueues in order under one lock.
+///   does); `enqueue_many` is its entries' enqueues in order under one lock;
+/// - every popped member bumps its lane's pop counter ([`LaneStats::pops`]) under the same
+///   lock; [`flush`](Self::flush) resets the counters with everything else.
 #[derive(Debug, Clone)]
 pub struct InMemoryQueue {
     state: Arc<Mutex<State>>,
@@ -94,7 +98,7 @@ impl InMemoryQueue {
         }
         InMemoryQueue { state: Arc::default(), weights, down: Arc::default() }
     }
-    /// Drop every member and the rotation state (a flushed Redis).
+    /// Drop every member, the rotation state and the pop counters (a flushed Redis).
     pub fn flush(&self) {
         *self.state.lock().expect("queue lock") = State::default();
     }
@@ -147,6 +151,7 @@ impl State {
         if self.burst_left > 0 {
             if let Some(m) = self.lanes[0].pop_due(now) {
                 self.burst_left -= 1;
+                self.pops[0] += 1;
                 return Some(m);
             }
             // The window ends early the first time P0 has nothing due.
@@ -157,6 +162,7 @@ impl State {
             if self.served < weights.weights[cur] {
                 if let Some(m) = self.lanes[cur].pop_due(now) {
                     self.served += 1;
+                    self.pops[cur] += 1;
                     if self.served >= weights.weights[cur] {
                         self.current = (cur + 1) % 4;
                         self.served = 0;
@@ -230,6 +236,7 @@ impl ReadyQueue for InMemoryQueue {
                     .next()
                     .filter(|(s, _)| *s <= now)
                     .map_or(DurationMs::ZERO, |(s, _)| now - *s),
+                pops: st.pops[i],
             };
         }
         Ok(out)

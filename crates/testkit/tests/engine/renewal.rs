@@ -31,6 +31,15 @@ impl Permits for ScriptedPermits {
         self.releases.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
+    async fn usage(&self, resource: &str) -> Result<PermitUsage> {
+        UnlimitedPermits.usage(resource).await
+    }
+    async fn resources(&self) -> Result<Vec<String>> {
+        UnlimitedPermits.resources().await
+    }
+    async fn set_limits(&self, resource: &str, limits: PermitLimits) -> Result<()> {
+        UnlimitedPermits.set_limits(resource, limits).await
+    }
 }
 
 async fn settle() {
