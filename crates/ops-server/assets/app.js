@@ -336,9 +336,9 @@ async function pageLanes(main) {
   put(main,
     h("h1", {}, "Lanes"),
     h("table", { id: "lanes" },
-      h("thead", {}, h("tr", {}, ["Lane", "Depth", "Due", "Delayed", "Oldest due wait"].map((t) => h("th", {}, t)))),
+      h("thead", {}, h("tr", {}, ["Lane", "Depth", "Due", "Delayed", "Popped", "Oldest due wait"].map((t) => h("th", {}, t)))),
       h("tbody", {}, lanes.map((l) => h("tr", {}, h("td", {}, l.lane), h("td", {}, String(l.depth)), h("td", {}, String(l.ready)),
-        h("td", {}, String(l.delayed)), h("td", {}, span(l.oldest_due_ms)))))),
+        h("td", {}, String(l.delayed)), h("td", {}, l.pops === undefined ? "—" : String(l.pops)), h("td", {}, span(l.oldest_due_ms)))))),
     actionButton("Rebuild lanes from the store", "act-rebuild", "/api/lanes/rebuild", null, "Offer every claimable workflow again?"),
     permitsTable(permits),
     h("p", { class: "muted" }, "Refreshed every " + POLL_MS / 1000 + " s; last at " + new Date().toLocaleTimeString()));

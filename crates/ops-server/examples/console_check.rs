@@ -328,7 +328,7 @@ async fn steps(c: &fantoccini::Client, args: &Args, base: &str, wf: &str) -> Res
     let others = [
         ("tasks", "//main[.//h1[starts-with(text(),'Tasks for')]]//p[text()='Nothing to decide.']"),
         ("audit", "//table[@id='audit']//tr[td[text()='ana'] and td[text()='task-approve'] and td[text()='ok']]"),
-        ("lanes", "//table[@id='lanes']//tr[td[text()='normal']]"),
+        ("lanes", "//table[@id='lanes']/tbody/tr[4]"),
         ("dead-letters", "//table[@id='dead-letters']//tr[td[text()='wf-pay-1'] or td/a[text()='wf-pay-1']][.//button[text()='Retry']]"),
     ];
     for (page, check) in others {
