@@ -421,6 +421,29 @@ impl StoreSide {
         }
     }
 
+    /// The store's kind and schema version, for an operator (`wfk migrate`): connecting
+    /// to a SQL store applied its migrations, so this is the version it is at now.
+    pub fn schema_description(&self) -> String {
+        match &self.handle {
+            #[cfg(feature = "mongo")]
+            StoreHandle::Mongo(db, _) => {
+                format!("mongodb database `{}`: no migrations (indexes ensured on connect)", db.name())
+            }
+            #[cfg(feature = "postgres")]
+            StoreHandle::Postgres(_, config, _) => format!(
+                "postgres schema `{}` at migration {}",
+                config.schema,
+                store_postgres::MIGRATIONS.iter().map(|(v, _, _)| *v).max().unwrap_or(0)
+            ),
+            #[cfg(feature = "sqlite")]
+            StoreHandle::Sqlite(_, path) => {
+                format!("sqlite file `{}` at schema version {}", path.display(), store_sqlite::SCHEMA_VERSION)
+            }
+            #[cfg(feature = "memory")]
+            StoreHandle::Memory => "memory: nothing to migrate".to_string(),
+        }
+    }
+
     /// Delete everything this store holds (drop the database; on PostgreSQL, drop the
     /// schema with everything in it): the end of a throw-away deployment such as a test
     /// run. Never call it on a deployment that matters.
