@@ -8,7 +8,7 @@
 //! header names (see `ops_server::ServerConfig`). Prints `listening on http://<addr>` once
 //! it serves; stops on Ctrl-C, flushing the audit and observation writes.
 //!
-//! It knows no workflow definitions, so `regenerate` (which needs the step plan) is refused;
+//! It knows no workflow definitions, so `regenerate` (which needs the step plan) answers 400;
 //! an application that wants it embeds `ops_server::router` over its own `Ops::from_parts`.
 
 use std::sync::Arc;
