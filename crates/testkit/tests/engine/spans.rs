@@ -23,7 +23,7 @@ struct Captured {
 }
 
 #[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<Captured>>>);
+struct Capture(Arc<Mutex<Vec<Captured>>>, Arc<Mutex<Vec<String>>>);
 
 struct Fields<'a>(&'a mut BTreeMap<String, String>);
 
@@ -36,18 +36,26 @@ impl Visit for Fields<'_> {
     }
 }
 
-impl<S: tracing::Subscriber> Layer<S> for Capture {
+impl<S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>> Layer<S> for Capture {
     fn on_new_span(&self, attrs: &Attributes<'_>, _id: &Id, _ctx: Context<'_, S>) {
         let mut fields = BTreeMap::new();
         attrs.record(&mut Fields(&mut fields));
         self.0.lock().unwrap().push(Captured { name: attrs.metadata().name().to_string(), fields });
     }
     fn on_record(&self, _id: &Id, _values: &Record<'_>, _ctx: Context<'_, S>) {}
+    fn on_close(&self, id: Id, ctx: Context<'_, S>) {
+        if let Some(span) = ctx.span(&id) {
+            self.1.lock().unwrap().push(span.name().to_string());
+        }
+    }
 }
 
 impl Capture {
     fn named(&self, name: &str) -> Vec<Captured> {
         self.0.lock().unwrap().iter().filter(|c| c.name == name).cloned().collect()
+    }
+    fn closed(&self, name: &str) -> usize {
+        self.1.lock().unwrap().iter().filter(|n| *n == name).count()
     }
 }
 
@@ -125,6 +133,10 @@ async fn claims_and_steps_open_spans_with_their_fields() {
         assert_eq!(f.get("workflow.type").map(String::as_str), Some("t"));
         assert!(f.get("workflow.claim").is_some_and(|c| c.chars().count() <= 6), "{f:?}");
     }
+    // Every span is closed once its claim ended (an exporter sends a span at its close):
+    // the heartbeat driver, which outlives the first claim, is not inside it.
+    assert_eq!(capture.closed("workflow.claim"), claims.len());
+    assert_eq!(capture.closed("workflow.step"), steps.len());
     // The step spans of one claim carry that claim's suffix.
     let claim_suffixes: Vec<&String> = claims.iter().map(|c| &c.fields["workflow.claim"]).collect();
     assert!(steps.iter().all(|s| claim_suffixes.contains(&&s.fields["workflow.claim"])));
