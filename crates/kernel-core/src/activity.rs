@@ -176,6 +176,8 @@ pub struct ActivityContext {
     pub(crate) journal: Option<Arc<crate::journal::StepJournal>>,
     /// An inverse run by the failure path's compensation (K-17.6): the key gets `|c`.
     pub(crate) compensating: bool,
+    /// The creating request's W3C `traceparent`, as stored with the instance.
+    pub(crate) trace_parent: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for ActivityContext {
@@ -380,6 +382,13 @@ impl ActivityContext {
     /// Suffix of the claim token, for logs.
     pub fn claim_token(&self) -> &str {
         &self.claim_token
+    }
+    /// The W3C `traceparent` of the request that created the workflow
+    /// ([`StartRequest::trace_parent`](crate::StartRequest::trace_parent)), the same for
+    /// every step, attempt and replay: the parent an activity's own span joins. `None` when
+    /// the request carried none.
+    pub fn trace_parent(&self) -> Option<&str> {
+        self.trace_parent.as_deref()
     }
     /// Cancelled on timeout, claim loss and shutdown timeout; pass it to every I/O call.
     pub fn cancellation(&self) -> &CancellationToken {

@@ -25,6 +25,7 @@ pub mod model_call;
 pub mod ports;
 pub mod record;
 pub mod time;
+pub mod trace;
 pub mod transition;
 pub mod validate;
 

@@ -574,6 +574,11 @@ pub struct WorkflowInstance {
     /// write when the definition declares inverses; cleared by replay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compensation: Option<crate::compensation::CompensationReport>,
+    /// The W3C `traceparent` of the request that created the instance (its
+    /// [`TraceParent`](crate::trace::TraceParent) form), so its activities join the
+    /// caller's trace. Written only by the create; a replay or a resume keeps it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_parent: Option<String>,
 }
 
 std::thread_local! {
@@ -622,6 +627,7 @@ impl Clone for WorkflowInstance {
             updated_at: self.updated_at,
             finished_at: self.finished_at,
             compensation: self.compensation.clone(),
+            trace_parent: self.trace_parent.clone(),
         }
     }
 }
@@ -659,9 +665,13 @@ impl WorkflowInstance {
             updated_at: _,
             finished_at: _,
             compensation,
+            trace_parent,
         } = self;
         if let Some(c) = compensation {
             c.validate()?;
+        }
+        if let Some(t) = trace_parent {
+            crate::trace::TraceParent::parse(t)?;
         }
         validate::identifier("workflow_id", workflow_id.as_str())?;
         validate::identifier("biz_key", biz_key)?;

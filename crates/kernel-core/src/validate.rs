@@ -273,6 +273,7 @@ mod tests {
                 updated_at: Instant::ZERO,
                 finished_at: None,
                 compensation: None,
+                trace_parent: None,
             }
         }
 

@@ -823,7 +823,7 @@ pub fn task_params(dialect: Dialect, task: &kernel_core::ports::TaskRecord) -> R
 /// Instance columns in the order every `SELECT`/`RETURNING` reads them.
 pub const INSTANCE_COLUMNS: &str = "workflow_id, workflow_type, biz_key, status, steps, input, output, \
 claimable_time, claim_token, wait, resume, definition_fingerprint, fingerprint_mismatch, business_priority, \
-retry_count, prepare_failures, revision, created_at, updated_at, finished_at, compensation";
+retry_count, prepare_failures, revision, created_at, updated_at, finished_at, compensation, trace_parent";
 
 /// The insert of a new instance into `table` (already qualified and quoted by the store):
 /// `INSERT … (`[`INSTANCE_COLUMNS`]`) VALUES (…) ON CONFLICT DO NOTHING RETURNING workflow_id`
@@ -853,6 +853,7 @@ pub fn insert_instance(dialect: Dialect, table: &str, w: &WorkflowInstance, limi
         updated_at,
         finished_at,
         compensation,
+        trace_parent,
     } = w;
     for (i, s) in steps.iter().enumerate() {
         if let Some(c) = &s.checkpoint {
@@ -913,6 +914,7 @@ pub fn insert_instance(dialect: Dialect, table: &str, w: &WorkflowInstance, limi
         &mut b,
         compensation.as_ref().map(|c| jsonb(dialect, "compensation", serde_json::to_value(c))).transpose()?,
     );
+    nullable(&mut b, trace_parent.as_ref().map(|t| text_of(dialect, "trace_parent", t)).transpose()?);
     let sql = format!(
         "INSERT INTO {table} ({INSTANCE_COLUMNS}) VALUES ({}) ON CONFLICT DO NOTHING RETURNING workflow_id",
         vals.join(", ")

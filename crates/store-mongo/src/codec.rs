@@ -404,6 +404,7 @@ pub(crate) fn instance_doc(w: &WorkflowInstance) -> Result<Document> {
         updated_at,
         finished_at,
         compensation,
+        trace_parent,
     } = w;
     let steps =
         steps.iter().enumerate().map(|(i, s)| step_doc(i, s).map(Bson::Document)).collect::<Result<Vec<_>>>()?;
@@ -450,6 +451,11 @@ pub(crate) fn instance_doc(w: &WorkflowInstance) -> Result<Document> {
     }
     if let Some(c) = compensation {
         d.insert("compensation", compensation_bson(c)?);
+    }
+    // Absent when the request carried none (documents written before the field existed
+    // read the same).
+    if let Some(t) = trace_parent {
+        d.insert("trace_parent", t.as_str());
     }
     Ok(d)
 }
@@ -511,6 +517,7 @@ pub(crate) fn instance_of(d: &Document) -> Result<WorkflowInstance> {
                     .map_err(|e| corrupt("compensation", format_args!("{e}")))?,
             ),
         },
+        trace_parent: opt_str(d, "trace_parent")?,
     })
 }
 

@@ -17,6 +17,7 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     (8, "task_inbox", include_str!("../migrations/0008_task_inbox.sql")),
     (9, "compensation", include_str!("../migrations/0009_compensation.sql")),
     (10, "operator_audit", include_str!("../migrations/0010_operator_audit.sql")),
+    (11, "trace_parent", include_str!("../migrations/0011_trace_parent.sql")),
 ];
 
 /// How long a migration's DDL waits for a table lock (`SET LOCAL lock_timeout`), in

@@ -84,6 +84,7 @@ pub(crate) fn instance(row: &Row<'_>) -> Result<WorkflowInstance> {
         updated_at: time(row, "updated_at")?,
         finished_at: opt_time(row, "finished_at")?,
         compensation: opt_json(row, "compensation")?,
+        trace_parent: col(row, "trace_parent")?,
     })
 }
 

@@ -21,10 +21,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
     (5, "task_inbox", include_str!("../migrations/0005_task_inbox.sql")),
     (6, "compensation", include_str!("../migrations/0006_compensation.sql")),
     (7, "operator_audit", include_str!("../migrations/0007_operator_audit.sql")),
+    (8, "trace_parent", include_str!("../migrations/0008_trace_parent.sql")),
 ];
 
 /// The schema version this build writes and reads: the last migration's.
-pub const SCHEMA_VERSION: u32 = 7;
+pub const SCHEMA_VERSION: u32 = 8;
 
 /// `PRAGMA application_id` of a database of this crate (`"WFK1"`).
 pub const APPLICATION_ID: i32 = 0x5746_4B31;

@@ -145,6 +145,8 @@ struct Shared {
     signals: SignalSender,
     /// The client stream's key, for a definition with a streaming step (K-16).
     stream_key: Option<StreamKey>,
+    /// The creating request's trace context, handed to every activity.
+    trace_parent: Option<Arc<str>>,
 }
 
 struct Claim {
@@ -176,12 +178,19 @@ fn suffix(token: &ClaimToken) -> &str {
 /// Run a claim won with `token` to its end. Activity panics become step errors; no write
 /// is ever retried.
 pub(crate) async fn run(inner: Arc<Inner>, mut inst: WorkflowInstance, token: ClaimToken) -> ClaimEnd {
+    // Field names follow OpenTelemetry's conventions where they exist (`otel.name`,
+    // `otel.kind`, read by tracing-opentelemetry); the rest are namespaced `workflow.*`.
+    // The token is cut to its last characters: enough to tell claims apart in a log,
+    // too little to write under it.
     let span = tracing::info_span!(
-        "claim",
+        "workflow.claim",
+        otel.name = %format_args!("claim {}", inst.workflow_type),
+        otel.kind = "consumer",
         worker = %inner.config.worker_id,
-        workflow_id = %inst.workflow_id,
-        workflow_type = %inst.workflow_type,
-        token = %suffix(&token),
+        workflow.id = %inst.workflow_id,
+        "workflow.type" = %inst.workflow_type,
+        workflow.claim = %suffix(&token),
+        workflow.trace_parent = inst.trace_parent.as_deref(),
     );
     async move {
         let Some(def) = inner.defs.get(&inst.workflow_type).cloned() else {
@@ -304,6 +313,7 @@ impl Shared {
             round,
             signals: signals::sender(inner),
             stream_key,
+            trace_parent: inst.trace_parent.as_deref().map(Arc::from),
         }
     }
 }
@@ -833,6 +843,7 @@ impl Claim {
             epoch: step.map_or(0, |s| s.epoch),
             journal: idx.zip(step).map(|(i, s)| self.journal(i, s, d.inst.retry_count, now)),
             compensating: false,
+            trace_parent: sh.trace_parent.clone(),
         }
     }
 
@@ -856,7 +867,16 @@ impl Claim {
         let sd = &self.def.steps()[idx];
         let cancel = self.cancel.child_token();
         let ctx = self.context(Some(idx), sd.name(), cancel.clone());
-        let span = tracing::info_span!("step", step = sd.name(), attempt = ctx.attempt);
+        let span = tracing::info_span!(
+            "workflow.step",
+            otel.name = %format_args!("step {}", sd.name()),
+            otel.kind = "internal",
+            workflow.id = %self.workflow_id,
+            "workflow.type" = %self.def.workflow_type(),
+            workflow.step = sd.name(),
+            workflow.attempt = ctx.attempt,
+            workflow.claim = %suffix(&self.token),
+        );
         let renewal = permit.as_ref().map(|permit| Renewal {
             permits: &*self.inner.ports.permits,
             permit,

@@ -143,7 +143,10 @@ impl Heartbeats {
         r.live.insert(id, Entry { lease: lease.clone(), due, in_flight: false });
         if start {
             r.running = true;
-            let span = tracing::info_span!("heartbeats", worker = %inner.config.worker_id);
+            // A root span: the driver outlives the claim that started it and serves every
+            // other claim, so it must not keep that claim's span open (nor file later
+            // claims' heartbeats under it).
+            let span = tracing::info_span!(parent: None, "heartbeats", worker = %inner.config.worker_id);
             tokio::spawn(drive(inner.clone()).instrument(span));
         } else {
             // A running driver may be waiting for writes in flight only (every other claim's

@@ -5,6 +5,7 @@ use crate::error::{Error, Result};
 use crate::id::WorkflowId;
 use crate::model::*;
 use crate::ports::*;
+use crate::trace::TraceParent;
 use crate::transition::{Guard, Transition, TransitionKind};
 use crate::validate;
 use futures::StreamExt;
@@ -24,6 +25,10 @@ pub struct StartRequest {
     pub input: Value,
     /// Lane (promote-only).
     pub priority: Priority,
+    /// The caller's W3C trace context, stored with the instance when this request creates
+    /// it (never changed afterwards) and handed to its activities
+    /// ([`ActivityContext::trace_parent`](crate::ActivityContext::trace_parent)).
+    pub trace_parent: Option<TraceParent>,
 }
 
 impl StartRequest {
@@ -35,6 +40,7 @@ impl StartRequest {
             workflow_id: None,
             input,
             priority: Priority::P2,
+            trace_parent: None,
         }
     }
     /// Set the workflow id.
@@ -45,6 +51,11 @@ impl StartRequest {
     /// Set the priority.
     pub fn priority(mut self, p: Priority) -> Self {
         self.priority = p;
+        self
+    }
+    /// Carry the caller's trace context (parse the header with [`TraceParent::parse`]).
+    pub fn trace_parent(mut self, tp: TraceParent) -> Self {
+        self.trace_parent = Some(tp);
         self
     }
 }
@@ -514,6 +525,7 @@ impl Publisher {
             updated_at: now,
             finished_at: None,
             compensation: None,
+            trace_parent: req.trace_parent.as_ref().map(|t| t.as_str().to_string()),
         };
         let (mut inst, mut activated, created) = match store.create(doc).await? {
             CreateOutcome::Created(i) => {

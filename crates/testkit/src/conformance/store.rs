@@ -95,6 +95,7 @@ pub fn instance(workflow_id: &str) -> WorkflowInstance {
         updated_at: T0.minus(1_000),
         finished_at: None,
         compensation: None,
+        trace_parent: None,
     }
 }
 
@@ -591,6 +592,45 @@ pub async fn compensation_report_guard(store: &DynStore) {
         .expect_err("refused");
     assert!(matches!(e, Error::InvalidInput { .. }), "{e:?}");
     assert_eq!(store.get(&"wf-2".into()).await.unwrap().unwrap().status, WorkflowStatus::Failing);
+}
+
+/// The creating request's W3C trace context: stored by the create, read back by every
+/// read and claim, kept by every transition (a replay included); absent stays absent. A
+/// value not of the `traceparent` form is bad input, nothing written.
+pub async fn trace_parent_round_trip(store: &DynStore) {
+    const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let mut with = instance("wf-1");
+    with.trace_parent = Some(TP.into());
+    let stored = seed(store, with).await;
+    assert_eq!(stored.trace_parent.as_deref(), Some(TP));
+    assert_eq!(store.get(&"wf-1".into()).await.unwrap().unwrap().trace_parent.as_deref(), Some(TP));
+    assert_eq!(store.get_by_biz_key("biz:wf-1").await.unwrap().unwrap().trace_parent.as_deref(), Some(TP));
+    let without = seed(store, instance("wf-2")).await;
+    assert_eq!(without.trace_parent, None);
+    let spec = ClaimSpec { now: T0, lease_ms: LEASE_MS, token: "a".into(), types: vec![TYPE.into()] };
+    let claimed = store.claim(&"wf-1".into(), &spec).await.unwrap().expect("claimed");
+    assert_eq!(claimed.trace_parent.as_deref(), Some(TP), "a claim returns it");
+    let t = Transition::mark_running(0, T0.plus(1));
+    let after = check_write(store, "wf-1", &running("a"), &t, true).await;
+    assert_eq!(after.trace_parent.as_deref(), Some(TP), "a transition keeps it");
+    let mut failed = failed_instance("wf-3");
+    failed.trace_parent = Some(TP.into());
+    seed(store, failed).await;
+    let replay = Transition::replay(json!({"fencing_token": "f2"}), T0.plus(2));
+    let after = check_write(store, "wf-3", &Guard::Failed { unless_round: None }, &replay, true).await;
+    assert_eq!(after.trace_parent.as_deref(), Some(TP), "a replay keeps it");
+    let any = store.claim_any(&ClaimSpec { token: "b".into(), now: T0.plus(3), ..spec }).await.unwrap();
+    let any = any.expect("one of wf-2, wf-3 is due");
+    assert_eq!(any.trace_parent.is_some(), any.workflow_id == "wf-3", "{any:?}");
+    for bad in
+        ["", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7", &TP.to_uppercase(), &TP.replace("00-4b", "ff-4b")]
+    {
+        let mut i = instance("wf-9");
+        i.trace_parent = Some(bad.to_string());
+        let e = store.create(i).await.expect_err("refused");
+        assert!(matches!(&e, Error::InvalidInput { field, .. } if field == "trace_parent"), "{bad:?}: {e:?}");
+    }
+    assert_eq!(store.get(&"wf-9".into()).await.unwrap(), None, "nothing written");
 }
 
 // --- create (no token; unique biz_key) ---------------------------------------------------
@@ -1478,6 +1518,7 @@ macro_rules! store_conformance {
             branch_skip_guard,
             replay_clears_the_iterations_of_failed_steps,
             compensation_report_guard,
+            trace_parent_round_trip,
         );
     };
 }
