@@ -151,6 +151,67 @@ pub async fn attempt_rows_key_on_run_step_and_attempt(repo: &DynRepository) {
     assert_eq!(keys, vec![(0, 1, AttemptOutcome::Failed), (1, 1, AttemptOutcome::Running)]);
 }
 
+/// A row keeps the earliest `started_at` it has seen. A suspension rolls the attempt back
+/// in the same write, so the resumed mark-running lands on the same row: the row still
+/// starts when the attempt first ran, and the wait between shows as outside time. An
+/// older revision changes nothing, not even with an earlier start; a row first seen
+/// without a start takes the first one it is given.
+pub async fn attempt_row_keeps_the_earliest_start(repo: &DynRepository) {
+    let at = |mut o: Observation, ms: i64| {
+        o.at = after(ms);
+        o
+    };
+    // Running at t0, suspended on a signal, running again at t2, completed at t3: one
+    // observation per write, as the writer may batch them.
+    let history = [
+        at(obs("st", 10, TransitionKind::MarkRunning, Some("s1"), 1), 10_000),
+        at(waiting("st", 11, Some("approved")), 11_000),
+        at(obs("st", 12, TransitionKind::MarkRunning, Some("s1"), 1), 20_000),
+        at(obs("st", 13, TransitionKind::CompleteStep, Some("s1"), 1), 21_000),
+    ];
+    for o in &history {
+        repo.write_batch(std::slice::from_ref(o)).await.unwrap();
+    }
+    let rows = all_rows(repo, "st").await;
+    assert_eq!(rows.len(), 1, "the suspension and the resumption are one attempt row: {rows:?}");
+    let row = &rows[0];
+    assert_eq!((row.attempt, row.outcome, row.revision), (1, AttemptOutcome::Completed, 13));
+    assert_eq!(row.started_at, Some(after(10_000)), "the first mark-running, not the resumption");
+    assert_eq!(row.updated_at, after(21_000));
+    // The same history in one batch leaves the same row.
+    let one: Vec<Observation> = history
+        .iter()
+        .map(|o| Observation { biz_key: "st-batch".into(), workflow_id: "wf-st-batch".into(), ..o.clone() })
+        .collect();
+    repo.write_batch(&one).await.unwrap();
+    let batched = all_rows(repo, "st-batch").await;
+    assert_eq!(
+        batched.iter().map(|r| (r.outcome, r.started_at, r.updated_at)).collect::<Vec<_>>(),
+        [(AttemptOutcome::Completed, Some(after(10_000)), after(21_000))]
+    );
+    // An older revision, even one that started earlier, changes nothing.
+    repo.write_batch(&[at(obs("st", 9, TransitionKind::MarkRunning, Some("s1"), 1), 1_000)]).await.unwrap();
+    repo.write_batch(&[at(obs("st", 12, TransitionKind::MarkRunning, Some("s1"), 1), 5_000)]).await.unwrap();
+    assert_eq!(all_rows(repo, "st").await, rows, "older observations change nothing");
+    // A row first seen without a start (its mark-running not observed) takes the first
+    // one it is given; a newer observation with an earlier start (another worker's clock)
+    // moves it earlier, and one without a start keeps it.
+    repo.write_batch(&[at(waiting("ns", 3, Some("approved")), 3_000)]).await.unwrap();
+    let first = all_rows(repo, "ns").await;
+    assert_eq!(first.iter().map(|r| (r.attempt, r.started_at)).collect::<Vec<_>>(), [(1, None)]);
+    repo.write_batch(&[at(obs("ns", 4, TransitionKind::MarkRunning, Some("s1"), 1), 8_000)]).await.unwrap();
+    assert_eq!(all_rows(repo, "ns").await[0].started_at, Some(after(8_000)), "absent: the first start is taken");
+    repo.write_batch(&[at(obs("ns", 5, TransitionKind::MarkRunning, Some("s1"), 1), 6_000)]).await.unwrap();
+    assert_eq!(all_rows(repo, "ns").await[0].started_at, Some(after(6_000)), "an earlier start replaces a later");
+    repo.write_batch(&[at(obs("ns", 6, TransitionKind::StepFailed, Some("s1"), 1), 9_000)]).await.unwrap();
+    let last = all_rows(repo, "ns").await;
+    assert_eq!(
+        last.iter().map(|r| (r.outcome, r.revision, r.started_at, r.updated_at)).collect::<Vec<_>>(),
+        [(AttemptOutcome::Failed, 6, Some(after(6_000)), after(9_000))],
+        "no start: the stored one is kept"
+    );
+}
+
 /// A snapshot and an attempt row ignore an older revision, deterministically.
 pub async fn older_revision_never_overwrites(repo: &DynRepository) {
     let mut newer = obs("d", 9, TransitionKind::Completed, None, 0);
@@ -556,6 +617,7 @@ macro_rules! repository_conformance {
             write_creates_attempt_rows_and_snapshot,
             rewriting_a_batch_is_idempotent,
             attempt_rows_key_on_run_step_and_attempt,
+            attempt_row_keeps_the_earliest_start,
             older_revision_never_overwrites,
             poison_record_is_an_invalid_record,
             put_snapshot_accepts_only_revisions_at_least_its_own,

@@ -97,7 +97,8 @@ pub struct AttemptRow {
     pub outcome: AttemptOutcome,
     /// Revision of the latest observation applied.
     pub revision: u64,
-    /// Mark-running time, when seen.
+    /// The earliest mark-running time seen for this attempt (a resumed attempt keeps its
+    /// first start, [`AttemptRow::merge`]), when one was seen.
     pub started_at: Option<Instant>,
     /// Commit time of the latest observation applied.
     pub updated_at: Instant,
@@ -133,13 +134,42 @@ impl AttemptRow {
         })
     }
 
-    /// Apply a newer row (revision ≥ own); returns whether it was accepted. `started_at`
-    /// is kept when the newer row does not carry one.
+    /// Apply a newer row (revision ≥ own); returns whether it was accepted. Every field
+    /// comes from the newer row except `started_at`, which keeps the earliest start seen:
+    /// the newer row's replaces the stored one only when the stored one is absent or
+    /// later, and a newer row without one keeps the stored one. A suspension or yield
+    /// rolls the attempt back in the same write (see [`attempt_of`]), so a resumed
+    /// mark-running lands on the same row; the row still starts when the attempt first
+    /// ran, and the wait in between is not taken for a queue wait. A rejected (older) row
+    /// changes nothing, its start included.
+    ///
+    /// ```
+    /// use kernel_core::model::Instant;
+    /// # use observer::{AttemptOutcome, AttemptRow};
+    /// # let row = |revision: u64, outcome, started: Option<i64>, at: i64| AttemptRow {
+    /// #     biz_key: "k".into(), workflow_run: 0, step_name: "s".into(), attempt: 1,
+    /// #     workflow_id: "wf".into(), workflow_type: "t".into(), outcome, revision,
+    /// #     started_at: started.map(Instant::from_millis), updated_at: Instant::from_millis(at),
+    /// #     elapsed_ms: Default::default(), traffic_wait_ms: Default::default(), error_class: None,
+    /// #     worker_id: None,
+    /// # };
+    /// let mut stored = row(1, AttemptOutcome::Running, Some(1_000), 1_000);
+    /// assert!(stored.merge(row(2, AttemptOutcome::Suspended, None, 2_000)));
+    /// assert!(stored.merge(row(3, AttemptOutcome::Running, Some(9_000), 9_000)));
+    /// assert!(stored.merge(row(4, AttemptOutcome::Completed, None, 9_500)));
+    /// assert_eq!(stored.started_at, Some(Instant::from_millis(1_000)));
+    /// assert_eq!((stored.outcome, stored.updated_at), (AttemptOutcome::Completed, Instant::from_millis(9_500)));
+    /// assert!(!stored.merge(row(3, AttemptOutcome::Running, Some(500), 500)), "older: refused");
+    /// assert_eq!(stored.started_at, Some(Instant::from_millis(1_000)));
+    /// ```
     pub fn merge(&mut self, newer: AttemptRow) -> bool {
         if newer.revision < self.revision {
             return false;
         }
-        let started = newer.started_at.or(self.started_at);
+        let started = match (self.started_at, newer.started_at) {
+            (Some(stored), Some(new)) => Some(stored.min(new)),
+            (stored, new) => new.or(stored),
+        };
         *self = AttemptRow { started_at: started, ..newer };
         true
     }

@@ -4,10 +4,13 @@
 //! Both collections use the same revision rule with one upsert per record:
 //! filter `{_id, revision: {$lte: r}}`, `upsert: true`. When the stored revision is newer
 //! the filter misses and the upsert's insert collides on `_id` (duplicate key 11000): that
-//! is the "older revision ignored" outcome, not an error. Any other per-record write error
-//! is the server refusing the record for good ([`Error::InvalidRecord`]); connection and
-//! selection failures are [`Error::Unavailable`]. A batch is one `update` command per
-//! collection with `ordered: false`.
+//! is the "older revision ignored" outcome, not an error. An attempt row's update `$set`s
+//! every field but `started_at`, which it `$min`s (when the row carries one): the row keeps
+//! the earliest start it has seen ([`AttemptRow::merge`]), in the same single update. Any
+//! other per-record write error is the server refusing the record for good
+//! ([`Error::InvalidRecord`]); connection and selection failures are
+//! [`Error::Unavailable`]. A batch is one `update` command per collection with
+//! `ordered: false`.
 //!
 //! A biz-key prefix is the `_id` range `[prefix, prefix_upper_bound(prefix))` (strings
 //! compare as UTF-8 bytes, so no character is a wildcard and the `_id` index answers it);
@@ -174,14 +177,18 @@ impl MongoObservationRepository {
         })
     }
 
+    /// `$set` of every field but `started_at`, which is `$min`: the earliest start kept
+    /// (an absent field takes the new one), in the same guarded single-document update.
     fn attempt_update(row: &AttemptRow) -> Result<Document> {
         let mut set = set_doc(to_doc(row)?);
-        if row.started_at.is_none() {
-            set.remove("started_at");
+        set.remove("started_at");
+        let mut update = doc! { "$set": set };
+        if let Some(started) = row.started_at {
+            update.insert("$min", doc! { "started_at": started.as_millis() });
         }
         Ok(doc! {
             "q": { "_id": attempt_id(row), "revision": { "$lte": row.revision as i64 } },
-            "u": { "$set": set },
+            "u": update,
             "upsert": true,
         })
     }

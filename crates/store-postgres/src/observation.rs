@@ -6,9 +6,10 @@
 //!
 //! Each record is **one** autocommit upsert, `INSERT … ON CONFLICT (<key>) DO UPDATE SET …
 //! WHERE <stored>.revision <= EXCLUDED.revision`: a newer or equal revision is applied, an
-//! older one updates nothing (not an error). The attempt row keeps its stored `started_at`
-//! when the newer row has none; the snapshot merges its per-step map and keeps its first
-//! terminal time, as the in-memory reference does. A batch is written record by record
+//! older one updates nothing (not an error). The attempt row keeps the earliest
+//! `started_at` it has seen: the stored one stays when the newer row has none or a later
+//! one (`AttemptRow::merge`), decided inside the same upsert; the snapshot merges its
+//! per-step map and keeps its first terminal time, as the in-memory reference does. A batch is written record by record
 //! (one biz_key may appear several times in a batch, which a multi-row upsert refuses),
 //! attempt row before snapshot.
 //!
@@ -78,7 +79,9 @@ fn revision(r: u64) -> Result<i64> {
     i64::try_from(r).map_err(|_| Error::InvalidRecord(format!("revision {r} exceeds PostgreSQL's bigint")))
 }
 
-/// The upsert of an attempt row.
+/// The upsert of an attempt row: revision-guarded, every column and document field from
+/// `row` except `started_at`, which keeps the stored one when that is a number and `row`'s
+/// is absent or not earlier.
 pub fn attempt_upsert(schema: &str, row: &AttemptRow) -> Result<Statement> {
     let t = table(schema, OBSERVATION_ATTEMPTS);
     let sql = format!(
@@ -88,8 +91,9 @@ pub fn attempt_upsert(schema: &str, row: &AttemptRow) -> Result<Statement> {
          ON CONFLICT (biz_key, workflow_run, step_name, attempt) DO UPDATE SET \
          workflow_type = EXCLUDED.workflow_type, outcome = EXCLUDED.outcome, revision = EXCLUDED.revision, \
          updated_at = EXCLUDED.updated_at, \
-         doc = CASE WHEN EXCLUDED.doc -> 'started_at' = 'null'::jsonb \
-         THEN jsonb_set(EXCLUDED.doc, '{{started_at}}', COALESCE(a.doc -> 'started_at', 'null'::jsonb)) \
+         doc = CASE WHEN jsonb_typeof(a.doc -> 'started_at') = 'number' \
+         AND COALESCE((EXCLUDED.doc ->> 'started_at')::bigint >= (a.doc ->> 'started_at')::bigint, TRUE) \
+         THEN jsonb_set(EXCLUDED.doc, '{{started_at}}', a.doc -> 'started_at') \
          ELSE EXCLUDED.doc END \
          WHERE a.revision <= EXCLUDED.revision"
     );

@@ -7,8 +7,8 @@
 //! A batch is one `BEGIN IMMEDIATE` transaction (one commit, one sync, for the whole
 //! batch): per record, the stored attempt row and snapshot are read and the observer's own
 //! merge rules applied (`AttemptRow::merge`, `Snapshot::apply`: a newer or equal revision
-//! is applied, an older one changes nothing; `started_at` kept; step maps merged; the
-//! first terminal time kept), then written back. SQLite runs one write transaction at a
+//! is applied, an older one changes nothing; the earliest `started_at` kept; step maps
+//! merged; the first terminal time kept), then written back. SQLite runs one write transaction at a
 //! time, so no other writer can interleave between the read and the write. Attempt row
 //! before snapshot.
 //!

@@ -108,7 +108,8 @@ async fn out_of_order_revisions_keep_the_newest_on_more_seeds() {
 
 /// The same batches written to PostgreSQL and to the in-memory reference leave the same
 /// snapshots and attempt rows: terminal times kept across terminal observations and cleared
-/// by a later non-terminal one, step maps merged, `started_at` kept, older revisions ignored.
+/// by a later non-terminal one, step maps merged, the earliest `started_at` kept, older
+/// revisions ignored.
 #[tokio::test]
 async fn same_state_as_the_in_memory_reference() {
     let Some(db) = ObsDb::new().await else { return };
