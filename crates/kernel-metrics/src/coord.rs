@@ -4,8 +4,8 @@
 use crate::registry::{Metrics, PortOpLabels, ResourceLabels};
 use kernel_core::model::{Instant, Priority};
 use kernel_core::ports::{
-    DynPermits, DynQueue, DynWakeup, LaneEntry, LaneStats, PermitDecision, PermitLimits, PermitOwner, PermitUsage, Permits, ReadyQueue, Wakeup,
-    WakeupReceiver,
+    DynPermits, DynQueue, DynWakeup, LaneEntry, LaneStats, PermitDecision, PermitLimits, PermitOwner, PermitUsage,
+    Permits, ReadyQueue, Wakeup, WakeupReceiver,
 };
 use kernel_core::{Result, WorkflowId};
 use std::collections::HashSet;

@@ -4,15 +4,19 @@
 
 use crate::{OpsError, Result};
 use kernel_core::ports::DynStore;
+use kernel_core::WorkflowId;
 use kernel_core::{Definition, WorkflowStatus};
 use observer::{DynRepository, SnapshotQuery};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 /// Most definitions one manifest may list.
 pub const MANIFEST_ENTRIES_MAX: usize = 1_000;
-/// Most in-flight workflows one check reads (per status and type page walk, in all).
+/// Most snapshots one check reads, over all its passes.
 pub const CHECK_DEPLOY_SCAN_MAX: u64 = 1_000_000;
+/// Most passes over the in-flight snapshots (each after the first looks for workflows that
+/// moved ahead of the cursor while the previous one read).
+pub const CHECK_DEPLOY_PASSES_MAX: usize = 3;
 
 /// The definitions a deploy will run, as fingerprints: what a build writes with
 /// [`DeployManifest::of`] and `wfk check-deploy` reads.
@@ -94,6 +98,9 @@ pub struct DeployReport {
     pub in_flight: u64,
     /// Of them, would park.
     pub would_park: u64,
+    /// Whether a last pass over the projection found no workflow the earlier passes had not
+    /// seen; `false`: workflows kept starting or changing during the check — run it again.
+    pub complete: bool,
 }
 
 pub(crate) async fn check(
@@ -105,43 +112,61 @@ pub(crate) async fn check(
     let new: BTreeMap<&str, &str> =
         manifest.definitions.iter().map(|d| (d.workflow_type.as_str(), d.fingerprint.as_str())).collect();
     let mut groups: BTreeMap<(String, String), u64> = BTreeMap::new();
-    let mut seen = 0u64;
-    for status in [WorkflowStatus::Running, WorkflowStatus::Waiting, WorkflowStatus::Failing] {
-        let mut before = None;
-        loop {
-            let page = repo
-                .find_snapshots(&SnapshotQuery {
-                    status: Some(status),
-                    before: before.clone(),
-                    limit: observer::model::QUERY_LIMIT_MAX,
-                    ..Default::default()
-                })
-                .await?;
-            for s in &page {
-                // The list comes from the projection; each instance in flight is read by id
-                // for the fingerprint it runs under (it may have ended since: skipped).
-                let Some(inst) = store.get(&s.workflow_id).await? else { continue };
-                if inst.status.is_terminal() {
-                    continue;
+    // In-flight workflows change while the pages are read (a change moves a snapshot ahead
+    // of the cursor, or to another status): passes repeat until one finds no workflow not
+    // seen before, each counted once by id.
+    let mut seen: HashSet<WorkflowId> = HashSet::new();
+    let mut read = 0u64;
+    let mut complete = false;
+    for _pass in 0..CHECK_DEPLOY_PASSES_MAX {
+        let mut new_in_pass = 0u64;
+        for status in [WorkflowStatus::Running, WorkflowStatus::Waiting, WorkflowStatus::Failing] {
+            let mut before = None;
+            loop {
+                let page = repo
+                    .find_snapshots(&SnapshotQuery {
+                        status: Some(status),
+                        before: before.clone(),
+                        limit: observer::model::QUERY_LIMIT_MAX,
+                        ..Default::default()
+                    })
+                    .await?;
+                read += page.len() as u64;
+                progress(read);
+                if read > CHECK_DEPLOY_SCAN_MAX {
+                    return Err(OpsError::Refused(format!(
+                        "more than {CHECK_DEPLOY_SCAN_MAX} snapshots read: check fewer workflows in flight"
+                    )));
                 }
-                *groups.entry((inst.workflow_type.clone(), inst.definition_fingerprint.clone())).or_default() += 1;
-            }
-            seen += page.len() as u64;
-            progress(seen);
-            if seen > CHECK_DEPLOY_SCAN_MAX {
-                return Err(OpsError::Refused(format!(
-                    "more than {CHECK_DEPLOY_SCAN_MAX} workflows in flight: check per type"
-                )));
-            }
-            match page.last() {
-                Some(last) if page.len() == observer::model::QUERY_LIMIT_MAX => {
-                    before = Some((last.updated_at, last.biz_key.clone()))
+                for s in &page {
+                    if seen.contains(&s.workflow_id) {
+                        continue;
+                    }
+                    // Listed from the projection; each read by id for the fingerprint it
+                    // runs under (it may have ended since: not in flight, not counted).
+                    let Some(inst) = store.get(&s.workflow_id).await? else { continue };
+                    if inst.status.is_terminal() {
+                        continue;
+                    }
+                    seen.insert(s.workflow_id.clone());
+                    new_in_pass += 1;
+                    *groups.entry((inst.workflow_type.clone(), inst.definition_fingerprint.clone())).or_default() += 1;
                 }
-                _ => break,
+                match page.last() {
+                    Some(last) if page.len() == observer::model::QUERY_LIMIT_MAX => {
+                        before = Some((last.updated_at, last.biz_key.clone()))
+                    }
+                    _ => break,
+                }
             }
         }
+        if new_in_pass == 0 || seen.is_empty() {
+            complete = true;
+            break;
+        }
     }
-    let mut report = DeployReport { types: vec![], in_flight: seen, would_park: 0 };
+    let in_flight = groups.values().sum();
+    let mut report = DeployReport { types: vec![], in_flight, would_park: 0, complete };
     for ((workflow_type, fingerprint), n) in groups {
         let (park, reason) = match new.get(workflow_type.as_str()) {
             None => (n, "type not in the new definitions".to_string()),

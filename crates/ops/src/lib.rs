@@ -104,8 +104,9 @@ impl Actor {
     }
 }
 
-/// Most rows of one page of [`Ops::list`].
-pub const LIST_LIMIT_MAX: usize = observer::model::QUERY_LIMIT_MAX;
+/// Most rows of one page of [`Ops::list`]: one less than the projection's query cap, so a
+/// page can ask for one row more and know whether another page follows.
+pub const LIST_LIMIT_MAX: usize = observer::model::QUERY_LIMIT_MAX - 1;
 /// Rows of a page when the filter names no limit.
 pub const LIST_LIMIT_DEFAULT: usize = 50;
 /// Attempt rows [`Ops::show`] reads for the timeline.
@@ -219,6 +220,8 @@ pub struct InstanceView {
     pub attempts: Vec<AttemptRow>,
     /// The attempt timeline: queue wait, permit wait, external wait, execution.
     pub timeline: Vec<TimelineBar>,
+    /// The attempt rows were the newest [`SHOW_ATTEMPTS_MAX`] of more.
+    pub timeline_truncated: bool,
 }
 
 /// What an action did, for the table, the JSON and the audit log.
@@ -232,6 +235,10 @@ pub struct Done {
     pub summary: String,
     /// Details for a script.
     pub detail: Value,
+    /// Set when the action was done but its audit entry could not be written (the
+    /// command line then exits 4 and says so).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub audit_error: Option<String>,
 }
 
 /// What [`Ops::signal`] delivers.
@@ -277,6 +284,7 @@ pub struct Ops {
     dispatch: Option<Dispatch>,
     writer: Mutex<Option<ObserverWriter>>,
     schema: String,
+    types: std::collections::BTreeSet<String>,
 }
 
 impl std::fmt::Debug for Ops {
@@ -329,6 +337,7 @@ impl Ops {
             ports.observer = Arc::new(sink);
             writer = Some(w);
         }
+        let types = definitions.iter().map(|d| d.workflow_type().to_string()).collect();
         let mut builder = Engine::builder(ports.clone());
         for d in definitions {
             builder = builder.register(d);
@@ -351,7 +360,7 @@ impl Ops {
             ),
             None => None,
         };
-        Ok(Ops { ports, engine, publisher, repo, desk, dispatch, writer: Mutex::new(writer), schema })
+        Ok(Ops { ports, engine, publisher, repo, desk, dispatch, writer: Mutex::new(writer), schema, types })
     }
 
     /// Flush the observations of this process's actions to the projection.
@@ -426,31 +435,47 @@ impl Ops {
         Ok(Page { items, next })
     }
 
-    /// Resolve a workflow id or a business key to the instance: the id first, then the
-    /// projection's snapshot of that business key, then the store's business-key read.
-    async fn resolve(&self, id_or_key: &str) -> Result<WorkflowInstance> {
-        if id_or_key.is_empty()
-            || id_or_key.len() > kernel_core::validate::IDENTIFIER_BYTES_MAX
-            || id_or_key.contains('\0')
-        {
-            return Err(OpsError::BadInput("a workflow id or business key: 1 to 256 bytes, no NUL".into()));
+    /// Resolve a workflow reference to the instance: `id:<workflow id>` or `key:<business
+    /// key>` name one explicitly; a bare text is looked up both ways, and when it is one
+    /// workflow's id and another's business key the answer is [`OpsError::BadInput`] (say
+    /// which with a prefix) rather than a guess.
+    async fn resolve(&self, reference: &str) -> Result<WorkflowInstance> {
+        let bad = || {
+            OpsError::BadInput("a workflow reference: `id:<id>`, `key:<business key>` or either, 1 to 256 bytes".into())
+        };
+        let (by_id, by_key, text) = match reference.split_once(':') {
+            Some(("id", rest)) => (true, false, rest),
+            Some(("key", rest)) => (false, true, rest),
+            _ => (true, true, reference),
+        };
+        if text.is_empty() || text.len() > kernel_core::validate::IDENTIFIER_BYTES_MAX || text.contains('\0') {
+            return Err(bad());
         }
-        if kernel_core::validate::identifier("workflow_id", id_or_key).is_ok() {
-            if let Some(i) = self.ports.store.get(&WorkflowId::from(id_or_key)).await? {
-                return Ok(i);
+        let as_id = if by_id && kernel_core::validate::identifier("workflow_id", text).is_ok() {
+            self.ports.store.get(&WorkflowId::from(text)).await?
+        } else {
+            None
+        };
+        let as_key = if by_key && kernel_core::validate::identifier("biz_key", text).is_ok() {
+            let via_projection = match self.repo.snapshot(text).await? {
+                Some(s) => self.ports.store.get(&s.workflow_id).await?.filter(|i| i.biz_key == text),
+                None => None,
+            };
+            match via_projection {
+                Some(i) => Some(i),
+                None => self.ports.store.get_by_biz_key(text).await?,
             }
+        } else {
+            None
+        };
+        match (as_id, as_key) {
+            (Some(a), Some(b)) if a.workflow_id != b.workflow_id => Err(OpsError::BadInput(format!(
+                "`{text}` is the id of {} and the business key of {}: say `id:{text}` or `key:{text}`",
+                a.workflow_id, b.workflow_id
+            ))),
+            (Some(i), _) | (None, Some(i)) => Ok(i),
+            (None, None) => Err(OpsError::NotFound(format!("no workflow with id or business key `{text}`"))),
         }
-        if let Some(s) = self.repo.snapshot(id_or_key).await? {
-            if let Some(i) = self.ports.store.get(&s.workflow_id).await? {
-                return Ok(i);
-            }
-        }
-        if kernel_core::validate::identifier("biz_key", id_or_key).is_ok() {
-            if let Some(i) = self.ports.store.get_by_biz_key(id_or_key).await? {
-                return Ok(i);
-            }
-        }
-        Err(OpsError::NotFound(format!("no workflow with id or business key `{id_or_key}`")))
     }
 
     /// One workflow in detail: the instance read by id, its attempt rows and timeline from
@@ -506,7 +531,8 @@ impl Ops {
             }
             _ => None,
         };
-        let timeline = timeline(&inst, &attempts);
+        let timeline_truncated = attempts.len() >= SHOW_ATTEMPTS_MAX;
+        let timeline = timeline(&inst, &attempts, timeline_truncated);
         Ok(InstanceView {
             workflow_id: inst.workflow_id.clone(),
             workflow_type: inst.workflow_type.clone(),
@@ -524,6 +550,7 @@ impl Ops {
             compensation: inst.compensation.clone(),
             attempts,
             timeline,
+            timeline_truncated,
         })
     }
 
@@ -592,13 +619,24 @@ impl Ops {
         } else {
             f().await
         };
-        let done = result.map(|(summary, out)| Done {
+        let mut done = result.map(|(summary, out)| Done {
             action: action.to_string(),
             target: target.to_string(),
             summary,
             detail: out,
+            audit_error: None,
         });
-        self.audit_record(actor, action, target, detail, done.as_ref().map(|_| ()).map_err(Clone::clone)).await;
+        // The entry records what was asked and, when done, what was done (the workflow the
+        // reference resolved to, a generated signal id, a new round's token).
+        let recorded = match &done {
+            Ok(d) => serde_json::json!({"request": detail, "done": d.detail}),
+            Err(_) => serde_json::json!({"request": detail}),
+        };
+        let written =
+            self.audit_record(actor, action, target, recorded, done.as_ref().map(|_| ()).map_err(Clone::clone)).await;
+        if let (Ok(d), Err(e)) = (&mut done, written) {
+            d.audit_error = Some(e);
+        }
         done
     }
 
@@ -621,6 +659,11 @@ impl Ops {
                 {
                     (wait_key.clone(), signal.generation.unwrap_or(*generation))
                 }
+                (Some(Wait::Signal { signal_type, wait_key, generation, .. }), Some(k))
+                    if *signal_type == signal.signal_type && wait_key == k =>
+                {
+                    (k.clone(), signal.generation.unwrap_or(*generation))
+                }
                 (_, Some(k)) => (k.clone(), signal.generation.unwrap_or(0)),
                 (_, None) => {
                     return Err(OpsError::BadInput(format!(
@@ -636,8 +679,15 @@ impl Ops {
                 .signal_id(signal_id.clone())
                 .build()?;
             let out = self.engine.deliver_signal(s).await?;
+            let what = match out {
+                DeliverOutcome::Activated => "delivered: the wait resumes",
+                DeliverOutcome::Pending => {
+                    "stored: no wait matches it yet (one that starts with this key and generation takes it)"
+                }
+                DeliverOutcome::Duplicate => "a duplicate of a signal id delivered before: nothing changed",
+            };
             Ok((
-                format!("signal `{}` ({signal_id}) delivered to {}: {out:?}", signal.signal_type, inst.workflow_id),
+                format!("signal `{}` ({signal_id}) to {}: {what}", signal.signal_type, inst.workflow_id),
                 serde_json::json!({
                     "workflow_id": inst.workflow_id,
                     "signal_id": signal_id,
@@ -699,6 +749,13 @@ impl Ops {
             let oid = kernel_core::ObjectId::from(object_id);
             let rec = dispatch.outbox().get(&oid).await?.ok_or_else(|| OpsError::NotFound(format!("object {object_id}")))?;
             let intent = rec.dispatch.ok_or_else(|| OpsError::NotFound(format!("object {object_id} has no dispatch intent")))?;
+            if !self.types.contains(&intent.workflow_type) {
+                return Err(OpsError::BadInput(format!(
+                    "this surface has no definition of `{}`, which a new round starts: run it where the \
+                     definitions are (a wfk or ops server built with them); nothing was written",
+                    intent.workflow_type
+                )));
+            }
             let prev = intent.fencing_token.clone();
             let next = kernel_core::FencingToken::from(format!("f-{}", self.ports.ids.new_token()));
             let mut input = intent.input.clone().unwrap_or(Value::Null);
@@ -708,10 +765,28 @@ impl Ops {
                 }
                 None => return Err(OpsError::BadInput(format!("object {object_id}: the intent's input is not an object"))),
             }
-            let out = dispatch.retry_failed(&oid, &prev, &next, input).await?;
+            let dispatched = match dispatch.retry_failed(&oid, &prev, &next, input).await {
+                Ok(out) => format!("{out:?}"),
+                Err(e) => {
+                    // The new round may be installed and only its immediate dispatch have
+                    // failed: then it is done, and the recovery dispatcher starts it.
+                    let installed = dispatch
+                        .outbox()
+                        .get(&oid)
+                        .await
+                        .ok()
+                        .flatten()
+                        .and_then(|r| r.dispatch)
+                        .is_some_and(|d| d.fencing_token == next);
+                    if !installed {
+                        return Err(e.into());
+                    }
+                    format!("left to the recovery dispatcher ({e})")
+                }
+            };
             Ok((
-                format!("object {object_id}: new round {next} dispatched ({out:?})"),
-                serde_json::json!({"object_id": object_id, "previous_round": prev, "round": next, "outcome": format!("{out:?}")}),
+                format!("object {object_id}: new round {next} installed; dispatch: {dispatched}"),
+                serde_json::json!({"object_id": object_id, "previous_round": prev, "round": next, "dispatch": dispatched}),
             ))
         })
         .await
@@ -918,7 +993,8 @@ impl Ops {
     /// CSRF token at the server): `actor` is whatever the request claimed, or `anonymous`.
     pub async fn audit_refusal(&self, actor: &str, role: &str, action: &str, target: &str, reason: &str) {
         let actor = if kernel_core::validate::identifier("actor", actor).is_ok() { actor } else { "anonymous" };
-        self.append(actor, role, action, target, Value::Null, AuditResult::Refused, Some(reason.to_string())).await;
+        let _ =
+            self.append(actor, role, action, target, Value::Null, AuditResult::Refused, Some(reason.to_string())).await;
     }
 
     /// The store's schema version after connecting (connecting migrates a SQL store).
@@ -926,7 +1002,14 @@ impl Ops {
         Ok(self.schema.clone())
     }
 
-    async fn audit_record(&self, actor: &Actor, action: &str, target: &str, detail: Value, result: Result<()>) {
+    async fn audit_record(
+        &self,
+        actor: &Actor,
+        action: &str,
+        target: &str,
+        detail: Value,
+        result: Result<()>,
+    ) -> std::result::Result<(), String> {
         let (res, reason) = match result {
             Ok(()) => (AuditResult::Ok, None),
             Err(e) => (
@@ -944,11 +1027,11 @@ impl Ops {
         } else {
             "anonymous"
         };
-        self.append(name, actor.role.as_str(), action, target, detail, res, reason).await;
+        self.append(name, actor.role.as_str(), action, target, detail, res, reason).await
     }
 
-    /// Append an entry; an audit write that fails is logged, never the action's result
-    /// (the action happened, or was refused, either way).
+    /// Append an entry; an audit write that fails is logged and returned, never turned into
+    /// the action's result (the action happened, or was refused, either way).
     #[allow(clippy::too_many_arguments)]
     async fn append(
         &self,
@@ -959,7 +1042,7 @@ impl Ops {
         detail: Value,
         result: AuditResult,
         reason: Option<String>,
-    ) {
+    ) -> std::result::Result<(), String> {
         let target = if kernel_core::validate::identifier("target", target).is_ok() {
             target.to_string()
         } else {
@@ -986,9 +1069,10 @@ impl Ops {
             result,
             reason,
         };
-        if let Err(e) = self.repo.append_audit(&entry).await {
+        self.repo.append_audit(&entry).await.map_err(|e| {
             tracing::warn!(action, error = %e, "operator audit entry not written");
-        }
+            e.to_string()
+        })
     }
 }
 
@@ -1045,8 +1129,10 @@ pub struct HolderView {
 /// Candidates one page of [`Ops::rebuild`] reads (and enqueues in one call).
 pub const REBUILD_PAGE: usize = 500;
 
+/// What an operator may see of a task: never the token, never a sensitive reason's text.
 fn redact_task(mut t: TaskRecord) -> TaskRecord {
     t.token = "(hidden)".into();
+    t.decision = t.decision.map(|d| d.redacted());
     t
 }
 
@@ -1085,6 +1171,23 @@ mod tests {
         for bad in ["", "x", "12", "12.zz", "12.0", "a.00", "12.ff"] {
             assert!(matches!(decode_cursor(bad), Err(OpsError::BadInput(_))), "{bad}");
         }
+    }
+
+    #[test]
+    fn an_operator_never_sees_a_task_token_or_a_sensitive_reason() {
+        // K-17.5: the token decides; a sensitive reason lives on the record only.
+        let t: TaskRecord = serde_json::from_value(serde_json::json!({
+            "id": "t-1", "workflow_id": "wf-1", "workflow_type": "review", "step": "approve", "level": 0,
+            "title": "Approve", "assignee": null, "roles": ["finance"], "evidence": [],
+            "token": "secret-token-0123456789", "created_at": 1, "due_at": 2, "status": "decided",
+            "decision": {"outcome": "reject", "actor": "fin-1",
+                         "reason": {"sensitive": true, "text": "employee on medical leave"}, "decided_at": 2},
+            "closed_at": null
+        }))
+        .expect("a task record");
+        let shown = serde_json::to_string(&redact_task(t)).unwrap();
+        assert!(!shown.contains("secret-token") && !shown.contains("medical"), "{shown}");
+        assert!(shown.contains("fin-1"), "the decision itself stays: {shown}");
     }
 
     #[test]

@@ -53,15 +53,23 @@ pub fn sort_attempts(inst: &WorkflowInstance, attempts: &mut [AttemptRow]) {
 }
 
 /// The bars of `inst` from its attempt rows in [`sort_attempts`] order, one per row.
-pub fn timeline(inst: &WorkflowInstance, attempts: &[AttemptRow]) -> Vec<TimelineBar> {
+/// `truncated`: the rows are only the newest of more, so the first bar's ready time is its
+/// own start (its queue wait is unknown) rather than the workflow's creation.
+pub fn timeline(inst: &WorkflowInstance, attempts: &[AttemptRow], truncated: bool) -> Vec<TimelineBar> {
     let mut bars: Vec<TimelineBar> = Vec::with_capacity(attempts.len());
-    let mut cursor = inst.created_at;
-    let mut run = 0;
+    let mut cursor = match (truncated, attempts.first()) {
+        (true, Some(first)) => started(first),
+        _ => inst.created_at,
+    };
+    let mut run = attempts.first().map_or(0, |a| a.workflow_run);
     for (i, row) in attempts.iter().enumerate() {
-        if row.workflow_run != run {
-            run = row.workflow_run;
-        }
         let start = started(row);
+        if row.workflow_run != run {
+            // A new run (a replay): it became ready when the operator or a dispatcher
+            // replayed it, which no row records; its first bar starts at its own start.
+            run = row.workflow_run;
+            cursor = start;
+        }
         let permit_ms = row.traffic_wait_ms.as_millis().max(0);
         let ready_at = if cursor <= start { cursor } else { start };
         let queue_ms = (start.as_millis() - ready_at.as_millis() - permit_ms).max(0);
@@ -79,7 +87,9 @@ pub fn timeline(inst: &WorkflowInstance, attempts: &[AttemptRow]) -> Vec<Timelin
                     .unwrap_or_else(|| inst.updated_at.as_millis());
                 (next - ran_until).max(0)
             }
-            _ => 0,
+            // An attempt that waited (a signal, a timer, a person) and resumed keeps its
+            // first start: what it did not spend running before it ended was the wait.
+            _ => (row.updated_at.as_millis() - ran_until).max(0),
         };
         cursor = Instant::from_millis(ran_until.saturating_add(external_ms).max(cursor.as_millis()));
         bars.push(TimelineBar {
@@ -95,4 +105,69 @@ pub fn timeline(inst: &WorkflowInstance, attempts: &[AttemptRow]) -> Vec<Timelin
         });
     }
     bars
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kernel_core::model::DurationMs;
+
+    fn row(
+        step: &str,
+        run: u32,
+        outcome: AttemptOutcome,
+        start: i64,
+        end: i64,
+        elapsed: i64,
+        permit: i64,
+    ) -> AttemptRow {
+        AttemptRow {
+            biz_key: "b".into(),
+            workflow_run: run,
+            step_name: step.into(),
+            attempt: 1,
+            workflow_id: "wf-b".into(),
+            workflow_type: "t".into(),
+            outcome,
+            revision: 1,
+            started_at: Some(Instant::from_millis(start)),
+            updated_at: Instant::from_millis(end),
+            elapsed_ms: DurationMs::from_millis(elapsed),
+            traffic_wait_ms: DurationMs::from_millis(permit),
+            error_class: None,
+            worker_id: None,
+        }
+    }
+
+    fn inst(created: i64, updated: i64) -> WorkflowInstance {
+        let mut i: WorkflowInstance = serde_json::from_value(serde_json::json!({
+            "workflow_id": "wf-b", "workflow_type": "t", "biz_key": "b", "status": "completed",
+            "steps": [], "input": {}, "definition_fingerprint": "f", "business_priority": 2,
+            "retry_count": 1, "revision": 9, "created_at": 0, "updated_at": 0
+        }))
+        .expect("an instance");
+        i.created_at = Instant::from_millis(created);
+        i.updated_at = Instant::from_millis(updated);
+        i
+    }
+
+    #[test]
+    fn queue_permit_execution_and_external_wait_are_told_apart() {
+        // created at 0; `a` waits 100 ms for a worker, 50 for a permit, runs 20;
+        // `review` starts at 200, runs 10, waits for a person until 5 000, completes;
+        // run 1 (a replay 60 s later) starts at 65 000: no queue wait invented.
+        let rows = [
+            row("a", 0, AttemptOutcome::Completed, 150, 170, 20, 50),
+            row("review", 0, AttemptOutcome::Completed, 200, 5_000, 10, 0),
+            row("a", 1, AttemptOutcome::Failed, 65_000, 65_030, 30, 0),
+        ];
+        let bars = timeline(&inst(0, 65_030), &rows, false);
+        let spans: Vec<(i64, i64, i64, i64)> =
+            bars.iter().map(|b| (b.queue_ms, b.permit_ms, b.execution_ms, b.external_ms)).collect();
+        assert_eq!(spans, [(100, 50, 20, 0), (30, 0, 10, 4_790), (0, 0, 30, 0)]);
+        assert!(bars.iter().all(|b| b.queue_ms >= 0 && b.external_ms >= 0));
+        // Truncated: the first bar's queue wait is not the whole history before it.
+        let bars = timeline(&inst(0, 65_030), &rows[1..], true);
+        assert_eq!(bars[0].queue_ms, 0);
+    }
 }

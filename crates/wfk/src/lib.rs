@@ -48,9 +48,9 @@ struct Cli {
     /// JSON instead of tables, for scripts.
     #[arg(long, global = true)]
     json: bool,
-    /// Who acts (recorded in the audit log).
-    #[arg(long, env = ACTOR_ENV, global = true, default_value = "wfk")]
-    actor: String,
+    /// Who acts (recorded in the audit log; default: the login name, `$USER`).
+    #[arg(long, env = ACTOR_ENV, global = true)]
+    actor: Option<String>,
     /// The actor's roles for human tasks, comma-separated.
     #[arg(long, env = ROLES_ENV, global = true, value_delimiter = ',')]
     roles: Vec<String>,
@@ -172,9 +172,10 @@ struct ActionArgs {
     id: Option<String>,
     #[command(flatten)]
     filter: FilterArgs,
-    /// Do the bulk action; without it, print what it would touch.
-    #[arg(long)]
-    yes: bool,
+    /// Do the bulk action: the confirmation code a run without it printed for exactly
+    /// the workflows it listed (a changed set refuses, nothing done).
+    #[arg(long, value_name = "CODE")]
+    yes: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -329,9 +330,26 @@ async fn execute(
 ) -> Result<u8, OpsError> {
     let store =
         cli.store.clone().ok_or_else(|| OpsError::BadInput("no store: pass --store <url> or set WFK_STORE".into()))?;
-    let queue = cli.queue.clone().unwrap_or_else(|| "local".into());
+    // `local` coordination is shared through a `sqlite:` store's file only; with another
+    // store it would live in this process and vanish with it (permits set, lanes rebuilt
+    // and wakeups rung into nothing), so the queue must be named.
+    let queue =
+        match (&cli.queue, store.starts_with("sqlite:")) {
+            (Some(q), _) => q.clone(),
+            (None, true) => "local".into(),
+            (None, false) => return Err(OpsError::BadInput(
+                "no queue: pass --queue <url> or set WFK_QUEUE (the workers' queue URL; `local` is shared only with a \
+                 sqlite: store)"
+                    .into(),
+            )),
+        };
     let ops = Ops::connect(&store, &queue, definitions).await?;
-    let actor = Actor::operator(cli.actor.clone()).with_task_roles(cli.roles.clone());
+    let name = cli
+        .actor
+        .clone()
+        .or_else(|| std::env::var("USER").ok().filter(|u| !u.is_empty()))
+        .unwrap_or_else(|| "wfk".into());
+    let actor = Actor::operator(name).with_task_roles(cli.roles.clone());
     let ui = Ui { json: cli.json, progress: std::io::stderr().is_terminal() && !cli.json };
     let result = verb(&ops, &actor, &ui, cli.verb, out, err).await;
     ops.close().await;
@@ -408,7 +426,8 @@ fn parse_since(text: &str, now: Instant) -> Result<Instant, OpsError> {
     if let Ok(ms) = text.parse::<i64>() {
         return if ms >= 0 { Ok(Instant::from_millis(ms)) } else { Err(bad()) };
     }
-    let (num, unit) = text.split_at(text.len().checked_sub(1).ok_or_else(bad)?);
+    let (cut, _) = text.char_indices().last().ok_or_else(bad)?;
+    let (num, unit) = text.split_at(cut);
     let n: i64 = num.parse().map_err(|_| bad())?;
     let ms = match unit {
         "s" => 1_000,
@@ -444,6 +463,18 @@ fn is_empty(f: &FilterArgs) -> bool {
 
 fn ts(i: Instant) -> String {
     i.as_millis().to_string()
+}
+
+/// Print a done action; exit 4 when its audit entry could not be written.
+fn done(ui: &Ui, d: &ops::Done, out: &mut dyn Write, err: &mut dyn Write) -> Result<u8, OpsError> {
+    ui.emit(out, d, || d.summary.clone())?;
+    match &d.audit_error {
+        None => Ok(0),
+        Some(e) => {
+            let _ = writeln!(err, "wfk: done, but its audit entry was not written: {e}");
+            Ok(4)
+        }
+    }
 }
 
 async fn verb(
@@ -487,20 +518,20 @@ async fn verb(
         Verb::Signal { id, signal_type, wait_key, generation, signal_id } => {
             let args = ops::SignalArgs { signal_type, wait_key, generation, signal_id };
             let d = ops.signal(actor, &id, &args).await?;
-            ui.emit(out, &d, || d.summary.clone())?;
+            return done(ui, &d, out, err);
         }
         Verb::Cancel(a) => return bulk(ops, actor, ui, "cancel", a, out, err).await,
         Verb::Replay(a) => return bulk(ops, actor, ui, "replay", a, out, err).await,
         Verb::RetryFailed { object_id } => {
             let d = ops.retry_failed(actor, &object_id).await?;
-            ui.emit(out, &d, || d.summary.clone())?;
+            return done(ui, &d, out, err);
         }
         Verb::Regenerate { id, step } => {
             let d = ops.regenerate(actor, &id, &step).await?;
-            ui.emit(out, &d, || d.summary.clone())?;
+            return done(ui, &d, out, err);
         }
-        Verb::Dlq(v) => dlq(ops, actor, ui, v, out).await?,
-        Verb::Tasks(v) => tasks(ops, actor, ui, v, out).await?,
+        Verb::Dlq(v) => return dlq(ops, actor, ui, v, out, err).await,
+        Verb::Tasks(v) => return tasks(ops, actor, ui, v, out, err).await,
         Verb::Lanes => {
             let lanes = ops.lanes().await?;
             ui.emit(out, &lanes, || {
@@ -527,7 +558,7 @@ async fn verb(
                 let d = ops
                     .set_permit_limits(actor, &resource, PermitLimits { max_concurrency, max_starts_per_second })
                     .await?;
-                ui.emit(out, &d, || d.summary.clone())?;
+                return done(ui, &d, out, err);
             }
         },
         Verb::Audit { by, action, limit } => {
@@ -543,7 +574,7 @@ async fn verb(
             let r = ops.rebuild(actor, &*p.callback()).await;
             p.finish();
             let d = r?;
-            ui.emit(out, &d, || d.summary.clone())?;
+            return done(ui, &d, out, err);
         }
         Verb::CheckDeploy { manifest } => {
             let text = std::fs::read_to_string(&manifest)
@@ -554,13 +585,31 @@ async fn verb(
             p.finish();
             let report = r?;
             ui.emit(out, &report, || table::deploy(&report))?;
-            if report.would_park > 0 {
+            if report.would_park > 0 || !report.complete {
                 return Ok(3);
             }
         }
     }
     Ok(0)
 }
+
+/// The confirmation code of a bulk action on `ids`: FNV-1a over the action and the sorted
+/// ids, so `--yes <code>` confirms exactly the set that was printed.
+fn confirmation(action: &str, ids: &[String]) -> String {
+    let mut sorted: Vec<&String> = ids.iter().collect();
+    sorted.sort();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in std::iter::once(action).chain(sorted.iter().map(|s| s.as_str())) {
+        for b in part.bytes().chain(std::iter::once(0)) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    format!("{:012x}", h & 0xffff_ffff_ffff)
+}
+
+/// Consecutive unavailable answers after which a bulk action stops.
+const BULK_UNAVAILABLE_MAX: usize = 3;
 
 async fn bulk(
     ops: &Ops,
@@ -571,12 +620,13 @@ async fn bulk(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<u8, OpsError> {
-    let one = |d: ops::Done, out: &mut dyn Write| ui.emit(out, &d, || d.summary.clone());
     match (&a.id, is_empty(&a.filter)) {
         (Some(id), true) => {
+            if a.yes.is_some() {
+                return Err(OpsError::BadInput("--yes confirms a bulk action; one workflow needs none".into()));
+            }
             let d = if action == "cancel" { ops.cancel(actor, id).await? } else { ops.replay(actor, id).await? };
-            one(d, out)?;
-            return Ok(0);
+            return done(ui, &d, out, err);
         }
         (Some(_), false) => return Err(OpsError::BadInput("give an id or filters, not both".into())),
         (None, true) => {
@@ -584,7 +634,7 @@ async fn bulk(
         }
         (None, false) => {}
     }
-    // The targets first, every page, bounded.
+    // The targets, every page, bounded.
     let mut filter = filter_of(&a.filter, ops)?;
     filter.limit = ops::LIST_LIMIT_MAX;
     let mut targets = vec![];
@@ -599,26 +649,37 @@ async fn bulk(
             None => break,
         }
     }
-    if !a.yes {
-        #[derive(Serialize)]
-        struct Plan<'a> {
-            action: &'a str,
-            would_touch: Vec<String>,
-            confirm: &'a str,
-        }
-        let plan = Plan {
-            action,
-            would_touch: targets.iter().map(|t| t.0.to_string()).collect(),
-            confirm: "run again with --yes",
-        };
-        ui.emit(out, &plan, || {
-            let mut t = Table::new(["WORKFLOW", "BIZ KEY", "STATUS"]);
-            for (id, key, status) in &targets {
-                t.row([id.to_string(), key.clone(), status.as_str().to_string()]);
+    let ids: Vec<String> = targets.iter().map(|t| t.0.to_string()).collect();
+    let code = confirmation(action, &ids);
+    match a.yes.as_deref() {
+        None => {
+            #[derive(Serialize)]
+            struct Plan<'a> {
+                action: &'a str,
+                would_touch: &'a [String],
+                confirm: String,
             }
-            format!("{}{action} would touch {} workflow(s); run again with --yes to do it\n", t.render(), targets.len())
-        })?;
-        return Ok(3);
+            let plan = Plan { action, would_touch: &ids, confirm: format!("--yes {code}") };
+            ui.emit(out, &plan, || {
+                let mut t = Table::new(["WORKFLOW", "BIZ KEY", "STATUS"]);
+                for (id, key, status) in &targets {
+                    t.row([id.to_string(), key.clone(), status.as_str().to_string()]);
+                }
+                format!(
+                    "{}{action} would touch {} workflow(s); to do it, run the same command with --yes {code}\n",
+                    t.render(),
+                    targets.len()
+                )
+            })?;
+            return Ok(3);
+        }
+        Some(given) if given != code => {
+            return Err(OpsError::Refused(format!(
+                "the workflows matching the filter changed since the code {given} was printed: nothing done; run \
+                 without --yes to see the set now"
+            )))
+        }
+        Some(_) => {}
     }
     let p = ui.progress(if action == "cancel" { "bulk cancel" } else { "bulk replay" }, err);
     let tick = p.callback();
@@ -628,35 +689,70 @@ async fn bulk(
         result: String,
     }
     let mut outcomes = vec![];
-    let mut failed = 0u64;
-    for (i, (id, _, _)) in targets.iter().enumerate() {
-        let r = if action == "cancel" {
-            ops.cancel(actor, id.as_str()).await
-        } else {
-            ops.replay(actor, id.as_str()).await
-        };
+    let mut counts: std::collections::BTreeMap<&'static str, u64> = Default::default();
+    let mut unavailable_in_a_row = 0;
+    for (i, id) in ids.iter().enumerate() {
+        // By id, never by a business key that could name another workflow.
+        let reference = format!("id:{id}");
+        let r =
+            if action == "cancel" { ops.cancel(actor, &reference).await } else { ops.replay(actor, &reference).await };
         let result = match r {
-            Ok(_) => "ok".to_string(),
+            Ok(d) if d.audit_error.is_some() => {
+                *counts.entry("done, audit entry not written").or_default() += 1;
+                "ok (audit entry not written)".to_string()
+            }
+            Ok(_) => {
+                unavailable_in_a_row = 0;
+                *counts.entry("ok").or_default() += 1;
+                "ok".to_string()
+            }
             Err(e) => {
-                failed += 1;
+                unavailable_in_a_row = if matches!(e, OpsError::Unavailable(_)) { unavailable_in_a_row + 1 } else { 0 };
+                *counts.entry(e.kind()).or_default() += 1;
                 format!("{}: {}", e.kind(), e.message())
             }
         };
-        outcomes.push(Outcome { workflow_id: id.to_string(), result });
+        outcomes.push(Outcome { workflow_id: id.clone(), result });
         tick(i as u64 + 1);
+        if unavailable_in_a_row >= BULK_UNAVAILABLE_MAX {
+            break;
+        }
     }
     p.finish();
+    let untouched = ids.len() - outcomes.len();
     ui.emit(out, &outcomes, || {
         let mut t = Table::new(["WORKFLOW", "RESULT"]);
         for o in &outcomes {
             t.row([o.workflow_id.clone(), o.result.clone()]);
         }
-        format!("{}{action}: {} done, {failed} refused\n", t.render(), outcomes.len() as u64 - failed)
+        let summary: Vec<String> = counts.iter().map(|(k, n)| format!("{n} {k}")).collect();
+        let stopped = if untouched > 0 {
+            format!("; stopped after {BULK_UNAVAILABLE_MAX} unavailable answers in a row, {untouched} not tried")
+        } else {
+            String::new()
+        };
+        format!("{}{action}: {}{stopped}\n", t.render(), summary.join(", "))
     })?;
-    Ok(if failed > 0 { 3 } else { 0 })
+    let only = |k: &str| counts.keys().all(|have| *have == "ok" || *have == k);
+    Ok(if counts.keys().all(|k| *k == "ok") {
+        0
+    } else if counts.contains_key("unavailable") || counts.contains_key("done, audit entry not written") {
+        4
+    } else if only("not_found") {
+        1
+    } else {
+        3
+    })
 }
 
-async fn dlq(ops: &Ops, actor: &Actor, ui: &Ui, v: DlqVerb, out: &mut dyn Write) -> Result<(), OpsError> {
+async fn dlq(
+    ops: &Ops,
+    actor: &Actor,
+    ui: &Ui,
+    v: DlqVerb,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<u8, OpsError> {
     let (id, action, reason) = match v {
         DlqVerb::List { status, after, limit } => {
             let status = status.map(|s| match s {
@@ -665,7 +761,7 @@ async fn dlq(ops: &Ops, actor: &Actor, ui: &Ui, v: DlqVerb, out: &mut dyn Write)
                 DlqStatusArg::Closed => DeadLetterStatus::Closed,
             });
             let list = ops.dead_letters(status, after.as_deref(), limit).await?;
-            return ui.emit(out, &list, || {
+            ui.emit(out, &list, || {
                 let mut t = Table::new(["ID", "WORKFLOW", "STEP", "STATUS", "ERROR"]);
                 for d in &list {
                     t.row([
@@ -677,7 +773,8 @@ async fn dlq(ops: &Ops, actor: &Actor, ui: &Ui, v: DlqVerb, out: &mut dyn Write)
                     ]);
                 }
                 t.render()
-            });
+            })?;
+            return Ok(0);
         }
         DlqVerb::Retry(d) => (d.id, DeadLetterAction::Retry, d.reason),
         DlqVerb::Fail(d) => (d.id, DeadLetterAction::Fail, d.reason),
@@ -686,14 +783,21 @@ async fn dlq(ops: &Ops, actor: &Actor, ui: &Ui, v: DlqVerb, out: &mut dyn Write)
         }
     };
     let d = ops.decide_dead_letter(actor, &id, action, reason.as_deref()).await?;
-    ui.emit(out, &d, || d.summary.clone())
+    done(ui, &d, out, err)
 }
 
-async fn tasks(ops: &Ops, actor: &Actor, ui: &Ui, v: TaskVerb, out: &mut dyn Write) -> Result<(), OpsError> {
+async fn tasks(
+    ops: &Ops,
+    actor: &Actor,
+    ui: &Ui,
+    v: TaskVerb,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<u8, OpsError> {
     let (id, outcome, reason) = match v {
         TaskVerb::List { after, limit } => {
             let list = ops.tasks(actor, after.as_deref(), limit).await?;
-            return ui.emit(out, &list, || {
+            ui.emit(out, &list, || {
                 let mut t = Table::new(["ID", "WORKFLOW", "STEP", "LEVEL", "TITLE", "DUE"]);
                 for k in &list {
                     t.row([
@@ -706,17 +810,19 @@ async fn tasks(ops: &Ops, actor: &Actor, ui: &Ui, v: TaskVerb, out: &mut dyn Wri
                     ]);
                 }
                 t.render()
-            });
+            })?;
+            return Ok(0);
         }
         TaskVerb::Show { id } => {
             let k = ops.task(actor, &id).await?;
-            return ui.emit(out, &k, || table::task(&k));
+            ui.emit(out, &k, || table::task(&k))?;
+            return Ok(0);
         }
         TaskVerb::Approve(d) => (d.id, TaskOutcome::Approve, d.reason),
         TaskVerb::Reject(d) => (d.id, TaskOutcome::Reject, d.reason),
     };
     let d = ops.decide_task(actor, &id, outcome, reason.as_deref()).await?;
-    ui.emit(out, &d, || d.summary.clone())
+    done(ui, &d, out, err)
 }
 
 #[cfg(test)]
@@ -729,7 +835,7 @@ mod tests {
         assert_eq!(parse_since("90s", now).unwrap(), Instant::from_millis(10_000_000 - 90_000));
         assert_eq!(parse_since("2h", now).unwrap(), Instant::from_millis(10_000_000 - 7_200_000));
         assert_eq!(parse_since("5", now).unwrap(), Instant::from_millis(5));
-        for bad in ["", "h", "-1", "3w", "1.5h", "99999999999999999d"] {
+        for bad in ["", "h", "-1", "3w", "1.5h", "99999999999999999d", "5é", "é", "2ħ"] {
             assert!(matches!(parse_since(bad, now), Err(OpsError::BadInput(_))), "{bad}");
         }
     }

@@ -420,7 +420,10 @@ impl Publisher {
             )));
         }
         let now = self.clock.now();
-        let t = Transition::replay(inst.input.clone(), now);
+        // The stored input stays as it is (no input in the write): had a dispatcher replayed
+        // the instance under a round since the read, its round token is not overwritten.
+        let mut t = Transition::replay(Value::Null, now);
+        t.input = None;
         let revision = match self.store.apply(workflow_id, &Guard::replay(&inst.input), &t).await? {
             WriteOutcome::Applied { revision } => revision,
             WriteOutcome::Missed => {

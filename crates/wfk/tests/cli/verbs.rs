@@ -96,6 +96,8 @@ async fn reads_list_show_lanes_and_their_filters() {
     assert_eq!(code, 2);
     let (code, _, _) = f.wfk(&["list", "--failed-since", "3 weeks"]).await;
     assert_eq!(code, 2);
+    let (code, _, _) = f.wfk(&["list", "--failed-since", "5é"]).await;
+    assert_eq!(code, 2, "a unit that is not ASCII is bad input, not a panic");
     f.destroy().await;
 }
 
@@ -245,28 +247,83 @@ async fn dead_letters_and_human_tasks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bulk_actions_show_what_they_would_touch_until_confirmed() {
-    // K-8 (cancel), K-5 (replay); bulk actions are bounded and need --yes
+    // K-8 (cancel), K-5 (replay); bulk actions are bounded and act only on the set printed
     let f = Fixture::sqlite().await;
     f.populate().await;
-    let (code, out, _) = f.wfk(&["cancel", "--type", "gate"]).await;
+    let (code, out, _) = f.wfk(&["cancel", "--type", "gate", "--json"]).await;
     assert_eq!(code, 3, "not confirmed: nothing done");
-    assert!(out.contains("wf-gate-1") && out.contains("--yes"), "{out}");
+    let plan = json(&out);
+    assert_eq!(plan["would_touch"], serde_json::json!(["wf-gate-1"]));
+    let gate_code = plan["confirm"].as_str().unwrap().trim_start_matches("--yes ").to_string();
     assert_eq!(f.instance("wf-gate-1").await.status, WorkflowStatus::Waiting);
-    let (code, out, err) = f.wfk(&["cancel", "--type", "gate", "--yes"]).await;
+    // A code for another set (here: another action's) refuses and does nothing.
+    let (_, out, _) = f.wfk(&["replay", "--type", "gate", "--json"]).await;
+    let other = json(&out)["confirm"].as_str().unwrap().trim_start_matches("--yes ").to_string();
+    assert_ne!(other, gate_code);
+    let (code, _, err) = f.wfk(&["cancel", "--type", "gate", "--yes", &other]).await;
+    assert_eq!(code, 3, "{err}");
+    assert_eq!(f.instance("wf-gate-1").await.status, WorkflowStatus::Waiting);
+    // A set that grew since it was printed refuses too.
+    f.engine
+        .publisher()
+        .start_or_resume(
+            kernel_core::StartRequest::new("gate", "gate-2", serde_json::json!({})).workflow_id("wf-gate-2"),
+        )
+        .await
+        .unwrap();
+    f.settle().await;
+    let (code, _, err) = f.wfk(&["cancel", "--type", "gate", "--yes", &gate_code]).await;
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("changed"), "{err}");
+    assert_eq!(f.instance("wf-gate-2").await.status, WorkflowStatus::Waiting);
+    let (_, out, _) = f.wfk(&["cancel", "--type", "gate", "--json"]).await;
+    let both = json(&out)["confirm"].as_str().unwrap().trim_start_matches("--yes ").to_string();
+    let (code, out, err) = f.wfk(&["cancel", "--type", "gate", "--yes", &both]).await;
     assert_eq!(code, 0, "{out}{err}");
     assert_eq!(f.instance("wf-gate-1").await.status, WorkflowStatus::Canceled);
-    // Replay every failed `order`: one is a dispatch round (refused), one replays.
-    let (code, out, _) = f.wfk(&["replay", "--status", "failed", "--type", "order", "--yes", "--json"]).await;
+    assert_eq!(f.instance("wf-gate-2").await.status, WorkflowStatus::Canceled);
+    // Replay every failed `order`: one is a dispatch round (refused, exit 3), one replays.
+    let (_, out, _) = f.wfk(&["replay", "--status", "failed", "--type", "order", "--json"]).await;
+    let code_failed = json(&out)["confirm"].as_str().unwrap().trim_start_matches("--yes ").to_string();
+    let (code, out, _) =
+        f.wfk(&["replay", "--status", "failed", "--type", "order", "--yes", &code_failed, "--json"]).await;
     assert_eq!(code, 3, "one refused: {out}");
     let results = json(&out);
     let ok = results.as_array().unwrap().iter().filter(|r| r["result"] == "ok").count();
     assert_eq!(ok, 1, "{results}");
     assert_eq!(f.instance("wf-order-2").await.retry_count, 1);
-    // An id and filters together, or neither: bad input.
-    let (code, _, _) = f.wfk(&["cancel", "wf-order-1", "--type", "order"]).await;
-    assert_eq!(code, 2);
-    let (code, _, _) = f.wfk(&["cancel"]).await;
-    assert_eq!(code, 2);
+    // An id and filters together, or neither, or --yes on one workflow: bad input.
+    assert_eq!(f.wfk(&["cancel", "wf-order-1", "--type", "order"]).await.0, 2);
+    assert_eq!(f.wfk(&["cancel"]).await.0, 2);
+    assert_eq!(f.wfk(&["cancel", "wf-order-1", "--yes", "x"]).await.0, 2);
+    f.destroy().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reference_that_is_one_workflow_s_id_and_another_s_key_is_refused_as_ambiguous() {
+    // Ids are caller-chosen: `dup-1` is the id of one workflow and the business key of another.
+    let f = Fixture::sqlite().await;
+    let p = f.engine.publisher();
+    let start =
+        |key: &str, id: &str| kernel_core::StartRequest::new("gate", key, serde_json::json!({})).workflow_id(id);
+    p.start_or_resume(start("a-key", "dup-1")).await.unwrap();
+    p.start_or_resume(start("dup-1", "wf-b")).await.unwrap();
+    f.settle().await;
+    let (code, _, err) = f.wfk(&["cancel", "dup-1"]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("id:dup-1") && err.contains("key:dup-1"), "{err}");
+    assert_eq!(f.instance("dup-1").await.status, WorkflowStatus::Waiting);
+    assert_eq!(f.instance("wf-b").await.status, WorkflowStatus::Waiting);
+    let (code, _, err) = f.wfk(&["cancel", "key:dup-1"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(f.instance("wf-b").await.status, WorkflowStatus::Canceled);
+    assert_eq!(f.instance("dup-1").await.status, WorkflowStatus::Waiting);
+    // The audit entry names the workflow the reference resolved to.
+    let audit = json(&f.wfk(&["audit", "--action", "cancel", "--json"]).await.1);
+    assert_eq!(audit[0]["detail"]["done"]["workflow_id"], "wf-b", "{audit}");
+    assert_eq!(f.wfk(&["show", "id:dup-1"]).await.0, 0);
+    assert_eq!(f.wfk(&["show", "key:a-key"]).await.0, 0);
+    assert_eq!(f.wfk(&["show", "id:a-key"]).await.0, 1);
     f.destroy().await;
 }
 
@@ -344,15 +401,32 @@ async fn the_stock_binary_reads_its_urls_from_the_environment_and_exits_with_mea
     // Without its definitions, regenerate is bad input and names what is missing.
     let out = f.bin().args(["regenerate", "draft-1", "write"]).assert().code(2).get_output().stderr.clone();
     assert!(String::from_utf8(out).unwrap().contains("draft"));
+    // retry-failed needs the definition of the type the new round starts: refused before
+    // anything is written (the round stays the failed one).
+    f.bin().args(["retry-failed", "obj-1"]).assert().code(2);
+    let rec = f.dispatch.outbox().get(&"obj-1".into()).await.unwrap().unwrap();
+    assert_eq!((rec.dispatch.unwrap().fencing_token.as_str(), rec.business_status.as_deref()), ("f-1", Some("failed")));
     f.bin().env("WFK_ACTOR", "ann").args(["cancel", "gate-1"]).assert().success();
     let out = f.bin().args(["audit", "--json", "--by", "ann"]).assert().success().get_output().stdout.clone();
     assert_eq!(json(&String::from_utf8(out).unwrap()).as_array().unwrap().len(), 1);
     // Unavailable (4): a store nobody serves.
     assert_cmd::Command::cargo_bin("wfk")
         .unwrap()
-        .args(["--store", "postgres://postgres@127.0.0.1:1/none", "list"])
+        .args(["--store", "postgres://postgres@127.0.0.1:1/none", "--queue", "local", "list"])
         .assert()
         .code(4);
+    // A server store without a queue: bad input before connecting (a process-local queue
+    // would take permits, rebuilds and wakeups into nothing).
+    let out = assert_cmd::Command::cargo_bin("wfk")
+        .unwrap()
+        .env_remove("WFK_QUEUE")
+        .args(["--store", "postgres://postgres@127.0.0.1:1/none", "lanes"])
+        .assert()
+        .code(2)
+        .get_output()
+        .stderr
+        .clone();
+    assert!(String::from_utf8(out).unwrap().contains("--queue"));
     // No store at all: bad input.
     assert_cmd::Command::cargo_bin("wfk").unwrap().env_remove("WFK_STORE").args(["list"]).assert().code(2);
     assert_cmd::Command::cargo_bin("wfk").unwrap().arg("--help").assert().success();
