@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite. Starts the servers it needs:
 #   - Redis at $REDIS_URL (default redis://127.0.0.1:6379), started locally if `ping` fails;
-#   - a Mongo-wire test server (scripts/mongo-wire.sh) unless $MONGODB_URI names one.
+#   - a Mongo-wire test server (scripts/mongo-wire.sh) unless $MONGODB_URI names one;
+#   - headless Chromium and ChromeDriver (Debian's packages, installed when missing) for the
+#     two browser checks.
 # Under CI (CI=true or CI=1, the rule of testkit::ci) a missing server fails the run;
 # elsewhere server tests skip with a reason.
 set -euo pipefail
@@ -188,6 +190,12 @@ rm -rf "$invoice_tmp"
 
 section "browser check (headless chromium on the SSE example page)"
 bash scripts/browser-check.sh
+
+section "console in the browser (headless chromium over WebDriver: approve a human task in the page)"
+# The ops console on a fresh SQLite file: log in, list, open the workflow waiting on its
+# human task, approve it in the page, see it complete; then the status is read from the
+# store itself and each screenshot checked as a PNG.
+bash scripts/console-check.sh
 
 section "real processes on SQLite: the README's first command, and SIGKILL/SIGSTOP under load"
 # The demo's last line is its verdict (it exits non-zero when a count is wrong). Both keep

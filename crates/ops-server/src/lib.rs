@@ -70,6 +70,39 @@ pub fn router(ops: Arc<ops::Ops>, config: &ServerConfig) -> Result<Router> {
         .layer(axum::middleware::map_response(security_headers)))
 }
 
+/// `GET /metrics` in the Prometheus (OpenMetrics) text format: `metrics` as it stands, with
+/// the lane gauges (`wfk_lane_depth`, `wfk_lane_oldest_due_seconds`) read from `queue` at
+/// each scrape. Merge it into a worker's or this server's router; it reads nothing but
+/// aggregates whose labels are bounded (never a workflow id), so it needs no session — put
+/// it behind the network rules that guard the scrape port.
+///
+/// ```
+/// # use std::sync::Arc;
+/// # fn demo(queue: Arc<kernel_core::ports::DynQueue>) {
+/// let metrics = Arc::new(kernel_metrics::Metrics::new());
+/// // Wrap the worker's ports with `kernel_metrics::metered(ports, &metrics)`, then:
+/// let app: axum::Router = ops_server::metrics_router(metrics, queue, Arc::new(kernel_core::ports::SystemClock));
+/// # let _ = app;
+/// # }
+/// ```
+pub fn metrics_router(
+    metrics: Arc<kernel_metrics::Metrics>,
+    queue: Arc<kernel_core::ports::DynQueue>,
+    clock: Arc<kernel_core::ports::DynClock>,
+) -> Router {
+    let scrape = move || {
+        let (metrics, queue, clock) = (metrics.clone(), queue.clone(), clock.clone());
+        async move {
+            if let Err(e) = kernel_metrics::poll_lanes(&metrics, &*queue, &*clock).await {
+                // The other figures are still worth a scrape; the lane gauges keep their last values.
+                tracing::debug!(error = %e, "lane gauges not refreshed");
+            }
+            ([(header::CONTENT_TYPE, kernel_metrics::CONTENT_TYPE)], metrics.render())
+        }
+    };
+    Router::new().route("/metrics", axum::routing::get(scrape))
+}
+
 /// Headers on every answer: no framing, no sniffing, no referrer, a strict content policy,
 /// and no caching of API answers.
 async fn security_headers(mut res: Response) -> Response {

@@ -3,10 +3,11 @@
 //! ```text
 //! ops-server --store <url> --queue <url> --config <file.json> [--listen 127.0.0.1:8080]
 //! ```
-//! The store and queue URLs are the workers' (also from `WFK_STORE_URL`/`WFK_QUEUE_URL`);
+//! The store and queue URLs are the workers' (also from `WFK_STORE`/`WFK_QUEUE`);
 //! the configuration lists the bearer tokens and, when a fronting proxy authenticates, its
 //! header names (see `ops_server::ServerConfig`). Prints `listening on http://<addr>` once
-//! it serves; stops on Ctrl-C, flushing the audit and observation writes.
+//! it serves; stops on Ctrl-C, flushing the audit and observation writes. `GET /metrics`
+//! serves the lane gauges in the Prometheus text format.
 //!
 //! It knows no workflow definitions, so `regenerate` (which needs the step plan) answers 400;
 //! an application that wants it embeds `ops_server::router` over its own `Ops::from_parts`.
@@ -48,7 +49,14 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let text = std::fs::read_to_string(&config_path).map_err(|e| format!("{config_path}: {e}"))?;
     let config = ops_server::ServerConfig::from_json(&text)?;
     let ops = Arc::new(ops::Ops::connect(&urls.store, &urls.queue, vec![]).await?);
-    let app = ops_server::router(ops.clone(), &config)?;
+    // This process's figures: the lanes at each scrape (workers serve their own through
+    // `ops_server::metrics_router` over their metered ports).
+    let metrics = Arc::new(kernel_metrics::Metrics::new());
+    let app = ops_server::router(ops.clone(), &config)?.merge(ops_server::metrics_router(
+        metrics,
+        ops.ports().queue.clone(),
+        ops.ports().clock.clone(),
+    ));
     let listener = tokio::net::TcpListener::bind(&listen).await?;
     println!("listening on http://{}", listener.local_addr()?);
     axum::serve(listener, app)

@@ -97,3 +97,44 @@ async fn lanes_and_the_audit_log_read() {
     let (s, _) = rig.get(VIEWER, "/api/audit?limit=0").await;
     assert_eq!(s, StatusCode::OK, "0 is the default page");
 }
+
+#[tokio::test]
+async fn metrics_are_served_in_the_prometheus_format_with_bounded_labels() {
+    // A worker's metered ports and the lane gauges behind `GET /metrics`; no workflow id
+    // is ever a label (the names and labels are pinned in kernel-metrics' snapshot).
+    use tower::ServiceExt;
+    let rig = Rig::new().await;
+    let metrics = std::sync::Arc::new(kernel_metrics::Metrics::new());
+    let ports = kernel_metrics::metered(rig.engine.ports().clone(), &metrics);
+    let mut b = kernel_core::engine::Engine::builder(ports.clone());
+    for d in crate::rig::definitions(rig.engine.ports().task_inbox.clone().unwrap()) {
+        b = b.register(d);
+    }
+    let engine = b.build().unwrap();
+    for key in ["m-1", "m-2"] {
+        engine
+            .publisher()
+            .start_or_resume(kernel_core::StartRequest::new("quick", key, serde_json::json!({})))
+            .await
+            .unwrap();
+    }
+    engine
+        .publisher()
+        .start_or_resume(kernel_core::StartRequest::new("waiter", "m-3", serde_json::json!({})))
+        .await
+        .unwrap();
+    while let kernel_core::engine::RoundOutcome::Ran { .. } = engine.tick().await.unwrap() {}
+    let app = ops_server::metrics_router(metrics, ports.queue.clone(), ports.clock.clone());
+    let res = app.oneshot(axum::http::Request::get("/metrics").body(axum::body::Body::empty()).unwrap()).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.headers()["content-type"], kernel_metrics::CONTENT_TYPE);
+    let body = axum::body::to_bytes(res.into_body(), 1 << 20).await.unwrap();
+    let text = String::from_utf8(body.to_vec()).unwrap();
+    assert!(text.contains(r#"wfk_claims_total{result="won"} 3"#), "{text}");
+    assert!(text.contains(r#"wfk_lane_depth{lane="p0"}"#), "{text}");
+    assert!(text.contains("wfk_store_call_seconds_bucket"), "{text}");
+    let ids = rig.ops.list(&ops::ListFilter::default()).await.unwrap();
+    for s in ids.items {
+        assert!(!text.contains(s.workflow_id.as_str()) && !text.contains(&s.biz_key), "{}", s.workflow_id);
+    }
+}

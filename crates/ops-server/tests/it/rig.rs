@@ -48,7 +48,7 @@ pub struct Rig {
 /// `invoice`: a human review (finance) then `post`. `broken`: fails for good. `letter`:
 /// fails into a dead letter. `quick`: completes at once. `waiter`: `prep`, then a wait on
 /// signal `go`.
-fn definitions(inbox: Arc<ports::DynTaskInbox>) -> Vec<Definition> {
+pub fn definitions(inbox: Arc<ports::DynTaskInbox>) -> Vec<Definition> {
     let review =
         HumanTask::builder("Approve invoice").level(Level::roles(["finance"])).build(inbox).expect("valid human task");
     let post = StepDef::new("post", |_c: ActivityContext| async { Ok(StepOutcome::complete(json!("posted"))) })
