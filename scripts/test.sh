@@ -215,6 +215,9 @@ rm -rf "$real_tmp"
 section "demo smoke run (the simulated story)"
 cargo run -q -p kernel-examples --example live_summary -- --simulated >/dev/null
 echo "demo: live_summary --simulated ok"
+# The tracing example exits non-zero unless the activity's span joined the caller's trace.
+cargo run -q -p kernel-metrics --example otel_stdout >/dev/null
+echo "demo: otel_stdout ok (the start request's trace context reached the activity)"
 if [ -n "${MONGODB_URI:-}" ]; then
   cargo run -q -p store-mongo --example live_summary_mongo >/dev/null
   echo "demo: live_summary on MongoDB ok"
