@@ -71,7 +71,8 @@ pub fn router(ops: Arc<ops::Ops>, config: &ServerConfig) -> Result<Router> {
 }
 
 /// `GET /metrics` in the Prometheus (OpenMetrics) text format: `metrics` as it stands, with
-/// the lane gauges (`wfk_lane_depth`, `wfk_lane_oldest_due_seconds`) read from `queue` at
+/// the lane gauges (`wfk_lane_depth`, `wfk_lane_oldest_due_seconds`) read from `queue` and,
+/// when the process runs one, the observer's queue depth and drops read from `observer` at
 /// each scrape. Merge it into a worker's or this server's router; it reads nothing but
 /// aggregates whose labels are bounded (never a workflow id), so it needs no session — put
 /// it behind the network rules that guard the scrape port.
@@ -81,7 +82,7 @@ pub fn router(ops: Arc<ops::Ops>, config: &ServerConfig) -> Result<Router> {
 /// # fn demo(queue: Arc<kernel_core::ports::DynQueue>) {
 /// let metrics = Arc::new(kernel_metrics::Metrics::new());
 /// // Wrap the worker's ports with `kernel_metrics::metered(ports, &metrics)`, then:
-/// let app: axum::Router = ops_server::metrics_router(metrics, queue, Arc::new(kernel_core::ports::SystemClock));
+/// let app: axum::Router = ops_server::metrics_router(metrics, queue, Arc::new(kernel_core::ports::SystemClock), None);
 /// # let _ = app;
 /// # }
 /// ```
@@ -89,9 +90,13 @@ pub fn metrics_router(
     metrics: Arc<kernel_metrics::Metrics>,
     queue: Arc<kernel_core::ports::DynQueue>,
     clock: Arc<kernel_core::ports::DynClock>,
+    observer: Option<observer::Observer>,
 ) -> Router {
     let scrape = move || {
         let (metrics, queue, clock) = (metrics.clone(), queue.clone(), clock.clone());
+        if let Some(o) = &observer {
+            metrics.record_observer(&o.stats());
+        }
         async move {
             if let Err(e) = kernel_metrics::poll_lanes(&metrics, &*queue, &*clock).await {
                 // The other figures are still worth a scrape; the lane gauges keep their last values.

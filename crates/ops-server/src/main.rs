@@ -56,6 +56,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         metrics,
         ops.ports().queue.clone(),
         ops.ports().clock.clone(),
+        None,
     ));
     let listener = tokio::net::TcpListener::bind(&listen).await?;
     println!("listening on http://{}", listener.local_addr()?);

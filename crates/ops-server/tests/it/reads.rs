@@ -124,7 +124,13 @@ async fn metrics_are_served_in_the_prometheus_format_with_bounded_labels() {
         .await
         .unwrap();
     while let kernel_core::engine::RoundOutcome::Ran { .. } = engine.tick().await.unwrap() {}
-    let app = ops_server::metrics_router(metrics, ports.queue.clone(), ports.clock.clone());
+    let (sink, writer) = observer::Observer::start(
+        std::sync::Arc::new(observer::InMemoryObservationRepository::new()),
+        ports.clock.clone(),
+        observer::ObserverConfig::default(),
+    )
+    .unwrap();
+    let app = ops_server::metrics_router(metrics, ports.queue.clone(), ports.clock.clone(), Some(sink));
     let res = app.oneshot(axum::http::Request::get("/metrics").body(axum::body::Body::empty()).unwrap()).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(res.headers()["content-type"], kernel_metrics::CONTENT_TYPE);
@@ -133,6 +139,8 @@ async fn metrics_are_served_in_the_prometheus_format_with_bounded_labels() {
     assert!(text.contains(r#"wfk_claims_total{result="won"} 3"#), "{text}");
     assert!(text.contains(r#"wfk_lane_depth{lane="p0"}"#), "{text}");
     assert!(text.contains("wfk_store_call_seconds_bucket"), "{text}");
+    assert!(text.contains("wfk_observation_queue_depth 0"), "{text}");
+    writer.close().await;
     let ids = rig.ops.list(&ops::ListFilter::default()).await.unwrap();
     for s in ids.items {
         assert!(!text.contains(s.workflow_id.as_str()) && !text.contains(&s.biz_key), "{}", s.workflow_id);
