@@ -220,6 +220,25 @@ async fn dead_letters_and_human_tasks() {
     assert_eq!(code, 2);
     let (_, out, _) = f.wfk(&["dlq", "list", "--status", "open"]).await;
     assert_eq!(out.lines().count(), 1, "header only: {out}");
+    // Retry: the step runs again in its next epoch (and, failing again, is dead-lettered
+    // again under a new id).
+    f.engine
+        .publisher()
+        .start_or_resume(
+            kernel_core::StartRequest::new("ingest", "ingest-2", serde_json::json!({})).workflow_id("wf-ingest-2"),
+        )
+        .await
+        .unwrap();
+    f.settle().await;
+    let open = json(&f.wfk(&["dlq", "list", "--status", "open", "--json"]).await.1);
+    let first = open[0]["id"].as_str().unwrap().to_string();
+    let (code, _, err) = f.wfk(&["dlq", "retry", &first, "--reason", "parser fixed"]).await;
+    assert_eq!(code, 0, "{err}");
+    f.settle().await;
+    assert_eq!(f.instance("wf-ingest-2").await.steps[0].epoch, 1, "a new logical attempt");
+    let open = json(&f.wfk(&["dlq", "list", "--status", "open", "--json"]).await.1);
+    assert_eq!(open.as_array().unwrap().len(), 1, "{open}");
+    assert_ne!(open[0]["id"].as_str().unwrap(), first);
 
     // Tasks: only an actor with the role sees and decides them.
     let (code, out, _) = f.wfk(&["tasks", "list", "--json"]).await;
