@@ -72,7 +72,7 @@ fn seconds(ms: DurationMs) -> f64 {
 pub struct MeteredObservations {
     inner: Arc<DynObservationSink>,
     metrics: Arc<Metrics>,
-    claimable_since: Mutex<HashMap<WorkflowId, Instant>>,
+    claimable_since: Mutex<HashMap<WorkflowId, (Instant, u64)>>,
 }
 
 impl MeteredObservations {
@@ -109,15 +109,16 @@ impl MeteredObservations {
         };
         if claimable_at_commit(obs.kind) {
             if since.len() < QUEUE_WAITS_TRACKED_MAX || since.contains_key(&obs.workflow_id) {
-                since.insert(obs.workflow_id.clone(), obs.at);
+                since.insert(obs.workflow_id.clone(), (obs.at, obs.revision));
             }
-        } else if obs.kind == TransitionKind::Claim {
-            if let Some(from) = since.remove(&obs.workflow_id) {
+        } else if let Some((from, revision)) = since.remove(&obs.workflow_id) {
+            // Only the claim that directly follows the write that made the workflow
+            // claimable measures a queue wait: a later claim (another process claimed and
+            // released it in between, unseen here) would count hours of other states.
+            if obs.kind == TransitionKind::Claim && obs.revision <= revision.saturating_add(1) {
                 let waited = (obs.at - from).max(DurationMs::ZERO);
                 m.wait_duration_seconds.get_or_create(&KindLabels { kind: "queue" }).observe(seconds(waited));
             }
-        } else if obs.status.is_terminal() {
-            since.remove(&obs.workflow_id);
         }
     }
 }
@@ -157,5 +158,52 @@ mod tests {
         assert_eq!(labels, STEP_OUTCOMES);
         assert_eq!(step_outcome(TransitionKind::Claim), None);
         assert_eq!(step_outcome(TransitionKind::Completed), None, "a workflow's end is not a step outcome");
+    }
+
+    fn obs(kind: TransitionKind, at: i64, revision: u64) -> Observation {
+        Observation {
+            workflow_id: "wf-1".into(),
+            biz_key: "b-1".into(),
+            workflow_type: "t".into(),
+            workflow_run: 0,
+            revision,
+            kind,
+            status: kernel_core::WorkflowStatus::Running,
+            step_name: None,
+            attempt: 0,
+            elapsed_ms: DurationMs::ZERO,
+            traffic_wait_ms: DurationMs::ZERO,
+            error_class: None,
+            at: Instant::from_millis(at),
+            worker_id: None,
+            claim_token: None,
+            wait_signal: None,
+        }
+    }
+
+    fn queue_wait_sum(m: &Metrics) -> String {
+        m.render()
+            .lines()
+            .find(|l| l.starts_with(r#"wfk_wait_duration_seconds_sum{kind="queue"}"#))
+            .unwrap_or("")
+            .to_string()
+    }
+
+    #[test]
+    fn only_the_claim_right_after_the_claimable_write_measures_a_queue_wait() {
+        // A yield at revision 5, then — other processes' writes unseen — a claim a day later
+        // at revision 12: no day-long queue wait. A claim at revision 6 measures.
+        let metrics = Arc::new(Metrics::new());
+        let sink = MeteredObservations::new(Arc::new(kernel_core::ports::NoopObservationSink), metrics.clone());
+        sink.emit(obs(TransitionKind::Yield, 0, 5));
+        sink.emit(obs(TransitionKind::Claim, 86_400_000, 12));
+        assert!(!queue_wait_sum(&metrics).contains("86400"), "{}", metrics.render());
+        sink.emit(obs(TransitionKind::Yield, 100_000, 13));
+        sink.emit(obs(TransitionKind::Claim, 100_250, 14));
+        assert!(queue_wait_sum(&metrics).ends_with(" 0.25"), "{}", queue_wait_sum(&metrics));
+        // The entry is gone once anything else is observed: nothing leaks toward the cap.
+        sink.emit(obs(TransitionKind::Yield, 200_000, 15));
+        sink.emit(obs(TransitionKind::MarkRunning, 200_010, 17));
+        assert!(sink.claimable_since.lock().unwrap().is_empty());
     }
 }

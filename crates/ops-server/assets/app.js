@@ -211,13 +211,21 @@ function gantt(view) {
 }
 
 async function pageInstance(main, id) {
-  const view = await api("GET", "/api/instances/" + enc(id));
+  // Links carry workflow ids; `id:` says so, so a business key equal to an id never
+  // redirects the page (or its actions) to another workflow.
+  const view = await api("GET", "/api/instances/" + enc("id:" + id));
   let tasks = [];
   if (view.status === "waiting") {
-    const page = await api("GET", "/api/tasks?limit=200");
-    tasks = page.items.filter((t) => t.workflow_id === view.workflow_id);
+    // The inbox pages by the desk's cursor: a page thinned by closed tasks may have a next.
+    let after = "";
+    for (let pages = 0; pages < 10; pages++) {
+      const page = await api("GET", "/api/tasks?limit=200" + (after ? "&after=" + enc(after) : ""));
+      tasks = tasks.concat(page.items.filter((t) => t.workflow_id === view.workflow_id));
+      if (!page.next) break;
+      after = page.next;
+    }
   }
-  const wid = enc(view.workflow_id);
+  const wid = enc("id:" + view.workflow_id);
   // Only the actions the state allows are offered; the server's guards decide anyway.
   const actions = h("div", { class: "actions" },
     TERMINAL.includes(view.status) ? null

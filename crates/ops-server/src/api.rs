@@ -91,7 +91,13 @@ async fn record_refusal(state: &AppState, who: Option<&Principal>, method: &Meth
         None => ("anonymous", "none"),
     };
     tracing::warn!(actor = name, %method, path, status, message = %message, "refused");
-    state.ops.audit_refusal(name, role, &action, target, &format!("{status}: {message}")).await;
+    // A read refused to nobody in particular (no or bad credentials) is only logged: anyone
+    // who reaches the port could otherwise turn requests into audit rows without bound. Every
+    // refused action, and every refusal of someone whose credentials were good, is audited.
+    let anonymous_read = who.is_none() && (method == Method::GET || method == Method::HEAD);
+    if !anonymous_read {
+        state.ops.audit_refusal(name, role, &action, target, &format!("{status}: {message}")).await;
+    }
 }
 
 fn body<T: DeserializeOwned>(b: Result<Json<T>, JsonRejection>) -> ApiResult<T> {
@@ -351,8 +357,9 @@ async fn decide_dead_letter(
 
 async fn tasks(State(st): St, p: Principal, Query(q): Query<PageParams>) -> ApiResult<Json<Value>> {
     let limit = page_limit(&q)?;
-    let items = st.ops.tasks(&p.actor, opt(&q.after).as_deref(), limit).await?;
-    Ok(Json(id_page(items, limit, |t| t.id.clone())))
+    // The desk's own cursor: a page thinned by closed or ruled-out tasks still has a next.
+    let page = st.ops.tasks(&p.actor, opt(&q.after).as_deref(), limit).await?;
+    Ok(Json(json!({"items": page.items, "next": page.next})))
 }
 
 async fn task(State(st): St, p: Principal, Path(id): Path<String>) -> ApiResult<Json<kernel_core::ports::TaskRecord>> {

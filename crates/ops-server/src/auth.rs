@@ -30,8 +30,10 @@ type HmacSha256 = Hmac<Sha256>;
 pub const SESSION_COOKIE: &str = "ops_session";
 /// The CSRF header's name.
 pub const CSRF_HEADER: &str = "x-csrf-token";
-/// Most live sessions; the oldest is dropped for a new one beyond it.
+/// Most live sessions; a login beyond it is refused (503) until some end.
 pub const SESSIONS_MAX: usize = 10_000;
+/// Most live sessions of one actor; their oldest is ended for a new one beyond it.
+pub const SESSIONS_PER_ACTOR_MAX: usize = 16;
 
 /// How a request was authenticated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,12 +112,17 @@ impl Auth {
         let now = Instant::now();
         let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
         sessions.retain(|_, s| s.expires > now);
-        while sessions.len() >= SESSIONS_MAX {
-            let oldest = sessions.iter().min_by_key(|(_, s)| s.expires).map(|(k, _)| k.clone());
-            match oldest {
-                Some(k) => sessions.remove(&k),
-                None => break,
-            };
+        // An actor's own oldest session makes room for their new one: logging in many times
+        // never ends anybody else's session. A full table refuses the login.
+        let mine: Vec<(String, Instant)> =
+            sessions.iter().filter(|(_, s)| s.actor == actor).map(|(k, s)| (k.clone(), s.expires)).collect();
+        if mine.len() >= SESSIONS_PER_ACTOR_MAX {
+            if let Some((k, _)) = mine.iter().min_by_key(|(_, e)| *e) {
+                sessions.remove(k);
+            }
+        }
+        if sessions.len() >= SESSIONS_MAX {
+            return Err(format!("{SESSIONS_MAX} sessions are open: try again when some have ended"));
         }
         sessions.insert(id.clone(), Session { actor, expires: now + Duration::from_secs(self.access.session_ttl_s) });
         Ok(id)
@@ -353,5 +360,20 @@ mod tests {
         assert!(!a.csrf_ok(&p, None));
         a.close_session(&id);
         assert!(a.identify(&headers(&[("cookie", &cookie)])).is_err());
+    }
+
+    #[test]
+    fn logging_in_again_and_again_ends_only_one_s_own_oldest_sessions() {
+        let a = auth();
+        let operator = a.open_session(Actor::operator("olga")).unwrap();
+        let first_vic = a.open_session(Actor::viewer("vic")).unwrap();
+        for _ in 0..(SESSIONS_PER_ACTOR_MAX * 4) {
+            a.open_session(Actor::viewer("vic")).unwrap();
+        }
+        assert!(a.session(&operator).is_some(), "another actor's session survives");
+        assert!(a.session(&first_vic).is_none(), "vic's oldest was ended");
+        let vic = Actor::viewer("vic");
+        let live = a.sessions.lock().unwrap().values().filter(|s| s.actor == vic).count();
+        assert_eq!(live, SESSIONS_PER_ACTOR_MAX);
     }
 }

@@ -589,9 +589,11 @@ impl Ops {
     }
 
     /// The open tasks `actor` may decide (K-17.5), ordered by id; the token is never shown.
-    pub async fn tasks(&self, actor: &Actor, after: Option<&str>, limit: usize) -> Result<Vec<TaskRecord>> {
-        let (tasks, _) = self.desk.open_tasks(&actor.task_actor(), after, limit).await?;
-        Ok(tasks.into_iter().map(redact_task).collect())
+    /// A page may hold fewer than `limit` tasks (stale ones are closed, the desk's rules
+    /// apply) and still be followed by another: go on from `next` while it is set.
+    pub async fn tasks(&self, actor: &Actor, after: Option<&str>, limit: usize) -> Result<Page<TaskRecord>> {
+        let (tasks, next) = self.desk.open_tasks(&actor.task_actor(), after, limit).await?;
+        Ok(Page { items: tasks.into_iter().map(redact_task).collect(), next })
     }
 
     /// One task, for an actor who may decide it (the token is never shown).

@@ -798,8 +798,9 @@ async fn tasks(
         TaskVerb::List { after, limit } => {
             let list = ops.tasks(actor, after.as_deref(), limit).await?;
             ui.emit(out, &list, || {
+                let next = list.next.as_ref().map(|n| format!("next page: --after {n}\n")).unwrap_or_default();
                 let mut t = Table::new(["ID", "WORKFLOW", "STEP", "LEVEL", "TITLE", "DUE"]);
-                for k in &list {
+                for k in &list.items {
                     t.row([
                         k.id.clone(),
                         k.workflow_id.to_string(),
@@ -809,7 +810,7 @@ async fn tasks(
                         ts(k.due_at),
                     ]);
                 }
-                t.render()
+                t.render() + &next
             })?;
             return Ok(0);
         }

@@ -146,3 +146,46 @@ async fn metrics_are_served_in_the_prometheus_format_with_bounded_labels() {
         assert!(!text.contains(s.workflow_id.as_str()) && !text.contains(&s.biz_key), "{}", s.workflow_id);
     }
 }
+
+#[tokio::test]
+async fn the_task_inbox_pages_past_tasks_it_does_not_show() {
+    // K-17.5: a page thinned by a stale task (its workflow ended) still has a next page.
+    let rig = Rig::new().await;
+    let t1 = rig.start("invoice", "t1").await;
+    let t2 = rig.start("invoice", "t2").await;
+    rig.settle().await;
+    rig.ops.cancel(&ops::Actor::operator("olga"), &format!("id:{t1}")).await.unwrap();
+    let (s, v) = rig.get(OPERATOR, "/api/tasks?limit=1").await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert!(v["items"].as_array().unwrap().is_empty(), "t1's task is stale: {v}");
+    let next = v["next"].as_str().expect("a next page after a thinned one").to_string();
+    let (_, v) = rig.get(OPERATOR, &format!("/api/tasks?limit=1&after={}", urlencode(&next))).await;
+    assert_eq!(v["items"][0]["workflow_id"], t2.as_str(), "{v}");
+}
+
+#[tokio::test]
+async fn a_business_key_equal_to_another_workflow_s_id_neither_hides_nor_redirects_it() {
+    // The pages address workflows as `id:<id>`; a bare reference that is both is refused.
+    let rig = Rig::new().await;
+    let victim = rig.start("waiter", "victim").await;
+    rig.engine
+        .publisher()
+        .start_or_resume(
+            kernel_core::StartRequest::new("quick", victim.clone(), serde_json::json!({})).workflow_id("other-1"),
+        )
+        .await
+        .unwrap();
+    rig.settle().await;
+    let (s, _) = rig.get(VIEWER, &format!("/api/instances/{victim}")).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "ambiguous bare reference");
+    let (s, v) = rig.get(VIEWER, &format!("/api/instances/{}", urlencode(&format!("id:{victim}")))).await;
+    assert_eq!((s, v["workflow_id"].as_str()), (StatusCode::OK, Some(victim.as_str())), "{v}");
+    let (s, _) = rig
+        .post(OPERATOR, &format!("/api/instances/{}/cancel", urlencode(&format!("id:{victim}"))), serde_json::json!({}))
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(rig.status(&victim).await, kernel_core::WorkflowStatus::Canceled);
+    // The page's own links and actions use the prefix.
+    let js = include_str!("../../assets/app.js");
+    assert!(js.contains(r#"enc("id:" + id)"#) && js.contains(r#"enc("id:" + view.workflow_id)"#));
+}

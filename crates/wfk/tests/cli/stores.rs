@@ -25,8 +25,10 @@ async fn the_operator_walk_on_postgres() {
     assert_eq!(f.wfk(&["cancel", "order-1"]).await.0, 3, "completed: the guard refuses");
     let dl = json(&f.wfk(&["dlq", "list", "--json"]).await.1)[0]["id"].as_str().unwrap().to_string();
     assert_eq!(f.wfk(&["dlq", "fail", &dl]).await.0, 0);
-    let task =
-        json(&f.wfk(&["--roles", "finance", "tasks", "list", "--json"]).await.1)[0]["id"].as_str().unwrap().to_string();
+    let task = json(&f.wfk(&["--roles", "finance", "tasks", "list", "--json"]).await.1)["items"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert_eq!(f.wfk(&["--roles", "finance", "tasks", "reject", &task]).await.0, 0);
     assert_eq!(f.wfk(&["permits", "set", "llm", "--max-concurrency", "2"]).await.0, 0);
     assert!(f.wfk(&["migrate"]).await.1.contains("postgres schema"));

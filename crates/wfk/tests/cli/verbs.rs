@@ -242,10 +242,10 @@ async fn dead_letters_and_human_tasks() {
 
     // Tasks: only an actor with the role sees and decides them.
     let (code, out, _) = f.wfk(&["tasks", "list", "--json"]).await;
-    assert_eq!((code, json(&out).as_array().unwrap().len()), (0, 0), "no roles, no tasks");
+    assert_eq!((code, json(&out)["items"].as_array().unwrap().len()), (0, 0), "no roles, no tasks");
     let (code, out, _) = f.wfk(&["--roles", "finance", "tasks", "list", "--json"]).await;
     assert_eq!(code, 0);
-    let tasks = json(&out);
+    let tasks = json(&out)["items"].clone();
     assert_eq!(tasks.as_array().unwrap().len(), 1);
     assert_eq!(tasks[0]["token"], "(hidden)");
     let task = tasks[0]["id"].as_str().unwrap().to_string();
