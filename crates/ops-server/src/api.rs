@@ -101,7 +101,10 @@ async fn record_refusal(state: &AppState, who: Option<&Principal>, method: &Meth
 }
 
 fn body<T: DeserializeOwned>(b: Result<Json<T>, JsonRejection>) -> ApiResult<T> {
-    b.map(|Json(v)| v).map_err(|e| ApiError::bad_input(e.body_text()))
+    b.map(|Json(v)| v).map_err(|e| match e.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", e.body_text()),
+        _ => ApiError::bad_input(e.body_text()),
+    })
 }
 
 /// An action's answer: a viewer's refusal (the surface refuses and records it) is 403;

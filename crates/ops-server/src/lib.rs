@@ -67,6 +67,7 @@ pub fn router(ops: Arc<ops::Ops>, config: &ServerConfig) -> Result<Router> {
         .merge(api::routes())
         .with_state(state)
         .layer(axum::extract::DefaultBodyLimit::max(BODY_BYTES_MAX))
+        .layer(axum::middleware::map_response(json_errors))
         .layer(axum::middleware::map_response(security_headers)))
 }
 
@@ -106,6 +107,44 @@ pub fn metrics_router(
         }
     };
     Router::new().route("/metrics", axum::routing::get(scrape))
+}
+
+/// Most bytes of a framework refusal's text kept in its JSON error.
+const REJECTION_TEXT_MAX: usize = 1_024;
+
+/// Refusals made before a handler runs (a path segment that is not UTF-8, a repeated query
+/// key, a wrong method) come from the framework as plain text: turned into the API's
+/// `{"error", "message"}` like every other refusal.
+async fn json_errors(res: Response) -> Response {
+    let status = res.status();
+    let is_json = res
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !status.is_client_error() || is_json {
+        return res;
+    }
+    let kind = match status {
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::PAYLOAD_TOO_LARGE => "too_large",
+        StatusCode::UNAUTHORIZED => "unauthenticated",
+        StatusCode::FORBIDDEN => "forbidden",
+        _ => "bad_input",
+    };
+    let (parts, body) = res.into_parts();
+    let text = match axum::body::to_bytes(body, REJECTION_TEXT_MAX * 4).await {
+        Ok(b) => String::from_utf8_lossy(&b).chars().take(REJECTION_TEXT_MAX).collect::<String>(),
+        Err(_) => String::new(),
+    };
+    let message =
+        if text.trim().is_empty() { status.canonical_reason().unwrap_or("refused").to_string() } else { text };
+    let mut out = ApiError::new(status, kind, message).into_response();
+    if let Some(allow) = parts.headers.get(header::ALLOW) {
+        out.headers_mut().insert(header::ALLOW, allow.clone());
+    }
+    out
 }
 
 /// Headers on every answer: no framing, no sniffing, no referrer, a strict content policy,

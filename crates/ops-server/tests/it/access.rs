@@ -265,3 +265,21 @@ async fn every_action_refuses_no_token_a_bad_token_a_missing_csrf_token_and_a_vi
     assert_eq!(entries.len(), every_action(&wf).len() * 5, "{v}");
     assert!(entries.iter().all(|e| e["result"] == "refused"), "{v}");
 }
+
+#[tokio::test]
+async fn refusals_made_before_a_handler_are_json_too() {
+    // A path segment that is not UTF-8, a repeated query key, a wrong method, a body over
+    // the limit: each answers the API's {"error", "message"} with its own status.
+    let rig = Rig::new().await;
+    let auth = format!("Bearer {OPERATOR}");
+    let h: &[(&str, &str)] = &[("authorization", &auth)];
+    let (s, v) = rig.call(Method::GET, "/api/instances/%FF%FE", h, None).await;
+    assert_eq!((s, v["error"].as_str()), (StatusCode::BAD_REQUEST, Some("bad_input")), "{v}");
+    let (s, v) = rig.call(Method::GET, "/api/instances?limit=1&limit=2", h, None).await;
+    assert_eq!((s, v["error"].as_str()), (StatusCode::BAD_REQUEST, Some("bad_input")), "{v}");
+    let (s, v) = rig.call(Method::GET, "/api/instances/wf-x/cancel", h, None).await;
+    assert_eq!((s, v["error"].as_str()), (StatusCode::METHOD_NOT_ALLOWED, Some("method_not_allowed")), "{v}");
+    let big = json!({"signal_type": "x".repeat(ops_server::BODY_BYTES_MAX + 10)});
+    let (s, v) = rig.post(OPERATOR, "/api/instances/wf-x/signal", big).await;
+    assert_eq!((s, v["error"].as_str()), (StatusCode::PAYLOAD_TOO_LARGE, Some("too_large")), "{v}");
+}
