@@ -173,6 +173,25 @@ string_id! {
     ClaimToken
 }
 
+impl ClaimToken {
+    /// The last six characters: enough to tell claims apart in a log line, a span or an
+    /// operator's view, without handing out the token that fences writes.
+    ///
+    /// ```
+    /// use kernel_core::ClaimToken;
+    /// assert_eq!(ClaimToken::from("c-0123456789abcdef").suffix(), "abcdef");
+    /// assert_eq!(ClaimToken::from("ab").suffix(), "ab");
+    /// assert_eq!(ClaimToken::from("xäöüßéè").suffix(), "äöüßéè");
+    /// ```
+    pub fn suffix(&self) -> &str {
+        let t = self.as_str();
+        match t.char_indices().rev().nth(5) {
+            Some((i, _)) => &t[i..],
+            None => t,
+        }
+    }
+}
+
 string_id! {
     /// The business round (`fencing_token`, K-12): every conditional write of a dispatch
     /// intent and every fenced business write compares it.

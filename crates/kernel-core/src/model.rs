@@ -98,6 +98,9 @@ pub enum Priority {
 impl Priority {
     /// All lanes, most urgent first.
     pub const ALL: [Priority; 4] = [Priority::P0, Priority::P1, Priority::P2, Priority::P3];
+    /// The lanes' names, most urgent first: `p0` … `p3` (the operator views' and the
+    /// metrics' `lane` label).
+    pub const LANE_NAMES: [&'static str; 4] = ["p0", "p1", "p2", "p3"];
     /// Lane index 0..=3.
     pub fn index(self) -> usize {
         self as usize

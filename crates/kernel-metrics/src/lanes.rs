@@ -5,7 +5,7 @@ use kernel_core::ports::{DynClock, DynQueue, LaneStats};
 use kernel_core::Result;
 
 /// The `lane` label values, P0 first (the four fixed lanes of K-13).
-pub const LANES: [&str; 4] = ["p0", "p1", "p2", "p3"];
+pub const LANES: [&str; 4] = kernel_core::Priority::LANE_NAMES;
 
 /// Read the lanes' statistics once (`ReadyQueue::stats` at the clock's now) and set
 /// `wfk_lane_depth{lane}` and `wfk_lane_oldest_due_seconds{lane}`. Call it on a timer of

@@ -272,7 +272,7 @@ pub struct LaneView {
 }
 
 /// The four lanes, most urgent first (K-13).
-pub const LANES: [&str; 4] = ["p0", "p1", "p2", "p3"];
+pub const LANES: [&str; 4] = kernel_core::Priority::LANE_NAMES;
 
 /// The operator surface over one deployment. Cheap to share behind an `Arc`.
 pub struct Ops {
@@ -525,7 +525,7 @@ impl Ops {
             {
                 Some(LeaseView {
                     owner: snapshot.as_ref().and_then(|s| s.worker_id.clone()),
-                    claim: suffix(token.as_str()),
+                    claim: token.suffix().to_string(),
                     expires_at: until,
                 })
             }
@@ -944,7 +944,7 @@ impl Ops {
                     .map(|h| HolderView {
                         workflow_id: h.owner.workflow_id.clone(),
                         step: h.owner.step.clone(),
-                        claim: suffix(h.owner.claim_token.as_str()),
+                        claim: h.owner.claim_token.suffix().to_string(),
                         lease_until: h.lease_until,
                     })
                     .collect(),
@@ -1076,14 +1076,6 @@ impl Ops {
             e.to_string()
         })
     }
-}
-
-fn suffix(t: &str) -> String {
-    let mut cut = t.len().saturating_sub(6);
-    while !t.is_char_boundary(cut) {
-        cut += 1;
-    }
-    t[cut..].to_string()
 }
 
 fn clip_in_place(s: &mut String, max: usize) {

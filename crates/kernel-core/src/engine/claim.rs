@@ -169,12 +169,6 @@ struct Claim {
     prepared: Arc<Value>,
 }
 
-fn suffix(token: &ClaimToken) -> &str {
-    let token = token.as_str();
-    let n = token.len();
-    token.get(n.saturating_sub(6)..).unwrap_or(token)
-}
-
 /// Run a claim won with `token` to its end. Activity panics become step errors; no write
 /// is ever retried.
 pub(crate) async fn run(inner: Arc<Inner>, mut inst: WorkflowInstance, token: ClaimToken) -> ClaimEnd {
@@ -189,7 +183,7 @@ pub(crate) async fn run(inner: Arc<Inner>, mut inst: WorkflowInstance, token: Cl
         worker = %inner.config.worker_id,
         workflow.id = %inst.workflow_id,
         "workflow.type" = %inst.workflow_type,
-        workflow.claim = %suffix(&token),
+        workflow.claim = %token.suffix(),
         workflow.trace_parent = inst.trace_parent.as_deref(),
     );
     async move {
@@ -875,7 +869,7 @@ impl Claim {
             "workflow.type" = %self.def.workflow_type(),
             workflow.step = sd.name(),
             workflow.attempt = ctx.attempt,
-            workflow.claim = %suffix(&self.token),
+            workflow.claim = %self.token.suffix(),
         );
         let renewal = permit.as_ref().map(|permit| Renewal {
             permits: &*self.inner.ports.permits,
