@@ -1,12 +1,17 @@
 //! Tracing spans of a claim and of each step invocation, and the creating request's trace
 //! context handed to every activity (K-6, K-7.3).
+//!
+//! A test binary of its own with the capturing layer as the process-wide subscriber: a
+//! thread-local (`set_default`) subscriber in a binary whose other tests emit the same spans
+//! concurrently without one lets `tracing` cache a callsite as never interesting, and spans
+//! went missing at random. Captured spans are told apart by their workflow id.
 
 use kernel_core::definition::RetryPolicy;
 use kernel_core::trace::TraceParent;
 use kernel_core::{ActivityContext, ActivityError, Definition, StartRequest, StepDef, StepOutcome, WorkflowStatus};
 use serde_json::json;
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
 use testkit::harness::World;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -22,8 +27,12 @@ struct Captured {
     fields: BTreeMap<String, String>,
 }
 
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<Captured>>>, Arc<Mutex<Vec<String>>>);
+/// Every span opened in the process, with whether it has closed.
+#[derive(Default)]
+struct Capture {
+    spans: Mutex<Vec<(Captured, bool)>>,
+    open: Mutex<HashMap<u64, usize>>,
+}
 
 struct Fields<'a>(&'a mut BTreeMap<String, String>);
 
@@ -36,26 +45,50 @@ impl Visit for Fields<'_> {
     }
 }
 
-impl<S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>> Layer<S> for Capture {
-    fn on_new_span(&self, attrs: &Attributes<'_>, _id: &Id, _ctx: Context<'_, S>) {
+#[derive(Clone)]
+struct Layered(&'static Capture);
+
+impl<S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>> Layer<S> for Layered {
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, _ctx: Context<'_, S>) {
         let mut fields = BTreeMap::new();
         attrs.record(&mut Fields(&mut fields));
-        self.0.lock().unwrap().push(Captured { name: attrs.metadata().name().to_string(), fields });
+        // One lock at a time (the close takes them in the other order).
+        let index = {
+            let mut spans = self.0.spans.lock().unwrap();
+            spans.push((Captured { name: attrs.metadata().name().to_string(), fields }, false));
+            spans.len() - 1
+        };
+        self.0.open.lock().unwrap().insert(id.into_u64(), index);
     }
     fn on_record(&self, _id: &Id, _values: &Record<'_>, _ctx: Context<'_, S>) {}
-    fn on_close(&self, id: Id, ctx: Context<'_, S>) {
-        if let Some(span) = ctx.span(&id) {
-            self.1.lock().unwrap().push(span.name().to_string());
+    fn on_close(&self, id: Id, _ctx: Context<'_, S>) {
+        let index = self.0.open.lock().unwrap().remove(&id.into_u64());
+        if let Some(i) = index {
+            self.0.spans.lock().unwrap()[i].1 = true;
         }
     }
 }
 
+/// The process-wide capture, installed once.
+fn capture() -> &'static Capture {
+    static CAPTURE: OnceLock<&'static Capture> = OnceLock::new();
+    CAPTURE.get_or_init(|| {
+        let c: &'static Capture = Box::leak(Box::default());
+        tracing::subscriber::set_global_default(tracing_subscriber::registry().with(Layered(c)))
+            .expect("the only subscriber of this test binary");
+        c
+    })
+}
+
 impl Capture {
-    fn named(&self, name: &str) -> Vec<Captured> {
-        self.0.lock().unwrap().iter().filter(|c| c.name == name).cloned().collect()
-    }
-    fn closed(&self, name: &str) -> usize {
-        self.1.lock().unwrap().iter().filter(|n| *n == name).count()
+    /// The spans named `name` of workflow `wf`, and how many of them closed.
+    fn named(&self, name: &str, wf: &str) -> (Vec<Captured>, usize) {
+        let spans = self.spans.lock().unwrap();
+        let mine: Vec<&(Captured, bool)> = spans
+            .iter()
+            .filter(|(c, _)| c.name == name && c.fields.get("workflow.id").map(String::as_str) == Some(wf))
+            .collect();
+        (mine.iter().map(|(c, _)| c.clone()).collect(), mine.iter().filter(|(_, closed)| *closed).count())
     }
 }
 
@@ -97,30 +130,29 @@ fn definition(seen: Seen) -> Definition {
 /// appears only as its last six characters.
 #[tokio::test]
 async fn claims_and_steps_open_spans_with_their_fields() {
-    let capture = Capture::default();
-    let _guard = tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
+    let capture = capture();
     let world = World::new(21);
     let seen = Arc::new(Mutex::new(Vec::new()));
     let engine = world.engine("A", vec![definition(seen)]);
-    let req =
-        StartRequest::new("t", "biz-1", json!({})).workflow_id("wf-1").trace_parent(TraceParent::parse(TP).unwrap());
+    let req = StartRequest::new("t", "biz-1", json!({}))
+        .workflow_id("wf-spans")
+        .trace_parent(TraceParent::parse(TP).unwrap());
     engine.publisher().start_or_resume(req).await.unwrap();
     let report = world.drive(&engine).await.unwrap();
-    assert_eq!(world.instance("wf-1").await.unwrap().status, WorkflowStatus::Completed);
+    assert_eq!(world.instance("wf-spans").await.unwrap().status, WorkflowStatus::Completed);
 
-    let claims = capture.named("workflow.claim");
+    let (claims, claims_closed) = capture.named("workflow.claim", "wf-spans");
     assert_eq!(claims.len(), report.claims(), "one span per claim: {claims:?}");
     for c in &claims {
         let f = &c.fields;
         assert_eq!(f.get("otel.name").map(String::as_str), Some("claim t"), "{f:?}");
         assert_eq!(f.get("otel.kind").map(String::as_str), Some("consumer"));
-        assert_eq!(f.get("workflow.id").map(String::as_str), Some("wf-1"));
         assert_eq!(f.get("workflow.type").map(String::as_str), Some("t"));
         assert_eq!(f.get("workflow.trace_parent").map(String::as_str), Some(TP));
         let claim = f.get("workflow.claim").expect("claim suffix");
         assert!(!claim.is_empty() && claim.chars().count() <= 6, "{claim}");
     }
-    let steps = capture.named("workflow.step");
+    let (steps, steps_closed) = capture.named("workflow.step", "wf-spans");
     // a (fails), a (retry succeeds), b.
     let names: Vec<(&str, &str)> =
         steps.iter().map(|s| (s.fields["workflow.step"].as_str(), s.fields["workflow.attempt"].as_str())).collect();
@@ -129,14 +161,13 @@ async fn claims_and_steps_open_spans_with_their_fields() {
         let f = &s.fields;
         assert_eq!(f.get("otel.name"), Some(&format!("step {}", f["workflow.step"])));
         assert_eq!(f.get("otel.kind").map(String::as_str), Some("internal"));
-        assert_eq!(f.get("workflow.id").map(String::as_str), Some("wf-1"));
         assert_eq!(f.get("workflow.type").map(String::as_str), Some("t"));
         assert!(f.get("workflow.claim").is_some_and(|c| c.chars().count() <= 6), "{f:?}");
     }
     // Every span is closed once its claim ended (an exporter sends a span at its close):
     // the heartbeat driver, which outlives the first claim, is not inside it.
-    assert_eq!(capture.closed("workflow.claim"), claims.len());
-    assert_eq!(capture.closed("workflow.step"), steps.len());
+    assert_eq!(claims_closed, claims.len());
+    assert_eq!(steps_closed, steps.len());
     // The step spans of one claim carry that claim's suffix.
     let claim_suffixes: Vec<&String> = claims.iter().map(|c| &c.fields["workflow.claim"]).collect();
     assert!(steps.iter().all(|s| claim_suffixes.contains(&&s.fields["workflow.claim"])));

@@ -21,7 +21,6 @@ mod model_steps;
 mod refused;
 mod renewal;
 mod round_trips;
-mod spans;
 mod standalone_publisher;
 mod stream_fencing;
 mod write_budget;
