@@ -441,6 +441,9 @@ impl StoreSide {
             }
             #[cfg(feature = "memory")]
             StoreHandle::Memory => "memory: nothing to migrate".to_string(),
+            // Only in a build without store drivers, where no `StoreSide` exists.
+            #[allow(unreachable_patterns)]
+            _ => format!("{}: no store driver in this build", self.scheme.kind()),
         }
     }
 
