@@ -84,8 +84,12 @@ if [ -z "${MONGODB_URI:-}" ] && [ -f scripts/mongo-wire.sh ]; then
     exit 1
   fi
 fi
+REDIS_CLUSTER_DIR=""
 cleanup() {
   end_section
+  if [ -n "$REDIS_CLUSTER_DIR" ]; then
+    bash scripts/redis-cluster.sh stop "$REDIS_CLUSTER_DIR" || true
+  fi
   if [ -n "$started_mongo" ]; then
     echo "mongo-wire op counters of this run: $(bash scripts/mongo-wire.sh stats 2>/dev/null || echo unavailable)"
     bash scripts/mongo-wire.sh stop >/dev/null 2>&1 || true
@@ -165,6 +169,37 @@ cargo test -q -p testkit --test engine control::control_report -- --nocapture --
   | grep -E '^(control:|control sweep:|test result)'
 # A dedicated redis-server on a free port is killed and restarted (never the shared one).
 cargo test -p queue-redis --test it redis_outage_engines_complete_through_the_store_and_lanes_are_rebuilt -- --nocapture
+
+section "Redis Cluster (3 local masters: the Redis adapters' suites, K-13/K-14/K-16)"
+# A throw-away cluster on free ports (scripts/redis-cluster.sh stops exactly what it
+# started). The same tests run on it as on the one server of "cargo test" above: every
+# integration test of queue-redis (queue, wakeup, dispatch-candidates and result-cache
+# conformance suites among them), permit-redis (its conformance suite) and sse-stream, and a
+# worker on a cluster queue URL through compose. Left out: the permit benchmark smoke test
+# (single connections to one node) and the migration of untagged keys (one server only).
+cluster_out=$(bash scripts/redis-cluster.sh start)
+eval "$(printf '%s\n' "$cluster_out" | grep '^REDIS_CLUSTER_')"
+cluster_skips=(--skip bench_smoke --skip untagged_limits_of_an_earlier_version_migrate)
+cluster_count() { grep -c ': test$' || true; }
+single_node=$(( $(cargo test -q -p queue-redis -p permit-redis -p sse-stream --test it -- "${cluster_skips[@]}" --list 2>/dev/null | cluster_count) \
+  + $(cargo test -q -p compose --test it -- redis_queue --list 2>/dev/null | cluster_count) ))
+cluster_log=$(mktemp)
+cluster_ok=1
+REDIS_URL="$REDIS_CLUSTER_URL" cargo test --no-fail-fast -p queue-redis -p permit-redis -p sse-stream --test it \
+  -- "${cluster_skips[@]}" >"$cluster_log" 2>&1 || cluster_ok=""
+REDIS_URL="$REDIS_CLUSTER_URL" cargo test -p compose --test it -- redis_queue >>"$cluster_log" 2>&1 || cluster_ok=""
+suites=$(grep -c '^test result:' "$cluster_log" || true)
+passed=$(sed -n 's/^test result: .* \([0-9][0-9]*\) passed;.*/\1/p' "$cluster_log" | awk '{ s += $1 } END { print s + 0 }')
+crossslot=$(bash scripts/redis-cluster.sh errors "$REDIS_CLUSTER_DIR" | sed 's/^crossslot_errors=//')
+echo "redis-cluster: nodes=3 suites=$suites passed=$passed crossslot_errors=$crossslot single_node_tests=$single_node"
+if [ -z "$cluster_ok" ] || [ "$passed" != "$single_node" ] || [ "$crossslot" != 0 ]; then
+  grep -E '^(test .*FAILED|---- |thread .*panicked|failures:)' -A3 "$cluster_log" | head -n 80 >&2 || true
+  echo "the Redis Cluster run differs from the single server's" >&2
+  exit 1
+fi
+rm -f "$cluster_log"
+bash scripts/redis-cluster.sh stop "$REDIS_CLUSTER_DIR"
+REDIS_CLUSTER_DIR=""
 
 section "dispatch under fire (in-memory adapters)"
 cargo run -q -p dispatch-recovery -- --seed 7 --requests 1000

@@ -7,7 +7,7 @@
 //! | scheme | role | cargo feature | adapters |
 //! |---|---|---|---|
 //! | `mongodb://host[:port][/database][?options]`, `mongodb+srv://…` | store | `mongo` | `MongoWorkflowStore`, `MongoSignalInbox`, `MongoDeadLetters`, `MongoResultCache`, `MongoObservationRepository` |
-//! | `redis://host[:port][/db][?prefix=<p>]`, `rediss://…` | queue | `redis` | `RedisReadyQueue`, `RedisWakeup`, `RedisPermits` |
+//! | `redis://host[:port][/db][?prefix=<p>]`, `rediss://…`; a Redis Cluster: `redis+cluster://host:port[,host:port…][/][?prefix=<p>]` or `redis://host:port,host:port[,…]` | queue | `redis` | `RedisReadyQueue`, `RedisWakeup`, `RedisPermits` (on a cluster too: see `queue_redis`'s key layout) |
 //! | `postgres://[user@]host[:port][/database][?schema=<s>&options]`, `postgresql://…` | store | `postgres` | `PostgresWorkflowStore`, `PostgresSignalInbox`, `PostgresDeadLetters`, `PostgresResultCache`, `PostgresOutbox`, `PostgresObservationRepository` (migrated on connect) |
 //! | `sqlite:<path>` | store or queue | `sqlite` | `SqliteWorkflowStore`, `SqliteSignalInbox`, `SqliteDeadLetters`, `SqliteResultCache`, `SqliteOutbox`, `SqliteObservationRepository` (migrated on open); as a queue, coord-local in that file |
 //! | `local` | queue | `local` | coord-local: in the `sqlite:` store's file, else in this process |

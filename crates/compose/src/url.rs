@@ -89,7 +89,12 @@ pub struct SchemeInfo {
 /// and a driver module; parsing, errors and the feature check then cover it.
 pub const SCHEMES: &[SchemeInfo] = &[
     SchemeInfo { names: &["mongodb", "mongodb+srv"], scheme: Scheme::Mongo, roles: &[Role::Store], feature: "mongo" },
-    SchemeInfo { names: &["redis", "rediss"], scheme: Scheme::Redis, roles: &[Role::Queue], feature: "redis" },
+    SchemeInfo {
+        names: &["redis", "rediss", "redis+cluster", "rediss+cluster"],
+        scheme: Scheme::Redis,
+        roles: &[Role::Queue],
+        feature: "redis",
+    },
     SchemeInfo { names: &["memory"], scheme: Scheme::Memory, roles: &[Role::Store, Role::Queue], feature: "memory" },
     SchemeInfo {
         names: &["postgres", "postgresql"],
@@ -250,6 +255,10 @@ impl Target {
                 if let Err(e) = kernel_core::validate::identifier("prefix", &prefix) {
                     return Err(malformed(&format!("bad key prefix: {e}")));
                 }
+                // The Redis key layouts set their own hash tags after the prefix.
+                if prefix.contains(['{', '}']) {
+                    return Err(malformed("bad key prefix: it must not contain `{` or `}`"));
+                }
                 let mut driver_url = format!("{scheme}://{before_query}");
                 if !kept.is_empty() {
                     driver_url.push('?');
@@ -336,6 +345,15 @@ mod tests {
     }
 
     #[test]
+    fn a_redis_cluster_url_keeps_its_seed_list_for_the_driver() {
+        let t = parse(Role::Queue, "redis+cluster://127.0.0.1:7000,127.0.0.1:7001?prefix=orders").unwrap();
+        assert_eq!((t.scheme, t.namespace.as_str()), (Scheme::Redis, "orders"));
+        assert_eq!(t.url, "redis+cluster://127.0.0.1:7000,127.0.0.1:7001");
+        let t = parse(Role::Queue, "redis://:pw@a:1,b:2/?prefix=p&protocol=resp3").unwrap();
+        assert_eq!((t.url.as_str(), t.namespace.as_str()), ("redis://:pw@a:1,b:2/?protocol=resp3", "p"));
+    }
+
+    #[test]
     fn redis_url_takes_the_prefix_out_for_the_driver() {
         let t = parse(Role::Queue, "redis://127.0.0.1:6379/2?prefix=orders&protocol=resp3").unwrap();
         assert_eq!((t.scheme, t.namespace.as_str()), (Scheme::Redis, "orders"));
@@ -406,6 +424,7 @@ mod tests {
             (Role::Queue, "redis://", "no host"),
             (Role::Queue, "redis://h?prefix=", "bad key prefix"),
             (Role::Queue, "redis://h?prefix=a\tb", "bad key prefix"),
+            (Role::Queue, "redis://h?prefix={wfk}", "bad key prefix"),
             (Role::Queue, "memory:extra", "takes nothing"),
             (Role::Store, "postgres:h/db", "expected postgres://host"),
             (Role::Store, "postgres:///db", "no host"),

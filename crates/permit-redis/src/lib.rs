@@ -6,26 +6,33 @@
 //! `max_concurrency` and `max_starts_per_second` (0 = unlimited) atomically. Leases and the
 //! 1 s start window are timed by Redis `TIME`, one clock for every worker.
 //!
-//! Keys per resource, under a configurable prefix (on Redis Cluster use a hash-tagged
-//! prefix such as `{wfk}`):
+//! Keys per resource, under a configurable prefix; the four keys of a resource share the
+//! hash tag `{<prefix>:<resource>}`, so on a Redis Cluster each resource lives in one slot
+//! (its acquire stays one atomic script) and different resources spread over the nodes:
 //!
 //! | key | type | content |
 //! |---|---|---|
-//! | `<prefix>:permit:<resource>:limits` | hash | `max_concurrency`, `max_starts_per_second`, set by operators, read on every acquire |
-//! | `<prefix>:permit:<resource>:holders` | ZSET | owner key → lease end (ms) |
-//! | `<prefix>:permit:<resource>:starts` | ZSET | starts of the last second (µs) |
+//! | `<prefix>:permit:{<prefix>:<resource>}:limits` | hash | `max_concurrency`, `max_starts_per_second`, set by operators, read on every acquire |
+//! | `<prefix>:permit:{<prefix>:<resource>}:holders` | ZSET | owner key → lease end (ms) |
+//! | `<prefix>:permit:{<prefix>:<resource>}:starts` | ZSET | starts of the last second (µs) |
+//! | `<prefix>:permit:{<prefix>:<resource>}:indexed` | string | the index lists the resource until at least this Redis time (ms) |
 //! | `<prefix>:permits` | ZSET | index of resource names (score 0), for [`Permits::resources`] |
 //!
-//! The index is written by every acquire or renewal that writes a holder and by
-//! [`Permits::set_limits`]; [`Permits::resources`] checks each indexed name against its
-//! own keys and drops the names that have neither live limits nor an unexpired holder.
-//! Like the holders, an index that only holders wrote expires a second after the last
-//! lease it saw; once `set_limits` wrote to it, it persists like the limits hashes.
-//! Limits written to a hash by hand (`HSET`) are read by acquires but listed only once the
-//! resource is held or written through `set_limits`.
-//! That script reads keys it derives from the prefix, so on Redis Cluster the prefix must
-//! carry a hash tag (as above) to keep every key on one node. Holders written by workers of
-//! a version without the index appear once a worker with it acquires or renews them.
+//! The index is another key (another slot), so the acquire script never writes it: it
+//! reports when the index is due — the first holder after a while, or after a flush — and
+//! only then a second call lists the resource, with a lease of headroom, so a steady
+//! stream of acquires and renewals costs one round trip each. [`Permits::set_limits`]
+//! writes the limits, then lists the resource. [`Permits::resources`] checks each indexed
+//! name against its own keys and drops the names that have neither live limits nor an
+//! unexpired holder. Like the holders, an index that only holders wrote expires a second
+//! after the last lease it saw; once `set_limits` wrote to it, it persists like the limits
+//! hashes. Limits written to a hash by hand (`HSET`) are read by acquires but listed only
+//! once the resource is held or written through `set_limits`. A failed index write after a
+//! granted acquire is logged, not an error: the permit is held; the listing misses the
+//! resource until its next holder after the headroom.
+//!
+//! The untagged keys of earlier versions (`<prefix>:permit:<resource>:…`) are not
+//! read: see [`RedisPermits::migrate_untagged_limits`].
 //!
 //! Operators: [`Permits::usage`] reports a resource's effective limits, unexpired holders
 //! (with their lease ends on Redis `TIME`) and starts in the current window;
@@ -71,15 +78,19 @@ use redis::Script;
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
-/// The connection type [`RedisPermits::new`] takes, so callers need no `redis` dependency.
-pub use redis::aio::ConnectionManager;
+/// The connection types [`RedisPermits::new`] takes, so callers need no `redis` dependency.
+pub use queue_redis::{ConnectionManager, RedisConn};
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/acquire.lua")));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/release.lua")));
 static HOLDERS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/holders.lua")));
 static SET_LIMITS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/set_limits.lua")));
 static USAGE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/usage.lua")));
-static RESOURCES: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/resources.lua")));
+static INDEX: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/index.lua")));
+static LIVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/live.lua")));
+
+/// Names one page of [`Permits::resources`] reads from the index (and checks at once).
+pub const INDEX_PAGE: usize = 128;
 
 /// Longest permit lease.
 pub const LEASE_MS_MAX: DurationMs = DurationMs::from_millis(3_600_000);
@@ -123,7 +134,7 @@ impl RedisPermitsConfig {
 
     /// Check every field.
     pub fn validate(&self) -> Result<()> {
-        validate::identifier("prefix", &self.prefix)?;
+        queue_redis::check_prefix(&self.prefix)?;
         validate::positive_ms("lease_ms", self.lease_ms)?;
         if self.lease_ms > LEASE_MS_MAX {
             return Err(Error::invalid("lease_ms", format_args!("{} exceeds {LEASE_MS_MAX}", self.lease_ms)));
@@ -152,6 +163,8 @@ pub struct PermitKeys {
     pub holders: String,
     /// Starts ZSET.
     pub starts: String,
+    /// Index marker: the index lists the resource until at least this Redis time (ms).
+    pub indexed: String,
 }
 
 /// What one acquire did, with the Redis time it was judged at.
@@ -168,7 +181,7 @@ pub struct Acquired {
 /// [`Permits`] on Redis. Cheap to clone; clones share the connection.
 #[derive(Clone)]
 pub struct RedisPermits {
-    conn: ConnectionManager,
+    conn: RedisConn,
     config: Arc<RedisPermitsConfig>,
 }
 
@@ -185,9 +198,9 @@ pub use queue_redis::{connect, CONNECT_TIMEOUT_MS, RESPONSE_TIMEOUT_MS};
 
 impl RedisPermits {
     /// Permits with `config`.
-    pub fn new(conn: ConnectionManager, config: RedisPermitsConfig) -> Result<Self> {
+    pub fn new(conn: impl Into<RedisConn>, config: RedisPermitsConfig) -> Result<Self> {
         config.validate()?;
-        Ok(RedisPermits { conn, config: Arc::new(config) })
+        Ok(RedisPermits { conn: conn.into(), config: Arc::new(config) })
     }
 
     /// Permits with `config` on a new connection to `url` (see [`connect`]).
@@ -208,14 +221,20 @@ impl RedisPermits {
         &self.config
     }
 
-    /// The keys of `resource`. Distinct resources never share a key: every key ends in a
-    /// fixed suffix after the resource name.
+    /// The keys of `resource`, all with the hash tag `{<prefix>:<resource>}` (one slot).
+    /// Distinct resources never share a key: every key ends in a fixed suffix after the
+    /// resource name.
     pub fn keys(&self, resource: &str) -> PermitKeys {
-        let base = format!("{}:permit:{resource}", self.config.prefix);
+        Self::keys_of(&self.config.prefix, resource)
+    }
+
+    fn keys_of(prefix: &str, resource: &str) -> PermitKeys {
+        let base = format!("{prefix}:permit:{{{prefix}:{resource}}}");
         PermitKeys {
             limits: format!("{base}:limits"),
             holders: format!("{base}:holders"),
             starts: format!("{base}:starts"),
+            indexed: format!("{base}:indexed"),
         }
     }
 
@@ -233,7 +252,7 @@ impl RedisPermits {
     /// Load the scripts now (startup), so the first calls need no round trip for it.
     pub async fn load_scripts(&self) -> Result<()> {
         let mut conn = self.conn.clone();
-        for s in [&*ACQUIRE, &*RELEASE, &*HOLDERS, &*SET_LIMITS, &*USAGE, &*RESOURCES] {
+        for s in [&*ACQUIRE, &*RELEASE, &*HOLDERS, &*SET_LIMITS, &*USAGE, &*INDEX, &*LIVE] {
             s.prepare_invoke().load_async(&mut conn).await.map_err(map_redis_error)?;
         }
         Ok(())
@@ -259,15 +278,19 @@ impl RedisPermits {
         inv.key(&keys.limits)
             .key(&keys.holders)
             .key(&keys.starts)
-            .key(self.index_key())
+            .key(&keys.indexed)
             .arg(owner.key())
             .arg(self.config.lease_ms.as_millis())
             .arg(configured.max_concurrency)
             .arg(configured.max_starts_per_second)
-            .arg(if renewal { "1" } else { "0" })
-            .arg(resource);
-        let (granted, ms, redis_time_us, renewed): (i64, i64, i64, i64) =
+            .arg(if renewal { "1" } else { "0" });
+        let (granted, ms, redis_time_us, renewed, index_due): (i64, i64, i64, i64, i64) =
             inv.invoke_async(&mut self.conn.clone()).await.map_err(map_redis_error)?;
+        if index_due > 0 {
+            if let Err(e) = self.index(resource, &index_due.to_string()).await {
+                tracing::warn!(resource, error = %e, "permit held, but the resource index was not written");
+            }
+        }
         let decision = if granted == 1 {
             PermitDecision::Granted { lease_ms: DurationMs::from_millis(ms) }
         } else {
@@ -300,18 +323,33 @@ impl RedisPermits {
         Ok(self.holders(resource).await?.contains(&owner.key()))
     }
 
-    /// Write a resource's live limits and index the resource, in one script call (what
-    /// [`Permits::set_limits`] does).
+    /// Write a resource's live limits, then list the resource in the index: two script
+    /// calls (what [`Permits::set_limits`] does). A failure between them leaves the limits
+    /// in force and the resource unlisted; repeating the call is harmless.
     pub async fn set_limits(&self, resource: &str, limits: PermitLimits) -> Result<()> {
         validate::key_name("resource", resource)?;
         let mut inv = SET_LIMITS.prepare_invoke();
-        inv.key(self.keys(resource).limits)
-            .key(self.index_key())
-            .arg(limits.max_concurrency)
-            .arg(limits.max_starts_per_second)
-            .arg(resource);
+        inv.key(self.keys(resource).limits).arg(limits.max_concurrency).arg(limits.max_starts_per_second);
+        inv.invoke_async::<i64>(&mut self.conn.clone()).await.map_err(map_redis_error)?;
+        self.index(resource, "persist").await
+    }
+
+    /// List `resource` in the index until `until` (Redis ms), or for good (`persist`).
+    async fn index(&self, resource: &str, until: &str) -> Result<()> {
+        let mut inv = INDEX.prepare_invoke();
+        inv.key(self.index_key()).arg(resource).arg(until);
         inv.invoke_async::<i64>(&mut self.conn.clone()).await.map_err(map_redis_error)?;
         Ok(())
+    }
+
+    /// Whether `resource` has live limits or an unexpired holder; with `forget`, a resource
+    /// that has neither also loses its index marker.
+    async fn live(&self, resource: &str, forget: bool) -> Result<bool> {
+        let keys = self.keys(resource);
+        let mut inv = LIVE.prepare_invoke();
+        inv.key(&keys.limits).key(&keys.holders).key(&keys.indexed).arg(if forget { "1" } else { "0" });
+        let live: i64 = inv.invoke_async(&mut self.conn.clone()).await.map_err(map_redis_error)?;
+        Ok(live == 1)
     }
 
     /// What [`Permits::usage`] reports, in one script call.
@@ -358,13 +396,123 @@ impl RedisPermits {
         })
     }
 
-    /// What [`Permits::resources`] lists, in one script call.
+    /// What [`Permits::resources`] lists: the index in name order, pages of
+    /// [`INDEX_PAGE`] names, each checked against its own keys (concurrently: on a cluster
+    /// they are in other slots). A name that is not live is dropped from the index, then
+    /// checked once more and put back if a holder came meanwhile, so a concurrent acquire is
+    /// never left unlisted.
     async fn read_resources(&self) -> Result<Vec<String>> {
-        let mut inv = RESOURCES.prepare_invoke();
-        inv.key(self.index_key()).arg(format!("{}:permit:", self.config.prefix)).arg(PERMIT_RESOURCES_MAX);
-        let mut names: Vec<String> = inv.invoke_async(&mut self.conn.clone()).await.map_err(map_redis_error)?;
-        names.truncate(PERMIT_RESOURCES_MAX);
-        Ok(names)
+        let index = self.index_key();
+        let mut out = Vec::new();
+        let mut from = "-".to_string();
+        while out.len() < PERMIT_RESOURCES_MAX {
+            let batch: Vec<String> = redis::cmd("ZRANGEBYLEX")
+                .arg(&index)
+                .arg(&from)
+                .arg("+")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(INDEX_PAGE)
+                .query_async(&mut self.conn.clone())
+                .await
+                .map_err(map_redis_error)?;
+            let Some(last) = batch.last() else { break };
+            from = format!("({last}");
+            let full = batch.len() == INDEX_PAGE;
+            let live = futures::future::try_join_all(batch.iter().map(|r| self.live(r, false))).await?;
+            for (name, live) in batch.into_iter().zip(live) {
+                if live {
+                    if out.len() < PERMIT_RESOURCES_MAX {
+                        out.push(name);
+                    }
+                    continue;
+                }
+                redis::cmd("ZREM")
+                    .arg(&index)
+                    .arg(&name)
+                    .query_async::<i64>(&mut self.conn.clone())
+                    .await
+                    .map_err(map_redis_error)?;
+                if self.live(&name, true).await? {
+                    // A holder came between the check and the removal: list it again.
+                    redis::cmd("ZADD")
+                        .arg(&index)
+                        .arg("NX")
+                        .arg(0)
+                        .arg(&name)
+                        .query_async::<i64>(&mut self.conn.clone())
+                        .await
+                        .map_err(map_redis_error)?;
+                    if out.len() < PERMIT_RESOURCES_MAX {
+                        out.push(name);
+                    }
+                }
+            }
+            if !full {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Copy the live limits that earlier versions kept under untagged keys
+    /// (`<prefix>:permit:<resource>:limits`) to this version's keys, listing each resource,
+    /// and delete the old hashes; returns the resources moved. Run once when moving a
+    /// deployment to this version (or onto a cluster: run it against the old server with
+    /// this version's adapter on the old server, then move the keys, or just set the limits
+    /// again). Holders and start windows are not moved: they are not facts, and running
+    /// activities re-register on their next renewal (K-14's bounded overshoot). Only a
+    /// single server can be scanned for them; on a cluster this is
+    /// [`Error::InvalidInput`].
+    pub async fn migrate_untagged_limits(&self) -> Result<Vec<String>> {
+        if self.conn.is_cluster() {
+            return Err(Error::invalid("redis url", "untagged permit keys exist only on a single server"));
+        }
+        let head = format!("{}:permit:", self.config.prefix);
+        let mut moved = Vec::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(format!("{head}*:limits"))
+                .arg("COUNT")
+                .arg(500)
+                .query_async(&mut self.conn.clone())
+                .await
+                .map_err(map_redis_error)?;
+            for key in keys {
+                let Some(resource) = key.strip_prefix(&head).and_then(|r| r.strip_suffix(":limits")) else { continue };
+                if resource.starts_with('{') || validate::key_name("resource", resource).is_err() {
+                    continue;
+                }
+                let (mc, ms): (Option<u32>, Option<u32>) = redis::cmd("HMGET")
+                    .arg(&key)
+                    .arg("max_concurrency")
+                    .arg("max_starts_per_second")
+                    .query_async(&mut self.conn.clone())
+                    .await
+                    .map_err(map_redis_error)?;
+                let configured = self.config.configured(resource);
+                let limits = PermitLimits {
+                    max_concurrency: mc.unwrap_or(configured.max_concurrency),
+                    max_starts_per_second: ms.unwrap_or(configured.max_starts_per_second),
+                };
+                self.set_limits(resource, limits).await?;
+                redis::cmd("DEL")
+                    .arg(&key)
+                    .query_async::<i64>(&mut self.conn.clone())
+                    .await
+                    .map_err(map_redis_error)?;
+                moved.push(resource.to_string());
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        moved.sort();
+        Ok(moved)
     }
 
     /// Delete a resource's live limits, so the configured ones apply.
@@ -396,13 +544,12 @@ impl RedisPermits {
             .arg(keys.limits)
             .arg(keys.holders)
             .arg(keys.starts)
-            .arg(self.index_key())
+            .arg(keys.indexed)
             .arg(owner.key())
             .arg(self.config.lease_ms.as_millis())
             .arg(configured.max_concurrency)
             .arg(configured.max_starts_per_second)
-            .arg("0")
-            .arg(resource);
+            .arg("0");
         cmd
     }
 
@@ -464,12 +611,32 @@ mod tests {
     /// script change is a protocol change: these pins make it deliberate.
     #[test]
     fn script_fingerprints_are_pinned() {
-        assert_eq!(ACQUIRE.get_hash(), "d9da2cdebdb0d0c5dc3dbb0622f7365346bf7458");
+        assert_eq!(ACQUIRE.get_hash(), "be2817be1f1d1c988640e84491349e05715f3941");
         assert_eq!(RELEASE.get_hash(), "c5a93b835a3561b233615b8b84c98b6a16c6f840");
         assert_eq!(HOLDERS.get_hash(), "efbf4e7f3cd5b8e84052a29d3a4e64d8217b8e07");
-        assert_eq!(SET_LIMITS.get_hash(), "5bd1239692e2205ae9de2a14fc4db88db2925996");
+        assert_eq!(SET_LIMITS.get_hash(), "9c41eb9be6fb4b43e1596717b3e9afd0a94d6b33");
         assert_eq!(USAGE.get_hash(), "a6d957db6b98dc035ec037a0da104b1d177cd1a7");
-        assert_eq!(RESOURCES.get_hash(), "710531120e9a55f405ead833d6a0abc39cb24134");
+        assert_eq!(INDEX.get_hash(), "36a78e0a0b9facae5d1141f664e2a5e832094477");
+        assert_eq!(LIVE.get_hash(), "693092b35ccdd1bb0072b2276098a19bed278aa1");
+    }
+
+    /// On a cluster an acquire's keys must share one slot: a resource's four keys do, and
+    /// different resources spread over the slots (K-14).
+    #[test]
+    fn one_resource_is_one_slot_and_resources_spread() {
+        let p = RedisPermitsConfig::new("wfk", PermitLimits::default());
+        let slot_of = |r: &str| {
+            let base = RedisPermits::keys_of(&p.prefix, r);
+            let slots: std::collections::BTreeSet<u16> = [base.limits, base.holders, base.starts, base.indexed]
+                .iter()
+                .map(|k| queue_redis::hash_slot(k))
+                .collect();
+            assert_eq!(slots.len(), 1, "{r}: {slots:?}");
+            *slots.first().unwrap()
+        };
+        let spread: std::collections::BTreeSet<u16> = (0..64).map(|i| slot_of(&format!("tenant:t{i}:asr"))).collect();
+        assert!(spread.len() > 32, "64 resources on {} slots", spread.len());
+        assert!(RedisPermitsConfig::new("{wfk}", PermitLimits::default()).validate().is_err(), "a braced prefix");
     }
 
     #[test]

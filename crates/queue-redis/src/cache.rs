@@ -1,8 +1,8 @@
+use crate::RedisConn;
 use crate::{check_prefix, map_redis_error};
 use kernel_core::model::{DurationMs, Instant};
 use kernel_core::ports::*;
 use kernel_core::{validate, Error, Result};
-use redis::aio::ConnectionManager;
 use redis::Script;
 use serde_json::{json, Value};
 use std::sync::LazyLock;
@@ -10,9 +10,11 @@ use std::sync::LazyLock;
 static PUT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/cache_put.lua")));
 static PURGE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/cache_purge.lua")));
 
-/// [`ResultCache`] on Redis (K-17.7): one string per entry, `<prefix>:cache:<key hex>` =
-/// `{"value", "stored_at", "expires_at"}` as JSON, and the ZSET `<prefix>:cache-expiry`
-/// (member = key hex, score = `expires_at`).
+/// [`ResultCache`] on Redis (K-17.7): one string per entry, `<prefix>:{<prefix>:cache}:e:<key
+/// hex>` = `{"value", "stored_at", "expires_at"}` as JSON, and the ZSET
+/// `<prefix>:{<prefix>:cache}:expiry` (member = key hex, score = `expires_at`). All share the
+/// hash tag `{<prefix>:cache}`: on a Redis Cluster one cache lives in one slot, so that a
+/// put and a purge stay atomic scripts.
 ///
 /// A put is one script: `SET … PX ttl` and the `ZADD`, atomically. `PX` is a backstop: the
 /// server expires the entry `ttl` after the put on its own clock, never before the caller's
@@ -22,11 +24,11 @@ static PURGE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/
 /// `ZRANGEBYSCORE -inf now LIMIT 0 limit`, then `DEL` and `ZREM` of each; it counts only the
 /// entries Redis still held (one it already expired counts 0).
 ///
-/// The purge script builds entry keys from the prefix, so on Redis Cluster use a
-/// hash-tagged prefix such as `{wfk}` (all keys in one slot).
+/// The purge script builds entry keys from the prefix inside the tag, so they are in the
+/// slot of the expiry ZSET it is given.
 #[derive(Clone)]
 pub struct RedisResultCache {
-    conn: ConnectionManager,
+    conn: RedisConn,
     entry_prefix: String,
     expiry: String,
 }
@@ -39,12 +41,12 @@ impl std::fmt::Debug for RedisResultCache {
 
 impl RedisResultCache {
     /// The cache under `prefix`.
-    pub fn new(conn: ConnectionManager, prefix: &str) -> Result<Self> {
+    pub fn new(conn: impl Into<RedisConn>, prefix: &str) -> Result<Self> {
         check_prefix(prefix)?;
         Ok(RedisResultCache {
-            conn,
-            entry_prefix: format!("{prefix}:cache:"),
-            expiry: format!("{prefix}:cache-expiry"),
+            conn: conn.into(),
+            entry_prefix: format!("{prefix}:{{{prefix}:cache}}:e:"),
+            expiry: format!("{prefix}:{{{prefix}:cache}}:expiry"),
         })
     }
 

@@ -1,8 +1,8 @@
+use crate::RedisConn;
 use crate::{check_prefix, map_redis_error};
 use kernel_core::model::Instant;
 use kernel_core::ObjectId;
 use kernel_core::{validate, Error, Result};
-use redis::aio::ConnectionManager;
 use redis::Script;
 use std::sync::LazyLock;
 
@@ -22,7 +22,7 @@ pub const DISPATCH_BATCH_MAX: usize = 1_000;
 /// store scan under the dispatcher's mutex remains the fallback when Redis is down.
 #[derive(Clone)]
 pub struct RedisDispatchCandidates {
-    conn: ConnectionManager,
+    conn: RedisConn,
     key: String,
 }
 
@@ -34,9 +34,9 @@ impl std::fmt::Debug for RedisDispatchCandidates {
 
 impl RedisDispatchCandidates {
     /// Candidates under `prefix`.
-    pub fn new(conn: ConnectionManager, prefix: &str) -> Result<Self> {
+    pub fn new(conn: impl Into<RedisConn>, prefix: &str) -> Result<Self> {
         check_prefix(prefix)?;
-        Ok(RedisDispatchCandidates { conn, key: format!("{prefix}:dispatch") })
+        Ok(RedisDispatchCandidates { conn: conn.into(), key: format!("{prefix}:dispatch") })
     }
 
     /// Candidates under `prefix` on a new connection to `url`; see

@@ -1,8 +1,8 @@
+use crate::RedisConn;
 use crate::{check_prefix, map_redis_error};
 use kernel_core::model::{DurationMs, Instant, Priority};
 use kernel_core::ports::{check_enqueue_many, check_pop_max, LaneEntry, LaneStats, ReadyQueue};
 use kernel_core::{validate, Error, Result, WorkflowId};
-use redis::aio::ConnectionManager;
 use redis::Script;
 use std::sync::LazyLock;
 
@@ -13,10 +13,12 @@ static STATS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/
 
 pub use kernel_core::ports::{LaneWeights, BURST_MAX, LANE_WEIGHT_MAX};
 
-/// The ready lanes on Redis (K-13): ZSETs `<prefix>:lane:p0` … `p3` (member `workflow_id`,
-/// score `claimable_time` in ms) and the shared rotation hash `<prefix>:lane:rotation`
-/// (`current`, `served`, `burst_left`, and the per-lane pop counters `pops0` … `pops3`
-/// that the pop script bumps and [`ReadyQueue::stats`] reports as [`LaneStats::pops`]).
+/// The ready lanes on Redis (K-13): ZSETs `<prefix>:{<prefix>:lane}:p0` … `p3` (member
+/// `workflow_id`, score `claimable_time` in ms) and the shared rotation hash
+/// `<prefix>:{<prefix>:lane}:rotation` (`current`, `served`, `burst_left`, and the per-lane
+/// pop counters `pops0` … `pops3` that the pop script bumps and [`ReadyQueue::stats`]
+/// reports as [`LaneStats::pops`]). The five keys share the hash tag `{<prefix>:lane}`, so
+/// on a Redis Cluster they live in one slot and every script stays one atomic call.
 ///
 /// Semantics are exactly those of `testkit::memory::InMemoryQueue`; both run the same
 /// conformance suite. Cheap to clone; clones share the connection.
@@ -28,7 +30,7 @@ pub use kernel_core::ports::{LaneWeights, BURST_MAX, LANE_WEIGHT_MAX};
 /// [`load_scripts`](Self::load_scripts) at startup avoids that.
 #[derive(Clone)]
 pub struct RedisReadyQueue {
-    conn: ConnectionManager,
+    conn: RedisConn,
     lanes: [String; 4],
     rotation: String,
     weights: LaneWeights,
@@ -40,17 +42,22 @@ impl std::fmt::Debug for RedisReadyQueue {
     }
 }
 
+/// The four lane keys of `prefix`, tagged `{<prefix>:lane}`.
+fn lane_keys(prefix: &str) -> [String; 4] {
+    [0, 1, 2, 3].map(|i| format!("{prefix}:{{{prefix}:lane}}:p{i}"))
+}
+
+/// The rotation hash key of `prefix`, in the slot of its lanes.
+fn rotation_key(prefix: &str) -> String {
+    format!("{prefix}:{{{prefix}:lane}}:rotation")
+}
+
 impl RedisReadyQueue {
     /// Lanes under `prefix` with the given weights.
-    pub fn new(conn: ConnectionManager, prefix: &str, weights: LaneWeights) -> Result<Self> {
+    pub fn new(conn: impl Into<RedisConn>, prefix: &str, weights: LaneWeights) -> Result<Self> {
         check_prefix(prefix)?;
         weights.validate()?;
-        Ok(RedisReadyQueue {
-            conn,
-            lanes: [0, 1, 2, 3].map(|i| format!("{prefix}:lane:p{i}")),
-            rotation: format!("{prefix}:lane:rotation"),
-            weights,
-        })
+        Ok(RedisReadyQueue { conn: conn.into(), lanes: lane_keys(prefix), rotation: rotation_key(prefix), weights })
     }
 
     /// Lanes under `prefix` with the default weights (8:6:4:2) on a new connection to
@@ -214,6 +221,21 @@ mod tests {
         assert_eq!(POP.get_hash(), "4c37c4e9a7a9932f0a84a801bbb5a9e6cebfa507");
         assert_eq!(STATS.get_hash(), "b7a698f0d165eb1a6765e75d9b0e2ce40021d3d0");
         assert_eq!(crate::dispatch::pop_script_hash(), "e4805134d70d05ac8838c09a69c8e33c4d448990");
+    }
+
+    /// On a cluster a script's keys must share one slot: the lanes and the rotation of one
+    /// prefix do, and different prefixes spread (K-13).
+    #[test]
+    fn one_lane_set_is_one_slot_and_prefixes_spread() {
+        let slots = |prefix: &str| {
+            let mut keys = lane_keys(prefix).to_vec();
+            keys.push(rotation_key(prefix));
+            keys.iter().map(|k| crate::hash_slot(k)).collect::<std::collections::BTreeSet<u16>>()
+        };
+        assert_eq!(slots("orders").len(), 1);
+        let spread: std::collections::BTreeSet<u16> =
+            (0..64).map(|i| *slots(&format!("tenant-{i}")).first().unwrap()).collect();
+        assert!(spread.len() > 32, "64 namespaces on {} slots", spread.len());
     }
 
     #[test]

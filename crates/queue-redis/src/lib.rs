@@ -16,13 +16,34 @@
 //!   expiry ZSET for bounded purges.
 //!
 //! Every key lives under a configurable prefix and is passed to scripts in `KEYS`; values
-//! travel in `ARGV`; scripts are static and loaded once. On Redis Cluster use a hash-tagged
-//! prefix such as `{wfk}` so that all keys of one script share a slot.
+//! travel in `ARGV`; scripts are static and loaded once.
 //!
 //! Each adapter is constructible from a URL ([`RedisReadyQueue::from_url`],
 //! [`RedisWakeup::from_url`], [`RedisDispatchCandidates::from_url`]); several adapters on one
 //! connection come from a [`RedisConnection`]. Neither needs the `redis` crate in the
 //! caller's manifest (its connection types are re-exported here).
+//!
+//! # Redis Cluster
+//!
+//! Every adapter runs on one server or on a Redis Cluster: a URL that lists several nodes
+//! (`redis://h1:7000,h2:7001`) or says `redis+cluster://` opens a cluster connection
+//! ([`Topology`], [`RedisConn`]). A cluster refuses a script whose keys lie in different
+//! hash slots (`CROSSSLOT`), so the keys one script touches carry one hash tag (the part
+//! in `{…}`), chosen so that the load spreads over the nodes:
+//!
+//! | keys | hash tag | why together |
+//! |---|---|---|
+//! | lanes `<p>:{<p>:lane}:p0` … `p3`, rotation `<p>:{<p>:lane}:rotation` | one per lane set | the weighted pop reads all four lanes and the rotation atomically |
+//! | result cache `<p>:{<p>:cache}:e:<key>`, expiry `<p>:{<p>:cache}:expiry` | one per cache | a put writes the entry and its expiry atomically; a purge deletes both |
+//! | dispatch candidates `<p>:dispatch` | (one key) | |
+//! | permits `<p>:permit:{<p>:<resource>}:limits` / `holders` / `starts` / `indexed` | one per resource (`permit-redis`) | an acquire checks and takes all of them atomically |
+//! | permit index `<p>:permits` | (one key) | written apart from the acquire |
+//! | progress streams (`sse-stream`) | one per stream | |
+//! | wakeup channel `<p>:wakeup` | (pub/sub) | a cluster forwards `PUBLISH` to every node |
+//!
+//! One lane set serves one queue namespace (one prefix); a deployment that needs more pop
+//! throughput than one node gives runs several namespaces, which land on different slots.
+//! A prefix must not contain `{` or `}`, so that these tags are the ones that count.
 //!
 //! ```no_run
 //! use kernel_core::ports::ReadyQueue;
@@ -39,6 +60,7 @@
 //! ```
 
 mod cache;
+mod conn;
 mod dispatch;
 mod lanes;
 #[cfg(feature = "testing")]
@@ -46,6 +68,7 @@ pub mod test_support;
 mod wakeup;
 
 pub use cache::RedisResultCache;
+pub use conn::{hash_slot, RedisConn, Topology, CLUSTER_SEEDS_MAX, CLUSTER_SLOTS};
 pub use dispatch::{RedisDispatchCandidates, DISPATCH_BATCH_MAX};
 pub use lanes::{LaneWeights, RedisReadyQueue, BURST_MAX, LANE_WEIGHT_MAX};
 /// The connection types the constructors take, so callers need no `redis` dependency.
@@ -73,12 +96,18 @@ pub fn map_redis_error(e: redis::RedisError) -> Error {
 
 /// Open a reconnecting, multiplexed connection with bounded timeouts, so that a dead Redis
 /// makes calls fail quickly instead of hanging the engine (a queue call falls back to the
-/// store, a permit fails closed). The one connection helper of every Redis-backed adapter:
-/// a malformed URL is [`Error::InvalidInput`] (field `redis url`), an unreachable server
+/// store, a permit fails closed): to one server, or to a cluster when the URL says so (see
+/// [`Topology`]). The one connection helper of every Redis-backed adapter: a malformed URL
+/// is [`Error::InvalidInput`] (field `redis url`), an unreachable server
 /// [`Error::Unavailable`], both with the driver's error as their cause.
-pub async fn connect(url: &str) -> Result<ConnectionManager> {
-    let client = redis::Client::open(url).map_err(|e| Error::invalid_with("redis url", e.to_string(), e))?;
-    connect_client(client).await
+pub async fn connect(url: &str) -> Result<RedisConn> {
+    match Topology::parse(url)? {
+        Topology::Single(url) => {
+            let client = redis::Client::open(url).map_err(|e| Error::invalid_with("redis url", e.to_string(), e))?;
+            Ok(RedisConn::Single(connect_client(client).await?))
+        }
+        Topology::Cluster(nodes) => Ok(RedisConn::Cluster(conn::connect_cluster(&nodes).await?)),
+    }
 }
 
 /// [`connect`] for an already opened client.
@@ -90,13 +119,14 @@ pub async fn connect_client(client: redis::Client) -> Result<ConnectionManager> 
     ConnectionManager::new_with_config(client, config).await.map_err(map_redis_error)
 }
 
-/// One Redis deployment: a client (it opens the wakeup's dedicated pub/sub connections)
-/// and one shared reconnecting connection with bounded timeouts (see [`connect`]). Cheap to
-/// clone; the adapters built from it share the connection.
+/// One Redis deployment, a server or a cluster: the clients that open the wakeup's
+/// dedicated pub/sub connections (one per seed node of a cluster) and one shared
+/// reconnecting connection with bounded timeouts (see [`connect`]). Cheap to clone; the
+/// adapters built from it share the connection.
 #[derive(Clone)]
 pub struct RedisConnection {
-    client: Client,
-    conn: ConnectionManager,
+    clients: Vec<Client>,
+    conn: RedisConn,
 }
 
 impl std::fmt::Debug for RedisConnection {
@@ -106,23 +136,40 @@ impl std::fmt::Debug for RedisConnection {
 }
 
 impl RedisConnection {
-    /// Connect to `url` (`redis://[user:password@]host[:port][/db]`, or `rediss://` where the
-    /// driver was built with TLS). A malformed URL is [`Error::InvalidInput`]; an unreachable
-    /// server is [`Error::Unavailable`].
+    /// Connect to `url`: `redis://[user:password@]host[:port][/db]` (or `rediss://` where
+    /// the driver was built with TLS) for one server, `redis+cluster://host:port[,…]` or
+    /// `redis://host:port,host:port[,…]` for a cluster ([`Topology`]). A malformed URL is
+    /// [`Error::InvalidInput`]; an unreachable server is [`Error::Unavailable`].
     pub async fn open(url: &str) -> Result<Self> {
-        let client = Client::open(url).map_err(|e| Error::invalid_with("redis url", e.to_string(), e))?;
-        let conn = connect_client(client.clone()).await?;
-        Ok(RedisConnection { client, conn })
+        let open = |u: &str| Client::open(u).map_err(|e| Error::invalid_with("redis url", e.to_string(), e));
+        match Topology::parse(url)? {
+            Topology::Single(url) => {
+                let client = open(&url)?;
+                let conn = connect_client(client.clone()).await?;
+                Ok(RedisConnection { clients: vec![client], conn: RedisConn::Single(conn) })
+            }
+            Topology::Cluster(nodes) => {
+                let clients = nodes.iter().map(|n| open(n)).collect::<Result<Vec<_>>>()?;
+                let conn = conn::connect_cluster(&nodes).await?;
+                Ok(RedisConnection { clients, conn: RedisConn::Cluster(conn) })
+            }
+        }
     }
 
-    /// The client (opens further connections).
+    /// A client of the server, or of the first seed node of the cluster (opens further
+    /// connections).
     pub fn client(&self) -> &Client {
-        &self.client
+        &self.clients[0]
     }
 
     /// The shared connection.
-    pub fn connection(&self) -> &ConnectionManager {
+    pub fn connection(&self) -> &RedisConn {
         &self.conn
+    }
+
+    /// Whether this is a cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.conn.is_cluster()
     }
 
     /// Ready lanes under `prefix` with the given weights, on this connection.
@@ -132,7 +179,7 @@ impl RedisConnection {
 
     /// The wakeup doorbell under `prefix`, publishing on this connection.
     pub fn wakeup(&self, prefix: &str) -> Result<RedisWakeup> {
-        RedisWakeup::new(self.client.clone(), self.conn.clone(), prefix)
+        RedisWakeup::with_clients(self.clients.clone(), self.conn.clone(), prefix)
     }
 
     /// The result cache under `prefix`, on this connection.
@@ -154,36 +201,55 @@ impl RedisConnection {
     /// Not atomic: keys written under the prefix while it runs may survive. Idempotent.
     pub async fn purge_prefix(&self, prefix: &str) -> Result<u64> {
         check_prefix(prefix)?;
-        let mut conn = self.conn.clone();
         let pattern = format!("{prefix}:*");
-        let mut cursor: u64 = 0;
+        let nodes = match &self.conn {
+            RedisConn::Single(_) => vec![(String::new(), 0)],
+            RedisConn::Cluster(_) => self.conn.masters().await?,
+        };
         let mut deleted = 0u64;
-        loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(PURGE_PAGE)
-                .query_async(&mut conn)
-                .await
-                .map_err(map_redis_error)?;
-            if !keys.is_empty() {
-                let n: u64 = redis::cmd("DEL").arg(&keys).query_async(&mut conn).await.map_err(map_redis_error)?;
-                deleted += n;
+        for (host, port) in nodes {
+            let mut cursor: u64 = 0;
+            loop {
+                let mut scan = redis::cmd("SCAN");
+                scan.arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(PURGE_PAGE);
+                let (next, keys): (u64, Vec<String>) = self.conn.on_node(&host, port, &scan).await?;
+                deleted += self.delete(&keys).await?;
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
             }
-            if next == 0 {
-                return Ok(deleted);
-            }
-            cursor = next;
         }
+        Ok(deleted)
+    }
+
+    /// `DEL` of `keys`: one command on a server; on a cluster one per key (keys of different
+    /// slots cannot share a command), sent together.
+    async fn delete(&self, keys: &[String]) -> Result<u64> {
+        if keys.is_empty() {
+            return Ok(0);
+        }
+        if !self.conn.is_cluster() {
+            return redis::cmd("DEL").arg(keys).query_async(&mut self.conn.clone()).await.map_err(map_redis_error);
+        }
+        let dels = keys.iter().map(|k| {
+            let mut conn = self.conn.clone();
+            async move { redis::cmd("DEL").arg(k).query_async::<u64>(&mut conn).await.map_err(map_redis_error) }
+        });
+        Ok(futures::future::try_join_all(dels).await?.into_iter().sum())
     }
 }
 
 /// Keys one `SCAN` page of [`RedisConnection::purge_prefix`] asks for (and one `DEL` takes).
 pub const PURGE_PAGE: usize = 500;
 
-/// Check a key prefix: the identifier rule of K-2.0.
-pub(crate) fn check_prefix(prefix: &str) -> Result<()> {
-    validate::identifier("prefix", prefix)
+/// Check a key prefix: the identifier rule of K-2.0, and no `{` or `}`: the key layouts put
+/// their own hash tags after the prefix (see the crate docs), and a brace in the prefix
+/// would make it the tag of every key, all in one slot of a cluster.
+pub fn check_prefix(prefix: &str) -> Result<()> {
+    validate::identifier("prefix", prefix)?;
+    if prefix.contains(['{', '}']) {
+        return Err(Error::invalid("prefix", "must not contain `{` or `}` (the key layouts set their own hash tags)"));
+    }
+    Ok(())
 }

@@ -10,6 +10,11 @@
 //!   panic).
 //! - [`DedicatedRedis`] runs a private `redis-server` on a free port and stops it on drop:
 //!   tests that `FLUSHALL` use it and never touch the shared server.
+//!
+//! `REDIS_URL` may name a Redis Cluster (`redis+cluster://host:port,…`, see
+//! [`Topology`](crate::Topology)): then `PING` goes to every seed node, nothing is started,
+//! and [`TestKeys`] finds and deletes its keys on every master. `scripts/redis-cluster.sh`
+//! starts a local one.
 
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,8 +43,15 @@ pub fn ci_from(value: Option<&str>) -> bool {
     value.is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "true" | "1"))
 }
 
-/// `PING` over a short-lived synchronous connection.
+/// `PING` over a short-lived synchronous connection; on a cluster URL, to every seed node.
 pub fn ping(url: &str) -> Result<(), String> {
+    if let Ok(crate::Topology::Cluster(nodes)) = crate::Topology::parse(url) {
+        return nodes.iter().try_for_each(|n| ping_one(n));
+    }
+    ping_one(url)
+}
+
+fn ping_one(url: &str) -> Result<(), String> {
     let client = redis::Client::open(url).map_err(|e| e.to_string())?;
     let mut con = client.get_connection_with_timeout(Duration::from_millis(1_000)).map_err(|e| e.to_string())?;
     let pong: String = redis::cmd("PING").query(&mut con).map_err(|e| e.to_string())?;
@@ -134,41 +146,67 @@ impl TestKeys {
         TestKeys { url: url.to_string(), prefix: unique_prefix(test) }
     }
 
-    /// Keys currently under the prefix.
+    /// Keys currently under the prefix (on every master of a cluster).
     pub fn keys(&self) -> Vec<String> {
-        let Ok(client) = redis::Client::open(self.url.as_str()) else { return Vec::new() };
-        let Ok(mut con) = client.get_connection_with_timeout(Duration::from_millis(1_000)) else { return Vec::new() };
-        let mut out = Vec::new();
-        let mut cursor: u64 = 0;
-        loop {
-            let r: redis::RedisResult<(u64, Vec<String>)> = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(format!("{}:*", self.prefix))
-                .arg("COUNT")
-                .arg(1_000)
-                .query(&mut con);
-            let Ok((next, batch)) = r else { return out };
-            out.extend(batch);
-            if next == 0 {
-                return out;
-            }
-            cursor = next;
-        }
+        self.keys_by_node().into_iter().flat_map(|(_, keys)| keys).collect()
     }
+
+    /// The keys under the prefix with the node URL that holds them.
+    fn keys_by_node(&self) -> Vec<(String, Vec<String>)> {
+        let mut out = Vec::new();
+        for node in node_urls(&self.url) {
+            let Ok(mut con) = sync_connection(&node) else { continue };
+            let mut keys = Vec::new();
+            let mut cursor: u64 = 0;
+            loop {
+                let r: redis::RedisResult<(u64, Vec<String>)> = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(format!("{}:*", self.prefix))
+                    .arg("COUNT")
+                    .arg(1_000)
+                    .query(&mut con);
+                let Ok((next, batch)) = r else { break };
+                keys.extend(batch);
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+            out.push((node, keys));
+        }
+        out
+    }
+}
+
+fn sync_connection(url: &str) -> redis::RedisResult<redis::Connection> {
+    redis::Client::open(url)?.get_connection_with_timeout(Duration::from_millis(1_000))
+}
+
+/// The server's URL, or one URL per master of the cluster `url` names (from `CLUSTER
+/// NODES` of the first seed that answers).
+pub fn node_urls(url: &str) -> Vec<String> {
+    let Ok(crate::Topology::Cluster(seeds)) = crate::Topology::parse(url) else { return vec![url.to_string()] };
+    for seed in &seeds {
+        let Ok(mut con) = sync_connection(seed) else { continue };
+        let Ok(text) = redis::cmd("CLUSTER").arg("NODES").query::<String>(&mut con) else { continue };
+        let scheme = seed.split_once("://").map_or("redis", |(s, _)| s);
+        let auth = seed.split_once("://").and_then(|(_, r)| r.split_once('@')).map(|(u, _)| format!("{u}@"));
+        return crate::conn::cluster_masters(&text)
+            .into_iter()
+            .map(|(host, port)| format!("{scheme}://{}{host}:{port}", auth.as_deref().unwrap_or("")))
+            .collect();
+    }
+    Vec::new()
 }
 
 impl Drop for TestKeys {
     fn drop(&mut self) {
-        let keys = self.keys();
-        if keys.is_empty() {
-            return;
-        }
-        if let Ok(client) = redis::Client::open(self.url.as_str()) {
-            if let Ok(mut con) = client.get_connection_with_timeout(Duration::from_millis(1_000)) {
-                for chunk in keys.chunks(500) {
-                    let _: redis::RedisResult<i64> = redis::cmd("DEL").arg(chunk).query(&mut con);
-                }
+        for (node, keys) in self.keys_by_node() {
+            let Ok(mut con) = sync_connection(&node) else { continue };
+            // One key per DEL: keys of different slots cannot share one on a cluster.
+            for key in keys {
+                let _: redis::RedisResult<i64> = redis::cmd("DEL").arg(key).query(&mut con);
             }
         }
     }

@@ -1,8 +1,8 @@
+use crate::RedisConn;
 use crate::{check_prefix, map_redis_error};
 use futures::StreamExt;
 use kernel_core::ports::{Wakeup, WakeupReceiver};
 use kernel_core::Result;
-use redis::aio::ConnectionManager;
 use std::time::Duration;
 
 /// Longest pause between two resubscribe attempts.
@@ -15,10 +15,14 @@ const RESUBSCRIBE_BACKOFF_MAX_MS: u64 = 5_000;
 /// connection drops, the task resubscribes with backoff and rings once, since messages sent
 /// meanwhile were lost; lost rings only delay (the engine also polls). The task ends when
 /// the receiver is dropped.
+///
+/// On a Redis Cluster, `PUBLISH` goes to any node and the cluster forwards it to every
+/// node, so the subscriber listens on one seed node; when that node fails it moves on to
+/// the next seed (round robin) and rings once.
 #[derive(Clone)]
 pub struct RedisWakeup {
-    client: redis::Client,
-    conn: ConnectionManager,
+    clients: Vec<redis::Client>,
+    conn: RedisConn,
     channel: String,
 }
 
@@ -30,9 +34,18 @@ impl std::fmt::Debug for RedisWakeup {
 
 impl RedisWakeup {
     /// Doorbell under `prefix`; `client` opens the subscriber connections, `conn` publishes.
-    pub fn new(client: redis::Client, conn: ConnectionManager, prefix: &str) -> Result<Self> {
+    pub fn new(client: redis::Client, conn: impl Into<RedisConn>, prefix: &str) -> Result<Self> {
+        Self::with_clients(vec![client], conn, prefix)
+    }
+
+    /// Doorbell under `prefix` whose subscriber tries `clients` in turn (the seed nodes of
+    /// a cluster); `conn` publishes. At least one client.
+    pub fn with_clients(clients: Vec<redis::Client>, conn: impl Into<RedisConn>, prefix: &str) -> Result<Self> {
         check_prefix(prefix)?;
-        Ok(RedisWakeup { client, conn, channel: format!("{prefix}:wakeup") })
+        if clients.is_empty() {
+            return Err(kernel_core::Error::invalid("redis url", "no node to subscribe on"));
+        }
+        Ok(RedisWakeup { clients, conn: conn.into(), channel: format!("{prefix}:wakeup") })
     }
 
     /// The doorbell under `prefix` on a new connection to `url`; see
@@ -54,7 +67,8 @@ async fn open(client: &redis::Client, channel: &str) -> redis::RedisResult<redis
 }
 
 async fn run_subscriber(
-    client: redis::Client,
+    clients: Vec<redis::Client>,
+    mut next: usize,
     channel: String,
     mut pubsub: redis::aio::PubSub,
     tx: tokio::sync::mpsc::Sender<()>,
@@ -80,7 +94,9 @@ async fn run_subscriber(
                 _ = tx.closed() => return,
                 _ = tokio::time::sleep(Duration::from_millis(backoff_ms)) => {}
             }
-            match open(&client, &channel).await {
+            let client = &clients[next % clients.len()];
+            next = next.wrapping_add(1);
+            match open(client, &channel).await {
                 Ok(p) => break p,
                 Err(e) => {
                     tracing::debug!(channel, error = %e, "wakeup resubscribe failed");
@@ -105,9 +121,21 @@ impl Wakeup for RedisWakeup {
     }
 
     async fn subscribe(&self) -> Result<WakeupReceiver> {
-        let pubsub = open(&self.client, &self.channel).await.map_err(map_redis_error)?;
-        let (tx, rx) = tokio::sync::mpsc::channel(1);
-        tokio::spawn(run_subscriber(self.client.clone(), self.channel.clone(), pubsub, tx));
-        Ok(rx)
+        // The first seed that answers; the next ones are where a resubscription goes.
+        let mut first_error = None;
+        for (i, client) in self.clients.iter().enumerate() {
+            match open(client, &self.channel).await {
+                Ok(pubsub) => {
+                    let (tx, rx) = tokio::sync::mpsc::channel(1);
+                    let clients = self.clients.clone();
+                    tokio::spawn(run_subscriber(clients, i + 1, self.channel.clone(), pubsub, tx));
+                    return Ok(rx);
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        Err(map_redis_error(first_error.expect("at least one client")))
     }
 }

@@ -76,7 +76,7 @@ fn definition() -> Definition {
 struct App {
     engine: Engine,
     store: Arc<DynStore>,
-    conn: redis::aio::ConnectionManager,
+    conn: sse_stream::RedisConn,
     prefix: String,
     secret: StreamSecret,
     /// The `/events` authorisation hook: grants signed with the server's secret.

@@ -5,7 +5,7 @@ use crate::keys::StreamKeys;
 use crate::map_redis_error;
 use futures::future::BoxFuture;
 use kernel_core::{Error, Result};
-use redis::aio::ConnectionManager;
+use queue_redis::RedisConn;
 use redis::AsyncCommands;
 use serde_json::Value;
 use std::collections::VecDeque;
@@ -65,7 +65,7 @@ impl Default for ForwardConfig {
 /// terminal. Generation is read before and after every list read; a change discards
 /// what was read and restarts the replay, so no client ever sees two generations mixed.
 pub struct Forwarder {
-    conn: ConnectionManager,
+    conn: RedisConn,
     keys: StreamKeys,
     config: ForwardConfig,
     hook: Option<ReadHook>,
@@ -93,9 +93,9 @@ impl Forwarder {
     /// A forwarder for the stream whose keys are `keys` ([`StreamKeys::new`] with the
     /// writer's prefix and secret). An endpoint authorises the client first
     /// ([`StreamAuthorizer`](crate::StreamAuthorizer)).
-    pub fn new(conn: ConnectionManager, keys: StreamKeys, config: ForwardConfig) -> Self {
+    pub fn new(conn: impl Into<RedisConn>, keys: StreamKeys, config: ForwardConfig) -> Self {
         Forwarder {
-            conn,
+            conn: conn.into(),
             keys,
             config,
             hook: None,

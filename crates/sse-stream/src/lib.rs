@@ -45,11 +45,11 @@ pub use writer::RedisStreamSink;
 
 use kernel_core::model::DurationMs;
 pub use kernel_core::ports::StreamKey;
-use kernel_core::{validate, Error, Result};
+use kernel_core::{Error, Result};
 use queue_redis::map_redis_error;
-/// The connection type [`RedisStreamSink::new`] and [`Forwarder::new`] take, so callers need no
-/// `redis` dependency.
-pub use redis::aio::ConnectionManager;
+/// The connection types [`RedisStreamSink::new`] and [`Forwarder::new`] take (one server or a
+/// cluster), so callers need no `redis` dependency.
+pub use queue_redis::{ConnectionManager, RedisConn};
 
 /// The shared Redis connection helper and its timeouts (a frame append that takes longer
 /// than `RESPONSE_TIMEOUT_MS` is dropped; streams are best effort, K-16).
@@ -100,7 +100,7 @@ impl StreamConfig {
 
     /// Check the limits.
     pub fn validate(&self) -> Result<()> {
-        validate::identifier("prefix", &self.prefix)?;
+        queue_redis::check_prefix(&self.prefix)?;
         let positive = |field: &str, v: u64| {
             if v == 0 {
                 Err(Error::invalid(field, "must be positive"))

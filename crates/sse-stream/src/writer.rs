@@ -6,7 +6,7 @@ use crate::{map_redis_error, StreamConfig};
 use kernel_core::model::Instant;
 use kernel_core::ports::{DynClock, Frame, StreamKey, StreamOwner, StreamSink};
 use kernel_core::{Error, Result};
-use redis::aio::ConnectionManager;
+use queue_redis::RedisConn;
 use redis::Script;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -37,7 +37,7 @@ struct KeyState {
 type Shared = Arc<tokio::sync::Mutex<KeyState>>;
 
 struct Inner {
-    conn: ConnectionManager,
+    conn: RedisConn,
     clock: Arc<DynClock>,
     config: StreamConfig,
     streams: Mutex<HashMap<StreamKey, Shared>>,
@@ -73,9 +73,11 @@ impl std::fmt::Debug for RedisStreamSink {
 
 impl RedisStreamSink {
     /// A writer on `conn` with `config`; time comes from `clock`.
-    pub fn new(conn: ConnectionManager, clock: Arc<DynClock>, config: StreamConfig) -> Result<Self> {
+    pub fn new(conn: impl Into<RedisConn>, clock: Arc<DynClock>, config: StreamConfig) -> Result<Self> {
         config.validate()?;
-        Ok(RedisStreamSink { inner: Arc::new(Inner { conn, clock, config, streams: Mutex::new(HashMap::new()) }) })
+        Ok(RedisStreamSink {
+            inner: Arc::new(Inner { conn: conn.into(), clock, config, streams: Mutex::new(HashMap::new()) }),
+        })
     }
 
     /// A sink with `config` on a new connection to `url` (see [`connect`](crate::connect)).

@@ -114,6 +114,6 @@ async fn scratch_namespaces_hold_the_outbox_dead_letters_cache_candidates_and_st
     assert!(!client.list_database_names().await.unwrap().contains(&db.name().to_string()));
 }
 
-async fn redis_keys(conn: &mut redis::aio::ConnectionManager, prefix: &str) -> Vec<String> {
+async fn redis_keys(conn: &mut queue_redis::RedisConn, prefix: &str) -> Vec<String> {
     redis::cmd("KEYS").arg(format!("{prefix}*")).query_async(conn).await.unwrap()
 }

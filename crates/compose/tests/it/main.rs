@@ -7,5 +7,6 @@ mod live;
 mod memory;
 mod ports;
 mod postgres;
+mod redis_queue;
 mod sqlite;
 mod urls;

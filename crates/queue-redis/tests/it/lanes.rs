@@ -257,11 +257,11 @@ async fn keys_stay_under_the_prefix() {
     assert_eq!(
         keys,
         [
-            format!("{p}:lane:p0"),
-            format!("{p}:lane:p1"),
-            format!("{p}:lane:p2"),
-            format!("{p}:lane:p3"),
-            format!("{p}:lane:rotation")
+            format!("{p}:{{{p}:lane}}:p0"),
+            format!("{p}:{{{p}:lane}}:p1"),
+            format!("{p}:{{{p}:lane}}:p2"),
+            format!("{p}:{{{p}:lane}}:p3"),
+            format!("{p}:{{{p}:lane}}:rotation")
         ]
     );
     f.clear().await.unwrap();
@@ -399,7 +399,7 @@ async fn a_damaged_pop_counter_restarts() {
 async fn enqueue_many_script_refuses_a_bad_triple_before_any_write() {
     let Some(f) = queue_fixture("enqueue_many_script_refuses_a_bad_triple_before_any_write").await else { return };
     let script = redis::Script::new(include_str!("../../src/lua/enqueue_many.lua"));
-    let lanes: Vec<String> = (0..4).map(|i| format!("{}:lane:p{i}", f.keys.prefix)).collect();
+    let lanes: Vec<String> = Priority::ALL.iter().map(|p| f.queue.lane_key(*p).to_string()).collect();
     let mut conn = connect(&redis_url()).await.expect("connect");
     let bad_batches: [&[&str]; 4] = [
         &["good-1", "2", "100", "good-2", "7", "100"],

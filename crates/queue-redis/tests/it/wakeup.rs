@@ -9,13 +9,37 @@ use std::time::Duration;
 const ARRIVAL_BOUND: Duration = Duration::from_secs(10);
 
 async fn doorbell(url: &str, prefix: &str) -> RedisWakeup {
-    RedisWakeup::new(redis::Client::open(url).unwrap(), connect(url).await.unwrap(), prefix).unwrap()
+    queue_redis::RedisConnection::open(url).await.unwrap().wakeup(prefix).unwrap()
 }
 
 async fn subscribers(url: &str, channel: &str) -> i64 {
     let (_, n): (String, i64) =
         redis::cmd("PUBSUB").arg("NUMSUB").arg(channel).query_async(&mut connect(url).await.unwrap()).await.unwrap();
     n
+}
+
+/// The subscriber tries the seed nodes in turn (a cluster's): a dead first seed is
+/// skipped, and rings published on the shared connection arrive through the next one.
+#[tokio::test]
+async fn a_dead_seed_is_skipped_by_the_subscriber() {
+    let test = "a_dead_seed_is_skipped_by_the_subscriber";
+    let Some(url) = require_redis(test) else { return };
+    let keys = TestKeys::new(&url, test);
+    let live = queue_redis::test_support::node_urls(&url).remove(0);
+    let clients =
+        vec![redis::Client::open("redis://127.0.0.1:1").unwrap(), redis::Client::open(live.as_str()).unwrap()];
+    let bell = RedisWakeup::with_clients(clients, connect(&url).await.unwrap(), &keys.prefix).unwrap();
+    let mut rx = bell.subscribe().await.unwrap();
+    bell.notify().await.unwrap();
+    tokio::time::timeout(ARRIVAL_BOUND, rx.recv()).await.expect("ring arrives").expect("open");
+    let dead = RedisWakeup::with_clients(
+        vec![redis::Client::open("redis://127.0.0.1:1").unwrap()],
+        connect(&url).await.unwrap(),
+        &keys.prefix,
+    )
+    .unwrap();
+    assert!(matches!(dead.subscribe().await, Err(kernel_core::Error::Unavailable { .. })));
+    assert!(RedisWakeup::with_clients(Vec::new(), connect(&url).await.unwrap(), &keys.prefix).is_err());
 }
 
 #[tokio::test]

@@ -24,7 +24,7 @@ fn secret() -> StreamSecret {
 
 struct Fixture {
     keys: TestKeys,
-    conn: redis::aio::ConnectionManager,
+    conn: sse_stream::RedisConn,
     clock: Arc<ManualClock>,
     sink: RedisStreamSink,
     key: StreamKey,
