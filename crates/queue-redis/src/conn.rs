@@ -135,8 +135,8 @@ impl RedisConn {
         matches!(self, RedisConn::Cluster(_))
     }
 
-    /// The addresses (`host`, `port`) of the masters: the one server, or every master of
-    /// the cluster (from `CLUSTER NODES`). For commands that act per node, such as `SCAN`.
+    /// The addresses (`host`, `port`) of every master of the cluster (from `CLUSTER
+    /// NODES`), for commands that act per node, such as `SCAN`; empty for one server.
     pub async fn masters(&self) -> Result<Vec<(String, u16)>> {
         let RedisConn::Cluster(c) = self else { return Ok(Vec::new()) };
         let text: String = match c
