@@ -32,27 +32,28 @@ pub struct Row {
     pub start_s: f64,
     /// Workflows completed per second in it.
     pub wf_s: f64,
-    /// Effect steps completed in it.
-    pub steps: u64,
-    /// Their latency p50, ms.
-    pub p50_ms: f64,
-    /// Their latency p99, ms.
-    pub p99_ms: f64,
+    /// `[count, p50 ms, p99 ms]` of the steps without a permit completed in it.
+    pub steps: [f64; 3],
+    /// The same of the steps holding a permit.
+    pub permit_steps: [f64; 3],
 }
 
-/// The rows of the CSV (`window_start_s,workflows,workflows_per_s,steps,step_p50_ms,step_p99_ms`).
+/// The rows of the CSV (`window_start_s,workflows,workflows_per_s,steps,step_p50_ms,
+/// step_p99_ms,permit_steps,permit_step_p50_ms,permit_step_p99_ms`).
 pub fn parse_csv(text: &str) -> Result<Vec<Row>, String> {
     let mut rows = Vec::new();
     for (n, line) in text.lines().enumerate().skip(1).filter(|(_, l)| !l.trim().is_empty()) {
         let f: Vec<&str> = line.split(',').collect();
         let num = |i: usize| -> Result<f64, String> {
-            f.get(i).and_then(|v| v.trim().parse().ok()).ok_or(format!(
-                "line {}: column {} is not a number",
-                n + 1,
-                i + 1
-            ))
+            let v = f.get(i).and_then(|v| v.trim().parse().ok());
+            v.ok_or(format!("line {}: column {} is not a number", n + 1, i + 1))
         };
-        rows.push(Row { start_s: num(0)?, wf_s: num(2)?, steps: num(3)? as u64, p50_ms: num(4)?, p99_ms: num(5)? });
+        rows.push(Row {
+            start_s: num(0)?,
+            wf_s: num(2)?,
+            steps: [num(3)?, num(4)?, num(5)?],
+            permit_steps: [num(6)?, num(7)?, num(8)?],
+        });
     }
     Ok(rows)
 }
@@ -109,10 +110,18 @@ pub fn draw(rows: &[Row], scaling: &[(f64, f64)], out: &Path) -> Result<(), Stri
     let c = color(0);
     chart.draw_series(LineSeries::new(rows.iter().map(|r| (r.start_s, r.wf_s)), c.stroke_width(2))).map_err(de)?;
 
-    let lat = rows.iter().filter(|r| r.steps > 0);
-    let lo = lat.clone().map(|r| r.p50_ms).filter(|v| *v > 0.0).fold(f64::MAX, f64::min);
-    let hi = lat.clone().map(|r| r.p99_ms).fold(0.0f64, f64::max);
-    let (lo, hi) = if lo <= hi && hi > 0.0 { (lo / 1.6, hi * 3.0) } else { (1.0, 10.0) };
+    // p50 and p99 of both kinds of step, where the window completed any.
+    type Pick = fn(&Row) -> Option<f64>;
+    let lines: [(&str, Pick); 4] = [
+        ("steps p50", |r| (r.steps[0] > 0.0).then_some(r.steps[1])),
+        ("steps p99", |r| (r.steps[0] > 0.0).then_some(r.steps[2])),
+        ("permit step p50", |r| (r.permit_steps[0] > 0.0).then_some(r.permit_steps[1])),
+        ("permit step p99", |r| (r.permit_steps[0] > 0.0).then_some(r.permit_steps[2])),
+    ];
+    let values = || lines.iter().flat_map(|(_, pick)| rows.iter().filter_map(pick)).filter(|v| *v > 0.0);
+    let lo = values().fold(f64::MAX, f64::min);
+    let hi = values().fold(0.0f64, f64::max);
+    let (lo, hi) = if lo <= hi { (lo / 1.6, hi * 4.0) } else { (1.0, 10.0) };
     let mut chart = ChartBuilder::on(&panels[1])
         .caption("Step latency, ready to completed (ms)", (FONT, 22))
         .margin(14)
@@ -128,15 +137,16 @@ pub fn draw(rows: &[Row], scaling: &[(f64, f64)], out: &Path) -> Result<(), Stri
         .label_style((FONT, 14))
         .draw()
         .map_err(de)?;
-    for (i, (label, pick)) in
-        [("p50", (|r: &Row| r.p50_ms) as fn(&Row) -> f64), ("p99", |r: &Row| r.p99_ms)].into_iter().enumerate()
-    {
-        let c = color(i);
+    for (i, (label, pick)) in lines.into_iter().enumerate() {
+        // Solid for p50, thinner and lighter for p99; one colour per kind of step.
+        let c = if i % 2 == 0 { color(i / 2) } else { color(i / 2).mix(0.6) };
+        let width = if i % 2 == 0 { 2 } else { 1 };
+        let pts: Vec<(f64, f64)> = rows.iter().filter_map(|r| pick(r).map(|v| (r.start_s, v.max(lo)))).collect();
         chart
-            .draw_series(LineSeries::new(lat.clone().map(|r| (r.start_s, pick(r).max(lo))), c.stroke_width(2)))
+            .draw_series(LineSeries::new(pts, c.stroke_width(width)))
             .map_err(de)?
             .label(label)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(width)));
     }
     legend(&mut chart)?;
 
@@ -185,14 +195,15 @@ pub fn run(args: &PlotSoakArgs) -> Result<(usize, usize), String> {
 mod tests {
     use super::*;
 
-    const CSV: &str = "window_start_s,workflows,workflows_per_s,steps,step_p50_ms,step_p99_ms\n\
-                       0,120,12.0,400,55,900\n10,300,30.0,1000,60,1500\n20,0,0.0,0,0,0\n";
+    const CSV: &str = "window_start_s,workflows,workflows_per_s,steps,step_p50_ms,step_p99_ms,permit_steps,permit_step_p50_ms,permit_step_p99_ms\n\
+                       0,120,12.0,400,55,900,30,70,2000\n10,300,30.0,1000,60,1500,75,80,4000\n20,0,0.0,0,0,0,0,0,0\n";
 
     #[test]
     fn the_csv_and_the_scaling_lines_parse() {
         let rows = parse_csv(CSV).unwrap();
         assert_eq!(rows.len(), 3);
-        assert_eq!(rows[1], Row { start_s: 10.0, wf_s: 30.0, steps: 1000, p50_ms: 60.0, p99_ms: 1500.0 });
+        let row = Row { start_s: 10.0, wf_s: 30.0, steps: [1000.0, 60.0, 1500.0], permit_steps: [75.0, 80.0, 4000.0] };
+        assert_eq!(rows[1], row);
         assert!(parse_csv("h\n1,2,x,4,5,6\n").unwrap_err().contains("column 3"));
         let text = "soak: processes=1 workflows=10\nsoak detail: store=postgres wf_s=40.5 seed=1\n\
                     noise\nsoak: processes=2 workflows=10\nsoak detail: wf_s=61.0\nsoak detail: wf_s=99\n";

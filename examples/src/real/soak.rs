@@ -519,8 +519,8 @@ pub struct Timing {
     pub created: i64,
     /// `finished_at` of a completed workflow.
     pub finished: Option<i64>,
-    /// `(ready, completed)` of each completed effect step.
-    pub steps: Vec<(i64, i64)>,
+    /// `(ready, completed, holds a permit)` of each completed effect step.
+    pub steps: Vec<(i64, i64, bool)>,
 }
 
 impl Timing {
@@ -537,7 +537,7 @@ impl Timing {
             let (Some(finished), true) = (done.and_then(|s| s.finished_at), kind.is_effect()) else { continue };
             let ready: Option<i64> = deps.iter().try_fold(created, |r, d| finished_of(d).map(|t| r.max(t)));
             if let Some(ready) = ready {
-                steps.push((ready, finished.as_millis()));
+                steps.push((ready, finished.as_millis(), *kind == Kind::Holding));
             }
         }
         Timing {
@@ -550,6 +550,25 @@ impl Timing {
     }
 }
 
+/// How many latencies, and their p50 and p99 (ms).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Latency {
+    /// How many.
+    pub count: usize,
+    /// p50, ms (0 for none).
+    pub p50_ms: i64,
+    /// p99, ms (0 for none).
+    pub p99_ms: i64,
+}
+
+impl Latency {
+    /// The figures of `values` (sorted here).
+    pub fn of(mut values: Vec<i64>) -> Latency {
+        values.sort_unstable();
+        Latency { count: values.len(), p50_ms: percentile(&values, 0.50), p99_ms: percentile(&values, 0.99) }
+    }
+}
+
 /// One window of the run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Window {
@@ -559,12 +578,10 @@ pub struct Window {
     pub workflows: usize,
     /// Workflows completed per second.
     pub wf_s: f64,
-    /// Effect steps completed in it.
-    pub steps: usize,
-    /// p50 of their latency, ms.
-    pub p50_ms: i64,
-    /// p99 of their latency, ms.
-    pub p99_ms: i64,
+    /// The effect steps without a permit completed in it: latency from ready to completed.
+    pub steps: Latency,
+    /// The same of the steps holding a permit (their wait for it included).
+    pub permit_steps: Latency,
 }
 
 /// The whole run's figures.
@@ -574,10 +591,10 @@ pub struct Summary {
     pub wf_s: f64,
     /// That span, ms.
     pub span_ms: i64,
-    /// p50 of every effect step's latency, ms.
-    pub p50_ms: i64,
-    /// p99 of it, ms.
-    pub p99_ms: i64,
+    /// Every effect step without a permit.
+    pub steps: Latency,
+    /// Every step holding a permit.
+    pub permit_steps: Latency,
 }
 
 /// The nearest-rank percentile `p` (0..=1) of sorted values; 0 for none.
@@ -596,48 +613,54 @@ pub fn windows(timings: &[Timing], window_ms: i64) -> (Vec<Window>, Summary) {
     let last = timings.iter().filter_map(|t| t.finished).max().unwrap_or(t0);
     let n = ((last - t0) / window_ms + 1) as usize;
     let mut done = vec![0usize; n];
-    let mut lat: Vec<Vec<i64>> = vec![Vec::new(); n];
-    let mut all = Vec::new();
+    // Per window, then for the whole run: [without a permit, holding one].
+    let mut lat: Vec<[Vec<i64>; 2]> = vec![Default::default(); n];
+    let mut all: [Vec<i64>; 2] = Default::default();
     let at = |t: i64| (((t - t0).max(0) / window_ms) as usize).min(n - 1);
     for t in timings {
         if let Some(f) = t.finished {
             done[at(f)] += 1;
         }
-        for (ready, finished) in &t.steps {
-            lat[at(*finished)].push(finished - ready);
-            all.push(finished - ready);
+        for (ready, finished, permit) in &t.steps {
+            lat[at(*finished)][usize::from(*permit)].push(finished - ready);
+            all[usize::from(*permit)].push(finished - ready);
         }
     }
-    let out = (0..n)
-        .map(|i| {
-            lat[i].sort_unstable();
-            Window {
-                start_s: (i as i64 * window_ms / 1000) as u64,
-                workflows: done[i],
-                wf_s: done[i] as f64 * 1000.0 / window_ms as f64,
-                steps: lat[i].len(),
-                p50_ms: percentile(&lat[i], 0.50),
-                p99_ms: percentile(&lat[i], 0.99),
-            }
+    let out = lat
+        .into_iter()
+        .enumerate()
+        .map(|(i, [free, permit])| Window {
+            start_s: (i as i64 * window_ms / 1000) as u64,
+            workflows: done[i],
+            wf_s: done[i] as f64 * 1000.0 / window_ms as f64,
+            steps: Latency::of(free),
+            permit_steps: Latency::of(permit),
         })
         .collect();
-    all.sort_unstable();
     let completed = done.iter().sum::<usize>();
     let span_ms = (last - t0).max(1);
+    let [free, permit] = all;
     let summary = Summary {
         wf_s: completed as f64 * 1000.0 / span_ms as f64,
         span_ms,
-        p50_ms: percentile(&all, 0.50),
-        p99_ms: percentile(&all, 0.99),
+        steps: Latency::of(free),
+        permit_steps: Latency::of(permit),
     };
     (out, summary)
 }
 
-/// The CSV of the windows: a header, then one row per window.
+/// The header of the CSV of windows.
+pub const CSV_HEADER: &str = "window_start_s,workflows,workflows_per_s,steps,step_p50_ms,step_p99_ms,permit_steps,permit_step_p50_ms,permit_step_p99_ms";
+
+/// The CSV of the windows: [`CSV_HEADER`], then one row per window.
 pub fn csv(windows: &[Window]) -> String {
-    let mut out = String::from("window_start_s,workflows,workflows_per_s,steps,step_p50_ms,step_p99_ms\n");
+    let mut out = format!("{CSV_HEADER}\n");
     for w in windows {
-        out.push_str(&format!("{},{},{:.1},{},{},{}\n", w.start_s, w.workflows, w.wf_s, w.steps, w.p50_ms, w.p99_ms));
+        let (s, p) = (w.steps, w.permit_steps);
+        out.push_str(&format!(
+            "{},{},{:.1},{},{},{},{},{},{}\n",
+            w.start_s, w.workflows, w.wf_s, s.count, s.p50_ms, s.p99_ms, p.count, p.p50_ms, p.p99_ms
+        ));
     }
     out
 }
@@ -1258,7 +1281,7 @@ async fn supervise(
 permit_ceiling={CEILING} permit_holds={} permit_peak={} permit_effective_peak={} permit_over_ms_max={} renew_ms={renew_ms} \
 monitor_holders_max={} monitor_samples={} monitor_errors={} stops_holding_permit={} stops_permit_lapsed={} \
 stops_without_takeover={} refused_writes={refused} stopped_token_writes_refused={late_refused} \
-wf_s={:.1} step_p50_ms={} step_p99_ms={} unfinished={} seed={}{}",
+wf_s={:.1} step_p50_ms={} step_p99_ms={} permit_step_p50_ms={} permit_step_p99_ms={} unfinished={} seed={}{}",
         deployment.store.scheme.kind(),
         verdict.applied,
         verdict.redelivered,
@@ -1274,8 +1297,10 @@ wf_s={:.1} step_p50_ms={} step_p99_ms={} unfinished={} seed={}{}",
         chaos.stops_permit_lapsed,
         chaos.stops_without_takeover,
         summary.wf_s,
-        summary.p50_ms,
-        summary.p99_ms,
+        summary.steps.p50_ms,
+        summary.steps.p99_ms,
+        summary.permit_steps.p50_ms,
+        summary.permit_steps.p99_ms,
         unfinished,
         s.seed,
         if capped { format!(" CAPPED at {:?}", s.cap) } else { String::new() }
@@ -1357,22 +1382,27 @@ mod tests {
 
     #[test]
     fn windows_count_completions_and_step_latencies() {
-        let t = |created, finished: Option<i64>, steps: Vec<(i64, i64)>| Timing { created, finished, steps };
+        let t = |created, finished: Option<i64>, steps: Vec<(i64, i64, bool)>| Timing { created, finished, steps };
         let timings = [
-            t(1_000, Some(5_000), vec![(1_000, 1_100), (1_100, 5_000)]),
-            t(2_000, Some(12_000), vec![(2_000, 2_300), (11_000, 12_000)]),
-            t(3_000, None, vec![(3_000, 3_050)]),
+            t(1_000, Some(5_000), vec![(1_000, 1_100, false), (1_100, 5_000, true)]),
+            t(2_000, Some(12_000), vec![(2_000, 2_300, false), (11_000, 12_000, false)]),
+            t(3_000, None, vec![(3_000, 3_050, false)]),
         ];
         let (w, sum) = windows(&timings, 10_000);
         assert_eq!(w.len(), 2);
-        assert_eq!((w[0].start_s, w[0].workflows, w[0].steps), (0, 1, 4));
-        assert_eq!((w[0].p50_ms, w[0].p99_ms), (100, 3_900));
-        assert_eq!((w[1].start_s, w[1].workflows, w[1].steps, w[1].p50_ms), (10, 1, 1, 1_000));
+        assert_eq!((w[0].start_s, w[0].workflows), (0, 1));
+        assert_eq!(w[0].steps, Latency { count: 3, p50_ms: 100, p99_ms: 300 });
+        assert_eq!(w[0].permit_steps, Latency { count: 1, p50_ms: 3_900, p99_ms: 3_900 });
+        assert_eq!((w[1].start_s, w[1].workflows, w[1].steps.count, w[1].steps.p50_ms), (10, 1, 1, 1_000));
+        assert_eq!(w[1].permit_steps, Latency::default());
         assert_eq!(sum.span_ms, 11_000);
+        assert_eq!(sum.steps, Latency { count: 4, p50_ms: 100, p99_ms: 1_000 });
         assert!((sum.wf_s - 2.0 / 11.0).abs() < 1e-9);
-        assert!(csv(&w).starts_with(
-            "window_start_s,workflows,workflows_per_s,steps,step_p50_ms,step_p99_ms\n0,1,0.1,4,100,3900\n"
-        ));
+        let text = csv(&w);
+        assert!(
+            text.starts_with(&format!("{CSV_HEADER}\n0,1,0.1,3,100,300,1,3900,3900\n10,1,0.1,1,1000,1000,0,0,0\n")),
+            "{text}"
+        );
         assert_eq!(percentile(&[], 0.5), 0);
         assert_eq!(percentile(&[1, 2, 3, 4], 0.5), 2);
     }
