@@ -36,10 +36,12 @@ pub struct Row {
     pub steps: [f64; 3],
     /// The same of the steps holding a permit.
     pub permit_steps: [f64; 3],
+    /// Kills, stops and Redis restarts begun in it.
+    pub chaos: [f64; 3],
 }
 
 /// The rows of the CSV (`window_start_s,workflows,workflows_per_s,steps,step_p50_ms,
-/// step_p99_ms,permit_steps,permit_step_p50_ms,permit_step_p99_ms`).
+/// step_p99_ms,permit_steps,permit_step_p50_ms,permit_step_p99_ms,kills,stops,redis_restarts`).
 pub fn parse_csv(text: &str) -> Result<Vec<Row>, String> {
     let mut rows = Vec::new();
     for (n, line) in text.lines().enumerate().skip(1).filter(|(_, l)| !l.trim().is_empty()) {
@@ -53,6 +55,7 @@ pub fn parse_csv(text: &str) -> Result<Vec<Row>, String> {
             wf_s: num(2)?,
             steps: [num(3)?, num(4)?, num(5)?],
             permit_steps: [num(6)?, num(7)?, num(8)?],
+            chaos: [num(9)?, num(10)?, num(11)?],
         });
     }
     Ok(rows)
@@ -102,6 +105,7 @@ pub fn draw(rows: &[Row], scaling: &[(f64, f64)], out: &Path) -> Result<(), Stri
     chart
         .configure_mesh()
         .x_desc("s into the run")
+        .x_label_formatter(&|x| format!("{x:.0}"))
         .y_desc("workflows/s")
         .y_label_formatter(&tick)
         .label_style((FONT, 14))
@@ -109,6 +113,25 @@ pub fn draw(rows: &[Row], scaling: &[(f64, f64)], out: &Path) -> Result<(), Stri
         .map_err(de)?;
     let c = color(0);
     chart.draw_series(LineSeries::new(rows.iter().map(|r| (r.start_s, r.wf_s)), c.stroke_width(2))).map_err(de)?;
+    // The chaos on the line, at the window it began in: a kill, a stop, a Redis restart.
+    let at = |k: usize| rows.iter().filter(move |r| r.chaos[k] > 0.0).map(|r| (r.start_s, r.wf_s));
+    let (kill, stop, redis) = (color(2), color(3), color(4));
+    chart
+        .draw_series(at(0).map(|p| Cross::new(p, 6, kill.stroke_width(2))))
+        .map_err(de)?
+        .label("kill")
+        .legend(move |(x, y)| Cross::new((x + 10, y), 6, kill.stroke_width(2)));
+    chart
+        .draw_series(at(1).map(|p| TriangleMarker::new(p, 7, stop.filled())))
+        .map_err(de)?
+        .label("stop")
+        .legend(move |(x, y)| TriangleMarker::new((x + 10, y), 7, stop.filled()));
+    chart
+        .draw_series(at(2).map(|(x, y)| Rectangle::new([(x - 3.0, y - 6.0), (x + 3.0, y + 6.0)], redis.filled())))
+        .map_err(de)?
+        .label("Redis restart")
+        .legend(move |(x, y)| Rectangle::new([(x + 5, y - 5), (x + 15, y + 5)], redis.filled()));
+    legend(&mut chart)?;
 
     // p50 and p99 of both kinds of step, where the window completed any.
     type Pick = fn(&Row) -> Option<f64>;
@@ -121,7 +144,8 @@ pub fn draw(rows: &[Row], scaling: &[(f64, f64)], out: &Path) -> Result<(), Stri
     let values = || lines.iter().flat_map(|(_, pick)| rows.iter().filter_map(pick)).filter(|v| *v > 0.0);
     let lo = values().fold(f64::MAX, f64::min);
     let hi = values().fold(0.0f64, f64::max);
-    let (lo, hi) = if lo <= hi { (lo / 1.6, hi * 4.0) } else { (1.0, 10.0) };
+    // Room above the data for the legend on the log axis.
+    let (lo, hi) = if lo <= hi { (lo / 1.6, hi * 40.0) } else { (1.0, 10.0) };
     let mut chart = ChartBuilder::on(&panels[1])
         .caption("Step latency, ready to completed (ms)", (FONT, 22))
         .margin(14)
@@ -132,6 +156,7 @@ pub fn draw(rows: &[Row], scaling: &[(f64, f64)], out: &Path) -> Result<(), Stri
     chart
         .configure_mesh()
         .x_desc("s into the run")
+        .x_label_formatter(&|x| format!("{x:.0}"))
         .y_desc("ms")
         .y_label_formatter(&tick)
         .label_style((FONT, 14))
@@ -169,8 +194,10 @@ pub fn draw(rows: &[Row], scaling: &[(f64, f64)], out: &Path) -> Result<(), Stri
         .label_style((FONT, 14))
         .draw()
         .map_err(de)?;
-    let c = color(2);
+    let c = color(0);
     chart.draw_series(scaling.iter().map(|(p, w)| Circle::new((*p, *w), 6, c.filled()))).map_err(de)?;
+    let label = |(p, w): &(f64, f64)| Text::new(format!("{w:.0}/s"), (*p + 0.08, *w), (FONT, 16));
+    chart.draw_series(scaling.iter().map(label)).map_err(de)?;
     root.present().map_err(de)
 }
 
@@ -195,14 +222,20 @@ pub fn run(args: &PlotSoakArgs) -> Result<(usize, usize), String> {
 mod tests {
     use super::*;
 
-    const CSV: &str = "window_start_s,workflows,workflows_per_s,steps,step_p50_ms,step_p99_ms,permit_steps,permit_step_p50_ms,permit_step_p99_ms\n\
-                       0,120,12.0,400,55,900,30,70,2000\n10,300,30.0,1000,60,1500,75,80,4000\n20,0,0.0,0,0,0,0,0,0\n";
+    const CSV: &str = "window_start_s,workflows,workflows_per_s,steps,step_p50_ms,step_p99_ms,permit_steps,permit_step_p50_ms,permit_step_p99_ms,kills,stops,redis_restarts\n\
+                       0,120,12.0,400,55,900,30,70,2000,1,0,0\n10,300,30.0,1000,60,1500,75,80,4000,0,1,1\n20,0,0.0,0,0,0,0,0,0,0,0,0\n";
 
     #[test]
     fn the_csv_and_the_scaling_lines_parse() {
         let rows = parse_csv(CSV).unwrap();
         assert_eq!(rows.len(), 3);
-        let row = Row { start_s: 10.0, wf_s: 30.0, steps: [1000.0, 60.0, 1500.0], permit_steps: [75.0, 80.0, 4000.0] };
+        let row = Row {
+            start_s: 10.0,
+            wf_s: 30.0,
+            steps: [1000.0, 60.0, 1500.0],
+            permit_steps: [75.0, 80.0, 4000.0],
+            chaos: [0.0, 1.0, 1.0],
+        };
         assert_eq!(rows[1], row);
         assert!(parse_csv("h\n1,2,x,4,5,6\n").unwrap_err().contains("column 3"));
         let text = "soak: processes=1 workflows=10\nsoak detail: store=postgres wf_s=40.5 seed=1\n\

@@ -58,13 +58,16 @@
 //!
 //! # By hand: the long run and the throughput figures
 //!
-//! `--long` sets 100 000 workflows, at most 2 000 in flight, chaos every 30 s, a 6 h cap
-//! and `--csv soak-long.csv`: per `--window-secs` (10) window of the run, the workflows
-//! completed, workflows/s and the p50/p99 latency of the steps completed in it (from the
-//! step's readiness, its predecessors' completion or the workflow's creation, to its own
-//! completion, as the store records them). `e2e-bench plot-soak` draws it. Throughput at
-//! 1, 2, 4 processes: `--kills 0 --stops 0 --processes N`; the detail line's `wf_s` is the
-//! workflows completed over the span from the first creation to the last completion.
+//! `--long` sets 100 000 workflows, at most 500 in flight (enough to keep 4 processes'
+//! slots busy; more only lengthens the queue), chaos every 30 s, a 6 h cap and `--csv
+//! soak-long.csv`: per `--window-secs` (10) window of the run, the workflows completed,
+//! workflows/s, the p50/p99 latency of the effect steps completed in it, apart for those
+//! holding a permit (from the step's readiness, its predecessors' completion or the
+//! workflow's creation, to its own completion, as the store records them; a permit step's
+//! includes its wait for the permit), and the kills, stops and Redis restarts begun in it.
+//! `e2e-bench plot-soak` draws it. Throughput at 1, 2, 4 processes: `--kills 0 --stops 0
+//! --in-flight 500 --processes N`; the detail line's `wf_s` is the workflows completed over
+//! the span from the first creation to the last completion.
 
 use super::oracle::{judge, Effect, Verdict, WorkflowView};
 use super::steps::{await_go, go_signal_id, nap, EffectStep};
@@ -294,7 +297,7 @@ pub fn parse_settings(mut rest: Vec<String>) -> Result<Settings, String> {
         chaos_every: Some(num("chaos-every-secs", if long { 30 } else { 0 })?)
             .filter(|s| *s > 0)
             .map(Duration::from_secs),
-        in_flight: num("in-flight", if long { 2_000 } else { workflows as u64 })? as usize,
+        in_flight: num("in-flight", if long { 500 } else { workflows as u64 })? as usize,
         cap: Duration::from_secs(num("cap-secs", if long { 6 * 3_600 } else { 120 })?),
         window: Duration::from_secs(num("window-secs", 10)?.max(1)),
         csv,
@@ -582,6 +585,8 @@ pub struct Window {
     pub steps: Latency,
     /// The same of the steps holding a permit (their wait for it included).
     pub permit_steps: Latency,
+    /// Kills, stops and Redis restarts begun in it.
+    pub chaos: [usize; 3],
 }
 
 /// The whole run's figures.
@@ -606,8 +611,9 @@ pub fn percentile(sorted: &[i64], p: f64) -> i64 {
     sorted[rank - 1]
 }
 
-/// Cut the run into windows of `window_ms` from the first creation.
-pub fn windows(timings: &[Timing], window_ms: i64) -> (Vec<Window>, Summary) {
+/// Cut the run into windows of `window_ms` from the first creation; `chaos` are the wall
+/// times of the kills, stops and Redis restarts (`[kill, stop, redis]` by index 0, 1, 2).
+pub fn windows(timings: &[Timing], chaos: &[(i64, usize)], window_ms: i64) -> (Vec<Window>, Summary) {
     let Some(t0) = timings.iter().map(|t| t.created).min() else { return (Vec::new(), Summary::default()) };
     let window_ms = window_ms.max(1);
     let last = timings.iter().filter_map(|t| t.finished).max().unwrap_or(t0);
@@ -626,6 +632,10 @@ pub fn windows(timings: &[Timing], window_ms: i64) -> (Vec<Window>, Summary) {
             all[usize::from(*permit)].push(finished - ready);
         }
     }
+    let mut acts = vec![[0usize; 3]; n];
+    for (t, kind) in chaos.iter().filter(|(_, k)| *k < 3) {
+        acts[at(*t)][*kind] += 1;
+    }
     let out = lat
         .into_iter()
         .enumerate()
@@ -635,6 +645,7 @@ pub fn windows(timings: &[Timing], window_ms: i64) -> (Vec<Window>, Summary) {
             wf_s: done[i] as f64 * 1000.0 / window_ms as f64,
             steps: Latency::of(free),
             permit_steps: Latency::of(permit),
+            chaos: acts[i],
         })
         .collect();
     let completed = done.iter().sum::<usize>();
@@ -650,7 +661,7 @@ pub fn windows(timings: &[Timing], window_ms: i64) -> (Vec<Window>, Summary) {
 }
 
 /// The header of the CSV of windows.
-pub const CSV_HEADER: &str = "window_start_s,workflows,workflows_per_s,steps,step_p50_ms,step_p99_ms,permit_steps,permit_step_p50_ms,permit_step_p99_ms";
+pub const CSV_HEADER: &str = "window_start_s,workflows,workflows_per_s,steps,step_p50_ms,step_p99_ms,permit_steps,permit_step_p50_ms,permit_step_p99_ms,kills,stops,redis_restarts";
 
 /// The CSV of the windows: [`CSV_HEADER`], then one row per window.
 pub fn csv(windows: &[Window]) -> String {
@@ -658,8 +669,19 @@ pub fn csv(windows: &[Window]) -> String {
     for w in windows {
         let (s, p) = (w.steps, w.permit_steps);
         out.push_str(&format!(
-            "{},{},{:.1},{},{},{},{},{},{}\n",
-            w.start_s, w.workflows, w.wf_s, s.count, s.p50_ms, s.p99_ms, p.count, p.p50_ms, p.p99_ms
+            "{},{},{:.1},{},{},{},{},{},{},{},{},{}\n",
+            w.start_s,
+            w.workflows,
+            w.wf_s,
+            s.count,
+            s.p50_ms,
+            s.p99_ms,
+            p.count,
+            p.p50_ms,
+            p.p99_ms,
+            w.chaos[0],
+            w.chaos[1],
+            w.chaos[2]
         ));
     }
     out
@@ -1256,7 +1278,17 @@ async fn supervise(
     let signalled = reads.iter().flatten().filter(completed_signal).filter(|r| r.signalled).count();
     let renew_ms = super::engine_config("soak").permit_renew_ms.as_millis();
     let permits = permit_figures(&holds, &chaos.events, run_end, CEILING as usize, renew_ms);
-    let (wins, summary) = windows(&timings, s.window.as_millis() as i64);
+    let mut acts: Vec<(i64, usize)> = chaos
+        .events
+        .iter()
+        .filter_map(|c| match c.kind {
+            ChaosKind::Kill => Some((c.t, 0)),
+            ChaosKind::Stop => Some((c.t, 1)),
+            ChaosKind::Cont => None,
+        })
+        .collect();
+    acts.extend(chaos.redis_events.iter().filter(|(_, what)| *what == "down").map(|(t, _)| (*t, 2)));
+    let (wins, summary) = windows(&timings, &acts, s.window.as_millis() as i64);
     let zombies: Vec<&str> = chaos.stopped_names.iter().map(String::as_str).collect();
     let (refused, late_refused) = super::crash::count_refused(dir, &workers, &zombies);
 
@@ -1388,7 +1420,7 @@ mod tests {
             t(2_000, Some(12_000), vec![(2_000, 2_300, false), (11_000, 12_000, false)]),
             t(3_000, None, vec![(3_000, 3_050, false)]),
         ];
-        let (w, sum) = windows(&timings, 10_000);
+        let (w, sum) = windows(&timings, &[(1_500, 0), (2_500, 0), (11_000, 2), (9_000, 1)], 10_000);
         assert_eq!(w.len(), 2);
         assert_eq!((w[0].start_s, w[0].workflows), (0, 1));
         assert_eq!(w[0].steps, Latency { count: 3, p50_ms: 100, p99_ms: 300 });
@@ -1400,7 +1432,9 @@ mod tests {
         assert!((sum.wf_s - 2.0 / 11.0).abs() < 1e-9);
         let text = csv(&w);
         assert!(
-            text.starts_with(&format!("{CSV_HEADER}\n0,1,0.1,3,100,300,1,3900,3900\n10,1,0.1,1,1000,1000,0,0,0\n")),
+            text.starts_with(&format!(
+                "{CSV_HEADER}\n0,1,0.1,3,100,300,1,3900,3900,2,1,0\n10,1,0.1,1,1000,1000,0,0,0,0,0,1\n"
+            )),
             "{text}"
         );
         assert_eq!(percentile(&[], 0.5), 0);
@@ -1424,7 +1458,7 @@ mod tests {
         assert_eq!((s.processes, s.workflows, s.kills, s.stops, s.redis_restarts), (4, 2_000, 3, 1, 1));
         assert_eq!((s.in_flight, s.cap, s.chaos_every, s.csv.clone()), (2_000, Duration::from_secs(120), None, None));
         let l = parse_settings(vec!["--long".into(), "--processes".into(), "2".into()]).unwrap();
-        assert_eq!((l.processes, l.workflows, l.in_flight), (2, 100_000, 2_000));
+        assert_eq!((l.processes, l.workflows, l.in_flight), (2, 100_000, 500));
         assert_eq!((l.chaos_every, l.csv), (Some(Duration::from_secs(30)), Some(PathBuf::from("soak-long.csv"))));
         assert!(parse_settings(vec!["--processes".into(), "1".into()]).unwrap_err().contains("--stops 0"));
         assert!(parse_settings(vec!["--queue".into(), "redis://x".into()]).unwrap_err().contains("unknown argument"));
