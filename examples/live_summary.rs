@@ -53,17 +53,5 @@ fn main() -> ExitCode {
         }
         kernel_examples::real::demo::run(args).await
     });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            let mut msg = e.to_string();
-            let mut cause = e.source();
-            while let Some(c) = cause {
-                msg.push_str(&format!(": {c}"));
-                cause = c.source();
-            }
-            eprintln!("live_summary: {msg}");
-            ExitCode::FAILURE
-        }
-    }
+    kernel_examples::real::exit_code("live_summary", result.map(|()| true))
 }

@@ -117,6 +117,8 @@ pub enum Command {
     Bench(BenchArgs),
     /// Draw a PNG from printed lines.
     Plot(PlotArgs),
+    /// Draw a PNG of a soak run from its CSV (and scaling lines).
+    PlotSoak(crate::soakplot::PlotSoakArgs),
     /// Claim latency against the size of the instance table on PostgreSQL.
     ClaimLatency(crate::claimlat::ClaimLatencyArgs),
     /// Print the usage.
@@ -129,6 +131,7 @@ usage: e2e-bench [--store memory|mongo-wire|postgres|sqlite] [--workflows N] [--
                  [--floor-connections C] [--start-batches B] [--warmup W] [--floor|--no-floor]
                  [--redis-url URL] [--mongo-url URL] [--postgres-url URL]
        e2e-bench plot --input <file with e2e-bench lines> --out <png> [--font <ttf>]
+       e2e-bench plot-soak --input <soak CSV> [--scaling <file with soak lines>] --out <png> [--font <ttf>]
        e2e-bench claim-latency [--sizes 1000,100000,1000000] [--claims N] [--postgres-url URL]
 
 REDIS_URL (default redis://127.0.0.1:6379), MONGODB_URI and DATABASE_URL (default
@@ -140,8 +143,9 @@ postgres://postgres@127.0.0.1:5432/test) are read when the flags are absent. Wit
 pub fn parse(args: &[String], env: impl Fn(&str) -> Option<String>) -> Result<Command, String> {
     let mut it = args.iter().peekable();
     let plot = it.peek().is_some_and(|a| *a == "plot");
+    let plot_soak = it.peek().is_some_and(|a| *a == "plot-soak");
     let claim_latency = it.peek().is_some_and(|a| *a == "claim-latency");
-    if plot || claim_latency {
+    if plot || plot_soak || claim_latency {
         it.next();
     }
     let mut flags: Vec<(String, Option<String>)> = Vec::new();
@@ -164,6 +168,8 @@ pub fn parse(args: &[String], env: impl Fn(&str) -> Option<String>) -> Result<Co
     }
     if plot {
         parse_plot(flags).map(Command::Plot)
+    } else if plot_soak {
+        parse_plot_soak(flags).map(Command::PlotSoak)
     } else if claim_latency {
         parse_claim_latency(flags, env).map(Command::ClaimLatency)
     } else {
@@ -175,18 +181,40 @@ fn is_switch(name: &str) -> bool {
     matches!(name, "floor" | "no-floor")
 }
 
-fn parse_plot(flags: Vec<(String, Option<String>)>) -> Result<PlotArgs, String> {
-    let (mut input, mut out, mut font) = (None, None, None);
+/// The path flags of a plot command (`allowed` of them), by name.
+fn path_flags(
+    command: &str,
+    flags: Vec<(String, Option<String>)>,
+    allowed: &[&str],
+) -> Result<std::collections::HashMap<String, PathBuf>, String> {
+    let mut out = std::collections::HashMap::new();
     for (name, value) in flags {
         let value = value.ok_or_else(|| format!("--{name} needs a value"))?;
-        match name.as_str() {
-            "input" => input = Some(PathBuf::from(value)),
-            "out" => out = Some(PathBuf::from(value)),
-            "font" => font = Some(PathBuf::from(value)),
-            other => return Err(format!("plot: unknown flag --{other}")),
+        if !allowed.contains(&name.as_str()) {
+            return Err(format!("{command}: unknown flag --{name}"));
         }
+        out.insert(name, PathBuf::from(value));
     }
-    Ok(PlotArgs { input: input.ok_or("plot needs --input <file>")?, out: out.ok_or("plot needs --out <png>")?, font })
+    Ok(out)
+}
+
+fn parse_plot(flags: Vec<(String, Option<String>)>) -> Result<PlotArgs, String> {
+    let mut f = path_flags("plot", flags, &["input", "out", "font"])?;
+    Ok(PlotArgs {
+        input: f.remove("input").ok_or("plot needs --input <file>")?,
+        out: f.remove("out").ok_or("plot needs --out <png>")?,
+        font: f.remove("font"),
+    })
+}
+
+fn parse_plot_soak(flags: Vec<(String, Option<String>)>) -> Result<crate::soakplot::PlotSoakArgs, String> {
+    let mut f = path_flags("plot-soak", flags, &["input", "scaling", "out", "font"])?;
+    Ok(crate::soakplot::PlotSoakArgs {
+        input: f.remove("input").ok_or("plot-soak needs --input <soak CSV>")?,
+        scaling: f.remove("scaling"),
+        out: f.remove("out").ok_or("plot-soak needs --out <png>")?,
+        font: f.remove("font"),
+    })
 }
 
 /// Table sizes of `claim-latency` by default.
@@ -384,6 +412,20 @@ mod tests {
         assert!(run(&["plot", "--input", "a"], &[]).unwrap_err().contains("--out"));
         assert!(run(&["plot", "--workflows", "1"], &[]).unwrap_err().contains("unknown flag --workflows"));
         assert_eq!(run(&["--help"], &[]).unwrap(), Command::Help);
+    }
+
+    #[test]
+    fn plot_soak_takes_input_out_and_optional_scaling_and_font() {
+        let Ok(Command::PlotSoak(p)) =
+            run(&["plot-soak", "--input", "s.csv", "--scaling=s.txt", "--out", "s.png"], &[])
+        else {
+            panic!("expected plot-soak")
+        };
+        assert_eq!((p.input, p.scaling, p.out, p.font), ("s.csv".into(), Some("s.txt".into()), "s.png".into(), None));
+        assert!(run(&["plot-soak", "--input", "a"], &[]).unwrap_err().contains("--out"));
+        assert!(run(&["plot-soak", "--out", "a", "--input", "b", "--runs", "3"], &[])
+            .unwrap_err()
+            .contains("plot-soak: unknown flag --runs"));
     }
 
     #[test]

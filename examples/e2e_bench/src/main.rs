@@ -8,6 +8,7 @@
 //! cargo run --release -p e2e-bench -- --runs 3 | tee e2e.txt
 //! cargo run --release -p e2e-bench -- --store mongo-wire      # MONGODB_URI from scripts/mongo-wire.sh
 //! cargo run --release -p e2e-bench -- plot --input e2e.txt --out docs/bench/e2e.png
+//! cargo run --release -p e2e-bench -- plot-soak --input soak-long.csv --scaling soak-scaling.txt --out docs/bench/soak.png
 //! cargo run --release -p e2e-bench -- claim-latency            # store-postgres, 1k/100k/1M instances
 //! ```
 //!
@@ -39,6 +40,7 @@ mod pgfloor;
 mod pgstat;
 mod plot;
 mod report;
+mod soakplot;
 
 use args::{BenchArgs, Command, StoreKind};
 use cpu::CpuSnapshot;
@@ -274,6 +276,9 @@ fn main() -> ExitCode {
             Ok(())
         }
         Command::Plot(p) => plot::run(&p).map(|n| eprintln!("e2e-bench: plotted {n} lines into {}", p.out.display())),
+        Command::PlotSoak(p) => soakplot::run(&p).map(|(windows, runs)| {
+            eprintln!("e2e-bench: plotted {windows} windows and {runs} scaling runs into {}", p.out.display())
+        }),
         Command::Bench(b) => match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
             Ok(rt) => rt.block_on(bench(b)),
             Err(e) => Err(format!("runtime: {e}")),

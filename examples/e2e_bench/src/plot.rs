@@ -19,7 +19,8 @@ pub const FONT_CANDIDATES: &[&str] = &[
     "/Library/Fonts/Arial.ttf",
 ];
 
-const FONT: &str = "sans-serif";
+/// The family the loaded font is registered under.
+pub(crate) const FONT: &str = "sans-serif";
 const SIZE: (u32, u32) = (1400, 560);
 
 /// One plotted series: per-run values in file order.
@@ -97,7 +98,7 @@ fn bounds(values: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
 
 /// Category colours (matplotlib's "tab10"), readable on white, unlike the default palette's
 /// yellow.
-const COLORS: [RGBColor; 6] = [
+pub(crate) const COLORS: [RGBColor; 6] = [
     RGBColor(31, 119, 180),
     RGBColor(44, 160, 44),
     RGBColor(214, 39, 40),
@@ -106,7 +107,8 @@ const COLORS: [RGBColor; 6] = [
     RGBColor(140, 86, 75),
 ];
 
-fn tick(v: &f64) -> String {
+/// A tick label: no decimals from 10 up, one from 1, two below.
+pub(crate) fn tick(v: &f64) -> String {
     match *v {
         v if v >= 10.0 => format!("{v:.0}"),
         v if v >= 1.0 => format!("{v:.1}"),
@@ -114,8 +116,23 @@ fn tick(v: &f64) -> String {
     }
 }
 
-fn de<E: std::fmt::Debug>(e: E) -> String {
+/// A drawing error as the command's error.
+pub(crate) fn de<E: std::fmt::Debug>(e: E) -> String {
     format!("plot: {e:?}")
+}
+
+/// The legend of `chart`: upper right, on a light box.
+pub(crate) fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+) -> Result<(), String> {
+    chart
+        .configure_series_labels()
+        .label_font((FONT, 14))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(de)
 }
 
 /// Draw `series` into a PNG at `out` (the font must be loaded).
@@ -157,14 +174,7 @@ pub fn draw(series: &[Series], out: &Path) -> Result<(), String> {
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
         chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 4, c.filled()))).map_err(de)?;
     }
-    chart
-        .configure_series_labels()
-        .label_font((FONT, 14))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()
-        .map_err(de)?;
+    legend(&mut chart)?;
 
     let all_ms = series.iter().flat_map(|s| s.p50_ms.iter().chain(&s.p99_ms).copied());
     let (lo, hi) = bounds(all_ms).ok_or("no latency to plot")?;
@@ -201,14 +211,7 @@ pub fn draw(series: &[Series], out: &Path) -> Result<(), String> {
             .legend(move |(x, y)| TriangleMarker::new((x + 10, y), 5, c.mix(0.6).filled()));
         chart.draw_series(p99.into_iter().map(|p| TriangleMarker::new(p, 5, c.mix(0.6).filled()))).map_err(de)?;
     }
-    chart
-        .configure_series_labels()
-        .label_font((FONT, 14))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()
-        .map_err(de)?;
+    legend(&mut chart)?;
     root.present().map_err(de)
 }
 

@@ -23,16 +23,16 @@
 //! it rather than hangs; nothing asserts a duration.
 
 use super::oracle::{judge, Effect, WorkflowView};
+pub use super::steps::go_signal_id;
+use super::steps::{await_go, nap, EffectStep};
 use super::{
-    cleanup, fresh_queue_url, fresh_store_url, queue_options, read_lines, run_dir, take_flag, urls_from_args, wall_ms,
-    Oracle, Tail, Worker, WorkerArgs, WorkerEnv, LEASE_MS,
+    cleanup, fresh_queue_url, fresh_store_url, queue_options, read_lines, run_dir, take_flag, take_switch,
+    urls_from_args, wall_ms, Oracle, Tail, Worker, WorkerArgs, WorkerEnv, LEASE_MS,
 };
 use compose::{Deployment, Urls};
 use futures::StreamExt;
 use kernel_core::ports::Signal;
-use kernel_core::{
-    ActivityContext, ActivityError, Definition, Engine, ResumeKind, StartRequest, StepDef, StepOutcome, WorkflowId,
-};
+use kernel_core::{Definition, Engine, StartRequest, StepDef, WorkflowId};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::Path;
@@ -47,67 +47,13 @@ pub const EFFECT_STEPS: [&str; 2] = ["charge", "ship"];
 /// Simulated work after an effect, so a kill often lands inside the step.
 pub const WORK_MS: u64 = 50;
 
-fn transient(e: impl std::fmt::Display) -> ActivityError {
-    ActivityError::transient(e.to_string())
-}
-
-fn stamped(ctx: &ActivityContext, extra: Value) -> Value {
-    let mut v = json!({ "attempt": ctx.attempt(), "token": ctx.claim_token() });
-    if let (Some(m), Value::Object(e)) = (v.as_object_mut(), extra) {
-        m.extend(e);
-    }
-    v
-}
-
-/// The signal id of workflow `wf`'s `go` signal (stable: a redelivery reuses it).
-pub fn go_signal_id(wf: &str) -> String {
-    format!("go:{wf}")
-}
-
 /// The run's workflow, its effects recorded into `oracle`.
 pub fn definition(oracle: Arc<Oracle>) -> Definition {
-    let effect = move |oracle: Arc<Oracle>| {
-        move |ctx: ActivityContext| {
-            let oracle = oracle.clone();
-            async move {
-                // The side effect, under the K-17.1 key; then some work.
-                let line = json!({
-                    "key": ctx.idempotency_key(),
-                    "wf": ctx.workflow_id(),
-                    "step": ctx.step_name(),
-                    "attempt": ctx.attempt(),
-                    "token": ctx.claim_token(),
-                    "pid": std::process::id(),
-                    "t": wall_ms(),
-                });
-                oracle.append(&line).map_err(transient)?;
-                tokio::time::sleep(Duration::from_millis(WORK_MS)).await;
-                Ok(StepOutcome::complete(stamped(&ctx, json!({}))))
-            }
-        }
-    };
-    let cool = |ctx: ActivityContext| async move {
-        if ctx.checkpoint().is_none() {
-            let ms = ctx.input().get("sleep_ms").and_then(Value::as_i64).unwrap_or(300);
-            return Ok(StepOutcome::sleep(ms, json!({ "slept": ms })));
-        }
-        Ok(StepOutcome::complete(stamped(&ctx, json!({}))))
-    };
-    let await_go = |ctx: ActivityContext| async move {
-        let woken = ctx
-            .resume()
-            .filter(|r| r.kind == ResumeKind::Signal && r.step_index as usize == ctx.step_index())
-            .and_then(|r| r.signal_id.clone());
-        match woken {
-            Some(signal_id) => Ok(StepOutcome::complete(stamped(&ctx, json!({ "signal_id": signal_id })))),
-            None => Ok(StepOutcome::wait_for_signal("go", ctx.workflow_id()).into()),
-        }
-    };
     Definition::builder(CRASH_JOB)
-        .step(StepDef::new("charge", effect(oracle.clone())).max_retry(3))
-        .step(StepDef::new("cool", cool).depends_on(["charge"]))
+        .step(StepDef::new("charge", EffectStep::new(oracle.clone(), WORK_MS)).max_retry(3))
+        .step(StepDef::new("cool", nap).depends_on(["charge"]))
         .step(StepDef::new("await_go", await_go).depends_on(["cool"]))
-        .step(StepDef::new("ship", effect(oracle)).depends_on(["await_go"]).max_retry(3))
+        .step(StepDef::new("ship", EffectStep::new(oracle, WORK_MS)).depends_on(["await_go"]).max_retry(3))
         .build()
         .expect("valid definition")
 }
@@ -155,7 +101,7 @@ fn parse_settings(mut rest: Vec<String>) -> Result<Settings, Box<dyn std::error:
         cap: Duration::from_secs(num("cap-secs", 180)?),
         keep: false,
     };
-    let keep = rest.iter().position(|a| a == "--keep").map(|i| rest.remove(i)).is_some();
+    let keep = take_switch(&mut rest, "keep");
     if let Some(unknown) = rest.first() {
         return Err(format!(
             "unknown argument {unknown} (flags: --store, --queue, --processes, --workflows, --kills, --stops, --spread-ms, --cap-secs, --keep)"
@@ -254,15 +200,7 @@ async fn supervise(
         .config(super::engine_config("supervisor"))
         .register(definition(oracle))
         .build()?;
-    let spawn = |name: &str| {
-        Worker::spawn(WorkerArgs {
-            urls: urls.clone(),
-            worker_id: name.to_string(),
-            events: dir.join(format!("events-{name}.jsonl")),
-            oracle: oracle_path.clone(),
-            hold: None,
-        })
-    };
+    let spawn = |name: &str| Worker::spawn(WorkerArgs::in_run(urls, dir, &oracle_path, name));
     let mut workers: Vec<Worker> = Vec::new();
     for i in 1..=s.processes {
         workers.push(spawn(&format!("w{i}"))?);
@@ -434,7 +372,7 @@ async fn supervise(
     line.duplicate_effects = verdict.duplicate_effects;
     line.stale_writes_accepted = verdict.stale_writes_accepted;
     line.lost = verdict.lost;
-    let (refused, zombie_refused) = count_refused(dir, &workers, &workers[zombie].name);
+    let (refused, zombie_refused) = count_refused(dir, &workers, &[workers[zombie].name.as_str()]);
     println!("{line}");
     println!(
         "real-crash detail: applied_effects={} redelivered={} signalled={signalled} stops_without_takeover={stops_without_takeover} refused_writes={refused} zombie_token_writes_refused={zombie_refused} wall_ms={}{}",
@@ -455,17 +393,17 @@ async fn supervise(
     Ok(ok)
 }
 
-/// Guarded writes the workers saw refused, and those of them the stopped worker made
-/// under a claim token (its late writes): the workers' own reports, informational only.
-/// Most refusals are races lost on purpose (several workers' maintenance passes activating
-/// the same due timer; one wins).
-fn count_refused(dir: &Path, workers: &[Worker], zombie: &str) -> (usize, usize) {
+/// Guarded writes the workers saw refused, and those of them the stopped workers
+/// (`zombies`) made under a claim token (their late writes): the workers' own reports,
+/// informational only. Most refusals are races lost on purpose (several workers'
+/// maintenance passes activating the same due timer; one wins).
+pub(super) fn count_refused(dir: &Path, workers: &[Worker], zombies: &[&str]) -> (usize, usize) {
     let (mut all, mut late) = (0, 0);
     for w in workers {
         for v in read_lines(&dir.join(format!("events-{}.jsonl", w.name))).unwrap_or_default() {
             if v.get("kind").and_then(Value::as_str) == Some("missed") {
                 all += 1;
-                late += usize::from(w.name == zombie && v.get("token").is_some_and(|t| !t.is_null()));
+                late += usize::from(zombies.contains(&w.name.as_str()) && v.get("token").is_some_and(|t| !t.is_null()));
             }
         }
     }

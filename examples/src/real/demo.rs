@@ -25,6 +25,7 @@
 //! by [`super::oracle::judge`].
 
 use super::oracle::{self, Effect, WorkflowView};
+use super::steps::{stamped, transient};
 use super::{
     cleanup, fresh_queue_url, fresh_store_url, queue_options, read_lines, run_dir, urls_from_args, wall_ms, EventLog,
     Oracle, Tail, Worker, WorkerArgs, WorkerEnv,
@@ -69,19 +70,6 @@ pub const STOP_NOTICED_MS: u64 = 1_000;
 /// How long a held activity of the worker that is killed waits (it never returns).
 pub const KILL_HOLD_MS: u64 = 60_000;
 
-fn transient(e: impl std::fmt::Display) -> ActivityError {
-    ActivityError::transient(e.to_string())
-}
-
-/// The entry an output was written by: every output carries it (see [`oracle`]).
-fn stamped(ctx: &ActivityContext, mut v: Value) -> Value {
-    if let Value::Object(m) = &mut v {
-        m.insert("attempt".into(), json!(ctx.attempt()));
-        m.insert("token".into(), json!(ctx.claim_token()));
-    }
-    v
-}
-
 fn round_of(ctx: &ActivityContext) -> Result<(ObjectId, FencingToken), ActivityError> {
     let r = ctx.round();
     match (&r.object_id, &r.fencing_token) {
@@ -90,16 +78,11 @@ fn round_of(ctx: &ActivityContext) -> Result<(ObjectId, FencingToken), ActivityE
     }
 }
 
+/// An effect line (see [`super::steps`]) naming which `effect` it is.
 fn effect_line(ctx: &ActivityContext, effect: &str) -> Value {
-    json!({
-        "effect": effect,
-        "key": ctx.idempotency_key(),
-        "wf": ctx.workflow_id(),
-        "step": ctx.step_name(),
-        "attempt": ctx.attempt(),
-        "token": ctx.claim_token(),
-        "pid": std::process::id(),
-    })
+    let mut line = super::steps::effect_line(ctx);
+    line["effect"] = json!(effect);
+    line
 }
 
 /// Where a worker's activities hold: `compose` (for [`KILL_HOLD_MS`]) or `compose:<ms>`;
@@ -354,13 +337,7 @@ impl Run {
     fn spawn(&mut self, name: &str, hold: Option<String>) -> Result<usize, Box<dyn std::error::Error>> {
         let events = self.dir.join(format!("events-{name}.jsonl"));
         self.timeline.follow(&events);
-        let args = WorkerArgs {
-            urls: self.urls.clone(),
-            worker_id: name.to_string(),
-            events,
-            oracle: self.oracle.clone(),
-            hold,
-        };
+        let args = WorkerArgs { hold, ..WorkerArgs::in_run(&self.urls, &self.dir, &self.oracle, name) };
         self.workers.push(Worker::spawn(args)?);
         Ok(self.workers.len() - 1)
     }

@@ -16,6 +16,9 @@
 pub mod crash;
 pub mod demo;
 pub mod oracle;
+#[cfg(feature = "durable")]
+pub mod soak;
+pub mod steps;
 
 use compose::{Deployment, QueueOptions, Urls};
 use kernel_core::engine::EngineConfig;
@@ -159,6 +162,14 @@ pub fn take_flag(args: &mut Vec<String>, name: &str) -> Option<String> {
         None if at < args.len() => Some(args.remove(at)),
         None => None,
     }
+}
+
+/// Remove `--<name>` from `args`; whether it was there.
+pub fn take_switch(args: &mut Vec<String>, name: &str) -> bool {
+    let flag = format!("--{name}");
+    let before = args.len();
+    args.retain(|a| *a != flag);
+    args.len() != before
 }
 
 /// Delete what a run created on shared servers (the fresh schema, the key prefix); a
@@ -373,9 +384,25 @@ pub struct WorkerArgs {
     pub oracle: PathBuf,
     /// What its activities should hold on (the demo's deterministic kill and stop points).
     pub hold: Option<String>,
+    /// Leave the committed transitions out of its event log (`--quiet`): a long run's log
+    /// stays small; refused writes and markers are still recorded.
+    pub quiet: bool,
 }
 
 impl WorkerArgs {
+    /// Worker `name` of a run in `dir` on `urls`: its event log `events-<name>.jsonl` in
+    /// `dir`, the run's `oracle` file, no hold, its transitions recorded.
+    pub fn in_run(urls: &Urls, dir: &Path, oracle: &Path, name: &str) -> WorkerArgs {
+        WorkerArgs {
+            urls: urls.clone(),
+            worker_id: name.to_string(),
+            events: dir.join(format!("events-{name}.jsonl")),
+            oracle: oracle.to_path_buf(),
+            hold: None,
+            quiet: false,
+        }
+    }
+
     /// Parse the arguments after [`WORKER_ARG`].
     pub fn parse(args: Vec<String>) -> Result<WorkerArgs, Box<dyn std::error::Error>> {
         let (urls, mut rest) = compose::Urls::from_args(args, |_| None)?;
@@ -384,10 +411,11 @@ impl WorkerArgs {
         let events = PathBuf::from(need("events")?);
         let oracle = PathBuf::from(need("oracle")?);
         let hold = take_flag(&mut rest, "hold");
+        let quiet = take_switch(&mut rest, "quiet");
         if let Some(unknown) = rest.first() {
             return Err(format!("worker: unknown argument {unknown}").into());
         }
-        Ok(WorkerArgs { urls, worker_id, events, oracle, hold })
+        Ok(WorkerArgs { urls, worker_id, events, oracle, hold, quiet })
     }
 
     fn to_args(&self) -> Vec<String> {
@@ -406,6 +434,9 @@ impl WorkerArgs {
         ];
         if let Some(h) = &self.hold {
             a.extend(["--hold".to_string(), h.clone()]);
+        }
+        if self.quiet {
+            a.push("--quiet".to_string());
         }
         a
     }
@@ -440,7 +471,11 @@ where
     let env = WorkerEnv { deployment, events: events.clone(), oracle, args: args.clone() };
     let defs = definitions(&env).await?;
     let store: Arc<DynStore> = Arc::new(WatchStore::new(env.deployment.store.store.clone(), events.clone()));
-    let ports = env.deployment.ports().store(store).observer(Arc::new(FileSink(events.clone()))).build()?;
+    let mut ports = env.deployment.ports().store(store);
+    if !args.quiet {
+        ports = ports.observer(Arc::new(FileSink(events.clone())));
+    }
+    let ports = ports.build()?;
     let mut builder = kernel_core::Engine::builder(ports).config(engine_config(&args.worker_id));
     for d in defs {
         builder = builder.register(d);
@@ -469,6 +504,52 @@ where
 // ---------------------------------------------------------------------------------------
 // Supervisor side
 // ---------------------------------------------------------------------------------------
+
+/// The `main` of a run's binary, which is both the supervisor and (with the argument
+/// [`WORKER_ARG`], as the supervisor re-executes it) its worker processes: `worker` or
+/// `run` on a multi-threaded runtime, ended by [`exit_code`].
+pub fn supervisor_main<W, WF, R, RF>(name: &str, worker: W, run: R) -> std::process::ExitCode
+where
+    W: FnOnce(WorkerArgs) -> WF,
+    WF: std::future::Future<Output = Result<(), Box<dyn std::error::Error>>>,
+    R: FnOnce(Vec<String>) -> RF,
+    RF: std::future::Future<Output = Result<bool, Box<dyn std::error::Error>>>,
+{
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("{name}: no runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        if args.first().map(String::as_str) == Some(WORKER_ARG) {
+            return worker(WorkerArgs::parse(args.split_off(1))?).await.map(|()| true);
+        }
+        run(args).await
+    });
+    exit_code(name, result)
+}
+
+/// The exit code of a run's binary: success when `result` says every count is right; an
+/// error is printed with its causes after `name: `.
+pub fn exit_code(name: &str, result: Result<bool, Box<dyn std::error::Error>>) -> std::process::ExitCode {
+    match result {
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => std::process::ExitCode::FAILURE,
+        Err(e) => {
+            let mut msg = e.to_string();
+            let mut cause = e.source();
+            while let Some(c) = cause {
+                msg.push_str(&format!(": {c}"));
+                cause = c.source();
+            }
+            eprintln!("{name}: {msg}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
 
 /// A worker process the supervisor started.
 pub struct Worker {

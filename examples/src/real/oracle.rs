@@ -135,6 +135,19 @@ pub struct Verdict {
     pub applied: usize,
 }
 
+impl std::ops::AddAssign for Verdict {
+    /// The counts of two disjoint sets of workflows (judged apart because their effect
+    /// steps differ) added up.
+    fn add_assign(&mut self, o: Verdict) {
+        self.completed += o.completed;
+        self.duplicate_effects += o.duplicate_effects;
+        self.stale_writes_accepted += o.stale_writes_accepted;
+        self.lost += o.lost;
+        self.redelivered += o.redelivered;
+        self.applied += o.applied;
+    }
+}
+
 /// Judge a run: `expected` are the workflow ids started, `store` what the store holds
 /// (missing ids count as lost), `effects` the oracle's lines, `effect_steps` the steps
 /// that write to the oracle.
