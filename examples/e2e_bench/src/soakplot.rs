@@ -1,4 +1,4 @@
-//! `e2e-bench plot-soak`: a PNG of a soak run (`cargo run -p kernel-examples --example soak`)
+//! `e2e-bench plot-soak`: a PNG of a soak run (`cargo run -p soak`)
 //! — workflows/s per window over the run and the step latency p50/p99 per window, from
 //! the CSV the soak writes (`--csv`), and, with `--scaling`, the workflows/s of soak runs
 //! at several process counts from their printed lines (`soak:` for `processes=`, the

@@ -397,7 +397,7 @@ async fn supervise(
 /// (`zombies`) made under a claim token (their late writes): the workers' own reports,
 /// informational only. Most refusals are races lost on purpose (several workers'
 /// maintenance passes activating the same due timer; one wins).
-pub(super) fn count_refused(dir: &Path, workers: &[Worker], zombies: &[&str]) -> (usize, usize) {
+pub fn count_refused(dir: &Path, workers: &[Worker], zombies: &[&str]) -> (usize, usize) {
     let (mut all, mut late) = (0, 0);
     for w in workers {
         for v in read_lines(&dir.join(format!("events-{}.jsonl", w.name))).unwrap_or_default() {

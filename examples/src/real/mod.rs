@@ -17,7 +17,6 @@ pub mod crash;
 pub mod demo;
 pub mod oracle;
 #[cfg(feature = "durable")]
-pub mod soak;
 pub mod steps;
 
 use compose::{Deployment, QueueOptions, Urls};

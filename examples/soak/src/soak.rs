@@ -42,7 +42,7 @@
 //! # The figures
 //!
 //! - `completed`, `lost`, `duplicate_effects`, `stale_writes_accepted`: the store and the
-//!   oracle file read after every process stopped, judged by [`super::oracle::judge`] per
+//!   oracle file read after every process stopped, judged by [`kernel_examples::real::oracle::judge`] per
 //!   shape.
 //! - `permit_overshoot_max`: the most activities holding [`RESOURCE`] at once beyond
 //!   [`CEILING`], from the hold lines' wall times (a span without an `end` ends when its
@@ -50,7 +50,7 @@
 //!   counts for as long as it is frozen, so a stop past the permit lease shows here (K-14
 //!   allows it: the lease lapsed and the slot went to another holder).
 //! - `permit_breaches`: the times the ceiling was exceeded for longer than one permit
-//!   renewal interval ([`super::engine_config`]'s `permit_renew_ms`), counted on the spans
+//!   renewal interval ([`kernel_examples::real::engine_config`]'s `permit_renew_ms`), counted on the spans
 //!   with the frozen stretches cut out (a frozen process puts no load on the resource; once
 //!   continued, its lapsed permit may overshoot for at most one renewal interval).
 //! - The detail line adds what a monitor sampled from Redis every 100 ms
@@ -69,16 +69,16 @@
 //! --in-flight 500 --processes N`; the detail line's `wf_s` is the workflows completed over
 //! the span from the first creation to the last completion.
 
-use super::oracle::{judge, Effect, Verdict, WorkflowView};
-use super::steps::{await_go, go_signal_id, nap, EffectStep};
-use super::{
-    fresh_queue_url, fresh_store_url, queue_options, run_dir, take_flag, take_switch, wall_ms, Oracle, Tail, Worker,
-    WorkerArgs, WorkerEnv, LEASE_MS, PERMIT_LEASE_MS,
-};
 use compose::{Deployment, Role, Urls};
 use futures::StreamExt;
 use kernel_core::ports::{PermitLimits, PermitOwner, Signal};
 use kernel_core::{Definition, Engine, StartRequest, StepDef, WorkflowId, WorkflowInstance};
+use kernel_examples::real::oracle::{judge, Effect, Verdict, WorkflowView};
+use kernel_examples::real::steps::{await_go, go_signal_id, nap, EffectStep};
+use kernel_examples::real::{
+    fresh_queue_url, fresh_store_url, queue_options, run_dir, take_flag, take_switch, wall_ms, Oracle, Tail, Worker,
+    WorkerArgs, WorkerEnv, LEASE_MS, PERMIT_LEASE_MS,
+};
 use queue_redis::test_support::DedicatedRedis;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
@@ -225,7 +225,7 @@ pub fn definitions(oracle: &Arc<Oracle>) -> Vec<Definition> {
 
 /// The worker process of the soak.
 pub async fn worker(args: WorkerArgs) -> Result<(), Box<dyn std::error::Error>> {
-    super::run_worker(args, queue_options(limits()), |env: &WorkerEnv| {
+    kernel_examples::real::run_worker(args, queue_options(limits()), |env: &WorkerEnv| {
         Box::pin(async move { Ok(definitions(&env.oracle)) })
     })
     .await
@@ -1157,7 +1157,8 @@ async fn supervise(
     let cap_at = started + s.cap;
     let oracle_path = dir.join("effects.jsonl");
     // Never spawned: the supervisor only starts workflows, delivers signals and reads.
-    let mut builder = Engine::builder(deployment.ports().build()?).config(super::engine_config("supervisor"));
+    let mut builder =
+        Engine::builder(deployment.ports().build()?).config(kernel_examples::real::engine_config("supervisor"));
     for d in definitions(&Oracle::open(&oracle_path)?) {
         builder = builder.register(d);
     }
@@ -1276,7 +1277,7 @@ async fn supervise(
     let completed_signal = |r: &&Read| r.shape == SIGNAL_SHAPE && r.view.completed;
     let signal_completed = reads.iter().flatten().filter(completed_signal).count();
     let signalled = reads.iter().flatten().filter(completed_signal).filter(|r| r.signalled).count();
-    let renew_ms = super::engine_config("soak").permit_renew_ms.as_millis();
+    let renew_ms = kernel_examples::real::engine_config("soak").permit_renew_ms.as_millis();
     let permits = permit_figures(&holds, &chaos.events, run_end, CEILING as usize, renew_ms);
     let mut acts: Vec<(i64, usize)> = chaos
         .events
@@ -1290,7 +1291,7 @@ async fn supervise(
     acts.extend(chaos.redis_events.iter().filter(|(_, what)| *what == "down").map(|(t, _)| (*t, 2)));
     let (wins, summary) = windows(&timings, &acts, s.window.as_millis() as i64);
     let zombies: Vec<&str> = chaos.stopped_names.iter().map(String::as_str).collect();
-    let (refused, late_refused) = super::crash::count_refused(dir, &workers, &zombies);
+    let (refused, late_refused) = kernel_examples::real::crash::count_refused(dir, &workers, &zombies);
 
     let mut line = Line {
         processes: s.processes,
