@@ -703,9 +703,12 @@ impl Claim {
             Ok(PermitDecision::Granted { .. }) => Ok(Some(HeldPermit { resource: resource.to_string(), owner })),
             Ok(PermitDecision::Denied { retry_after_ms }) => {
                 tracing::info!(step = sd.name(), resource, "permit denied; deferring");
-                // An adapter's hint is clamped like a configured span, so `now + delay` cannot overflow.
+                // At most `permit_retry_ms`: a full resource's hint is its soonest holder's
+                // lease end, but a holder releases (with a wakeup, K-14) when its activity
+                // returns, usually long before; a waiter deferred to the lease end would
+                // starve behind later arrivals. A shorter hint (the start window) is kept.
                 Err(NoPermit::Deferred(
-                    retry_after_ms.max(self.inner.config.permit_retry_ms).min(validate::CONFIG_MS_MAX),
+                    retry_after_ms.min(self.inner.config.permit_retry_ms).max(DurationMs::from_millis(1)),
                 ))
             }
             Err(e) => {

@@ -48,7 +48,8 @@ pub struct EngineConfig {
     pub candidates_per_round_max: usize,
     /// Push-back delay on a fingerprint mismatch (K-4.3).
     pub fingerprint_pushback_ms: DurationMs,
-    /// Delay before retrying a step whose permit was denied (or errored: fail closed).
+    /// Delay before retrying a step whose permit was denied (or errored: fail closed); a
+    /// denial's shorter hint (the start window's) is taken instead.
     pub permit_retry_ms: DurationMs,
     /// Permit renewal interval while an activity holds it (K-14). A renewal error is
     /// logged at warn level and retried at the next interval; a denied renewal stops

@@ -85,6 +85,41 @@ async fn permit_denial_defers_without_counting_an_attempt() {
     assert_eq!((i.status, i.steps[0].attempt), (WorkflowStatus::Completed, 1));
 }
 
+/// A step denied because the resource is full comes back after `permit_retry_ms`, not after
+/// the adapter's hint (the soonest holder's lease end, 30 s here): a holder releases when its
+/// activity returns, usually long before its lease ends, and a waiter deferred to the lease
+/// end would starve while later arrivals take the freed slots (K-14: released "with a
+/// wakeup", which finds only due waiters). A shorter hint (the start window) is kept.
+#[tokio::test]
+async fn a_full_resource_defers_by_the_retry_interval_not_the_holders_lease() {
+    let limits = HashMap::from([("asr".to_string(), PermitLimits { max_concurrency: 1, max_starts_per_second: 0 })]);
+    let world = World::with_limits(1, limits);
+    let (def, _runs) = counting_step_on("asr");
+    let engine = world.engine("w", vec![def]);
+    let retry = engine.config().permit_retry_ms;
+    let other = PermitOwner { workflow_id: "x".into(), step: "s".into(), claim_token: "t".into() };
+    assert!(matches!(world.permits.acquire("asr", &other).await.unwrap(), PermitDecision::Granted { .. }));
+    start(&engine, "t", "b", json!({})).await;
+    let now = world.now();
+    assert_eq!(tick_end(&engine).await, ClaimEnd::Released);
+    let i = world.store.peek("wf-b").unwrap();
+    assert_eq!(i.claimable_time, Some(now.plus(retry.as_millis())), "deferred by permit_retry_ms ({retry}), not the 30 s lease");
+
+    // The start window's hint is exact and shorter: it is kept.
+    let limits = HashMap::from([("ocr".to_string(), PermitLimits { max_concurrency: 0, max_starts_per_second: 1 })]);
+    let world = World::with_limits(2, limits);
+    let (def, _runs) = counting_step_on("ocr");
+    let engine = world.engine("w", vec![def]);
+    assert!(matches!(world.permits.acquire("ocr", &other).await.unwrap(), PermitDecision::Granted { .. }));
+    world.clock.advance(900);
+    start(&engine, "t", "c", json!({})).await;
+    let now = world.now();
+    assert_eq!(tick_end(&engine).await, ClaimEnd::Released);
+    let i = world.store.peek("wf-c").unwrap();
+    let waited = i.claimable_time.unwrap() - now;
+    assert!(waited <= DurationMs::from_millis(100) && waited < engine.config().permit_retry_ms, "{waited}");
+}
+
 #[tokio::test]
 async fn permit_errors_fail_closed() {
     // K-14: Redis error ⇒ defer, never run unpermitted.
