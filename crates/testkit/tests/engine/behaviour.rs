@@ -103,7 +103,11 @@ async fn a_full_resource_defers_by_the_retry_interval_not_the_holders_lease() {
     let now = world.now();
     assert_eq!(tick_end(&engine).await, ClaimEnd::Released);
     let i = world.store.peek("wf-b").unwrap();
-    assert_eq!(i.claimable_time, Some(now.plus(retry.as_millis())), "deferred by permit_retry_ms ({retry}), not the 30 s lease");
+    assert_eq!(
+        i.claimable_time,
+        Some(now.plus(retry.as_millis())),
+        "deferred by permit_retry_ms ({retry}), not the 30 s lease"
+    );
 
     // The start window's hint is exact and shorter: it is kept.
     let limits = HashMap::from([("ocr".to_string(), PermitLimits { max_concurrency: 0, max_starts_per_second: 1 })]);
