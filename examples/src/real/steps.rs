@@ -1,5 +1,5 @@
 //! The activities the real-process runs build their workflows from ([`super::crash`],
-//! [`super::soak`]): a side effect recorded in the oracle file, a durable sleep and a
+//! the soak in `examples/soak`): a side effect recorded in the oracle file, a durable sleep and a
 //! signal wait. Every one returns `{"attempt", "token"}` of the entry that wrote its output,
 //! which [`super::oracle::judge`] reads to tell a fresh completion from a stale one.
 //!
