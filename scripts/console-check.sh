@@ -36,7 +36,9 @@ CHROMEDRIVER="$(find_driver)"
 [ -n "$CHROMEDRIVER" ] || { log "chromedriver is not available"; exit 1; }
 
 log "building the check"
-cargo build -q -p ops-server --example console_check
+# --workspace: the features of the workspace's test build (see "One feature set" in
+# scripts/test.sh).
+cargo build -q --workspace --example console_check
 CHECK_BIN="$CARGO_TARGET_DIR/debug/examples/console_check"
 
 WORK="$(mktemp -d)"

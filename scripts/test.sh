@@ -9,6 +9,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/wfk-target}"
+# Incremental caches would keep a second copy of every workspace crate's compilation on disk;
+# a test run rebuilds from scratch what changed, which is as fast at this size.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 export REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379}"
 
 log() { printf '== %s\n' "$*"; }
@@ -87,8 +90,10 @@ if [ -z "${MONGODB_URI:-}" ] && [ -f scripts/mongo-wire.sh ]; then
   fi
 fi
 REDIS_CLUSTER_DIR=""
+exes=""
 cleanup() {
   end_section
+  [ -z "$exes" ] || rm -f "$exes"
   if [ -n "$REDIS_CLUSTER_DIR" ]; then
     bash scripts/redis-cluster.sh stop "$REDIS_CLUSTER_DIR" || true
   fi
@@ -143,6 +148,47 @@ if [ -n "${MONGODB_URI:-}" ] && [ -f scripts/mongo-wire.sh ]; then
   fi
 fi
 
+# --- One feature set for every section -------------------------------------------------
+# `cargo test -p X` and `cargo run -p X` resolve features for X's dependency graph alone and
+# rebuild every dependency whose features differ from the workspace build's: minutes and a
+# second copy of those dependencies on disk per package. So every section below runs the
+# executables built here, with the features `cargo test --workspace` uses (examples in the
+# selection keep the dev-dependencies' features on, as in a test build). The one exception
+# is the README's first command, run exactly as a newcomer types it.
+section "build: every test, binary and example of the workspace, one feature set"
+exes=$(mktemp)
+cargo test --workspace --no-run --message-format=json-render-diagnostics | python3 scripts/workspace-exes.py >"$exes"
+cargo build --workspace --bins --examples --message-format=json-render-diagnostics \
+  | python3 scripts/workspace-exes.py >>"$exes"
+echo "built: $(wc -l <"$exes") executables"
+# ws_exe <package> <test|bin|example> <target>: the path of a built executable.
+ws_exe() {
+  local path
+  path=$(awk -F'\t' -v p="$1" -v k="$2" -v t="$3" '$1 == p && $2 == k && $3 == t { print $4; exit }' "$exes")
+  if [ -z "$path" ]; then
+    echo "no $2 target $3 of package $1 was built" >&2
+    return 1
+  fi
+  printf '%s\n' "$path"
+}
+# ws_test <package> <test target> [libtest arguments]: `cargo test -p <package> --test
+# <target> -- <arguments>`, from the package's directory as cargo runs it.
+ws_test() {
+  local exe dir
+  exe=$(ws_exe "$1" test "$2") || return 1
+  dir=$(awk -F'\t' -v e="$exe" '$4 == e { print $5; exit }' "$exes")
+  shift 2
+  (cd "$dir" && "$exe" "$@")
+}
+# ws_run <package> <bin|example> <target> [arguments]: `cargo run -p <package> --bin|--example
+# <target> -- <arguments>`.
+ws_run() {
+  local exe
+  exe=$(ws_exe "$1" "$2" "$3") || return 1
+  shift 3
+  "$exe" "$@"
+}
+
 section "cargo test --workspace"
 cargo test --workspace -- "${skip_args[@]}"
 
@@ -151,26 +197,26 @@ RUSTDOCFLAGS='-D warnings' cargo doc --workspace --no-deps -q
 echo "rustdoc: ok"
 
 section "reports"
-cargo test -p kernel-examples --test it crash_at_every_boundary -- --nocapture
-cargo test -p store-mongo --test it crash_sweep_on_mongo -- --nocapture
-cargo test -p store-mongo --test it refused_writes_report -- --nocapture
+ws_test kernel-examples it crash_at_every_boundary --nocapture
+ws_test store-mongo it crash_sweep_on_mongo --nocapture
+ws_test store-mongo it refused_writes_report --nocapture
 # --- PostgreSQL (store-postgres) ---------------------------------------------------------
-cargo test -p store-postgres --test it -- --nocapture --exact sweep::crash_sweep_on_postgres \
+ws_test store-postgres it --nocapture --exact sweep::crash_sweep_on_postgres \
   races::races_over_concurrent_connections outbox::crash_windows::both_paths_survive_crashes_on_postgres \
   explain::store_queries_use_an_index
 # --- end PostgreSQL -----------------------------------------------------------------------
-cargo test -p store-sqlite --test it -- --nocapture --exact sweep::crash_sweep_on_sqlite \
+ws_test store-sqlite it --nocapture --exact sweep::crash_sweep_on_sqlite \
   outbox::crash_windows::both_paths_survive_crashes_on_sqlite
 # Model steps (K-17): the invoice story under a crash at every boundary; counts from the
 # scripted models, the query hook, the dead-letter store and the stored instances.
-cargo test -q -p testkit --test engine model_steps::model_steps_report -- --nocapture --exact \
+ws_test testkit engine model_steps::model_steps_report --nocapture --exact \
   | grep -E '^(model-steps:|test result)'
 # Control beyond a DAG (loops, branches, event starts, bounded agents) under a crash at
 # every boundary; counts from the fakes and the stored instances.
-cargo test -q -p testkit --test engine control::control_report -- --nocapture --exact \
+ws_test testkit engine control::control_report --nocapture --exact \
   | grep -E '^(control:|control sweep:|test result)'
 # A dedicated redis-server on a free port is killed and restarted (never the shared one).
-cargo test -p queue-redis --test it redis_outage_engines_complete_through_the_store_and_lanes_are_rebuilt -- --nocapture
+ws_test queue-redis it redis_outage_engines_complete_through_the_store_and_lanes_are_rebuilt --nocapture
 
 section "Redis Cluster (3 local masters: the Redis adapters' suites, K-13/K-14/K-16)"
 # A throw-away cluster on free ports (scripts/redis-cluster.sh stops exactly what it
@@ -183,13 +229,18 @@ cluster_out=$(bash scripts/redis-cluster.sh start)
 eval "$(printf '%s\n' "$cluster_out" | grep '^REDIS_CLUSTER_')"
 cluster_skips=(--skip bench_smoke --skip untagged_limits_of_an_earlier_version_migrate)
 cluster_count() { grep -c ': test$' || true; }
-single_node=$(( $(cargo test -q -p queue-redis -p permit-redis -p sse-stream --test it -- "${cluster_skips[@]}" --list 2>/dev/null | cluster_count) \
-  + $(cargo test -q -p compose --test it -- redis_queue --list 2>/dev/null | cluster_count) ))
+single_node=0
+for pkg in queue-redis permit-redis sse-stream; do
+  single_node=$((single_node + $(ws_test "$pkg" it "${cluster_skips[@]}" --list | cluster_count)))
+done
+single_node=$((single_node + $(ws_test compose it redis_queue --list | cluster_count)))
 cluster_log=$(mktemp)
+: >"$cluster_log"
 cluster_ok=1
-REDIS_URL="$REDIS_CLUSTER_URL" cargo test --no-fail-fast -p queue-redis -p permit-redis -p sse-stream --test it \
-  -- "${cluster_skips[@]}" >"$cluster_log" 2>&1 || cluster_ok=""
-REDIS_URL="$REDIS_CLUSTER_URL" cargo test -p compose --test it -- redis_queue >>"$cluster_log" 2>&1 || cluster_ok=""
+for pkg in queue-redis permit-redis sse-stream; do
+  REDIS_URL="$REDIS_CLUSTER_URL" ws_test "$pkg" it "${cluster_skips[@]}" >>"$cluster_log" 2>&1 || cluster_ok=""
+done
+REDIS_URL="$REDIS_CLUSTER_URL" ws_test compose it redis_queue >>"$cluster_log" 2>&1 || cluster_ok=""
 suites=$(grep -c '^test result:' "$cluster_log" || true)
 passed=$(sed -n 's/^test result: .* \([0-9][0-9]*\) passed;.*/\1/p' "$cluster_log" | awk '{ s += $1 } END { print s + 0 }')
 crossslot=$(bash scripts/redis-cluster.sh errors "$REDIS_CLUSTER_DIR" | sed 's/^crossslot_errors=//')
@@ -204,13 +255,13 @@ bash scripts/redis-cluster.sh stop "$REDIS_CLUSTER_DIR"
 REDIS_CLUSTER_DIR=""
 
 section "dispatch under fire (in-memory adapters)"
-cargo run -q -p dispatch-recovery -- --seed 7 --requests 1000
+ws_run dispatch-recovery bin dispatch_recovery --seed 7 --requests 1000
 if [ -n "${MONGODB_URI:-}" ]; then
-  cargo run -q -p dispatch-recovery -- --seed 7 --requests 50 --backend mongo
+  ws_run dispatch-recovery bin dispatch_recovery --seed 7 --requests 50 --backend mongo
 fi
 # --- PostgreSQL (store-postgres): the same run in a fresh schema, dropped at the end ------
 if pg_ready || is_ci; then
-  cargo run -q -p dispatch-recovery -- --seed 7 --requests 50 --backend postgres --store "$PG_URL"
+  ws_run dispatch-recovery bin dispatch_recovery --seed 7 --requests 50 --backend postgres --store "$PG_URL"
 fi
 
 section "invoice evaluation (K-17.8: seven fault classes, kernel and all-agent baseline)"
@@ -218,9 +269,9 @@ section "invoice evaluation (K-17.8: seven fault classes, kernel and all-agent b
 # duplicate side effects are counted by the fake ledger and mailer. The command exits
 # non-zero when a kernel count is wrong. Report and chart go to a scratch directory.
 invoice_tmp=$(mktemp -d)
-cargo run -q -p invoice-pipeline --bin invoice -- story | grep '^invoice-story:'
+ws_run invoice-pipeline bin invoice story | grep '^invoice-story:'
 for store in memory sqlite; do
-  cargo run -q -p invoice-pipeline --bin invoice -- evaluate --invoices 200 --seed 7 --store "$store" \
+  ws_run invoice-pipeline bin invoice evaluate --invoices 200 --seed 7 --store "$store" \
     --out "$invoice_tmp/$store" | grep '^invoice-eval:' | sed "s/\$/ store=$store/"
 done
 rm -rf "$invoice_tmp"
@@ -239,28 +290,28 @@ section "real processes on SQLite: the README's first command, and SIGKILL/SIGST
 # their run directory (the database file) in $TMPDIR: a scratch one, removed afterwards.
 real_tmp=$(mktemp -d)
 TMPDIR="$real_tmp" cargo run -q -p kernel-examples --example live_summary | tail -n 1
-TMPDIR="$real_tmp" cargo run -q -p kernel-examples --example real_crash -- --processes 3 --workflows 200 \
+TMPDIR="$real_tmp" ws_run kernel-examples example real_crash --processes 3 --workflows 200 \
   | grep '^real-crash:'
 # The README's model-steps example: re-sample, cache hit, dead letter, operator retry, regenerate.
-TMPDIR="$real_tmp" cargo run -q -p kernel-examples --example model_steps | grep '^post:' | sed 's/^/model-steps example: /'
+TMPDIR="$real_tmp" ws_run kernel-examples example model_steps | grep '^post:' | sed 's/^/model-steps example: /'
 # The README's control examples: the review loop with an agent triage, and the webhook
 # receiver starting and signaling order workflows.
-TMPDIR="$real_tmp" cargo run -q -p kernel-examples --example document_review | grep '^document-review:'
-TMPDIR="$real_tmp" cargo run -q -p kernel-examples --example webhook_events | grep '^webhook-events:'
+TMPDIR="$real_tmp" ws_run kernel-examples example document_review | grep '^document-review:'
+TMPDIR="$real_tmp" ws_run kernel-examples example webhook_events | grep '^webhook-events:'
 rm -rf "$real_tmp"
 
 section "demo smoke run (the simulated story)"
-cargo run -q -p kernel-examples --example live_summary -- --simulated >/dev/null
+ws_run kernel-examples example live_summary --simulated >/dev/null
 echo "demo: live_summary --simulated ok"
 # The tracing example exits non-zero unless the activity's span joined the caller's trace.
-cargo run -q -p kernel-metrics --example otel_stdout >/dev/null
+ws_run kernel-metrics example otel_stdout >/dev/null
 echo "demo: otel_stdout ok (the start request's trace context reached the activity)"
 if [ -n "${MONGODB_URI:-}" ]; then
-  cargo run -q -p store-mongo --example live_summary_mongo >/dev/null
+  ws_run store-mongo example live_summary_mongo >/dev/null
   echo "demo: live_summary on MongoDB ok"
 fi
 # --- PostgreSQL (store-postgres): the story with its durable state in a fresh schema -------
-cargo test -q -p store-postgres --test it -- --nocapture --exact story::live_summary_story_on_postgres \
+ws_test store-postgres it --nocapture --exact story::live_summary_story_on_postgres \
   | grep -E '^(demo:|SKIPPED|test result)'
 # --- end PostgreSQL -----------------------------------------------------------------------
 
@@ -269,7 +320,7 @@ section "many worker processes on PostgreSQL + Redis: the soak (SIGKILL, SIGSTOP
 # chaos loop kills and restarts processes, stops one past its leases and restarts the soak's
 # own redis-server (never the shared one). Judged from the store and the activities' oracle
 # file after every process stopped; exits non-zero when a count is wrong or the cap is hit.
-cargo run -q -p soak -- --store "$PG_URL" --processes 4 --workflows 2000 --redis-restart --cap-secs 120 | grep '^soak'
+ws_run soak bin soak --store "$PG_URL" --processes 4 --workflows 2000 --redis-restart --cap-secs 120 | grep '^soak'
 
 section "worker process (MongoDB + Redis + observer, separate publisher, SIGTERM)"
 bash scripts/worker-check.sh

@@ -34,7 +34,10 @@ if command -v redis-cli >/dev/null 2>&1 && ! redis-cli -u "$REDIS_URL" ping >/de
   exit 1
 fi
 
-cargo build -q -p worker --bins
+# Every binary and example of the workspace, with the features of its test build (the
+# examples keep dev-dependency features on; binaries alone would rebuild dependencies for a
+# narrower set, see "One feature set" in scripts/test.sh). Fresh when run from the test script.
+cargo build -q --workspace --bins --examples
 BIN="$CARGO_TARGET_DIR/debug"
 
 ns="wfk_worker_$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
