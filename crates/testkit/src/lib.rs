@@ -34,4 +34,5 @@ pub mod dispatch;
 pub mod faults;
 pub mod harness;
 pub mod memory;
+pub mod protocol_cases;
 pub mod time;

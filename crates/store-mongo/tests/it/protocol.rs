@@ -8,9 +8,8 @@ use kernel_core::transition::{Guard, Patch, Transition, TransitionKind};
 use mongodb::bson::{doc, Bson, DateTime, Document};
 use serde_json::json;
 use store_mongo::protocol::{guard_filter, transition_update, Limits, Update};
+use testkit::protocol_cases::{history, record, NOW};
 use testkit::time::TestTime;
-
-const NOW: Instant = Instant::from_millis(1_700_000_000_000);
 
 fn d(t: Instant) -> Bson {
     Bson::DateTime(DateTime::from_millis(t.as_millis()))
@@ -354,31 +353,11 @@ fn replay_resets_failed_steps_through_array_filters() {
     assert_eq!(u.step_index_max, None);
 }
 
-fn record(run: u32, epoch: u32) -> StepRecord {
-    StepRecord {
-        run,
-        epoch,
-        entries: vec![RecordEntry::Value(RecordedValue { label: "now".into(), value: json!(5), recorded_at: NOW })],
-    }
-}
-
 /// The BSON of `record(run, epoch)`: its JSON form node by node, times as milliseconds.
 fn record_doc(run: u32, epoch: u32) -> Document {
     doc! {
         "run": i64::from(run), "epoch": i64::from(epoch),
         "entries": [{ "kind": "value", "label": "now", "value": 5i64, "recorded_at": NOW.as_millis() }],
-    }
-}
-
-fn history(epoch: u32) -> HistoryEntry {
-    HistoryEntry {
-        run: 0,
-        epoch,
-        reason: HistoryReason::Regenerate,
-        output: Some(json!({"n": 1})),
-        error: None,
-        record: Some(record(0, epoch)),
-        at: NOW,
     }
 }
 

@@ -9,9 +9,9 @@ use kernel_core::ports::DueCursor;
 use kernel_core::transition::{Guard, Transition};
 use std::fmt::Write as _;
 use store_sqlite::protocol::{self, Limits, Param, Statement};
+use testkit::protocol_cases::{canonical, NOW};
 use testkit::time::TestTime;
 
-const NOW: Instant = Instant::from_millis(1_700_000_000_000);
 const SNAPSHOT: &str = "tests/it/snapshots/protocol.txt";
 
 fn render(out: &mut String, name: &str, s: &Statement) {
@@ -27,20 +27,6 @@ fn render(out: &mut String, name: &str, s: &Statement) {
         }
     }
     out.push('\n');
-}
-
-/// JSON text with every object's keys in sorted order.
-fn canonical(v: &serde_json::Value) -> String {
-    match v {
-        serde_json::Value::Object(m) => {
-            let mut keys: Vec<&String> = m.keys().collect();
-            keys.sort();
-            let fields: Vec<String> = keys.iter().map(|k| format!("{:?}: {}", k, canonical(&m[k.as_str()]))).collect();
-            format!("{{{}}}", fields.join(", "))
-        }
-        serde_json::Value::Array(a) => format!("[{}]", a.iter().map(canonical).collect::<Vec<_>>().join(", ")),
-        other => other.to_string(),
-    }
 }
 
 fn snapshot() -> String {
