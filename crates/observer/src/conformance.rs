@@ -5,7 +5,7 @@
 
 use crate::audit::{AuditEntry, AuditQuery, AuditResult, AUDIT_DETAIL_BYTES_MAX, AUDIT_PURGE_MAX};
 use crate::model::{AttemptOutcome, AttemptQuery, Snapshot, SnapshotQuery};
-use crate::repo::DynRepository;
+use crate::repo::{DynRepository, FINISHED_PURGE_MAX};
 use crate::Error;
 use kernel_core::model::{DurationMs, ErrorClass, Instant, WorkflowStatus};
 use kernel_core::ports::Observation;
@@ -475,6 +475,51 @@ pub async fn audit_purge_is_bounded_and_oldest_first(repo: &DynRepository) {
     assert_eq!(ids(&all_audit(repo).await), ["p4"], "an entry at `before` is kept");
 }
 
+/// Retention of finished workflows: at most `limit` snapshots, terminal and last updated
+/// strictly before `before`, oldest first, each with every attempt row of its biz key;
+/// live workflows (however old) and recent finished ones keep theirs; a limit outside
+/// `1..=FINISHED_PURGE_MAX` is refused and deletes nothing.
+pub async fn finished_purge_is_bounded_and_keeps_live_workflows(repo: &DynRepository) {
+    use TransitionKind::{Completed, Failed, MarkRunning};
+    let batch = [
+        obs("live", 1, MarkRunning, Some("s1"), 0),
+        obs("f1", 1, MarkRunning, Some("s1"), 0),
+        obs("f1", 4, Completed, Some("s1"), 0),
+        obs("f2", 1, MarkRunning, Some("s1"), 0),
+        obs("f2", 2, MarkRunning, Some("s1"), 1),
+        obs("f2", 3, Failed, Some("s1"), 1),
+        obs("f3", 1, MarkRunning, Some("s1"), 0),
+        obs("f3", 6, Completed, Some("s1"), 0),
+        waiting("asleep", 2, Some("approval")),
+    ];
+    repo.write_batch(&batch).await.unwrap();
+    let rows_of = |key: &'static str| async move {
+        let q = AttemptQuery { biz_key: Some(key.into()), ..Default::default() };
+        repo.find_attempts(&q).await.unwrap().len()
+    };
+    let kept = |key: &'static str| async move { repo.snapshot(key).await.unwrap().is_some() };
+    assert_eq!((rows_of("f1").await, rows_of("f2").await, rows_of("f3").await), (1, 2, 1));
+    for bad in [0, FINISHED_PURGE_MAX + 1] {
+        let r = repo.purge_finished(after(10_000), bad).await;
+        assert!(matches!(r, Err(Error::InvalidInput { .. })), "limit {bad}: {r:?}");
+    }
+    assert!(kept("f2").await && rows_of("f2").await == 2, "a refused purge deletes nothing");
+    // f2 (failed at T0+3s) is older than f1 (completed at T0+4s).
+    assert_eq!(repo.purge_finished(after(4_500), 1).await.unwrap(), 1);
+    assert!(!kept("f2").await, "the oldest finished snapshot goes first");
+    assert_eq!(rows_of("f2").await, 0, "with every attempt row of its biz key");
+    assert!(kept("f1").await && rows_of("f1").await == 1);
+    assert_eq!(repo.purge_finished(after(4_500), 10).await.unwrap(), 1);
+    assert!(!kept("f1").await && rows_of("f1").await == 0);
+    assert_eq!(repo.purge_finished(after(4_500), 10).await.unwrap(), 0, "nothing finished before T0+4.5s left");
+    assert!(kept("f3").await && rows_of("f3").await == 1, "finished at or after `before`: kept");
+    assert!(kept("live").await && rows_of("live").await == 1, "a running workflow is kept however old");
+    assert!(kept("asleep").await, "a waiting workflow is kept however old");
+    assert_eq!(repo.purge_finished(after(6_000), 10).await.unwrap(), 0, "updated at `before`: kept");
+    assert_eq!(repo.purge_finished(after(6_001), 10).await.unwrap(), 1, "f3 once old enough");
+    assert!(kept("live").await && kept("asleep").await);
+}
+
 /// Snapshot pages: following the `(updated_at, biz_key)` cursor, with or without a filter,
 /// returns every matching snapshot exactly once in the newest-first order.
 pub async fn snapshot_pages_cover_every_snapshot_once(repo: &DynRepository) {
@@ -626,6 +671,7 @@ macro_rules! repository_conformance {
             audit_pages_cover_every_entry_once,
             audit_filters_by_actor_action_and_target,
             audit_purge_is_bounded_and_oldest_first,
+            finished_purge_is_bounded_and_keeps_live_workflows,
             snapshot_pages_cover_every_snapshot_once,
             biz_key_prefix_is_literal,
             waiting_on_selects_signal_waits

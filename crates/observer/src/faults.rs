@@ -116,4 +116,8 @@ impl ObservationRepository for FaultyRepository {
         self.gate()?;
         self.inner.purge_audit(before, limit).await
     }
+    async fn purge_finished(&self, before: Instant, limit: usize) -> Result<u64> {
+        self.gate()?;
+        self.inner.purge_finished(before, limit).await
+    }
 }

@@ -16,7 +16,9 @@
 //!   step_name, attempt)` and one [`Snapshot`] per `biz_key` that accepts only revisions ≥
 //!   its own (with the signal type a waiting workflow waits for, so a console can list
 //!   them), and the operator audit log ([`AuditEntry`], appended once per id, paged newest
-//!   first, purged in bounded pages); [`InMemoryObservationRepository`] and, with the `mongo` feature,
+//!   first, purged in bounded pages); the writer's retention passes ([`Retention`]) delete
+//!   finished workflows' snapshots and attempt rows and old audit entries, so the
+//!   projection does not grow without bound; [`InMemoryObservationRepository`] and, with the `mongo` feature,
 //!   `MongoObservationRepository`. Both run the
 //!   repository conformance suite (`conformance`, with the `testing` feature, as is the
 //!   fault decorator `faults`).
@@ -57,8 +59,11 @@ pub use model::{AttemptOutcome, AttemptQuery, AttemptRow, Snapshot, SnapshotQuer
 pub use mongo::{MongoObservationRepository, ATTEMPTS_COLLECTION, AUDIT_COLLECTION, SNAPSHOTS_COLLECTION};
 pub use ops::OpsView;
 pub use repair::{repair_snapshots, RepairReport, REPAIR_IDS_MAX};
-pub use repo::{check_step_key, DynRepository, InMemoryObservationRepository, ObservationRepository};
-pub use sink::{Observer, ObserverConfig, ObserverStats, ObserverWriter};
+pub use repo::{
+    check_finished_purge_limit, check_step_key, DynRepository, InMemoryObservationRepository, ObservationRepository,
+    FINISHED_PURGE_MAX, FINISHED_STATUSES,
+};
+pub use sink::{Observer, ObserverConfig, ObserverStats, ObserverWriter, Retention};
 
 /// Result alias of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -19,7 +19,7 @@
 
 use crate::audit::{check_audit_purge_limit, AuditEntry, AuditQuery};
 use crate::model::{effective_limit, prefix_upper_bound, AttemptQuery, AttemptRow, Snapshot, SnapshotQuery};
-use crate::repo::ObservationRepository;
+use crate::repo::{check_finished_purge_limit, ObservationRepository, FINISHED_STATUSES};
 use crate::{Error, Result};
 use futures::TryStreamExt;
 use kernel_core::model::Instant;
@@ -263,6 +263,30 @@ fn bson_str<T: serde::Serialize>(v: &T) -> Result<Bson> {
     mongodb::bson::to_bson(v).map_err(|e| Error::InvalidInput { field: "query".into(), reason: e.to_string() })
 }
 
+/// The `_id`s of at most `limit` documents matching `filter`, oldest `time_field` first
+/// (ties by `_id`): the page a purge deletes.
+async fn oldest_ids(
+    coll: &Collection<Document>,
+    filter: Document,
+    time_field: &str,
+    limit: usize,
+) -> Result<Vec<Bson>> {
+    let cursor = coll
+        .find(filter)
+        .sort(doc! { time_field: 1, "_id": 1 })
+        .projection(doc! { "_id": 1 })
+        .limit(limit as i64)
+        .await
+        .map_err(map_err)?;
+    Ok(cursor
+        .try_collect::<Vec<Document>>()
+        .await
+        .map_err(map_err)?
+        .into_iter()
+        .filter_map(|mut d| d.remove("_id"))
+        .collect())
+}
+
 #[async_trait::async_trait]
 impl ObservationRepository for MongoObservationRepository {
     async fn write_batch(&self, batch: &[Observation]) -> Result<()> {
@@ -392,27 +416,30 @@ impl ObservationRepository for MongoObservationRepository {
     async fn purge_audit(&self, before: Instant, limit: usize) -> Result<u64> {
         check_audit_purge_limit(limit)?;
         let old = doc! { "at": { "$lt": before.as_millis() } };
-        let cursor = self
-            .audit()
-            .find(old.clone())
-            .sort(doc! { "at": 1, "_id": 1 })
-            .projection(doc! { "_id": 1 })
-            .limit(limit as i64)
-            .await
-            .map_err(map_err)?;
-        let ids: Vec<Bson> = cursor
-            .try_collect::<Vec<Document>>()
-            .await
-            .map_err(map_err)?
-            .into_iter()
-            .filter_map(|mut d| d.remove("_id"))
-            .collect();
+        let ids = oldest_ids(&self.audit(), old.clone(), "at", limit).await?;
         if ids.is_empty() {
             return Ok(0);
         }
         let mut filter = old;
         filter.insert("_id", doc! { "$in": ids });
         let r = self.audit().delete_many(filter).await.map_err(map_err)?;
+        Ok(r.deleted_count)
+    }
+
+    async fn purge_finished(&self, before: Instant, limit: usize) -> Result<u64> {
+        check_finished_purge_limit(limit)?;
+        let statuses = FINISHED_STATUSES.iter().map(bson_str).collect::<Result<Vec<Bson>>>()?;
+        // The `status_updated` index serves the selection.
+        let old = doc! { "status": { "$in": statuses }, "updated_at": { "$lt": before.as_millis() } };
+        let keys = oldest_ids(&self.snapshots(), old.clone(), "updated_at", limit).await?;
+        if keys.is_empty() {
+            return Ok(0);
+        }
+        // Attempt rows first (`biz_run` index), then the snapshots still finished and old.
+        self.attempts().delete_many(doc! { "biz_key": { "$in": keys.clone() } }).await.map_err(map_err)?;
+        let mut filter = old;
+        filter.insert("_id", doc! { "$in": keys });
+        let r = self.snapshots().delete_many(filter).await.map_err(map_err)?;
         Ok(r.deleted_count)
     }
 }

@@ -3,7 +3,7 @@
 use crate::audit::{check_audit_purge_limit, AuditEntry, AuditQuery};
 use crate::model::{effective_limit, AttemptQuery, AttemptRow, Snapshot, SnapshotQuery};
 use crate::{Error, Result};
-use kernel_core::model::Instant;
+use kernel_core::model::{Instant, WorkflowStatus};
 use kernel_core::ports::Observation;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -72,6 +72,38 @@ pub trait ObservationRepository: Send + Sync + 'static {
     /// [`Error::InvalidInput`] and nothing deleted. Never deletes an entry at or after
     /// `before`; a caller repeats the call until it returns less than `limit`.
     async fn purge_audit(&self, before: Instant, limit: usize) -> Result<u64>;
+
+    /// Retention: delete at most `limit` snapshots of finished workflows (status completed,
+    /// failed or canceled) last updated before `before`, oldest `updated_at` first (ties by
+    /// `biz_key`), each with every attempt row of its `biz_key`; returns how many snapshots
+    /// were deleted.
+    ///
+    /// # Contract
+    /// Bounded: `limit` in `1..=`[`FINISHED_PURGE_MAX`], else [`Error::InvalidInput`] and
+    /// nothing deleted. Never deletes a snapshot that is not terminal or was updated at or
+    /// after `before` (checked again as it is deleted, so a workflow restarted meanwhile
+    /// keeps its snapshot), nor an attempt row of a `biz_key` not selected. Where the two
+    /// deletes are not one transaction, attempt rows go first: an interrupted call leaves
+    /// only snapshots, which the next call deletes, and a workflow restarted between the two
+    /// may lose attempt rows written before (observations only, K-1.2). A caller repeats the
+    /// call until it returns less than `limit`. An observation arriving after the purge (or
+    /// [`repair_snapshots`](crate::repair_snapshots)) creates the snapshot again.
+    async fn purge_finished(&self, before: Instant, limit: usize) -> Result<u64>;
+}
+
+/// Most snapshots one [`purge_finished`](ObservationRepository::purge_finished) call deletes.
+pub const FINISHED_PURGE_MAX: usize = 1_000;
+
+/// The statuses [`purge_finished`](ObservationRepository::purge_finished) deletes, as
+/// stored.
+pub const FINISHED_STATUSES: [WorkflowStatus; 3] =
+    [WorkflowStatus::Completed, WorkflowStatus::Failed, WorkflowStatus::Canceled];
+
+/// The check of a [`purge_finished`](ObservationRepository::purge_finished) limit:
+/// `1..=`[`FINISHED_PURGE_MAX`], else [`Error::InvalidInput`].
+pub fn check_finished_purge_limit(limit: usize) -> Result<()> {
+    kernel_core::validate::limit_in("limit", limit, FINISHED_PURGE_MAX)
+        .map_err(|e| Error::InvalidInput { field: "limit".into(), reason: crate::model::reason_of(e) })
 }
 
 /// `dyn ObservationRepository`.
@@ -215,6 +247,24 @@ impl ObservationRepository for InMemoryObservationRepository {
         old.truncate(limit);
         for (_, id) in &old {
             st.audit.remove(id);
+        }
+        Ok(old.len() as u64)
+    }
+
+    async fn purge_finished(&self, before: Instant, limit: usize) -> Result<u64> {
+        check_finished_purge_limit(limit)?;
+        let mut st = self.state.lock().expect("repo lock");
+        let mut old: Vec<(Instant, String)> = st
+            .snapshots
+            .values()
+            .filter(|s| s.status.is_terminal() && s.updated_at < before)
+            .map(|s| (s.updated_at, s.biz_key.clone()))
+            .collect();
+        old.sort();
+        old.truncate(limit);
+        for (_, key) in &old {
+            st.attempts.retain(|(k, ..), _| k != key);
+            st.snapshots.remove(key);
         }
         Ok(old.len() as u64)
     }

@@ -1,6 +1,7 @@
 //! The engine-facing sink (a bounded queue whose `emit` never waits) and the batch writer.
 
-use crate::repo::DynRepository;
+use crate::audit::AUDIT_PURGE_MAX;
+use crate::repo::{DynRepository, FINISHED_PURGE_MAX};
 use crate::{Error, Result};
 use kernel_core::model::{DurationMs, Instant};
 use kernel_core::ports::{DynClock, Observation, ObservationSink};
@@ -24,6 +25,54 @@ pub struct ObserverConfig {
     pub retry_backoff_max_ms: DurationMs,
     /// How long [`ObserverWriter::close`] keeps trying while the repository is down.
     pub drain_timeout_ms: DurationMs,
+    /// What the writer purges, and how often, so that the projection does not grow without
+    /// bound; `None`: nothing (another process or an operator purges).
+    pub retention: Option<Retention>,
+}
+
+/// The writer's retention passes: between batches, once at start and then every `interval_ms`, it
+/// deletes one page of snapshots (with their attempt rows) of workflows finished longer than
+/// `finished_ms` ago ([`purge_finished`](crate::ObservationRepository::purge_finished)) and
+/// one page of audit entries older than `audit_ms`
+/// ([`purge_audit`](crate::ObservationRepository::purge_audit)). A full page brings the next
+/// pass forward to `flush_interval_ms`, so a backlog drains page by page between batches. A
+/// failed pass is counted (`retention_failures`) and tried again at the next interval; it
+/// never delays the batches. Several writers on one repository purge the same rows
+/// harmlessly.
+///
+/// ```
+/// use kernel_core::model::DurationMs;
+/// use observer::{ObserverConfig, Retention};
+///
+/// let config = ObserverConfig {
+///     retention: Some(Retention { finished_ms: DurationMs::from_millis(7 * 24 * 3_600_000), ..Retention::default() }),
+///     ..ObserverConfig::default()
+/// };
+/// assert!(config.validate().is_ok());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// Snapshots of workflows finished (completed, failed, canceled) and not updated for this
+    /// long go, with their attempt rows. Default: 30 days.
+    pub finished_ms: DurationMs,
+    /// Audit entries older than this go. Default: 365 days.
+    pub audit_ms: DurationMs,
+    /// Time between passes. Default: one hour.
+    pub interval_ms: DurationMs,
+    /// Most rows of each kind one pass deletes, `1..=`[`FINISHED_PURGE_MAX`] (and
+    /// [`AUDIT_PURGE_MAX`]). Default: 500.
+    pub page: usize,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention {
+            finished_ms: DurationMs::from_millis(30 * 24 * 3_600_000),
+            audit_ms: DurationMs::from_millis(365 * 24 * 3_600_000),
+            interval_ms: DurationMs::from_millis(3_600_000),
+            page: 500,
+        }
+    }
 }
 
 impl Default for ObserverConfig {
@@ -35,6 +84,7 @@ impl Default for ObserverConfig {
             retry_backoff_ms: DurationMs::from_millis(500),
             retry_backoff_max_ms: DurationMs::from_millis(30_000),
             drain_timeout_ms: DurationMs::from_millis(10_000),
+            retention: Some(Retention::default()),
         }
     }
 }
@@ -54,6 +104,14 @@ impl ObserverConfig {
         }
         if self.retry_backoff_max_ms < self.retry_backoff_ms {
             return bad("retry_backoff_max_ms", "must be >= retry_backoff_ms");
+        }
+        if let Some(r) = &self.retention {
+            if r.finished_ms <= 0 || r.audit_ms <= 0 || r.interval_ms <= 0 {
+                return bad("retention", "times must be positive");
+            }
+            if r.page == 0 || r.page > FINISHED_PURGE_MAX.min(AUDIT_PURGE_MAX) {
+                return bad("retention.page", "must be in 1..=1000");
+            }
         }
         Ok(())
     }
@@ -76,6 +134,12 @@ pub struct ObserverStats {
     pub abandoned: u64,
     /// Events in the queue now.
     pub queue_len: u64,
+    /// Snapshots of finished workflows deleted by retention passes ([`Retention`]).
+    pub purged_finished: u64,
+    /// Audit entries deleted by retention passes.
+    pub purged_audit: u64,
+    /// Retention purges that failed (each tried again at the next pass).
+    pub retention_failures: u64,
 }
 
 #[derive(Debug, Default)]
@@ -86,6 +150,9 @@ struct Counters {
     poison: AtomicU64,
     write_failures: AtomicU64,
     abandoned: AtomicU64,
+    purged_finished: AtomicU64,
+    purged_audit: AtomicU64,
+    retention_failures: AtomicU64,
 }
 
 struct Shared {
@@ -137,6 +204,9 @@ impl Observer {
             write_failures: c.write_failures.load(Ordering::Relaxed),
             abandoned: c.abandoned.load(Ordering::Relaxed),
             queue_len: self.queue_len() as u64,
+            purged_finished: c.purged_finished.load(Ordering::Relaxed),
+            purged_audit: c.purged_audit.load(Ordering::Relaxed),
+            retention_failures: c.retention_failures.load(Ordering::Relaxed),
         }
     }
 
@@ -231,6 +301,8 @@ impl Writer {
         let mut waiters: Vec<oneshot::Sender<()>> = Vec::new();
         let mut closing: Option<(oneshot::Sender<()>, Instant)> = None;
         let mut backoff = self.config.retry_backoff_ms;
+        // The first retention pass runs at start, between batches like every other.
+        let mut next_retention = self.config.retention.map(|_| self.clock.now());
         loop {
             self.top_up();
             let now = self.clock.now();
@@ -283,7 +355,19 @@ impl Writer {
                     break;
                 }
             }
-            let deadline = batch_since.map(|t| t.saturating_add(self.config.flush_interval_ms));
+            if let (Some(r), Some(at)) = (self.config.retention, next_retention) {
+                if !draining && now >= at {
+                    let full = self.retain(&r, now).await;
+                    let wait = if full { self.config.flush_interval_ms } else { r.interval_ms };
+                    next_retention = Some(self.clock.now().saturating_add(wait));
+                    continue;
+                }
+            }
+            let deadline = match (batch_since.map(|t| t.saturating_add(self.config.flush_interval_ms)), next_retention)
+            {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             let room = self.batch.len() < self.config.batch_size_max;
             tokio::select! {
                 o = self.rx.recv(), if room => match o {
@@ -314,6 +398,28 @@ impl Writer {
         for w in waiters {
             let _ = w.send(());
         }
+    }
+
+    /// One retention pass: a page of finished snapshots and a page of audit entries.
+    /// Returns whether a page came back full (more to purge).
+    async fn retain(&self, r: &Retention, now: Instant) -> bool {
+        let c = &self.shared.counters;
+        let mut full = false;
+        let finished = self.repo.purge_finished(now.saturating_sub(r.finished_ms), r.page).await;
+        let audit = self.repo.purge_audit(now.saturating_sub(r.audit_ms), r.page).await;
+        for (what, result, counter) in [("finished", finished, &c.purged_finished), ("audit", audit, &c.purged_audit)] {
+            match result {
+                Ok(n) => {
+                    counter.fetch_add(n, Ordering::Relaxed);
+                    full |= n as usize >= r.page;
+                }
+                Err(e) => {
+                    c.retention_failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(error = %e, what, "observation retention purge failed; next pass retries");
+                }
+            }
+        }
+        full
     }
 
     fn abandon(&mut self) {

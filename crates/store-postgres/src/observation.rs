@@ -32,6 +32,7 @@ use kernel_core::model::Instant;
 use kernel_core::ports::Observation;
 use observer::audit::check_audit_purge_limit;
 use observer::model::{effective_limit, prefix_upper_bound};
+use observer::{check_finished_purge_limit, FINISHED_STATUSES};
 use observer::{
     check_step_key, AttemptQuery, AttemptRow, AuditEntry, AuditQuery, Error, ObservationRepository, Result, Snapshot,
     SnapshotQuery,
@@ -291,6 +292,34 @@ pub fn audit_purge(schema: &str, before: Instant, limit: usize) -> Result<Statem
     })
 }
 
+/// [`purge_finished`](ObservationRepository::purge_finished) as one statement: the
+/// snapshots (selected by `observation_snapshots_status_updated`, deleted only if still
+/// finished and old) and every attempt row of their biz keys, in one transaction; returns
+/// one row per snapshot deleted.
+pub fn finished_purge(schema: &str, before: Instant, limit: usize) -> Result<Statement> {
+    check_finished_purge_limit(limit)?;
+    let snapshots = table(schema, OBSERVATION_SNAPSHOTS);
+    let attempts = table(schema, OBSERVATION_ATTEMPTS);
+    let finished = finished_statuses()?;
+    Ok(Statement {
+        sql: format!(
+            "WITH victims AS (DELETE FROM {snapshots} WHERE biz_key IN (SELECT biz_key FROM {snapshots} \
+             WHERE status IN ({finished}) AND updated_at < $1::bigint ORDER BY updated_at, biz_key LIMIT {limit}) \
+             AND status IN ({finished}) AND updated_at < $1::bigint RETURNING biz_key), \
+             rows AS (DELETE FROM {attempts} a USING victims v WHERE a.biz_key = v.biz_key RETURNING 1) \
+             SELECT biz_key FROM victims"
+        ),
+        params: vec![Param::Int8(before.as_millis())],
+    })
+}
+
+/// The terminal statuses as an SQL list of their stored names (constants of the kernel's
+/// enum, never user input).
+fn finished_statuses() -> Result<String> {
+    let names = FINISHED_STATUSES.iter().map(name_of).collect::<Result<Vec<String>>>()?;
+    Ok(names.iter().map(|n| format!("'{n}'")).collect::<Vec<_>>().join(", "))
+}
+
 impl PostgresObservationRepository {
     /// The repository on `pool`, in `config.schema` (migrated by [`crate::migrate`]).
     pub fn new(pool: crate::Pool, config: PostgresConfig) -> kernel_core::Result<Self> {
@@ -384,6 +413,12 @@ impl ObservationRepository for PostgresObservationRepository {
     async fn purge_audit(&self, before: Instant, limit: usize) -> Result<u64> {
         let stmt = audit_purge(self.db.schema(), before, limit)?;
         let rows = self.db.query(Op::Write, "observation audit purge", &stmt).await.map_err(|e| map(e, false))?;
+        Ok(rows.len() as u64)
+    }
+
+    async fn purge_finished(&self, before: Instant, limit: usize) -> Result<u64> {
+        let stmt = finished_purge(self.db.schema(), before, limit)?;
+        let rows = self.db.query(Op::Write, "observation finished purge", &stmt).await.map_err(|e| map(e, false))?;
         Ok(rows.len() as u64)
     }
 }

@@ -31,6 +31,7 @@ use kernel_core::model::Instant;
 use kernel_core::ports::Observation;
 use observer::audit::check_audit_purge_limit;
 use observer::model::{effective_limit, prefix_upper_bound};
+use observer::{check_finished_purge_limit, FINISHED_STATUSES};
 use observer::{
     check_step_key, AttemptQuery, AttemptRow, AuditEntry, AuditQuery, Error, ObservationRepository, Result, Snapshot,
     SnapshotQuery,
@@ -427,6 +428,38 @@ impl ObservationRepository for SqliteObservationRepository {
         self.transaction("observation audit purge", move |c| {
             let deleted = run(c, Op::Write, "observation audit purge", &stmt, |_| ()).map_err(|e| map(e, false))?;
             Ok(deleted.len() as u64)
+        })
+        .await
+    }
+
+    async fn purge_finished(&self, before: Instant, limit: usize) -> Result<u64> {
+        check_finished_purge_limit(limit)?;
+        let names = FINISHED_STATUSES.iter().map(name_of).collect::<Result<Vec<String>>>()?;
+        // Constants of the kernel's enum, never user input.
+        let finished = names.iter().map(|n| format!("'{n}'")).collect::<Vec<_>>().join(", ");
+        // The snapshots (selected by `observation_snapshots_status_updated`, deleted only if
+        // still finished and old), then every attempt row of their biz keys (primary key
+        // prefix), in one transaction.
+        let snapshots = Statement {
+            sql: format!(
+                "DELETE FROM {OBSERVATION_SNAPSHOTS} WHERE biz_key IN (SELECT biz_key FROM {OBSERVATION_SNAPSHOTS} \
+                 WHERE status IN ({finished}) AND updated_at < ?1 ORDER BY updated_at, biz_key LIMIT {limit}) \
+                 AND status IN ({finished}) AND updated_at < ?1 RETURNING biz_key"
+            ),
+            params: vec![Param::Int8(before.as_millis())],
+        };
+        let attempts_sql = format!("DELETE FROM {OBSERVATION_ATTEMPTS} WHERE biz_key = ?1");
+        self.transaction("observation finished purge", move |c| {
+            let keys = run(c, Op::Write, "observation finished purge", &snapshots, |r| r.get::<_, String>(0))
+                .map_err(|e| map(e, false))?;
+            let mut deleted = 0u64;
+            for key in keys {
+                let key = key.map_err(|e| Error::unavailable_with("observation finished purge: a biz key", e))?;
+                let stmt = Statement { sql: attempts_sql.clone(), params: vec![Param::Text(key)] };
+                run(c, Op::Write, "observation finished purge", &stmt, |_| ()).map_err(|e| map(e, false))?;
+                deleted += 1;
+            }
+            Ok(deleted)
         })
         .await
     }

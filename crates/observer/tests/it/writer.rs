@@ -10,7 +10,7 @@ use observer::conformance::{obs, poison};
 use observer::faults::FaultyRepository;
 use observer::{
     repair_snapshots, InMemoryObservationRepository, ObservationRepository, Observer, ObserverConfig, OpsView,
-    SnapshotQuery,
+    Retention, SnapshotQuery,
 };
 use serde_json::json;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -72,6 +72,7 @@ async fn outage_never_blocks_emit_workflows_finish_queue_is_bounded_and_kept_bat
         retry_backoff_ms: DurationMs::from_millis(100),
         retry_backoff_max_ms: DurationMs::from_millis(1_000),
         drain_timeout_ms: DurationMs::from_millis(5_000),
+        ..ObserverConfig::default()
     };
     let (observer, writer) =
         Observer::start(Arc::new(faulty.clone()), world.clock.clone() as Arc<DynClock>, config).unwrap();
@@ -329,4 +330,93 @@ async fn the_snapshot_knows_which_signal_a_workflow_waits_on() {
     assert_eq!((snap.status, snap.wait_signal), (WorkflowStatus::Completed, None));
     assert!(repo.find_snapshots(&q).await.unwrap().is_empty());
     assert_eq!(observer::Snapshot::from_instance(&inst).wait_signal, None);
+}
+
+/// Retention (nothing grows without bound): on the clock, the writer deletes snapshots and
+/// attempt rows of workflows finished longer ago than `finished_ms` and audit entries older
+/// than `audit_ms`, a page per pass, bringing the next pass forward while pages come back
+/// full; live workflows stay; a failed pass is counted apart from the writes and retried at
+/// the next interval; batches are written as before.
+#[tokio::test]
+async fn retention_purges_finished_workflows_and_old_audit_on_the_clock() {
+    let clock = Arc::new(testkit::memory::ManualClock::new(observer::conformance::T0));
+    let repo = InMemoryObservationRepository::new();
+    let faulty = FaultyRepository::new(Arc::new(repo.clone()));
+    // Five finished workflows (at T0+2s..T0+6s), one still running since T0+1s, each with
+    // one attempt row; two audit entries (T0, T0+1s).
+    let mut seed = vec![obs("live", 1, TransitionKind::MarkRunning, Some("s1"), 0)];
+    for (i, key) in ["f1", "f2", "f3", "f4", "f5"].into_iter().enumerate() {
+        seed.push(obs(key, 1, TransitionKind::MarkRunning, Some("s1"), 0));
+        seed.push(obs(key, 2 + i as u64, TransitionKind::Completed, Some("s1"), 0));
+    }
+    repo.write_batch(&seed).await.unwrap();
+    for (id, ms) in [("a1", 0), ("a2", 1_000)] {
+        repo.append_audit(&observer::conformance::audit_entry(id, ms, "alice", "task.decide", "t")).await.unwrap();
+    }
+    assert_eq!((repo.snapshot_count(), repo.attempt_count()), (6, 6));
+    let hour = DurationMs::from_millis(3_600_000);
+    let retention = Retention {
+        finished_ms: DurationMs::from_millis(10_000),
+        audit_ms: DurationMs::from_millis(20_000),
+        interval_ms: hour,
+        page: 2,
+    };
+    let config = ObserverConfig {
+        flush_interval_ms: DurationMs::from_millis(200),
+        retention: Some(retention),
+        ..ObserverConfig::default()
+    };
+    let (observer, writer) = Observer::start(Arc::new(faulty.clone()), clock.clone() as Arc<DynClock>, config).unwrap();
+    settle().await;
+    let stats = observer.stats();
+    assert_eq!((stats.purged_finished, stats.purged_audit, stats.retention_failures), (0, 0, 0), "nothing old at T0");
+
+    faulty.set_down(true);
+    clock.advance(hour);
+    settle().await;
+    assert_eq!(observer.stats().retention_failures, 2, "both purges of the pass failed");
+    assert_eq!(observer.stats().write_failures, 0, "and no write failed");
+    assert_eq!(repo.snapshot_count(), 6);
+
+    faulty.set_down(false);
+    clock.advance(hour);
+    settle().await;
+    let stats = observer.stats();
+    assert_eq!((stats.purged_finished, stats.purged_audit), (2, 2), "one page of each");
+    // Full pages: the next passes follow after one flush interval, not an hour.
+    clock.advance(DurationMs::from_millis(200));
+    settle().await;
+    assert_eq!(observer.stats().purged_finished, 4);
+    observer.emit(obs("new", 1, TransitionKind::MarkRunning, Some("s1"), 0));
+    clock.advance(DurationMs::from_millis(200));
+    settle().await;
+    assert_eq!(observer.stats().purged_finished, 5);
+    clock.advance(DurationMs::from_millis(200));
+    settle().await;
+    assert_eq!(observer.stats().written, 1, "the batch between passes was written");
+    clock.advance(DurationMs::from_millis(200));
+    settle().await;
+    let stats = writer.close().await;
+    assert_eq!((stats.purged_finished, stats.purged_audit, stats.retention_failures), (5, 2, 2));
+    // Read back from the repository itself: only the live workflows and their rows remain.
+    assert_eq!((repo.snapshot_count(), repo.attempt_count()), (2, 2));
+    assert!(repo.snapshot("live").await.unwrap().is_some() && repo.snapshot("new").await.unwrap().is_some());
+    let audit = repo.find_audit(&observer::AuditQuery::default()).await.unwrap();
+    assert!(audit.is_empty(), "{audit:?}");
+}
+
+/// A retention page or time the repository could not honour is refused when the observer
+/// starts, naming the field.
+#[test]
+fn retention_limits_are_checked() {
+    let bad = |r: Retention| ObserverConfig { retention: Some(r), ..ObserverConfig::default() }.validate();
+    let field = |r: observer::Result<()>| match r {
+        Err(observer::Error::InvalidInput { field, .. }) => field,
+        other => panic!("expected InvalidInput, got {other:?}"),
+    };
+    assert_eq!(field(bad(Retention { page: 0, ..Retention::default() })), "retention.page");
+    assert_eq!(field(bad(Retention { page: 1_001, ..Retention::default() })), "retention.page");
+    assert_eq!(field(bad(Retention { interval_ms: DurationMs::ZERO, ..Retention::default() })), "retention");
+    assert_eq!(field(bad(Retention { finished_ms: DurationMs::from_millis(-1), ..Retention::default() })), "retention");
+    assert!(ObserverConfig { retention: None, ..ObserverConfig::default() }.validate().is_ok());
 }

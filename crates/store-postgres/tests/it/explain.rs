@@ -332,6 +332,8 @@ async fn observation_queries_use_an_index() {
     ex.check("ops attempts of type", view.attempts(&q)).await.unwrap();
     let q = AttemptQuery { updated_from: Some(from), updated_to: Some(to), ..Default::default() };
     ex.check("ops attempts in window", view.attempts(&q)).await.unwrap();
+    // Retention: one page of finished snapshots, with their attempt rows.
+    ex.check("observation purge_finished", repo.purge_finished(from, 100)).await.unwrap();
     ex.pool.close();
     db.drop_schema().await;
 }
