@@ -62,9 +62,9 @@ async fn fingerprint_mismatch_pushes_back_without_touching_steps() {
     assert_ne!(m.worker, m.persisted);
 }
 
-#[tokio::test]
-async fn permit_denial_defers_without_counting_an_attempt() {
-    // K-7.1 (permit), K-2.1, K-14
+/// A world whose resource `asr` (one slot) another owner holds, an engine whose one step
+/// needs it, and workflow `wf-b` started on it.
+async fn asr_held_by_another() -> (World, Engine, Arc<AtomicU32>, PermitOwner) {
     let limits = HashMap::from([("asr".to_string(), PermitLimits { max_concurrency: 1, max_starts_per_second: 0 })]);
     let world = World::with_limits(1, limits);
     let (def, runs) = counting_step_on("asr");
@@ -72,6 +72,13 @@ async fn permit_denial_defers_without_counting_an_attempt() {
     let other = PermitOwner { workflow_id: "x".into(), step: "s".into(), claim_token: "t".into() };
     assert!(matches!(world.permits.acquire("asr", &other).await.unwrap(), PermitDecision::Granted { .. }));
     start(&engine, "t", "b", json!({})).await;
+    (world, engine, runs, other)
+}
+
+#[tokio::test]
+async fn permit_denial_defers_without_counting_an_attempt() {
+    // K-7.1 (permit), K-2.1, K-14
+    let (world, engine, runs, other) = asr_held_by_another().await;
     let now = world.now();
     assert_eq!(tick_end(&engine).await, ClaimEnd::Released);
     let i = world.store.peek("wf-b").unwrap();
@@ -92,14 +99,8 @@ async fn permit_denial_defers_without_counting_an_attempt() {
 /// wakeup", which finds only due waiters). A shorter hint (the start window) is kept.
 #[tokio::test]
 async fn a_full_resource_defers_by_the_retry_interval_not_the_holders_lease() {
-    let limits = HashMap::from([("asr".to_string(), PermitLimits { max_concurrency: 1, max_starts_per_second: 0 })]);
-    let world = World::with_limits(1, limits);
-    let (def, _runs) = counting_step_on("asr");
-    let engine = world.engine("w", vec![def]);
+    let (world, engine, _runs, other) = asr_held_by_another().await;
     let retry = engine.config().permit_retry_ms;
-    let other = PermitOwner { workflow_id: "x".into(), step: "s".into(), claim_token: "t".into() };
-    assert!(matches!(world.permits.acquire("asr", &other).await.unwrap(), PermitDecision::Granted { .. }));
-    start(&engine, "t", "b", json!({})).await;
     let now = world.now();
     assert_eq!(tick_end(&engine).await, ClaimEnd::Released);
     let i = world.store.peek("wf-b").unwrap();
