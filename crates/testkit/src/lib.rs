@@ -14,7 +14,9 @@
 //! - [`harness`]: a wired in-memory world, drivers that run one or several engines to
 //!   quiescence in simulated time and report how each claim ended, and the crash-window
 //!   sweep;
-//! - [`dispatch`]: the same for the dispatch paths (K-11).
+//! - [`dispatch`]: the same for the dispatch paths (K-11);
+//! - [`port_faults`]: a hook in the engine's port envelope that hangs any port's calls
+//!   and counts every call (K-6.8).
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -34,5 +36,6 @@ pub mod dispatch;
 pub mod faults;
 pub mod harness;
 pub mod memory;
+pub mod port_faults;
 pub mod protocol_cases;
 pub mod time;

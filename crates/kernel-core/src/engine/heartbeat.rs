@@ -309,7 +309,7 @@ async fn beat(inner: &Inner, lease: &Lease) -> bool {
         };
         let guard = Guard::Token { token: lease.token.clone() };
         let write = inner.ports.store.apply(&lease.workflow_id, &guard, &t);
-        match deadline::within(&**clock, config.heartbeat_deadline_ms, deadline::Call::Write, "heartbeat", write).await {
+        match deadline::write_within(&**clock, config.heartbeat_deadline_ms, "heartbeat", write).await {
             Ok(WriteOutcome::Applied { .. }) => {
                 lease.until.store(now.saturating_add(config.lease_ms).as_millis(), Ordering::SeqCst);
                 true

@@ -19,6 +19,8 @@ mod claim;
 mod config;
 mod deadline;
 mod effects;
+mod envelope;
+mod enveloped;
 mod events;
 mod health;
 mod heartbeat;
@@ -31,6 +33,8 @@ mod signals;
 
 pub use config::EngineConfig;
 pub use deadline::{DeadlineInbox, DeadlineOutbox, DeadlineStore};
+pub use envelope::{CallEnd, Effect, PortCall, PortEnvelope, PortHook};
+pub use enveloped::Enveloped;
 pub use events::{Event, EventOutcome, EventRoute};
 pub use health::{EngineHealth, MaintenancePass, WakeupState};
 pub use operator::{dead_letter_generation, Regenerated, DEAD_LETTER_SIGNAL};
@@ -199,6 +203,7 @@ pub struct EngineBuilder {
     defs: DefinitionRegistry,
     prepare: Option<PrepareContext>,
     shutdown_hooks: Vec<ShutdownHook>,
+    port_hook: Option<Arc<dyn PortHook>>,
     error: Option<Error>,
 }
 
@@ -226,6 +231,13 @@ impl EngineBuilder {
         self.shutdown_hooks.push(hook);
         self
     }
+    /// Run `hook` around every port call the engine makes (metrics, fault injection):
+    /// see [`PortHook`]. Every call also has the deadline
+    /// [`EngineConfig::store_call_deadline_ms`] on the engine's clock, hook or not.
+    pub fn port_hook(mut self, hook: Arc<dyn PortHook>) -> Self {
+        self.port_hook = Some(hook);
+        self
+    }
     /// Validate and build.
     pub fn build(self) -> Result<Engine> {
         if let Some(e) = self.error {
@@ -246,11 +258,11 @@ impl EngineBuilder {
                 }
             }
         }
-        // Every store and inbox call the engine makes has a deadline on its clock.
-        let mut ports = self.ports;
-        let deadline = self.config.store_call_deadline_ms;
-        ports.store = Arc::new(DeadlineStore::new(ports.store.clone(), ports.clock.clone(), deadline));
-        ports.inbox = Arc::new(DeadlineInbox::new(ports.inbox.clone(), ports.clock.clone(), deadline));
+        // Every port call the engine makes runs in one envelope: a deadline on its clock,
+        // the deployment's hook (K-6.8).
+        let env = PortEnvelope::new(self.ports.clock.clone(), self.config.store_call_deadline_ms)
+            .with_hook(self.port_hook.clone());
+        let ports = envelope::envelop(self.ports, &env);
         Ok(Engine {
             inner: Arc::new(Inner {
                 slots: Arc::new(Semaphore::new(self.config.worker_slots)),
@@ -285,6 +297,7 @@ impl Engine {
             defs: DefinitionRegistry::default(),
             prepare: None,
             shutdown_hooks: Vec::new(),
+            port_hook: None,
             error: None,
         }
     }
@@ -294,8 +307,9 @@ impl Engine {
         &self.inner.config
     }
 
-    /// The ports, as the engine uses them: the store is wrapped in a [`DeadlineStore`]
-    /// (`EngineConfig::store_call_deadline_ms`).
+    /// The ports, as the engine uses them: every port that does I/O runs in the engine's
+    /// [`PortEnvelope`] (`EngineConfig::store_call_deadline_ms`, the builder's
+    /// [`port_hook`](EngineBuilder::port_hook)).
     pub fn ports(&self) -> &Ports {
         &self.inner.ports
     }

@@ -102,8 +102,8 @@ impl std::fmt::Debug for Publisher {
 
 /// Builder of a standalone [`Publisher`]: the store, the queue and the wakeup are required;
 /// the rest defaults to the system clock, random ids and no-op observation and stream
-/// sinks, each of which can be replaced. Every store call gets a deadline on the clock
-/// ([`DeadlineStore`](super::DeadlineStore), default
+/// sinks, each of which can be replaced. Every call of its store, inbox, queue, wakeup and
+/// stream sink gets a deadline on the clock ([`PortEnvelope`](super::PortEnvelope), default
 /// [`EngineConfig::store_call_deadline_ms`]).
 #[derive(Clone)]
 pub struct PublisherBuilder {
@@ -192,14 +192,15 @@ impl PublisherBuilder {
             return Err(Error::invalid("orphan_signals_max", "must be > 0"));
         }
         crate::validate::positive_ms("store_call_deadline_ms", self.store_call_deadline_ms)?;
-        let mut publisher = self.publisher;
-        let deadline = self.store_call_deadline_ms;
-        publisher.store =
-            Arc::new(super::DeadlineStore::new(publisher.store.clone(), publisher.clock.clone(), deadline));
-        publisher.inbox = publisher.inbox.map(|inbox| {
-            Arc::new(super::DeadlineInbox::new(inbox, publisher.clock.clone(), deadline)) as Arc<DynInbox>
-        });
-        Ok(publisher)
+        // Every port call runs in the engine's one envelope (K-6.8).
+        let mut p = self.publisher;
+        let env = Arc::new(super::PortEnvelope::new(p.clock.clone(), self.store_call_deadline_ms));
+        p.store = Arc::new(super::Enveloped::wrap(p.store, env.clone()));
+        p.queue = Arc::new(super::Enveloped::wrap(p.queue, env.clone()));
+        p.wakeup = Arc::new(super::Enveloped::wrap(p.wakeup, env.clone()));
+        p.stream = Arc::new(super::Enveloped::wrap(p.stream, env.clone()));
+        p.inbox = p.inbox.map(|inbox| Arc::new(super::Enveloped::wrap(inbox, env)) as Arc<DynInbox>);
+        Ok(p)
     }
 }
 

@@ -21,6 +21,7 @@ mod model_steps;
 mod refused;
 mod renewal;
 mod round_trips;
+mod side_ports;
 mod standalone_publisher;
 mod stream_fencing;
 mod write_budget;
