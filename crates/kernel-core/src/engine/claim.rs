@@ -5,10 +5,14 @@
 //! ([`outcome`](super::outcome), pure) → one guarded write. Finalizers and the terminal
 //! side channels follow.
 
+use super::compensation_plan;
+use super::control::{self, panic_message, Control};
+use super::dead_letter_decision::{self, AfterDecision, Found};
 use super::effects::{self, Writer};
 use super::heartbeat::{Heartbeats, Lease};
 use super::invoke::{self, HeldPermit, Invocation, Renewal};
 use super::outcome::{self, AfterWave, Entry, Halt, StepPolicy, StepResult};
+use super::terminal::{self, Fusion, NextMove, PrepareNext, RefusedWrite};
 use super::{signals, ClaimEnd, Inner, PrepareContext};
 use crate::activity::{Activity, ActivityContext, ActivityError, StepOutcome};
 use crate::compensation::{CompensationReport, InverseResult, InverseRun};
@@ -65,15 +69,12 @@ enum Next {
     End(ClaimEnd),
 }
 
-/// What the control pass decides (K-4 amendment).
-enum Control {
-    /// `sender`'s loop goes back to `target`.
-    LoopBack { sender: usize, target: usize },
-    /// Step `i` fails by its policy with this message (a loop at its maximum, a panicking
-    /// predicate).
-    Stop(usize, String),
-    /// These conditional steps are not taken.
-    Skip(Vec<usize>),
+/// How a step is entered.
+enum Entering {
+    /// Take its permit and mark it running first.
+    Fresh,
+    /// Its mark-running was fused into the last write (K-7.1), under this permit.
+    Marked(Option<HeldPermit>),
 }
 
 /// Why a step got no permit.
@@ -106,19 +107,6 @@ fn prepare(inst: &WorkflowInstance, def: &Definition, hook: Option<&PrepareConte
             Err(panic) => Err(Refusal::PrepareFailed(format!("PrepareContext panicked: {}", panic_message(&*panic)))),
         },
     }
-}
-
-/// Whether `step`'s completion in its current epoch was an operator's (a dead letter decided
-/// "complete", K-17.2) — in whatever run: a replay keeps a completed step as it is (K-5).
-fn completed_by_operator(step: &Step) -> bool {
-    step.record.as_ref().filter(|r| r.epoch == step.epoch).is_some_and(|r| {
-        r.entries.iter().any(|e| matches!(e, crate::record::RecordEntry::Operator(o) if o.action == "complete"))
-    })
-}
-
-/// The message of a caught panic, when it is a string.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
-    panic.downcast_ref::<&str>().copied().or_else(|| panic.downcast_ref::<String>().map(String::as_str)).unwrap_or("")
 }
 
 /// The claim's copy of its document, kept in step with every committed write: each write
@@ -464,10 +452,8 @@ impl Claim {
     /// still ends (K-7.4) instead of re-running the step after every hand-back:
     /// the store's reason (unless the refused write was already a failure), then a short
     /// fixed message, then `failing` alone, which carries nothing from the step.
-    async fn fail_refused(&self, idx: usize, e: &crate::error::Error, failing: bool) -> ClaimEnd {
-        let short = StepError { class: ErrorClass::Permanent, message: "refused by the store".into() };
-        let errors = if failing { vec![short] } else { vec![self.refusal_error(e), short] };
-        for error in errors {
+    async fn fail_refused(&self, idx: usize, e: &crate::error::Error, refused: RefusedWrite) -> ClaimEnd {
+        for error in terminal::refusal_ladder(refused, self.refusal_error(e)) {
             match self.commit(G::Running, Transition::step_failed(idx, error, DurationMs::ZERO, self.now())).await {
                 Ok(()) => return self.fail_path().await,
                 Err(Unwritten::Refused(e)) => tracing::warn!(error = %e, "the step's failure was refused as well"),
@@ -588,7 +574,7 @@ impl Claim {
                 };
             }
             let next = if let Some((idx, permit)) = started.take() {
-                self.run_single(idx, Some(permit)).await
+                self.run_single(idx, Entering::Marked(permit)).await
             } else if let Some(next) = self.control().await {
                 // A loop-back, a branch skip or a loop past its maximum was written (K-4
                 // amendment): read the plan again.
@@ -599,23 +585,20 @@ impl Claim {
                     let steps = &d.inst.steps;
                     (plan.ready(steps), plan.all_done(steps), steps.iter().any(|s| s.status == StepStatus::Failed))
                 };
-                if ready.is_empty() {
-                    if all_done {
-                        return self.success_path().await;
-                    }
-                    if any_failed {
+                match terminal::next_move(ready, all_done, any_failed) {
+                    NextMove::Succeed => return self.success_path().await,
+                    NextMove::Fail => {
                         if let Err(e) = self.commit_plain(G::Running, Transition::failing(self.now())).await {
                             return e;
                         }
                         return self.fail_path().await;
                     }
-                    tracing::error!("running instance with nothing ready; releasing");
-                    return self.release_after(G::Running, self.inner.config.finalizer_retry_ms).await;
-                }
-                if ready.len() == 1 {
-                    self.run_single(ready[0], None).await
-                } else {
-                    self.run_wave(ready).await
+                    NextMove::Stuck => {
+                        tracing::error!("running instance with nothing ready; releasing");
+                        return self.release_after(G::Running, self.inner.config.finalizer_retry_ms).await;
+                    }
+                    NextMove::Single(idx) => self.run_single(idx, Entering::Fresh).await,
+                    NextMove::Wave(ready) => self.run_wave(ready).await,
                 }
             };
             match next {
@@ -631,25 +614,31 @@ impl Claim {
     /// without a context.
     async fn prepare_failed(&self, status: WorkflowStatus, prepare_failures: u32, g: G, msg: String) -> ClaimEnd {
         let config = &self.inner.config;
-        let failures = prepare_failures.saturating_add(1);
         let now = self.now();
-        if failures < config.prepare_attempts_max {
-            let delay = config.prepare_retry_delay(failures);
-            tracing::error!(error = %msg, failures, delay_ms = delay.as_millis(), "PrepareContext failed; releasing with a delay");
-            let t = match Transition::prepare_release(failures, now, delay) {
-                Ok(t) => t,
-                Err(e) => return self.refused(e),
-            };
-            return match self.commit_plain(g, t).await {
-                Ok(()) => {
-                    self.enqueue(self.priority(), now.saturating_add(delay)).await;
-                    ClaimEnd::Released
-                }
-                Err(e) => e,
-            };
-        }
+        let (failures, mark_failing) = match terminal::prepare_next(
+            status,
+            prepare_failures,
+            config.prepare_attempts_max,
+        ) {
+            PrepareNext::Fail { failures, mark_failing } => (failures, mark_failing),
+            PrepareNext::Release { failures } => {
+                let delay = config.prepare_retry_delay(failures);
+                tracing::error!(error = %msg, failures, delay_ms = delay.as_millis(), "PrepareContext failed; releasing with a delay");
+                let t = match Transition::prepare_release(failures, now, delay) {
+                    Ok(t) => t,
+                    Err(e) => return self.refused(e),
+                };
+                return match self.commit_plain(g, t).await {
+                    Ok(()) => {
+                        self.enqueue(self.priority(), now.saturating_add(delay)).await;
+                        ClaimEnd::Released
+                    }
+                    Err(e) => e,
+                };
+            }
+        };
         tracing::error!(error = %msg, failures, "PrepareContext failed too often; failing the workflow");
-        if status != WorkflowStatus::Failing {
+        if mark_failing {
             let mut t = Transition::failing(now);
             t.prepare_failures = Some(failures);
             if let Err(e) = self.commit_plain(G::Running, t).await {
@@ -755,17 +744,17 @@ impl Claim {
 
     /// Permit, mark running, invoke (K-7 steps 1–3). A step that did not reach its
     /// activity is a deferral, or the end of the claim.
-    async fn enter_and_invoke(&self, idx: usize, premarked: Option<Option<HeldPermit>>) -> Result<Invocation, Member> {
+    async fn enter_and_invoke(&self, idx: usize, entering: Entering) -> Result<Invocation, Member> {
         if self.cancel.is_cancelled() {
             // The claim has ended: no new activity starts (K-6.4).
-            if let Some(permit) = premarked {
+            if let Entering::Marked(permit) = entering {
                 self.release_permit(permit).await;
             }
             return Err(Member::Lost(self.ended_as()));
         }
-        let permit = match premarked {
-            Some(p) => p,
-            None => {
+        let permit = match entering {
+            Entering::Marked(p) => p,
+            Entering::Fresh => {
                 let permit = match self.acquire_permit(idx).await {
                     Ok(p) => p,
                     Err(NoPermit::Deferred(delay_ms)) => return Err(Member::Halted(Halt::Deferred { delay_ms })),
@@ -935,8 +924,8 @@ impl Claim {
     }
 
     /// A lone ready step: the fusion path of K-7.1.
-    async fn run_single(&self, idx: usize, premarked: Option<Option<HeldPermit>>) -> Next {
-        let inv = match self.enter_and_invoke(idx, premarked).await {
+    async fn run_single(&self, idx: usize, entering: Entering) -> Next {
+        let inv = match self.enter_and_invoke(idx, entering).await {
             Ok(inv) => inv,
             Err(m) => return self.settle(vec![(idx, m)]).await,
         };
@@ -946,7 +935,7 @@ impl Claim {
         }
         let (t, elapsed_ms, loops_back) = match self.classify(idx, inv) {
             StepResult::Complete { output, elapsed_ms } => {
-                let loops_back = self.may_loop_back(idx, &output);
+                let loops_back = control::may_loop_back(&self.def.steps()[idx], &output);
                 (self.completion(idx, output, elapsed_ms), elapsed_ms, loops_back)
             }
             StepResult::Skipped { error, elapsed_ms } => {
@@ -955,57 +944,54 @@ impl Claim {
             }
             StepResult::Halt(h) => return self.settle(vec![(idx, Member::Halted(h))]).await,
         };
-        if loops_back {
-            // The completion alone: the loop-back is decided from the committed output by
-            // the control pass (the same path as after a crash), never fused.
-            return match self.commit(G::Running, t).await {
-                Ok(()) => Next::Continue(None),
-                Err(u) => self.completion_unwritten(idx, u, elapsed_ms).await,
-            };
-        }
         let (all_done, next, priority) = self.after_completion(idx);
+        let completing = terminal::Completing {
+            loops_back,
+            all_done,
+            success_finalizer: self.def.success_finalizer().is_some(),
+            next_conditional: next.len() == 1 && self.def.steps()[next[0]].when.is_some(),
+            next,
+            stopping: self.inner.stopping.is_cancelled() || self.cancel.is_cancelled(),
+        };
         let now = self.now();
-        // Last completion + completed when there is no success finalizer.
-        if all_done && self.def.success_finalizer().is_none() {
-            return match self.commit(G::Running, t.fuse(Transition::completed(now))).await {
-                Ok(()) => {
-                    self.on_terminal().await;
-                    Next::End(ClaimEnd::Terminal(WorkflowStatus::Completed))
-                }
-                Err(u) => self.completion_unwritten(idx, u, elapsed_ms).await,
-            };
-        }
-        // A conditional next step is decided by the control pass first (never fused).
-        if next.len() == 1
-            && self.def.steps()[next[0]].when.is_none()
-            && !self.inner.stopping.is_cancelled()
-            && !self.cancel.is_cancelled()
-        {
-            let j = next[0];
-            // Permit before attempt++ (K-7.1): fuse completion with the next start only
-            // when the permit is already granted under this token.
-            match self.acquire_permit(j).await {
-                Ok(permit) => {
-                    self.maybe_reset_stream(j).await;
-                    return match self.commit(G::Running, t.fuse(Transition::mark_running(j, now))).await {
-                        Ok(()) => Next::Continue(Some((j, permit))),
-                        Err(u) => {
-                            self.release_permit(permit).await;
-                            self.completion_unwritten(idx, u, elapsed_ms).await
-                        }
-                    };
-                }
-                // The next step fails on its own entry; complete this one alone.
-                Err(NoPermit::Refused(_)) => {}
-                Err(NoPermit::Deferred(delay)) => {
-                    let t = t.fuse(Transition::permit_deferral(j, delay, now).release_until(now.saturating_add(delay)));
-                    return match self.commit(G::Running, t).await {
-                        Ok(()) => {
-                            self.enqueue(priority, now.saturating_add(delay)).await;
-                            Next::End(ClaimEnd::Released)
-                        }
-                        Err(u) => self.completion_unwritten(idx, u, elapsed_ms).await,
-                    };
+        match terminal::fusion(&completing) {
+            Fusion::Alone => {}
+            Fusion::Completed => {
+                return match self.commit(G::Running, t.fuse(Transition::completed(now))).await {
+                    Ok(()) => {
+                        self.on_terminal().await;
+                        Next::End(ClaimEnd::Terminal(WorkflowStatus::Completed))
+                    }
+                    Err(u) => self.completion_unwritten(idx, u, elapsed_ms).await,
+                };
+            }
+            Fusion::StartNext(j) => {
+                // Permit before attempt++ (K-7.1): fuse completion with the next start only
+                // when the permit is already granted under this token.
+                match self.acquire_permit(j).await {
+                    Ok(permit) => {
+                        self.maybe_reset_stream(j).await;
+                        return match self.commit(G::Running, t.fuse(Transition::mark_running(j, now))).await {
+                            Ok(()) => Next::Continue(Some((j, permit))),
+                            Err(u) => {
+                                self.release_permit(permit).await;
+                                self.completion_unwritten(idx, u, elapsed_ms).await
+                            }
+                        };
+                    }
+                    // The next step fails on its own entry; complete this one alone.
+                    Err(NoPermit::Refused(_)) => {}
+                    Err(NoPermit::Deferred(delay)) => {
+                        let t =
+                            t.fuse(Transition::permit_deferral(j, delay, now).release_until(now.saturating_add(delay)));
+                        return match self.commit(G::Running, t).await {
+                            Ok(()) => {
+                                self.enqueue(priority, now.saturating_add(delay)).await;
+                                Next::End(ClaimEnd::Released)
+                            }
+                            Err(u) => self.completion_unwritten(idx, u, elapsed_ms).await,
+                        };
+                    }
                 }
             }
         }
@@ -1013,75 +999,6 @@ impl Claim {
             Ok(()) => Next::Continue(None),
             Err(u) => self.completion_unwritten(idx, u, elapsed_ms).await,
         }
-    }
-
-    /// Whether completing step `idx` with `output` may send the workflow back (its loop's
-    /// predicate holds, or panicked): such a completion is written alone.
-    fn may_loop_back(&self, idx: usize, output: &Value) -> bool {
-        let Some(l) = self.def.steps()[idx].loop_to.as_ref() else { return false };
-        !matches!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (l.again)(output))), Ok(false))
-    }
-
-    /// What the control pass decides from the committed document `d` (K-4 amendment), or
-    /// `None` when there is nothing to decide: the first completed loop sender (in step
-    /// order) whose predicate holds on its recorded output — or panics — loops back or, at
-    /// its maximum, stops; otherwise the fresh ready conditional steps whose predicate does
-    /// not hold are skipped. The one decision both [`control`](Self::control) and the wave's
-    /// [`loop_back_supersedes`](Self::loop_back_supersedes) act on.
-    fn decide_control(&self, d: &ClaimDoc) -> Option<Control> {
-        let plan = self.def.plan();
-        if !plan.steps().iter().any(|p| p.loop_to.is_some() || p.reads.is_some()) {
-            // A plain DAG: nothing to decide.
-            return None;
-        }
-        for (i, sd) in self.def.steps().iter().enumerate() {
-            let (Some(l), Some(target)) = (sd.loop_to.as_ref(), plan.steps()[i].loop_to) else { continue };
-            let step = &d.inst.steps[i];
-            if step.status != StepStatus::Completed || completed_by_operator(step) {
-                // An operator's output for this logical attempt (a dead letter decided
-                // "complete") leaves the loop: it is not asked again.
-                continue;
-            }
-            let out = d.outputs.get(&step.name).unwrap_or(&Value::Null);
-            return match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (l.again)(out))) {
-                Ok(false) => continue,
-                Ok(true) => {
-                    let max = l.max_iterations.unwrap_or(0);
-                    Some(if step.iterations >= max {
-                        Control::Stop(
-                            i,
-                            format!(
-                                "loop from {} to {} reached its maximum of {max} iterations",
-                                sd.name(),
-                                plan.steps()[target].name
-                            ),
-                        )
-                    } else {
-                        Control::LoopBack { sender: i, target }
-                    })
-                }
-                Err(panic) => {
-                    Some(Control::Stop(i, format!("the loop predicate panicked: {}", panic_message(&*panic))))
-                }
-            };
-        }
-        let mut skip = Vec::new();
-        for i in plan.ready(&d.inst.steps) {
-            let Some(b) = self.def.steps()[i].when.as_ref() else { continue };
-            if d.inst.steps[i].status != StepStatus::Pending {
-                // A running leftover was taken before it started.
-                continue;
-            }
-            let inputs = crate::definition::BranchInputs { reads: &b.reads, outputs: &d.outputs };
-            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (b.holds)(&inputs))) {
-                Ok(true) => {}
-                Ok(false) => skip.push(i),
-                Err(panic) => {
-                    return Some(Control::Stop(i, format!("the branch predicate panicked: {}", panic_message(&*panic))))
-                }
-            }
-        }
-        (!skip.is_empty()).then_some(Control::Skip(skip))
     }
 
     /// The control pass (K-4 amendment), before the ready steps are read: the first
@@ -1094,9 +1011,12 @@ impl Claim {
         // The loop-back write is built from the same reading of the document as the decision.
         let (decision, loop_back) = {
             let d = self.doc();
-            let decision = self.decide_control(&d)?;
+            let decision = control::decide(&self.def, &d.inst.steps, &d.outputs)?;
             let t = match &decision {
-                Control::LoopBack { sender, target } => Some(self.loop_back(&d, *sender, *target)),
+                Control::LoopBack { sender, target } => {
+                    let limits = self.inner.config.history_limits;
+                    Some(control::loop_back(&self.def, &d.inst, &d.outputs, limits, (*sender, *target), self.now()))
+                }
                 _ => None,
             };
             (decision, t)
@@ -1109,13 +1029,7 @@ impl Claim {
                 let inv = Invocation { result: Err(ActivityError::permanent(message)), elapsed_ms: DurationMs::ZERO };
                 return Some(match self.classify(i, inv) {
                     StepResult::Skipped { error, elapsed_ms } => {
-                        // A skipped step has no output (K-4.4, `BranchInputs::output`): a
-                        // sender skipped at its maximum loses the output it completed with.
-                        let mut t = Transition::skip_step(i, error, elapsed_ms, self.now());
-                        let name = self.def.steps()[i].name().to_string();
-                        if self.doc().outputs.contains_key(&name) {
-                            t.outputs_unset.push(name);
-                        }
+                        let t = control::stop_skip(&self.def, i, &self.doc().outputs, error, elapsed_ms, self.now());
                         let m = match self.commit(G::Running, t).await {
                             Ok(()) => Member::Settled,
                             Err(Unwritten::End(e)) => Member::Lost(e),
@@ -1129,8 +1043,7 @@ impl Claim {
                 });
             }
         };
-        let streams = t.kind() == crate::transition::TransitionKind::LoopBack
-            && t.steps.iter().any(|p| self.def.steps()[p.index as usize].is_streaming());
+        let streams = control::resets_stream(&self.def, &t);
         Some(match self.commit_plain(G::Running, t).await {
             Ok(()) => {
                 if let (true, Some(key)) = (streams, &self.shared.stream_key) {
@@ -1144,65 +1057,6 @@ impl Claim {
             }
             Err(e) => Next::End(e),
         })
-    }
-
-    /// The loop-back write of sender `sender` to `target` (K-4 amendment, K-17.1). The
-    /// loop's body is the target and every step that depends on it (transitively), except
-    /// the steps after the sender (they run once the loop is left): each starts its next
-    /// epoch, whether or not it ran in this iteration — so a step's epoch counts the
-    /// iterations that covered it, whatever a crash interleaved — and each that ran keeps
-    /// its attempt (output, error, record) in its history. The sender's iteration counter
-    /// goes up by one, an enclosed loop's counter back to 0.
-    fn loop_back(&self, d: &ClaimDoc, sender: usize, target: usize) -> Transition {
-        let plan = self.def.plan();
-        let body = plan.loop_body(sender).unwrap_or_else(|| {
-            let mut only = vec![false; plan.steps().len()];
-            only[target] = true;
-            only
-        });
-        // A loop whose body lies strictly inside this one is entered again: its counter
-        // starts over. No other counter is touched, so two loops never reset each other
-        // and every loop stays bounded (by the product of the maximums around it).
-        let enclosed = |j: usize| {
-            plan.loop_body(j).is_some_and(|inner| inner != body && inner.iter().zip(&body).all(|(i, o)| !*i || *o))
-        };
-        let now = self.now();
-        let run = d.inst.retry_count;
-        let limits = self.inner.config.history_limits;
-        let mut resets = Vec::new();
-        let mut outputs_unset = Vec::new();
-        for (j, s) in d.inst.steps.iter().enumerate().filter(|(j, _)| body[*j]) {
-            let ran = s.status != StepStatus::Pending || s.attempt > 0 || s.record.is_some();
-            let output = d.outputs.get(&s.name).cloned();
-            if output.is_some() {
-                outputs_unset.push(s.name.clone());
-            }
-            let history = if ran {
-                let entry = crate::record::HistoryEntry {
-                    run,
-                    epoch: s.epoch,
-                    reason: crate::record::HistoryReason::Loop,
-                    output,
-                    error: s.error.clone(),
-                    record: s.record.clone(),
-                    at: now,
-                };
-                limits.push(s.history.clone(), entry)
-            } else {
-                s.history.clone()
-            };
-            let iterations = if j == sender {
-                Some(s.iterations.saturating_add(1))
-            } else if s.iterations > 0 && enclosed(j) {
-                Some(0)
-            } else {
-                None
-            };
-            resets.push((j, s.epoch.saturating_add(1), history, iterations));
-        }
-        let clear_resume =
-            d.inst.resume.as_ref().is_some_and(|r| body.get(r.step_index as usize).copied().unwrap_or(false));
-        Transition::loop_back(sender, resets, outputs_unset, clear_resume, now)
     }
 
     /// What the plan says once step `idx` completes, before its completion is written
@@ -1233,7 +1087,7 @@ impl Claim {
     /// is resolved after all siblings returned (K-4.5).
     async fn run_wave(&self, ready: Vec<usize>) -> Next {
         let futs = ready.iter().map(|&idx| async move {
-            let inv = match self.enter_and_invoke(idx, None).await {
+            let inv = match self.enter_and_invoke(idx, Entering::Fresh).await {
                 Ok(inv) => inv,
                 Err(m) => return (idx, m),
             };
@@ -1285,7 +1139,11 @@ impl Claim {
             // halted siblings would have written is lost with it; they run again.
             return Next::End(self.hand_back(G::Running).await);
         }
-        if self.loop_back_supersedes(&wave) {
+        let supersedes = control::supersedes(&self.def, &wave, || {
+            let d = self.doc();
+            control::decide(&self.def, &d.inst.steps, &d.outputs)
+        });
+        if supersedes {
             // A sender of this wave completed and its loop goes back over every halted
             // sibling: their waits, yields, retries and deferrals belong to an iteration that
             // is over; the control pass takes the loop back now and they run again in the
@@ -1302,7 +1160,7 @@ impl Claim {
         let Some(resolution) = outcome::resolve_wave(wave, self.now()) else {
             return Next::Continue(None);
         };
-        let failing = matches!(resolution.then, AfterWave::Failing | AfterWave::Canceled);
+        let refused = RefusedWrite::of(&resolution.then);
         let mut transition = resolution.transition;
         self.retry_clock(&mut transition);
         match self.commit(G::Running, transition).await {
@@ -1313,7 +1171,7 @@ impl Claim {
                 let Some(idx) = blame else {
                     return Next::End(self.hand_back(G::Running).await);
                 };
-                return Next::End(self.fail_refused(idx, &e, failing).await);
+                return Next::End(self.fail_refused(idx, &e, refused).await);
             }
         }
         let prio = self.priority();
@@ -1349,32 +1207,6 @@ impl Claim {
         })
     }
 
-    /// Whether the control pass's next decision is a loop-back whose body holds every
-    /// halted member of `wave`, each halted only for now (a wait, a yield, a retry, a park,
-    /// a deferral — never a failure, a cancellation or a dead letter, which stand).
-    fn loop_back_supersedes(&self, wave: &[(usize, Option<Halt>)]) -> bool {
-        let halted: Vec<usize> = wave.iter().filter(|(_, h)| h.is_some()).map(|(i, _)| *i).collect();
-        if halted.is_empty()
-            || wave
-                .iter()
-                .any(|(_, h)| matches!(h, Some(Halt::Failed { .. } | Halt::Canceled { .. } | Halt::DeadLetter { .. })))
-        {
-            return false;
-        }
-        // Exactly what the control pass will do next: only a loop-back whose body holds
-        // every halted member supersedes them (a stop, a skip or another sender's loop
-        // leaves their halts to stand).
-        let decision = self.decide_control(&self.doc());
-        match decision {
-            Some(Control::LoopBack { sender, .. }) => self
-                .def
-                .plan()
-                .loop_body(sender)
-                .is_some_and(|body| halted.iter().all(|&h| body.get(h).copied().unwrap_or(false))),
-            _ => false,
-        }
-    }
-
     /// The retry clock of `max_retry_duration` (K-17.2), kept on the steps a write
     /// concerns: a retry release starts it once per logical attempt; an invocation that
     /// succeeded (completed, suspended, yielded) stops it.
@@ -1400,10 +1232,8 @@ impl Claim {
     /// Whether step `idx` can be dead-lettered: its policy says so, or it asks a query hook
     /// after unknown outcomes and the engine keeps dead letters (K-17.2).
     fn dead_letters_step(&self, idx: usize) -> bool {
-        self.def.steps().get(idx).is_some_and(|sd| {
-            sd.get_on_failed() == crate::definition::OnFailed::DeadLetter
-                || (sd.query.is_some() && self.inner.ports.dead_letters.is_some())
-        })
+        let has_port = self.inner.ports.dead_letters.is_some();
+        self.def.steps().get(idx).is_some_and(|sd| dead_letter_decision::dead_letters(sd, has_port))
     }
 
     /// The operator signal wait of step `idx`'s current logical attempt (K-17.2), with
@@ -1437,11 +1267,10 @@ impl Claim {
         }
     }
 
-    /// A step resumed from a dead-letter wait (K-17.2): apply the operator's decision, or
-    /// wait again. `None`: the claim goes on (the step is pending in its next epoch, or
-    /// completed with the operator's output).
+    /// A step resumed from a dead-letter wait (K-17.2): apply the operator's decision
+    /// ([`dead_letter_decision`], pure), or wait again. `None`: the claim goes on (the step
+    /// is pending in its next epoch, or completed with the operator's output).
     async fn resume_dead_letter(&self, idx: usize) -> Option<ClaimEnd> {
-        use crate::ports::{DeadLetterAction, DeadLetterStatus};
         let Some(dls) = self.inner.ports.dead_letters.clone() else {
             tracing::error!("a dead-lettered step resumed on an engine without a DeadLetters port; releasing");
             return Some(self.release_after(G::Running, self.inner.config.fingerprint_pushback_ms).await);
@@ -1451,115 +1280,49 @@ impl Claim {
             let step = &d.inst.steps[idx];
             let id =
                 crate::activity::idempotency_key_at(&d.inst.workflow_id, &step.name, d.inst.retry_count, step.epoch);
-            (id, step.error.clone().unwrap_or(StepError { class: ErrorClass::Permanent, message: String::new() }))
+            (id, dead_letter_decision::kept_error(step))
         };
         let found = match dls.get(&id).await {
-            Ok(found) => found,
+            Ok(found) => dead_letter_decision::found(found),
             Err(e) => {
                 tracing::warn!(error = %e, "dead letter unreadable; releasing");
                 return Some(self.release_after(G::Running, self.inner.config.permit_retry_ms).await);
             }
         };
         let decision = match found {
-            Some(dl) if dl.status != DeadLetterStatus::Open => dl.decision,
-            Some(_) => None,
-            None => {
-                // The record was lost after the wait was stored: write it now.
-                self.record_dead_letter(idx, error.clone()).await;
-                None
-            }
-        };
-        let Some(decision) = decision else {
-            let wait = self.dead_letter_wait(idx);
-            let t = Transition::dead_letter(idx, wait.clone(), error, DurationMs::ZERO, self.now());
-            return Some(match self.commit_plain(G::Running, t).await {
-                Ok(()) => {
-                    self.after_suspend(&wait).await;
-                    ClaimEnd::Suspended
+            Found::Decided(decision) => decision,
+            Found::Undecided | Found::Lost => {
+                if found == Found::Lost {
+                    // The record was lost after the wait was stored: write it now.
+                    self.record_dead_letter(idx, error.clone()).await;
                 }
-                Err(e) => e,
-            });
+                let wait = self.dead_letter_wait(idx);
+                let t = Transition::dead_letter(idx, wait.clone(), error, DurationMs::ZERO, self.now());
+                return Some(match self.commit_plain(G::Running, t).await {
+                    Ok(()) => {
+                        self.after_suspend(&wait).await;
+                        ClaimEnd::Suspended
+                    }
+                    Err(e) => e,
+                });
+            }
         };
         let now = self.now();
-        let entry = crate::record::OperatorEntry {
-            action: match &decision.action {
-                DeadLetterAction::Retry => "retry",
-                DeadLetterAction::Complete { .. } => "complete",
-                DeadLetterAction::Fail => "fail",
-            }
-            .to_string(),
-            actor: decision.actor.clone(),
-            // The output is the step's output; the record keeps a copy only when it is
-            // small, so record and output together never outgrow the payload limit.
-            output: match &decision.action {
-                DeadLetterAction::Complete { output } if serde_json::to_vec(output).is_ok_and(|v| v.len() <= 4_096) => {
-                    Some(output.clone())
-                }
-                _ => None,
-            },
-            at: now,
-        };
-        let (t, fails) = {
+        let applied = {
             let d = self.doc();
-            let step = &d.inst.steps[idx];
-            let run = d.inst.retry_count;
-            let mut record =
-                step.record_of(run).cloned().unwrap_or_else(|| crate::record::StepRecord::new(run, step.epoch));
-            record.entries.push(crate::record::RecordEntry::Operator(entry));
-            match &decision.action {
-                DeadLetterAction::Retry => {
-                    let h = crate::record::HistoryEntry {
-                        run,
-                        epoch: step.epoch,
-                        reason: crate::record::HistoryReason::DeadLetterRetry,
-                        output: None,
-                        error: step.error.clone(),
-                        record: Some(record),
-                        at: now,
-                    };
-                    let history = self.inner.config.history_limits.push(step.history.clone(), h);
-                    (Transition::step_epoch(idx, step.epoch.saturating_add(1), history, now), false)
-                }
-                DeadLetterAction::Complete { output } => {
-                    let t = Transition::record_step(idx, record, None, now).fuse(Transition::complete_step(
-                        idx,
-                        &step.name,
-                        output.clone(),
-                        DurationMs::ZERO,
-                        now,
-                        true,
-                    ));
-                    (t, false)
-                }
-                DeadLetterAction::Fail => {
-                    let message = format!(
-                        "failed by {}{}",
-                        decision.actor,
-                        decision.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default()
-                    );
-                    let error = StepError { class: ErrorClass::Permanent, message };
-                    (
-                        Transition::record_step(idx, record, None, now).fuse(Transition::step_failed(
-                            idx,
-                            error,
-                            DurationMs::ZERO,
-                            now,
-                        )),
-                        true,
-                    )
-                }
-            }
+            let limits = self.inner.config.history_limits;
+            dead_letter_decision::apply(idx, &d.inst.steps[idx], d.inst.retry_count, &decision, limits, now)
         };
-        if let Err(e) = self.commit_plain(G::Running, t).await {
+        if let Err(e) = self.commit_plain(G::Running, applied.transition).await {
             return Some(e);
         }
         if let Err(e) = dls.close(&id, now).await {
             tracing::warn!(error = %e, dead_letter = %id, "applied dead letter not closed");
         }
-        if fails {
-            return Some(self.fail_path().await);
+        match applied.then {
+            AfterDecision::Fail => Some(self.fail_path().await),
+            AfterDecision::Continue => None,
         }
-        None
     }
 
     /// K-9.4: right after a signal wait is stored, consume an early signal.
@@ -1622,10 +1385,7 @@ impl Claim {
                 return self.release_after(G::Failing, self.inner.config.finalizer_retry_ms).await;
             }
         }
-        let t = match report {
-            Some((r, undone)) => Transition::failed_compensated(self.now(), r, &undone),
-            None => Transition::failed(self.now()),
-        };
+        let t = terminal::failed_write(report, self.now());
         match self.commit_plain(G::Failing, t).await {
             Ok(()) => {
                 self.on_terminal().await;
@@ -1644,37 +1404,16 @@ impl Claim {
     /// failed without one — never dropped. Run again from the start if the claim is lost
     /// before the terminal write: inverses are idempotent by their keys.
     async fn compensate(&self) -> Result<Option<(CompensationReport, Vec<usize>)>, ClaimEnd> {
-        let steps = self.def.steps();
-        if steps.iter().all(|s| s.get_inverse().is_none()) {
+        let Some(order) = compensation_plan::plan(&self.def, &self.doc().inst.steps) else {
             return Ok(None);
-        }
-        // Reverse completion order; on a tie (one millisecond, or the clocks of two workers)
-        // a step with more transitive dependencies first, so a dependent is undone before
-        // what it depends on (a dependent always has more).
-        let dependents: Vec<Vec<bool>> = (0..steps.len()).map(|k| self.def.plan().dependents(k)).collect();
-        let ancestors = |i: usize| dependents.iter().enumerate().filter(|(k, d)| *k != i && d[i]).count();
-        let mut order: Vec<(usize, Instant, usize)> = {
-            let d = self.doc();
-            steps
-                .iter()
-                .enumerate()
-                .filter(|(i, sd)| sd.get_inverse().is_some() && d.inst.steps[*i].status == StepStatus::Completed)
-                .map(|(i, _)| (i, d.inst.steps[i].finished_at.unwrap_or(Instant::ZERO), ancestors(i)))
-                .collect()
         };
-        order.sort_by(|a, b| b.1.cmp(&a.1).then(b.2.cmp(&a.2)).then(b.0.cmp(&a.0)));
         let mut runs = Vec::with_capacity(order.len());
-        let mut undone = Vec::new();
-        for (idx, _, _) in order {
-            let run = self.run_inverse(idx).await?;
-            if run.result == InverseResult::Compensated {
-                undone.push(idx);
-            }
-            runs.push(run);
+        for idx in order {
+            runs.push((idx, self.run_inverse(idx).await?));
         }
-        let outcome = CompensationReport::outcome_of(&runs);
-        tracing::info!(outcome = outcome.as_str(), inverses = runs.len(), "compensation ended");
-        Ok(Some((CompensationReport { outcome, steps: runs, at: self.now() }, undone)))
+        let (report, undone) = compensation_plan::report(runs, self.now());
+        tracing::info!(outcome = report.outcome.as_str(), inverses = report.steps.len(), "compensation ended");
+        Ok(Some((report, undone)))
     }
 
     /// `Err` with how the claim ended when it may no longer start an inverse: canceled,
@@ -1743,25 +1482,17 @@ impl Claim {
                 Ok(other) => ActivityError::permanent(format!("an inverse must complete, got {other:?}")),
                 Err(e) => e,
             };
-            if e.class != ErrorClass::Transient || attempts >= cfg.compensation_attempts {
+            if !compensation_plan::retries_inverse(e.class, attempts, cfg.compensation_attempts) {
                 break e;
             }
             tracing::warn!(step = sd.name(), attempt = attempts, error = %e, "inverse failed; retrying");
         };
         // The claim ending is not the inverse failing: nothing is escalated for it.
         self.may_start_inverse().await?;
-        // No store holds NUL everywhere, and the report and the task title must be written.
-        let printable: String = error.message.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
-        let message = outcome::truncate(printable, crate::compensation::INVERSE_ERROR_BYTES_MAX);
+        let message = compensation_plan::inverse_error(&error.message);
         tracing::warn!(step = sd.name(), attempts, error = %message, "inverse kept failing");
         let task = self.escalate_inverse(idx, &message).await;
-        Ok(InverseRun {
-            step: sd.name().to_string(),
-            result: if task.is_some() { InverseResult::Escalated } else { InverseResult::Failed },
-            attempts,
-            error: Some(message),
-            task,
-        })
+        Ok(compensation_plan::kept_failing(sd.name(), attempts, message, task))
     }
 
     /// The escalation task id of step `idx`'s inverse (one per logical attempt).
@@ -1769,7 +1500,7 @@ impl Claim {
         let d = self.doc();
         let s = &d.inst.steps[idx];
         let key = crate::activity::idempotency_key_at(&self.shared.workflow_id, &s.name, d.inst.retry_count, s.epoch);
-        crate::human::task_id(&format!("{key}|c"), 0)
+        compensation_plan::escalation_task_id(&key)
     }
 
     /// An inverse completed: close the task an earlier pass may have opened for it, so
@@ -1786,34 +1517,26 @@ impl Claim {
     async fn escalate_inverse(&self, idx: usize, error: &str) -> Option<String> {
         let inbox = self.inner.ports.task_inbox.clone()?;
         let cfg = &self.inner.config;
-        let id = self.escalation_task_id(idx);
-        let (wf_type, step) = {
-            let d = self.doc();
-            (d.inst.workflow_type.clone(), d.inst.steps[idx].name.clone())
+        let token = match self.inner.ports.ids.task_token() {
+            Ok(token) => token,
+            Err(e) => {
+                // No task with a guessable token: the inverse is recorded as failed.
+                tracing::error!(error = %e, "no task token for the escalation of an inverse");
+                return None;
+            }
         };
-        let now = self.now();
-        let title = outcome::truncate(
-            format!("Undo step `{step}` by hand: its inverse kept failing ({error})"),
-            TASK_TEXT_BYTES_MAX,
-        );
-        let task = crate::ports::TaskRecord {
-            id,
-            workflow_id: self.shared.workflow_id.to_string().into(),
-            workflow_type: wf_type,
-            step,
-            level: 0,
-            title,
-            assignee: None,
-            roles: cfg.compensation_escalation_roles.clone(),
-            evidence: Vec::new(),
-            token: crate::human::secure_token().unwrap_or_else(|_| {
-                format!("{}{:016x}", self.inner.ports.ids.new_token(), self.inner.ports.ids.random_u64())
-            }),
-            created_at: now,
-            due_at: now.saturating_add(cfg.compensation_escalation_sla_ms),
-            status: crate::ports::TaskStatus::Open,
-            decision: None,
-            closed_at: None,
+        let id = self.escalation_task_id(idx);
+        let task = {
+            let d = self.doc();
+            let escalated = compensation_plan::Escalated {
+                id,
+                workflow_id: &self.shared.workflow_id,
+                workflow_type: &d.inst.workflow_type,
+                step: &d.inst.steps[idx].name,
+                error,
+            };
+            let roles = cfg.compensation_escalation_roles.clone();
+            compensation_plan::escalation_task(escalated, roles, token, self.now(), cfg.compensation_escalation_sla_ms)
         };
         match inbox.open(&task).await {
             Ok(_) => Some(task.id),
@@ -1829,12 +1552,7 @@ impl Claim {
         let Some(key) = &self.shared.stream_key else { return };
         let summary = {
             let d = self.doc();
-            let mut summary = serde_json::json!({ "status": d.inst.status.as_str(), "revision": d.inst.revision });
-            // The compensation's outcome is observable to clients too (K-17.6).
-            if let Some(c) = &d.inst.compensation {
-                summary["compensation"] = serde_json::json!(c.outcome.as_str());
-            }
-            summary
+            terminal::terminal_summary(d.inst.status, d.inst.revision, d.inst.compensation.as_ref())
         };
         if let Err(e) = self.inner.ports.stream.terminal(key, self.stream_owner(), summary).await {
             tracing::debug!(error = %e, "terminal frame failed");

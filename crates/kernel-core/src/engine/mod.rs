@@ -16,7 +16,10 @@
 //! the engine and the publisher, are `effects.rs`.
 
 mod claim;
+mod compensation_plan;
 mod config;
+mod control;
+mod dead_letter_decision;
 mod deadline;
 mod effects;
 mod events;
@@ -28,6 +31,9 @@ mod outcome;
 mod ports;
 mod publisher;
 mod signals;
+mod terminal;
+#[cfg(test)]
+mod test_fixtures;
 
 pub use config::EngineConfig;
 pub use deadline::{DeadlineInbox, DeadlineOutbox, DeadlineStore};
