@@ -1,75 +1,20 @@
 use super::effects::{self, Writer};
 use super::{EngineConfig, Ports};
-use crate::definition::{Plan, PlanRegistry};
+use crate::definition::PlanRegistry;
 use crate::error::{Error, Result};
 use crate::id::WorkflowId;
 use crate::model::*;
 use crate::ports::*;
-use crate::trace::TraceParent;
 use crate::transition::{Guard, Transition, TransitionKind};
 use crate::validate;
 use futures::StreamExt;
 use serde_json::Value;
 use std::sync::Arc;
 
-/// A StartOrResume request (K-5).
-#[derive(Debug, Clone, PartialEq)]
-pub struct StartRequest {
-    /// Registered type.
-    pub workflow_type: String,
-    /// Permanent idempotency key.
-    pub biz_key: String,
-    /// Business-facing id; generated when absent.
-    pub workflow_id: Option<WorkflowId>,
-    /// Exact input snapshot (small).
-    pub input: Value,
-    /// Lane (promote-only).
-    pub priority: Priority,
-    /// The caller's W3C trace context, stored with the instance when this request creates
-    /// it (never changed afterwards) and handed to its activities
-    /// ([`ActivityContext::trace_parent`](crate::ActivityContext::trace_parent)).
-    pub trace_parent: Option<TraceParent>,
-}
-
-impl StartRequest {
-    /// A request with priority P2 and a generated workflow id.
-    pub fn new(workflow_type: impl Into<String>, biz_key: impl Into<String>, input: Value) -> Self {
-        StartRequest {
-            workflow_type: workflow_type.into(),
-            biz_key: biz_key.into(),
-            workflow_id: None,
-            input,
-            priority: Priority::P2,
-            trace_parent: None,
-        }
-    }
-    /// Set the workflow id.
-    pub fn workflow_id(mut self, id: impl Into<WorkflowId>) -> Self {
-        self.workflow_id = Some(id.into());
-        self
-    }
-    /// Set the priority.
-    pub fn priority(mut self, p: Priority) -> Self {
-        self.priority = p;
-        self
-    }
-    /// Carry the caller's trace context (parse the header with [`TraceParent::parse`]).
-    pub fn trace_parent(mut self, tp: TraceParent) -> Self {
-        self.trace_parent = Some(tp);
-        self
-    }
-}
-
-/// Result of StartOrResume.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StartOutcome {
-    /// The instance as read or written.
-    pub instance: WorkflowInstance,
-    /// True only for a create and for the replay winner (K-5).
-    pub execution_activated: bool,
-    /// True when this call inserted the instance.
-    pub created: bool,
-}
+mod builder;
+mod request;
+pub use builder::PublisherBuilder;
+pub use request::{StartOutcome, StartRequest};
 
 /// Registers instances from plans (API or cron processes need no activities, K-4.1).
 ///
@@ -97,110 +42,6 @@ pub struct Publisher {
 impl std::fmt::Debug for Publisher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Publisher").field("plans", &self.plans).finish()
-    }
-}
-
-/// Builder of a standalone [`Publisher`]: the store, the queue and the wakeup are required;
-/// the rest defaults to the system clock, random ids and no-op observation and stream
-/// sinks, each of which can be replaced. Every call of its store, inbox, queue, wakeup and
-/// stream sink gets a deadline on the clock ([`PortEnvelope`](super::PortEnvelope), default
-/// [`EngineConfig::store_call_deadline_ms`]).
-#[derive(Clone)]
-pub struct PublisherBuilder {
-    publisher: Publisher,
-    store_call_deadline_ms: DurationMs,
-}
-
-impl std::fmt::Debug for PublisherBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PublisherBuilder").field("plans", &self.publisher.plans).finish_non_exhaustive()
-    }
-}
-
-impl PublisherBuilder {
-    /// The time source of `created_at` and the first `claimable_time` (default:
-    /// [`SystemClock`]).
-    pub fn clock(mut self, clock: Arc<DynClock>) -> Self {
-        self.publisher.clock = clock;
-        self
-    }
-    /// Where generated workflow ids come from (default: [`RandomIds`]).
-    pub fn ids(mut self, ids: Arc<DynIds>) -> Self {
-        self.publisher.ids = ids;
-        self
-    }
-    /// Where the `create` observation goes (default: [`NoopObservationSink`], K-15).
-    pub fn observer(mut self, observer: Arc<DynObservationSink>) -> Self {
-        self.publisher.observer = observer;
-        self
-    }
-    /// The client streams reset when a start activates execution (default:
-    /// [`NoopStreamSink`], K-16).
-    pub fn stream(mut self, stream: Arc<DynStreamSink>) -> Self {
-        self.publisher.stream = stream;
-        self
-    }
-    /// Make the workflow type of `plan` startable (K-4.1: publishers register plans, never
-    /// activities). A second plan of the same type replaces the first.
-    pub fn plan(mut self, plan: Plan) -> Self {
-        self.publisher.plans.register(plan);
-        self
-    }
-    /// Use `plans` (for instance a worker's `DefinitionRegistry::plans`), replacing the
-    /// plans registered so far.
-    pub fn plans(mut self, plans: PlanRegistry) -> Self {
-        self.publisher.plans = plans;
-        self
-    }
-    /// Largest serialized input a start accepts (default: the engine's default,
-    /// [`EngineConfig::payload_bytes_max`]). Must be > 0.
-    pub fn payload_bytes_max(mut self, bytes: usize) -> Self {
-        self.publisher.payload_bytes_max = bytes;
-        self
-    }
-    /// How long a store call may take on the clock before it gives up (a write as
-    /// `Error::Uncertain`, a read as `Error::Unavailable`; default
-    /// [`EngineConfig::store_call_deadline_ms`]). Must be > 0.
-    pub fn store_call_deadline_ms(mut self, deadline: impl Into<DurationMs>) -> Self {
-        self.store_call_deadline_ms = deadline.into();
-        self
-    }
-    /// The signal inbox, so the publisher can also deliver signals
-    /// ([`Publisher::deliver_signal`], [`Publisher::deliver_event`]) with no engine in the
-    /// process. Its calls get the same deadline as the store's.
-    pub fn inbox(mut self, inbox: Arc<DynInbox>) -> Self {
-        self.publisher.inbox = Some(inbox);
-        self
-    }
-    /// The bounds on pending signals for workflow ids that do not exist, per id and in
-    /// total, as [`EngineConfig::orphan_signals_per_workflow_max`] and
-    /// [`EngineConfig::orphan_signals_max`] (their defaults by default). Both must be > 0.
-    pub fn orphan_signal_bounds(mut self, per_workflow_max: u64, total_max: u64) -> Self {
-        self.publisher.orphan_signals_per_workflow_max = per_workflow_max;
-        self.publisher.orphan_signals_max = total_max;
-        self
-    }
-    /// Check the settings and build.
-    pub fn build(self) -> Result<Publisher> {
-        if self.publisher.payload_bytes_max == 0 {
-            return Err(Error::invalid("payload_bytes_max", "must be > 0"));
-        }
-        if self.publisher.orphan_signals_per_workflow_max == 0 {
-            return Err(Error::invalid("orphan_signals_per_workflow_max", "must be > 0"));
-        }
-        if self.publisher.orphan_signals_max == 0 {
-            return Err(Error::invalid("orphan_signals_max", "must be > 0"));
-        }
-        crate::validate::positive_ms("store_call_deadline_ms", self.store_call_deadline_ms)?;
-        // Every port call runs in the engine's one envelope (K-6.8).
-        let mut p = self.publisher;
-        let env = Arc::new(super::PortEnvelope::new(p.clock.clone(), self.store_call_deadline_ms));
-        p.store = Arc::new(super::Enveloped::wrap(p.store, env.clone()));
-        p.queue = Arc::new(super::Enveloped::wrap(p.queue, env.clone()));
-        p.wakeup = Arc::new(super::Enveloped::wrap(p.wakeup, env.clone()));
-        p.stream = Arc::new(super::Enveloped::wrap(p.stream, env.clone()));
-        p.inbox = p.inbox.map(|inbox| Arc::new(super::Enveloped::wrap(inbox, env)) as Arc<DynInbox>);
-        Ok(p)
     }
 }
 

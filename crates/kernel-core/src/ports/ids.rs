@@ -17,6 +17,28 @@ pub trait IdGenerator: Send + Sync + 'static {
     /// Never blocks. Used only for jitter, never for identity; a seeded generator returns
     /// the same sequence on every run, so a failing seed replays exactly.
     fn random_u64(&self) -> u64;
+
+    /// A fresh capability token for a human task (K-17.5): whoever presents it may decide
+    /// the task, so it is a secret, not an id.
+    ///
+    /// # Contract
+    /// Drawn from a cryptographically secure random source (the operating system's CSPRNG,
+    /// as [`os_task_token`] does): unguessable, at least 128 random bits, at least
+    /// [`TASK_TOKEN_BYTES_MIN`](super::TASK_TOKEN_BYTES_MIN) bytes of lowercase hex. Never
+    /// derived from a seed or a counter, also in a deterministic generator for tests (a
+    /// task token never takes part in a replay). A failing source is
+    /// [`Error::Unavailable`](crate::error::Error::Unavailable): the caller opens no task
+    /// rather than one with a guessable token.
+    fn task_token(&self) -> crate::error::Result<String>;
+}
+
+/// 128 bits from the operating system's CSPRNG, as 32 lowercase hex characters: the task
+/// token of [`IdGenerator::task_token`]'s contract, for every generator to use.
+pub fn os_task_token() -> crate::error::Result<String> {
+    let mut bytes = [0u8; 16];
+    getrandom::getrandom(&mut bytes)
+        .map_err(|e| crate::error::Error::unavailable(format!("the secure random source failed: {e}")))?;
+    Ok(hex::encode(bytes))
 }
 
 /// `dyn IdGenerator`.
@@ -50,5 +72,25 @@ impl IdGenerator for RandomIds {
         h.write_u64(self.counter.fetch_add(1, Ordering::Relaxed));
         h.write_u64(self.epoch);
         h.finish()
+    }
+    fn task_token(&self) -> crate::error::Result<String> {
+        os_task_token()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn k17_5_task_tokens_are_128_random_bits_in_hex_and_fresh() {
+        let ids = RandomIds::default();
+        let tokens: std::collections::BTreeSet<String> = (0..64).map(|_| ids.task_token().unwrap()).collect();
+        assert_eq!(tokens.len(), 64);
+        for t in &tokens {
+            assert_eq!(t.len(), 32, "{t}");
+            assert!(t.len() >= crate::ports::TASK_TOKEN_BYTES_MIN);
+            assert!(t.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()), "{t}");
+        }
     }
 }

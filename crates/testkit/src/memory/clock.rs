@@ -88,4 +88,34 @@ impl IdGenerator for SeqIds {
     fn random_u64(&self) -> u64 {
         self.rng.lock().expect("rng lock").gen()
     }
+    /// From the operating system's CSPRNG, never from the seed or the sequence: a task
+    /// token is a secret (K-17.5), and a test that could predict it would not notice a
+    /// decision presenting a guessed one.
+    fn task_token(&self) -> kernel_core::Result<String> {
+        kernel_core::ports::os_task_token()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn k17_5_seq_ids_task_tokens_are_neither_seeded_nor_sequential() {
+        // Two generators with the same prefix and seed agree on every id and every jitter…
+        let (a, b) = (SeqIds::new("t", 7), SeqIds::new("t", 7));
+        let ta: Vec<String> = (0..16).map(|_| a.task_token().unwrap()).collect();
+        let tb: Vec<String> = (0..16).map(|_| b.task_token().unwrap()).collect();
+        assert_eq!((a.new_token(), a.random_u64()), (b.new_token(), b.random_u64()));
+        // …but not on a task token: each is 128 fresh bits from the OS, unrelated to the
+        // sequence (which task tokens do not advance either).
+        assert_eq!(a.new_token(), "t-000002");
+        let all: std::collections::BTreeSet<&String> = ta.iter().chain(&tb).collect();
+        assert_eq!(all.len(), 32, "no task token repeats, across generators with one seed");
+        for t in all {
+            assert_eq!(t.len(), 32, "{t}");
+            assert!(t.chars().all(|c| c.is_ascii_hexdigit()), "{t}");
+            assert!(!t.starts_with("t-"), "{t}");
+        }
+    }
 }

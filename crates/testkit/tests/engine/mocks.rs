@@ -82,6 +82,9 @@ impl IdGenerator for OneToken {
     fn random_u64(&self) -> u64 {
         0
     }
+    fn task_token(&self) -> kernel_core::Result<String> {
+        kernel_core::ports::os_task_token()
+    }
 }
 
 fn engine_with(world: &World, store: MockStore) -> Engine {

@@ -1,0 +1,225 @@
+//! The ends of a claim (K-8, K-17.6): finalizers, the compensation's inverses and their
+//! escalation, the terminal writes and the terminal frame.
+
+use super::*;
+
+impl Claim {
+    pub(super) async fn run_finalizer(&self, activity: Arc<dyn Activity>, name: &str) -> Result<(), ActivityError> {
+        let cancel = self.cancel.child_token();
+        let ctx = self.context(None, name, cancel.clone());
+        let span = tracing::info_span!("finalizer", name);
+        let timeout_ms = self.inner.config.finalizer_timeout_ms;
+        let inv =
+            invoke::invoke(&self.inner.ports.clock, activity, ctx, cancel, timeout_ms, None).instrument(span).await;
+        match inv.result {
+            Ok(StepOutcome::Complete(_)) => Ok(()),
+            Ok(other) => Err(ActivityError::permanent(format!("a finalizer must complete, got {other:?}"))),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Success (K-8): finalizer, then `running + token → completed`.
+    pub(super) async fn success_path(&self) -> ClaimEnd {
+        if let Some(f) = self.def.success_finalizer().cloned() {
+            if let Err(e) = self.run_finalizer(f, "success_finalizer").await {
+                tracing::warn!(error = %e, "success finalizer failed; releasing with a delay");
+                return self.release_after(G::Running, self.inner.config.finalizer_retry_ms).await;
+            }
+        }
+        match self.commit_plain(G::Running, Transition::completed(self.now())).await {
+            Ok(()) => {
+                self.on_terminal().await;
+                ClaimEnd::Terminal(WorkflowStatus::Completed)
+            }
+            Err(e) => e,
+        }
+    }
+
+    /// Failure (K-8): in `failing`, the compensation (K-17.6) when the definition declares
+    /// inverses, the finalizer, then `failing + token → failed` with the compensation's
+    /// report. Failed steps are never re-run here.
+    pub(super) async fn fail_path(&self) -> ClaimEnd {
+        let report = match self.compensate().await {
+            Ok(r) => r,
+            Err(end) => return end,
+        };
+        if let Some(f) = self.def.failure_finalizer().cloned() {
+            if let Err(e) = self.run_finalizer(f, "failure_finalizer").await {
+                tracing::warn!(error = %e, "failure finalizer failed; releasing with a delay");
+                return self.release_after(G::Failing, self.inner.config.finalizer_retry_ms).await;
+            }
+        }
+        let t = terminal::failed_write(report, self.now());
+        match self.commit_plain(G::Failing, t).await {
+            Ok(()) => {
+                self.on_terminal().await;
+                ClaimEnd::Terminal(WorkflowStatus::Failed)
+            }
+            Err(e) => e,
+        }
+    }
+
+    /// The compensation of a failing workflow (K-17.6), `None` when no step declares an
+    /// inverse: the inverses of the completed steps that declare one, in reverse completion
+    /// order, each with its own idempotency key (the step's with `|c`) and up to
+    /// `compensation_attempts` attempts one after the other (a transient error retries; a
+    /// permanent error or an inverse that does not complete stops at once). An inverse
+    /// that kept failing is escalated to a person through the task inbox, or recorded as
+    /// failed without one — never dropped. Run again from the start if the claim is lost
+    /// before the terminal write: inverses are idempotent by their keys.
+    pub(super) async fn compensate(&self) -> Result<Option<(CompensationReport, Vec<usize>)>, ClaimEnd> {
+        let Some(order) = compensation_plan::plan(&self.def, &self.doc().inst.steps) else {
+            return Ok(None);
+        };
+        let mut runs = Vec::with_capacity(order.len());
+        for idx in order {
+            runs.push((idx, self.run_inverse(idx).await?));
+        }
+        let (report, undone) = compensation_plan::report(runs, self.now());
+        tracing::info!(outcome = report.outcome.as_str(), inverses = report.steps.len(), "compensation ended");
+        Ok(Some((report, undone)))
+    }
+
+    /// `Err` with how the claim ended when it may no longer start an inverse: canceled,
+    /// lost, past its lease (another worker may own the instance already), or the stored
+    /// instance is no longer `failing` under this claim's token — an operator's cancel is
+    /// seen before the next inverse starts (one read per inverse, on the failure path only;
+    /// a read that fails stops the compensation too: the next claim runs it again).
+    pub(super) async fn may_start_inverse(&self) -> Result<(), ClaimEnd> {
+        if self.cancel.is_cancelled() {
+            return Err(self.ended_as());
+        }
+        if self.now() >= self.lease.until_or_min() {
+            tracing::warn!("lease expired during the compensation; stopping");
+            self.cancel.cancel();
+            return Err(ClaimEnd::ClaimLost);
+        }
+        let id = WorkflowId::from(&*self.shared.workflow_id);
+        match self.inner.ports.store.get(&id).await {
+            Ok(Some(i))
+                if i.status == WorkflowStatus::Failing
+                    && i.claim_token.as_ref().map(|t| t.as_str()) == Some(&*self.shared.claim_token) =>
+            {
+                Ok(())
+            }
+            Ok(found) => {
+                tracing::info!(status = ?found.map(|i| i.status), "the instance changed during the compensation; stopping");
+                self.cancel.cancel();
+                Err(ClaimEnd::ClaimLost)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the instance could not be read during the compensation; stopping");
+                Err(ClaimEnd::Uncertain)
+            }
+        }
+    }
+
+    pub(super) async fn run_inverse(&self, idx: usize) -> Result<InverseRun, ClaimEnd> {
+        let sd = &self.def.steps()[idx];
+        let inverse = sd.get_inverse().expect("only steps with an inverse are compensated").clone();
+        let cfg = &self.inner.config;
+        let mut attempts = 0;
+        let error = loop {
+            self.may_start_inverse().await?;
+            attempts += 1;
+            let cancel = self.cancel.child_token();
+            let mut ctx = self.context(Some(idx), sd.name(), cancel.clone());
+            ctx.compensating = true;
+            ctx.journal = None;
+            ctx.attempt = attempts;
+            let span = tracing::info_span!("compensate", step = sd.name(), attempt = attempts);
+            let inv =
+                invoke::invoke(&self.inner.ports.clock, inverse.clone(), ctx, cancel, cfg.finalizer_timeout_ms, None)
+                    .instrument(span)
+                    .await;
+            let e = match inv.result {
+                Ok(StepOutcome::Complete(_)) => {
+                    self.close_escalation(idx).await;
+                    return Ok(InverseRun {
+                        step: sd.name().to_string(),
+                        result: InverseResult::Compensated,
+                        attempts,
+                        error: None,
+                        task: None,
+                    });
+                }
+                Ok(other) => ActivityError::permanent(format!("an inverse must complete, got {other:?}")),
+                Err(e) => e,
+            };
+            if !compensation_plan::retries_inverse(e.class, attempts, cfg.compensation_attempts) {
+                break e;
+            }
+            tracing::warn!(step = sd.name(), attempt = attempts, error = %e, "inverse failed; retrying");
+        };
+        // The claim ending is not the inverse failing: nothing is escalated for it.
+        self.may_start_inverse().await?;
+        let message = compensation_plan::inverse_error(&error.message);
+        tracing::warn!(step = sd.name(), attempts, error = %message, "inverse kept failing");
+        let task = self.escalate_inverse(idx, &message).await;
+        Ok(compensation_plan::kept_failing(sd.name(), attempts, message, task))
+    }
+
+    /// The escalation task id of step `idx`'s inverse (one per logical attempt).
+    pub(super) fn escalation_task_id(&self, idx: usize) -> String {
+        let d = self.doc();
+        let s = &d.inst.steps[idx];
+        let key = crate::activity::idempotency_key_at(&self.shared.workflow_id, &s.name, d.inst.retry_count, s.epoch);
+        compensation_plan::escalation_task_id(&key)
+    }
+
+    /// An inverse completed: close the task an earlier pass may have opened for it, so
+    /// nobody undoes the step a second time by hand (best effort; absent is the rule).
+    pub(super) async fn close_escalation(&self, idx: usize) {
+        let Some(inbox) = self.inner.ports.task_inbox.clone() else { return };
+        if let Err(e) = inbox.close(&self.escalation_task_id(idx), self.now()).await {
+            tracing::warn!(error = %e, "the escalation task of a compensated step could not be closed");
+        }
+    }
+
+    /// Open a human task for an inverse that kept failing (K-17.5); its id, or `None`
+    /// without a task inbox or when the inbox refused.
+    pub(super) async fn escalate_inverse(&self, idx: usize, error: &str) -> Option<String> {
+        let inbox = self.inner.ports.task_inbox.clone()?;
+        let cfg = &self.inner.config;
+        let token = match self.inner.ports.ids.task_token() {
+            Ok(token) => token,
+            Err(e) => {
+                // No task with a guessable token: the inverse is recorded as failed.
+                tracing::error!(error = %e, "no task token for the escalation of an inverse");
+                return None;
+            }
+        };
+        let id = self.escalation_task_id(idx);
+        let task = {
+            let d = self.doc();
+            let escalated = compensation_plan::Escalated {
+                id,
+                workflow_id: &self.shared.workflow_id,
+                workflow_type: &d.inst.workflow_type,
+                step: &d.inst.steps[idx].name,
+                error,
+            };
+            let roles = cfg.compensation_escalation_roles.clone();
+            compensation_plan::escalation_task(escalated, roles, token, self.now(), cfg.compensation_escalation_sla_ms)
+        };
+        match inbox.open(&task).await {
+            Ok(_) => Some(task.id),
+            Err(e) => {
+                tracing::error!(error = %e, "the escalation task of an inverse could not be opened");
+                None
+            }
+        }
+    }
+
+    /// After the terminal commit: only best-effort side channels (K-8, K-16).
+    pub(super) async fn on_terminal(&self) {
+        let Some(key) = &self.shared.stream_key else { return };
+        let summary = {
+            let d = self.doc();
+            terminal::terminal_summary(d.inst.status, d.inst.revision, d.inst.compensation.as_ref())
+        };
+        if let Err(e) = self.inner.ports.stream.terminal(key, self.stream_owner(), summary).await {
+            tracing::debug!(error = %e, "terminal frame failed");
+        }
+    }
+}

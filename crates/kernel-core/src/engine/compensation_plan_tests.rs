@@ -1,0 +1,159 @@
+//! Table tests of the compensation plan (K-17.6), row by row.
+
+use super::*;
+use crate::compensation::CompensationOutcome;
+use crate::engine::test_fixtures::{at, def, step, NOW};
+use crate::model::DurationMs;
+
+fn inverse() -> impl crate::activity::Activity {
+    |_ctx: crate::activity::ActivityContext| async {
+        Ok::<_, crate::activity::ActivityError>(crate::activity::StepOutcome::Complete(serde_json::Value::Null))
+    }
+}
+
+/// A step standing at `status`, finished at `ms` when given.
+fn done(name: &str, status: StepStatus, ms: Option<i64>) -> Step {
+    let mut s = at(name, status);
+    s.finished_at = ms.map(Instant::from_millis);
+    s
+}
+
+#[test]
+fn k17_6_which_inverses_run_row_by_row() {
+    use StepStatus::*;
+    // a ← b ← c; a and b declare an inverse, c does not.
+    let d = def(vec![
+        step("a").compensate_with(inverse()),
+        step("b").depends_on(["a"]).compensate_with(inverse()),
+        step("c").depends_on(["b"]),
+    ]);
+    type Row = (&'static str, [(StepStatus, Option<i64>); 3], Option<Vec<usize>>);
+    let rows: Vec<Row> = vec![
+        (
+            "every completed compensable step, latest first",
+            [(Completed, Some(10)), (Completed, Some(20)), (Completed, Some(30))],
+            Some(vec![1, 0]),
+        ),
+        (
+            "a step that did not complete is not undone",
+            [(Completed, Some(10)), (Failed, Some(20)), (Pending, None)],
+            Some(vec![0]),
+        ),
+        ("a skipped step is not undone", [(Completed, Some(10)), (Skipped, Some(20)), (Pending, None)], Some(vec![0])),
+        (
+            "nothing completed: a plan of nothing, still a report",
+            [(Failed, Some(1)), (Pending, None), (Pending, None)],
+            Some(vec![]),
+        ),
+        (
+            "a tie: the dependent first",
+            [(Completed, Some(10)), (Completed, Some(10)), (Completed, Some(10))],
+            Some(vec![1, 0]),
+        ),
+    ];
+    for (name, stands, want) in rows {
+        let steps: Vec<Step> = ["a", "b", "c"].iter().zip(stands).map(|(n, (st, ms))| done(n, st, ms)).collect();
+        assert_eq!(plan(&d, &steps), want, "{name}");
+    }
+    let none = def(vec![step("a"), step("b").depends_on(["a"])]);
+    let steps = vec![done("a", Completed, Some(1)), done("b", Completed, Some(2))];
+    assert_eq!(plan(&none, &steps), None, "no inverse declared: no compensation at all");
+}
+
+fn c(index: usize, finished_ms: i64, dependencies: usize) -> Candidate {
+    Candidate { index, finished_at: Instant::from_millis(finished_ms), dependencies }
+}
+
+#[test]
+fn k17_6_the_order_rule_of_the_inverses_row_by_row() {
+    let rows: Vec<(&str, Vec<Candidate>, Vec<usize>)> = vec![
+        ("nothing to order", vec![], vec![]),
+        ("reverse completion order", vec![c(0, 10, 0), c(1, 30, 0), c(2, 20, 0)], vec![1, 2, 0]),
+        ("a tie: more dependencies first", vec![c(0, 10, 2), c(1, 10, 0), c(2, 10, 1)], vec![0, 2, 1]),
+        ("a full tie: the later step first", vec![c(0, 10, 0), c(1, 10, 0)], vec![1, 0]),
+        ("the completion time decides before the dependencies", vec![c(0, 20, 0), c(1, 10, 3)], vec![0, 1]),
+        ("no stored completion time goes last", vec![c(0, 0, 5), c(1, 1, 0)], vec![1, 0]),
+    ];
+    for (name, candidates, want) in rows {
+        assert_eq!(order_inverses(candidates), want, "{name}");
+    }
+}
+
+#[test]
+fn k17_6_a_failed_inverse_is_retried_only_while_transient_and_attempts_remain() {
+    use ErrorClass::*;
+    let rows = [
+        (Transient, 1, 3, true),
+        (Transient, 2, 3, true),
+        (Transient, 3, 3, false),
+        (Permanent, 1, 3, false),
+        (UnknownOutcome, 1, 3, false),
+        (Canceled, 1, 3, false),
+        (Transient, 1, 1, false),
+    ];
+    for (class, attempts, max, want) in rows {
+        assert_eq!(retries_inverse(class, attempts, max), want, "{class:?} after {attempts} of {max}");
+    }
+}
+
+#[test]
+fn k17_6_the_kept_error_is_printable_and_bounded() {
+    let long = "é".repeat(INVERSE_ERROR_BYTES_MAX);
+    let rows: Vec<(&str, String, String)> = vec![
+        ("plain", "refund refused".into(), "refund refused".into()),
+        ("control characters become spaces", "a\0b\nc\td".into(), "a b c d".into()),
+        ("cut at a character boundary", long.clone(), "é".repeat(INVERSE_ERROR_BYTES_MAX / 2)),
+    ];
+    for (name, message, want) in rows {
+        assert_eq!(inverse_error(&message), want, "{name}");
+    }
+}
+
+#[test]
+fn k17_5_k17_6_the_escalation_task_of_an_inverse() {
+    assert_eq!(escalation_task_id("wf-1|2:pay|0"), "wf-1|2:pay|0|c|h0");
+    let e = Escalated {
+        id: "id-1".into(),
+        workflow_id: "wf-1",
+        workflow_type: "order",
+        step: "pay",
+        error: "gateway down",
+    };
+    let task = escalation_task(e, vec!["finance".into()], "f".repeat(32), NOW, DurationMs::from_millis(60_000));
+    assert_eq!(task.title, "Undo step `pay` by hand: its inverse kept failing (gateway down)");
+    assert_eq!((task.id.as_str(), task.workflow_id.as_str(), task.workflow_type.as_str()), ("id-1", "wf-1", "order"));
+    assert_eq!((task.step.as_str(), task.level, task.assignee.clone()), ("pay", 0, None));
+    assert_eq!((task.roles.clone(), task.token.clone()), (vec!["finance".to_string()], "f".repeat(32)));
+    assert_eq!((task.created_at, task.due_at, task.status), (NOW, Instant::from_millis(1_060_000), TaskStatus::Open));
+    assert!(task.validate().is_ok(), "{:?}", task.validate());
+    let long = "x".repeat(TASK_TEXT_BYTES_MAX);
+    let e = Escalated { id: "id-1".into(), workflow_id: "wf-1", workflow_type: "order", step: "pay", error: &long };
+    let task = escalation_task(e, Vec::new(), "f".repeat(32), NOW, DurationMs::ZERO);
+    assert_eq!(task.title.len(), TASK_TEXT_BYTES_MAX);
+}
+
+fn run(result: InverseResult) -> InverseRun {
+    let task = (result == InverseResult::Escalated).then(|| "task-1".to_string());
+    let error = (result != InverseResult::Compensated).then(|| "e".to_string());
+    InverseRun { step: "s".into(), result, attempts: 1, error, task }
+}
+
+#[test]
+fn k17_6_the_report_and_the_steps_undone_row_by_row() {
+    use InverseResult::*;
+    type Row = (&'static str, Vec<(usize, InverseResult)>, CompensationOutcome, Vec<usize>);
+    let rows: Vec<Row> = vec![
+        ("none to run", vec![], CompensationOutcome::Recovered, vec![]),
+        ("all undone", vec![(2, Compensated), (0, Compensated)], CompensationOutcome::Recovered, vec![2, 0]),
+        ("one escalated", vec![(2, Compensated), (0, Escalated)], CompensationOutcome::Escalated, vec![2]),
+        ("one failed", vec![(2, Failed), (0, Compensated)], CompensationOutcome::PartiallyRecovered, vec![0]),
+        ("all failed", vec![(2, Failed)], CompensationOutcome::CompensationFailed, vec![]),
+    ];
+    for (name, runs, outcome, undone) in rows {
+        let n = runs.len();
+        let (r, u) = report(runs.into_iter().map(|(i, res)| (i, run(res))).collect(), NOW);
+        assert_eq!((r.outcome, u, r.steps.len(), r.at), (outcome, undone, n, NOW), "{name}");
+    }
+    assert_eq!(kept_failing("s", 3, "e".into(), Some("task-1".into())).result, Escalated);
+    assert_eq!(kept_failing("s", 3, "e".into(), None).result, Failed);
+}
