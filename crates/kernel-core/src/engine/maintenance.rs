@@ -4,6 +4,12 @@
 
 use super::*;
 
+/// Note a part of the pass that failed as a whole: logged, reported, skipped.
+fn phase_failed(report: &mut MaintenanceReport, phase: &'static str, e: &Error) {
+    tracing::warn!(phase, error = %e, "a maintenance phase failed; the rest of the pass goes on");
+    report.phases_failed.push(phase);
+}
+
 impl Engine {
     /// Timer activation (K-9.2), pending-signal repair (K-9.4), one page of inbox retention
     /// and the rebuild scan (K-13), each bounded by `scan_page_size × scan_pages_max`. An
@@ -42,7 +48,17 @@ impl Engine {
             for d in page.rows {
                 let t = Transition::timer_activation(d.step_index as usize, d.resume, now);
                 let guard = Guard::DueWait { now, step_index: d.step_index };
-                if let WriteOutcome::Applied { revision } = inner.ports.store.apply(&d.workflow_id, &guard, &t).await? {
+                // One failing activation must not stop the others: skip it, count it; the
+                // next pass finds the wait due again.
+                let written = match inner.ports.store.apply(&d.workflow_id, &guard, &t).await {
+                    Ok(w) => w,
+                    Err(e) => {
+                        report.item_failures += 1;
+                        tracing::warn!(workflow_id = %d.workflow_id, error = %e, "timer activation failed; the next pass tries again");
+                        continue;
+                    }
+                };
+                if let WriteOutcome::Applied { revision } = written {
                     report.activated += 1;
                     // The read only serves the observation: skipped for a disabled sink.
                     if inner.ports.observer.enabled() {
@@ -59,15 +75,26 @@ impl Engine {
                 break;
             }
         }
+        // A part of the pass that fails as a whole (an inbox page that cannot be read) is
+        // skipped and reported; the rest of the pass still runs.
         let mut repair_quarantined = Vec::new();
-        report.signals_repaired =
-            signals::repair(inner, inner.config.scan_pages_max, &gate, &mut repair_quarantined).await?;
+        let repair = signals::repair(inner, inner.config.scan_pages_max, &gate, &mut repair_quarantined).await;
+        match repair {
+            Ok((repaired, failures)) => {
+                report.signals_repaired = repaired;
+                report.item_failures += failures;
+            }
+            Err(e) => phase_failed(&mut report, "signal_repair", &e),
+        }
         self.quarantined(&repair_quarantined, &mut report);
         // Retention keeps the inbox bounded, one page per pass, and deletes only what no wait
         // and no redelivery can need (K-9.4).
         let cutoff = now.saturating_sub(inner.config.signal_retention_ms);
         let mut retention_quarantined = Vec::new();
-        report.signals_purged = signals::retain(inner, cutoff, &mut retention_quarantined).await?;
+        match signals::retain(inner, cutoff, &mut retention_quarantined).await {
+            Ok(n) => report.signals_purged = n,
+            Err(e) => phase_failed(&mut report, "signal_retention", &e),
+        }
         self.quarantined(&retention_quarantined, &mut report);
         // The side records stay bounded too (K-17.2, K-17.7): expired cache entries and dead
         // letters closed longer than their retention, one page per pass. Best effort: they

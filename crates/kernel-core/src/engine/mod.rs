@@ -138,6 +138,14 @@ pub struct MaintenanceReport {
     /// the pass went on; each is logged once per engine and listed in
     /// [`EngineHealth::quarantined`].
     pub quarantined: Vec<WorkflowId>,
+    /// Items the pass skipped because their own write or match failed (a timer activation
+    /// write, a signal match): counted and logged, and the pass went on with the others;
+    /// the next pass finds them again.
+    pub item_failures: usize,
+    /// Parts of the pass that failed as a whole and were skipped so the rest still ran
+    /// (`signal_repair`, `signal_retention`: an inbox page that could not be read); the
+    /// next pass tries them again. Reported in [`EngineHealth::last_maintenance`].
+    pub phases_failed: Vec<&'static str>,
 }
 
 /// Most quarantined instance ids an engine remembers (to log each once and report them).

@@ -186,14 +186,16 @@ async fn try_match_on(p: &SignalPorts<'_>, rec: &SignalRecord, gate: &QueueGate)
 
 /// Scan up to `pages` pages of pending records from the shared cursor and match what can
 /// be matched. Returns how many were consumed.
-/// A record whose instance does not decode is skipped, its instance added to `quarantined`.
+/// A record whose instance does not decode is skipped, its instance added to `quarantined`;
+/// a record whose match fails otherwise is skipped and counted (the second number), so one
+/// record never stops the repair of every other.
 pub(crate) async fn repair(
     inner: &Inner,
     pages: usize,
     gate: &QueueGate,
     quarantined: &mut Vec<Quarantined>,
-) -> Result<usize> {
-    let mut consumed = 0;
+) -> Result<(usize, usize)> {
+    let (mut consumed, mut failures) = (0, 0);
     let ports = inner.signal_ports();
     for _ in 0..pages {
         let after = inner.repair_cursor.lock().expect("cursor lock").clone();
@@ -207,7 +209,10 @@ pub(crate) async fn repair(
                 Err(crate::Error::Corrupt { message, .. }) => {
                     quarantined.push(Quarantined { workflow_id: rec.workflow_id.clone(), reason: message })
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    failures += 1;
+                    tracing::warn!(signal_id = %rec.signal_id, error = %e, "signal repair failed; the next pass tries again");
+                }
             }
         }
         *inner.repair_cursor.lock().expect("cursor lock") =
@@ -216,7 +221,7 @@ pub(crate) async fn repair(
             break;
         }
     }
-    Ok(consumed)
+    Ok((consumed, failures))
 }
 
 /// Retention (K-9.4), one page of records older than `before` from the shared cursor. A

@@ -461,3 +461,77 @@ async fn hardening_06_pending_signals_of_a_live_workflow_are_capped() {
         "the waiting workflow still wakes"
     );
 }
+
+/// A store whose timer activation of one workflow fails.
+struct ActivationFails {
+    inner: Arc<DynStore>,
+    victim: WorkflowId,
+}
+
+#[async_trait::async_trait]
+impl WorkflowStore for ActivationFails {
+    async fn create(&self, instance: WorkflowInstance) -> Result<CreateOutcome> {
+        self.inner.create(instance).await
+    }
+    async fn get(&self, workflow_id: &WorkflowId) -> Result<Option<WorkflowInstance>> {
+        self.inner.get(workflow_id).await
+    }
+    async fn get_by_biz_key(&self, biz_key: &str) -> Result<Option<WorkflowInstance>> {
+        self.inner.get_by_biz_key(biz_key).await
+    }
+    async fn claim(&self, workflow_id: &WorkflowId, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
+        self.inner.claim(workflow_id, spec).await
+    }
+    async fn claim_any(&self, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
+        self.inner.claim_any(spec).await
+    }
+    async fn apply(
+        &self,
+        workflow_id: &WorkflowId,
+        guard: &kernel_core::transition::Guard,
+        transition: &kernel_core::transition::Transition,
+    ) -> Result<WriteOutcome> {
+        if *workflow_id == self.victim && matches!(guard, kernel_core::transition::Guard::DueWait { .. }) {
+            return Err(Error::unavailable("the primary refused this one write"));
+        }
+        self.inner.apply(workflow_id, guard, transition).await
+    }
+    async fn scan_due_waits(&self, now: Instant, after: Option<&DueCursor>, limit: usize) -> Result<ScanPage<DueWait>> {
+        self.inner.scan_due_waits(now, after, limit).await
+    }
+    async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<ScanPage<Candidate>> {
+        self.inner.scan_claimable(after, limit).await
+    }
+}
+
+/// One failing timer-activation write does not end the maintenance pass: the other due
+/// timers are activated, the failure is counted and reported, and the next pass activates
+/// the one that failed (K-9.2).
+#[tokio::test]
+async fn one_failing_timer_activation_does_not_stop_the_pass() {
+    let world = World::new(2);
+    let engine = world.engine("w", vec![sleeper("t")]);
+    for k in 0..3 {
+        let req = StartRequest::new("t", format!("b{k}"), json!({})).workflow_id(format!("wf-{k:02}"));
+        engine.publisher().start_or_resume(req).await.unwrap();
+    }
+    let store = world.store.clone();
+    let all_waiting = move || store.all().iter().all(|i| i.status == WorkflowStatus::Waiting);
+    world.drive_until(&engine, 1_000, &all_waiting).await.unwrap();
+    world.clock.advance(60_000);
+    let mut ports = world.ports();
+    ports.store = Arc::new(ActivationFails { inner: ports.store.clone(), victim: WorkflowId::from("wf-01") });
+    let troubled = world.engine_on(ports, testkit::harness::test_config("w2"), vec![sleeper("t")]);
+    let report = troubled.maintain().await.expect("the pass goes on past one failing write");
+    assert_eq!((report.activated, report.item_failures), (2, 1), "{report:?}");
+    let waiting: Vec<String> = world
+        .store
+        .all()
+        .iter()
+        .filter(|i| i.status == WorkflowStatus::Waiting)
+        .map(|i| i.workflow_id.to_string())
+        .collect();
+    assert_eq!(waiting, ["wf-01"], "only the failed activation is left for the next pass");
+    let report = engine.maintain().await.unwrap();
+    assert_eq!((report.activated, report.item_failures), (1, 0));
+}
