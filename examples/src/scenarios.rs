@@ -490,3 +490,69 @@ impl Scenario for QueueDownScenario {
         DagScenario.instantiate(world)
     }
 }
+
+/// The refund (`workflows::refund`): a cached lookup, a dead letter the operator fails,
+/// and an inverse escalated to a person — the sweep's crash points on the result cache,
+/// the dead letters and the task inbox.
+#[derive(Debug, Clone, Copy)]
+pub struct RefundScenario;
+
+struct RefundRun {
+    objects: Objects,
+    dead_letters: testkit::memory::MemoryDeadLetters,
+    tasks: testkit::memory::MemoryTaskInbox,
+}
+
+impl Scenario for RefundScenario {
+    fn name(&self) -> String {
+        "refund".into()
+    }
+    fn instantiate(&self, world: &World) -> Box<dyn ScenarioRun> {
+        let biz = Arc::new(Business::default());
+        biz.accept("refund-1", "f1");
+        let starts = vec![("refund".into(), "refund-1".into(), "refund-1".into(), json!({}))];
+        Box::new(RefundRun {
+            objects: Objects { biz, starts },
+            dead_letters: world.dead_letters.clone(),
+            tasks: world.task_inbox.clone(),
+        })
+    }
+}
+
+impl ScenarioRun for RefundRun {
+    fn definitions(&self) -> Vec<Definition> {
+        vec![workflows::refund(self.objects.biz.clone())]
+    }
+    fn start<'a>(&'a self, engine: &'a Engine) -> BoxFuture<'a, kernel_core::Result<()>> {
+        self.objects.start(engine)
+    }
+    /// The operator fails every open dead letter (idempotent: a decided one is skipped, and
+    /// a decision repeated after a crash is `AlreadyDecided` with its signal rung again).
+    fn operate<'a>(&'a self, engine: &'a Engine, _world: &'a World) -> BoxFuture<'a, kernel_core::Result<bool>> {
+        use kernel_core::ports::{DeadLetterAction, DeadLetterStatus, DeadLetters};
+        Box::pin(async move {
+            let open = self.dead_letters.list(Some(DeadLetterStatus::Open), None, 10).await?;
+            let mut acted = false;
+            for dl in open.into_iter().filter(|d| d.decision.is_none()) {
+                engine
+                    .decide_dead_letter(&dl.id, DeadLetterAction::Fail, "ops@example", Some("vendor unknown"))
+                    .await?;
+                acted = true;
+            }
+            Ok(acted)
+        })
+    }
+    fn verdict(&self, instances: &[WorkflowInstance]) -> ScenarioVerdict {
+        use kernel_core::compensation::CompensationOutcome;
+        let mut v = self.objects.verdict(instances, "failed");
+        let escalated = peek(instances, "refund-1").is_some_and(|i| {
+            i.status == WorkflowStatus::Failed
+                && i.compensation.as_ref().is_some_and(|c| c.outcome == CompensationOutcome::Escalated)
+        });
+        let tasks = self.tasks.all().len();
+        if !escalated || tasks != 1 {
+            v.unfinished.push(format!("refund:refund-1 (not failed with its inverse escalated: {tasks} tasks)"));
+        }
+        v
+    }
+}

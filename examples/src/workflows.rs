@@ -439,3 +439,48 @@ pub fn order(outbox: Arc<DynOutbox>) -> Definition {
         .build()
         .unwrap()
 }
+
+/// A refund that reaches the side ports of a claim: `lookup` is a read-only model call
+/// served through the result cache (K-17.7); `charge` holds quota and declares an inverse
+/// that keeps failing, so the failure path escalates it to a person through the task inbox
+/// (K-17.6); `verify` fails for good into a dead letter (K-17.2), which the operator fails;
+/// the failure finalizer writes the business `failed` state.
+pub fn refund(biz: Arc<Business>) -> Definition {
+    let model = Arc::new(FakeSummarizer::default());
+    let lookup = move |ctx: ActivityContext| {
+        let model = model.clone();
+        async move {
+            let req =
+                ModelRequest::new("vendor", VersionRef::new("vendor-check", "1"), json!({ "transcript": "acme" }))
+                    .cached("tools-1", "vendors-1", DurationMs::from_secs(3_600));
+            Ok(StepOutcome::complete(ctx.model(&*model, req).await?))
+        }
+    };
+    let b1 = biz.clone();
+    let charge = move |ctx: ActivityContext| {
+        let biz = b1.clone();
+        async move {
+            let object_id = object_of(&ctx)?;
+            biz.fenced(object_id, ctx.fencing_token().unwrap_or_default(), |o| o.quota_held = true);
+            Ok(StepOutcome::complete(json!({ "charged": true })))
+        }
+    };
+    let uncharge =
+        |_ctx: ActivityContext| async { Err::<StepOutcome, _>(ActivityError::transient("ledger unavailable")) };
+    let verify = |_ctx: ActivityContext| async { Err::<StepOutcome, _>(ActivityError::permanent("vendor unknown")) };
+    let on_failure = move |ctx: ActivityContext| {
+        let biz = biz.clone();
+        async move {
+            let object_id = object_of(&ctx)?;
+            biz.fenced(object_id, ctx.fencing_token().unwrap_or_default(), |o| o.status = "failed".into());
+            Ok(StepOutcome::complete(Value::Null))
+        }
+    };
+    Definition::builder("refund")
+        .step(StepDef::new("lookup", lookup).read_only())
+        .step(StepDef::new("charge", charge).depends_on(["lookup"]).compensate_with(uncharge))
+        .step(StepDef::new("verify", verify).depends_on(["charge"]).on_failed(OnFailed::DeadLetter))
+        .failure_finalizer(on_failure)
+        .build()
+        .expect("valid definition")
+}

@@ -321,6 +321,9 @@ pub struct CrashPorts {
     outbox: Option<Arc<DynOutbox>>,
     candidates: Option<Arc<DynCandidates>>,
     stream: Option<Arc<DynStreamSink>>,
+    dead_letters: Option<Arc<DynDeadLetters>>,
+    task_inbox: Option<Arc<DynTaskInbox>>,
+    cache: Option<Arc<DynResultCache>>,
 }
 
 impl std::fmt::Debug for CrashPorts {
@@ -339,7 +342,36 @@ impl CrashPorts {
         permits: Arc<DynPermits>,
         wakeup: Arc<DynWakeup>,
     ) -> Self {
-        CrashPorts { switch, store, inbox, queue, permits, wakeup, outbox: None, candidates: None, stream: None }
+        CrashPorts {
+            switch,
+            store,
+            inbox,
+            queue,
+            permits,
+            wakeup,
+            outbox: None,
+            candidates: None,
+            stream: None,
+            dead_letters: None,
+            task_inbox: None,
+            cache: None,
+        }
+    }
+    /// Also gate the side ports a claim and a maintenance pass call: the dead letters
+    /// (`dead_letters.record`, `.decide`, `.close`, `.purge`), the task inbox
+    /// (`task_inbox.open`, `.decide`, `.close`, purges) and the result cache (`cache.put`,
+    /// `cache.purge`); reads are not boundaries. [`wire`](Self::wire) then replaces those
+    /// the ports have.
+    pub fn with_side_ports(
+        mut self,
+        dead_letters: Option<Arc<DynDeadLetters>>,
+        task_inbox: Option<Arc<DynTaskInbox>>,
+        cache: Option<Arc<DynResultCache>>,
+    ) -> Self {
+        self.dead_letters = dead_letters;
+        self.task_inbox = task_inbox;
+        self.cache = cache;
+        self
     }
     /// Also gate the client stream sink (boundaries `stream.reset`, `stream.append`,
     /// `stream.terminal`); [`wire`](Self::wire) then replaces the engine's stream port too.
@@ -360,19 +392,52 @@ impl CrashPorts {
         self.candidates.as_deref().expect("CrashPorts built without with_dispatch")
     }
     /// Replace the matching fields of `ports` with gated ones.
-    pub fn wire(self: &Arc<Self>, mut ports: kernel_core::engine::Ports) -> kernel_core::engine::Ports {
-        ports.store = self.clone();
-        ports.inbox = self.clone();
-        ports.queue = self.clone();
-        ports.permits = self.clone();
-        ports.wakeup = self.clone();
-        if self.stream.is_some() {
-            ports.stream = self.clone();
+    ///
+    /// `Ports` is taken apart field by field: a port added to it does not compile here until
+    /// it is gated (or said to need no gate).
+    pub fn wire(self: &Arc<Self>, ports: kernel_core::engine::Ports) -> kernel_core::engine::Ports {
+        let kernel_core::engine::Ports {
+            store: _,
+            inbox: _,
+            queue: _,
+            wakeup: _,
+            permits: _,
+            clock,
+            ids,
+            observer,
+            stream,
+            result_cache,
+            dead_letters,
+            task_inbox,
+        } = ports;
+        let me = || self.clone();
+        kernel_core::engine::Ports {
+            store: me(),
+            inbox: me(),
+            queue: me(),
+            wakeup: me(),
+            permits: me(),
+            // No durable or shared state: no boundary.
+            clock,
+            ids,
+            observer,
+            stream: if self.stream.is_some() { me() } else { stream },
+            result_cache: if self.cache.is_some() { Some(me()) } else { result_cache },
+            dead_letters: if self.dead_letters.is_some() { Some(me()) } else { dead_letters },
+            task_inbox: if self.task_inbox.is_some() { Some(me()) } else { task_inbox },
         }
-        ports
     }
     fn stream(&self) -> &DynStreamSink {
         self.stream.as_deref().expect("CrashPorts built without with_stream")
+    }
+    fn dls(&self) -> &DynDeadLetters {
+        self.dead_letters.as_deref().expect("CrashPorts built without side ports")
+    }
+    fn tasks(&self) -> &DynTaskInbox {
+        self.task_inbox.as_deref().expect("CrashPorts built without side ports")
+    }
+    fn cache(&self) -> &DynResultCache {
+        self.cache.as_deref().expect("CrashPorts built without side ports")
     }
 }
 
@@ -587,6 +652,91 @@ impl Wakeup for CrashPorts {
     }
     async fn subscribe(&self) -> Result<WakeupReceiver> {
         self.wakeup.subscribe().await
+    }
+}
+
+/// A purge that deletes nothing is marked idle, as the inbox's is.
+async fn purge_gate(
+    switch: &CrashSwitch,
+    name: BoundaryName,
+    call: impl std::future::Future<Output = Result<u64>>,
+) -> Result<u64> {
+    let (gate, index) = switch.enter_at(name, true).await;
+    if let Gate::FailBefore(_) = gate {
+        return gate.run(switch, async { Ok(0) }).await;
+    }
+    let r = call.await;
+    if matches!(r, Ok(0)) {
+        switch.mark_idle(index);
+    }
+    gate.run(switch, async { r }).await
+}
+
+#[async_trait::async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl DeadLetters for CrashPorts {
+    async fn record(&self, dl: &DeadLetter) -> Result<bool> {
+        gated!(self, "dead_letters.record", true, self.dls().record(dl).await)
+    }
+    async fn get(&self, id: &str) -> Result<Option<DeadLetter>> {
+        gated!(self, "dead_letters.get", false, self.dls().get(id).await)
+    }
+    async fn list(
+        &self,
+        status: Option<DeadLetterStatus>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<DeadLetter>> {
+        gated!(self, "dead_letters.list", false, self.dls().list(status, after, limit).await)
+    }
+    async fn decide(&self, id: &str, decision: &DeadLetterDecision) -> Result<DecideOutcome> {
+        gated!(self, "dead_letters.decide", true, self.dls().decide(id, decision).await)
+    }
+    async fn close(&self, id: &str, now: Instant) -> Result<bool> {
+        gated!(self, "dead_letters.close", true, self.dls().close(id, now).await)
+    }
+    async fn purge_closed(&self, before: Instant, limit: usize) -> Result<u64> {
+        purge_gate(&self.switch, "dead_letters.purge", self.dls().purge_closed(before, limit)).await
+    }
+}
+
+#[async_trait::async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl TaskInbox for CrashPorts {
+    async fn open(&self, task: &TaskRecord) -> Result<Option<TaskRecord>> {
+        gated!(self, "task_inbox.open", true, self.tasks().open(task).await)
+    }
+    async fn get(&self, id: &str) -> Result<Option<TaskRecord>> {
+        gated!(self, "task_inbox.get", false, self.tasks().get(id).await)
+    }
+    async fn list_open(&self, actor: &Actor, after: Option<&str>, limit: usize) -> Result<Vec<TaskRecord>> {
+        gated!(self, "task_inbox.list_open", false, self.tasks().list_open(actor, after, limit).await)
+    }
+    async fn decide(&self, id: &str, token: &str, actor: &Actor, decision: &TaskDecision) -> Result<TaskDecideOutcome> {
+        gated!(self, "task_inbox.decide", true, self.tasks().decide(id, token, actor, decision).await)
+    }
+    async fn close(&self, id: &str, now: Instant) -> Result<TaskCloseOutcome> {
+        gated!(self, "task_inbox.close", true, self.tasks().close(id, now).await)
+    }
+    async fn purge_sensitive_reasons(&self, before: Instant, limit: usize) -> Result<u64> {
+        purge_gate(&self.switch, "task_inbox.purge_reasons", self.tasks().purge_sensitive_reasons(before, limit)).await
+    }
+    async fn purge_closed(&self, before: Instant, limit: usize) -> Result<u64> {
+        purge_gate(&self.switch, "task_inbox.purge", self.tasks().purge_closed(before, limit)).await
+    }
+}
+
+#[async_trait::async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl ResultCache for CrashPorts {
+    async fn get(&self, key: &CacheKey, now: Instant) -> Result<Option<CachedResult>> {
+        gated!(self, "cache.get", false, self.cache().get(key, now).await)
+    }
+    async fn put(&self, key: &CacheKey, value: &serde_json::Value, now: Instant, ttl: DurationMs) -> Result<()> {
+        gated!(self, "cache.put", true, self.cache().put(key, value, now, ttl).await)
+    }
+    async fn purge_expired(&self, now: Instant, limit: usize) -> Result<u64> {
+        purge_gate(&self.switch, "cache.purge", self.cache().purge_expired(now, limit)).await
     }
 }
 

@@ -385,8 +385,8 @@ impl World {
         b.build().expect("valid test engine")
     }
 
-    /// An engine whose store, inbox, queue, permits, wakeup and stream calls go through a
-    /// crash switch following `plan`.
+    /// An engine whose store, inbox, queue, permits, wakeup, stream, dead-letter, task-inbox
+    /// and result-cache calls go through a crash switch following `plan`.
     pub fn crashing_engine(
         &self,
         worker_id: &str,
@@ -404,7 +404,8 @@ impl World {
                 p.permits.clone(),
                 p.wakeup.clone(),
             )
-            .with_stream(p.stream.clone()),
+            .with_stream(p.stream.clone())
+            .with_side_ports(p.dead_letters.clone(), p.task_inbox.clone(), p.result_cache.clone()),
         );
         let ports = gated.wire(p);
         (self.engine_on(ports, test_config(worker_id), defs), switch)

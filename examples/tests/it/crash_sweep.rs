@@ -7,8 +7,9 @@ use testkit::harness::{crash_run, sweep, Scenario, SweepSample};
 /// Every sweep scenario: the seed's story, a failure with its finalizer, a fan-out that
 /// runs before its subscribers wait and one that runs after (signal activation and
 /// `mark_matched`), a DAG, a step in flight across heartbeats, the DAG with the ready
-/// queue down (store-fallback claims), and a loop with a branch (loop-back and branch-skip
-/// writes).
+/// queue down (store-fallback claims), a loop with a branch (loop-back and branch-skip
+/// writes), and a refund that reaches the result cache, the dead letters and the task
+/// inbox (K-6.8: every port call is a crash point).
 fn scenarios() -> Vec<Box<dyn Scenario>> {
     vec![
         Box::new(LiveSummaryScenario { subscribers: 2, page_size: 1 }),
@@ -19,6 +20,7 @@ fn scenarios() -> Vec<Box<dyn Scenario>> {
         Box::new(HeartbeatScenario { beats: 2 }),
         Box::new(QueueDownScenario),
         Box::new(ReviewLoopScenario),
+        Box::new(RefundScenario),
     ]
 }
 
@@ -69,6 +71,10 @@ async fn crash_at_every_boundary() {
         "stream.reset",
         "stream.append",
         "stream.terminal",
+        "cache.put",
+        "dead_letters.record",
+        "dead_letters.decide",
+        "task_inbox.open",
     ] {
         assert!(report.points_at(reached) > 0, "the sweep never reached {reached}: {}", report.boundary_map());
     }

@@ -40,12 +40,12 @@ async fn crash_sweep_on_mongo() {
     // The review loop is left out here: its loop-back and branch-skip writes are plain
     // conditional updates, pinned by the store conformance suite on MongoDB, and the
     // Mongo-wire budget keeps this sample to the scenarios that reach what only they reach.
-    let scenarios: [&dyn Scenario; 7] =
-        [&live, &FailingScenario, &fan, &DagScenario, &early, &beat, &QueueDownScenario];
-    // About 24 points (the Mongo-wire budget), chosen by seed: every scenario gets both a
+    let scenarios: [&dyn Scenario; 8] =
+        [&live, &FailingScenario, &fan, &DagScenario, &early, &beat, &QueueDownScenario, &RefundScenario];
+    // About 27 points (the Mongo-wire budget), chosen by seed: every scenario gets both a
     // crash before and a crash after one of its boundaries, on as many boundary names as
     // its share allows.
-    let report = sweep_on(&scenarios, 7, SweepSample::Seeded { points: 24, seed: 7 }, &factory).await;
+    let report = sweep_on(&scenarios, 7, SweepSample::Seeded { points: 27, seed: 7 }, &factory).await;
     let made: Vec<Database> = dbs.lock().unwrap().drain(..).collect();
     for db in made {
         let _ = db.drop().await;
@@ -65,6 +65,9 @@ async fn crash_sweep_on_mongo() {
         &["store.apply:signal_activation"],
         &["inbox.mark_matched"],
         &["stream.reset", "stream.append", "stream.terminal"],
+        &["cache.put"],
+        &["dead_letters.record", "dead_letters.decide", "dead_letters.close"],
+        &["task_inbox.open", "task_inbox.close"],
     ] {
         assert!(reached.iter().any(|r| report.points_at(r) > 0), "{reached:?} not sampled: {}", report.boundary_map());
     }

@@ -33,8 +33,17 @@ async fn crash_sweep_on_sqlite() {
     let fan = FanoutScenario { waiters: 2, page_size: 1 };
     let early = EarlyWaitScenario { waiters: 2, page_size: 1 };
     let beat = HeartbeatScenario { beats: 1 };
-    let scenarios: [&dyn Scenario; 8] =
-        [&live, &FailingScenario, &fan, &DagScenario, &early, &beat, &QueueDownScenario, &ReviewLoopScenario];
+    let scenarios: [&dyn Scenario; 9] = [
+        &live,
+        &FailingScenario,
+        &fan,
+        &DagScenario,
+        &early,
+        &beat,
+        &QueueDownScenario,
+        &ReviewLoopScenario,
+        &RefundScenario,
+    ];
     let started = std::time::Instant::now();
     let report = sweep_on(&scenarios, 7, SweepSample::All, &factory).await;
     let elapsed = started.elapsed();
@@ -49,6 +58,9 @@ async fn crash_sweep_on_sqlite() {
         &["store.apply:heartbeat"],
         &["store.apply:signal_activation"],
         &["inbox.mark_matched"],
+        &["cache.put"],
+        &["dead_letters.record"],
+        &["task_inbox.open"],
     ] {
         assert!(reached.iter().any(|r| report.points_at(r) > 0), "{reached:?} not swept: {}", report.boundary_map());
     }
