@@ -171,6 +171,9 @@ struct Claim {
     cancel: CancellationToken,
     /// What PrepareContext rebuilt from the input (null without a hook).
     prepared: Arc<Value>,
+    /// Steps found `running` when the claim started: their previous attempt was lost to a
+    /// crash or a lease loss, so its outcome is unknown (K-17.2); taken by the first entry.
+    lost_attempts: Mutex<std::collections::BTreeSet<usize>>,
 }
 
 /// Run a claim won with `token` to its end. Activity panics become step errors; no write
@@ -212,6 +215,10 @@ pub(crate) async fn run(inner: Arc<Inner>, mut inst: WorkflowInstance, token: Cl
         };
         let cancel = inner.killed.child_token();
         let lease = Arc::new(Lease::new(inst.workflow_id.clone(), token.clone(), inst.claimable_time, cancel.clone()));
+        let lost_attempts = (inst.steps.iter().enumerate())
+            .filter(|(_, s)| s.status == crate::model::StepStatus::Running)
+            .map(|(i, _)| i)
+            .collect();
         let claim = Arc::new_cyclic(|me| Claim {
             me: me.clone(),
             shared: Shared::of(&inner, &def, &mut inst, &token),
@@ -223,6 +230,7 @@ pub(crate) async fn run(inner: Arc<Inner>, mut inst: WorkflowInstance, token: Cl
             doc: Mutex::new(ClaimDoc { outputs: Arc::new(std::mem::take(&mut inst.output)), inst }),
             lease: lease.clone(),
             prepared,
+            lost_attempts: Mutex::new(lost_attempts),
         });
         let (heartbeats, started) = Heartbeats::register(&inner, lease, inner.ports.clock.now());
         let flavor = tokio::runtime::Handle::current().runtime_flavor();
@@ -325,6 +333,14 @@ impl Claim {
 
     fn now(&self) -> Instant {
         self.inner.ports.clock.now()
+    }
+
+    /// Whether this claim may no longer start anything (K-6.8): its own clock reads its
+    /// lease end less the clock skew another process may have (`max_clock_skew_ms`), so a
+    /// worker whose clock runs ahead, taking the instance over at the lease end by its own
+    /// clock, never runs beside what this one starts.
+    fn past_start_limit(&self) -> bool {
+        self.now() >= self.lease.until_or_min().saturating_sub(self.inner.config.max_clock_skew_ms)
     }
 
     fn doc(&self) -> std::sync::MutexGuard<'_, ClaimDoc> {

@@ -65,8 +65,7 @@ pub(crate) fn retries_inverse(class: ErrorClass, attempts: u32, attempts_max: u3
 /// store holds NUL everywhere, and the report and the task title must be written), cut to
 /// [`INVERSE_ERROR_BYTES_MAX`] bytes.
 pub(crate) fn inverse_error(message: &str) -> String {
-    let printable: String = message.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
-    super::outcome::truncate(printable, INVERSE_ERROR_BYTES_MAX)
+    super::outcome::stored_text(message, INVERSE_ERROR_BYTES_MAX)
 }
 
 /// The escalation task id of a step's inverse, from the step's idempotency key: one per

@@ -78,6 +78,13 @@ pub struct EngineConfig {
     /// `< lease_ms`, so a process that cannot renew ends its claim (cancelling the running
     /// activity, starting no new one) before the lease can be taken over (K-6.4).
     pub heartbeat_deadline_ms: DurationMs,
+    /// How far the clocks of two processes may disagree (K-6.8). A claim holder starts no
+    /// activity, inverse or finalizer once its own clock reads `lease_until −
+    /// max_clock_skew_ms`, so a worker whose clock runs ahead by at most this much, and who
+    /// takes the instance over when its clock reaches `lease_until`, never runs beside it;
+    /// `heartbeat_ms + heartbeat_deadline_ms + max_clock_skew_ms` must be `< lease_ms`.
+    /// 0 trusts the clocks to agree exactly. Default 1 s.
+    pub max_clock_skew_ms: DurationMs,
     /// PrepareContext failures (K-2.3) tolerated before the workflow fails through
     /// `failing` and its failure finalizer (K-8). Counted across claims
     /// (`WorkflowInstance::prepare_failures`); reset by replay. The failure finalizer then
@@ -132,6 +139,7 @@ impl Default for EngineConfig {
             shutdown_timeout_ms: DurationMs::from_millis(60_000),
             store_call_deadline_ms: DurationMs::from_millis(10_000),
             heartbeat_deadline_ms: DurationMs::from_millis(5_000),
+            max_clock_skew_ms: DurationMs::from_millis(1_000),
             prepare_attempts_max: 5,
             prepare_retry_base_ms: DurationMs::from_millis(5_000),
             prepare_retry_max_ms: DurationMs::from_millis(300_000),
@@ -196,6 +204,21 @@ impl EngineConfig {
                 format_args!(
                     "heartbeat_ms {} + heartbeat_deadline_ms {} must be < lease_ms {}",
                     self.heartbeat_ms, self.heartbeat_deadline_ms, self.lease_ms
+                ),
+            ));
+        }
+        if self.max_clock_skew_ms < DurationMs::ZERO || self.max_clock_skew_ms > validate::CONFIG_MS_MAX {
+            return Err(Error::invalid(
+                "max_clock_skew_ms",
+                format_args!("{} must be in 0..={}", self.max_clock_skew_ms, validate::CONFIG_MS_MAX),
+            ));
+        }
+        if self.heartbeat_ms + self.heartbeat_deadline_ms + self.max_clock_skew_ms >= self.lease_ms {
+            return Err(Error::invalid(
+                "max_clock_skew_ms",
+                format_args!(
+                    "heartbeat_ms {} + heartbeat_deadline_ms {} + max_clock_skew_ms {} must be < lease_ms {}",
+                    self.heartbeat_ms, self.heartbeat_deadline_ms, self.max_clock_skew_ms, self.lease_ms
                 ),
             ));
         }

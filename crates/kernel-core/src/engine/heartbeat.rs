@@ -326,7 +326,7 @@ async fn beat(inner: &Inner, lease: &Lease) -> bool {
             }
             Err(e) => {
                 let retry_done = clock.now().saturating_add(config.heartbeat_ms + config.heartbeat_deadline_ms);
-                if retry_done >= lease.until_or_min() {
+                if retry_done >= lease.until_or_min().saturating_sub(config.max_clock_skew_ms) {
                     tracing::warn!(error = %e, "heartbeat failed and the lease ends before a retry could; ending the claim");
                     lease.end_with(ClaimEnd::Uncertain);
                     return false;

@@ -306,7 +306,7 @@ pub(crate) fn classify(
         Ok(r) => return r,
         Err(e) => e,
     };
-    let error = StepError { class: e.class, message: truncate(e.message, entry.error_message_bytes_max) };
+    let error = StepError { class: e.class, message: stored_text(&e.message, entry.error_message_bytes_max) };
     let elapsed_ms = entry.elapsed_ms;
     let policy = entry.policy;
     let within_time = match (policy.max_retry_duration, entry.retrying_since) {
@@ -425,6 +425,31 @@ pub(crate) fn resolve_wave(mut wave: Vec<(usize, Option<Halt>)>, now: Instant) -
 }
 
 /// Cut `s` to at most `max` bytes at a character boundary.
+/// The previous error an entry into a step sees (K-17.2 amendment): a step found
+/// `running` when its claim started lost its previous attempt to a crash or a lease loss,
+/// which is an unknown outcome — the step's outcome query, if it declares one, runs before
+/// the step is entered again. An error recorded before the lost attempt is kept in the
+/// message.
+pub(crate) fn after_lost_attempt(lost: bool, previous: Option<StepError>) -> Option<StepError> {
+    if !lost || previous.as_ref().is_some_and(|e| e.class == ErrorClass::UnknownOutcome) {
+        return previous;
+    }
+    let message = match previous {
+        Some(e) => format!("the previous attempt was lost (crash or lease loss); before it: {}", e.message),
+        None => "the previous attempt was lost (crash or lease loss)".to_string(),
+    };
+    Some(StepError { class: ErrorClass::UnknownOutcome, message })
+}
+
+/// Text the kernel stores from an activity or a refusal (K-2.0 amendment): control
+/// characters (NUL, line breaks, C1) become spaces, then the text is cut to `max` bytes on
+/// a character boundary — before any store sees it, so every store keeps, refuses and
+/// retries exactly the same errors.
+pub(crate) fn stored_text(message: &str, max: usize) -> String {
+    let printable: String = message.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    truncate(printable, max)
+}
+
 pub(crate) fn truncate(mut s: String, max: usize) -> String {
     if s.len() > max {
         let mut cut = max;

@@ -110,6 +110,12 @@ fn k7_4_classification_order_row_by_row() {
             failed(Permanent, "0123456789abcdef"), 0),
         ("multibyte cut", Err(ActivityError::permanent("0123456789abcdeé")), entry(1, 0, stop),
             failed(Permanent, "0123456789abcde"), 0),
+        // K-2.0 amendment: control characters become spaces before any store sees them, so a
+        // transient error is retried the same way on every store.
+        ("NUL in a transient error", Err(ActivityError::transient("busy\0now")), entry(1, 1, stop),
+            retry(Transient, "busy now", 1), 1),
+        ("line breaks and C1", Err(ActivityError::permanent("a\nb\r\tc\u{85}d\u{7f}")), entry(1, 0, stop),
+            failed(Permanent, "a b  c d "), 0),
         // Invalid results become permanent errors, then go through the same order.
         ("output too large", Ok(StepOutcome::complete(big())), entry(1, 5, stop), failed(Permanent, &too_big("output")[..16]), 0),
         ("output too large, skip", Ok(StepOutcome::complete(big())), entry(1, 5, skip), skipped(Permanent, &too_big("output")[..16]), 0),
@@ -333,4 +339,29 @@ fn k4_5_a_deferral_wins_over_suspend_and_yield_and_parks_them() {
         .fuse(Transition::park_sibling(0, Some(json!("y")), ms(5), NOW))
         .fuse(Transition::park_sibling(1, Some(json!("s")), ms(4), NOW));
     assert_eq!(r, Resolution { transition: expect, then: AfterWave::Released { at: at(15) } });
+}
+
+/// K-17.2 amendment: what an entry into a step sees as its previous error, row by row — a
+/// lost attempt is an unknown outcome (so a declared outcome query runs first), an unknown
+/// outcome stays as it was, and a step that was not lost keeps its error.
+#[test]
+fn k17_2_a_lost_attempt_is_an_unknown_outcome_row_by_row() {
+    use ErrorClass::*;
+    let lost = "the previous attempt was lost (crash or lease loss)";
+    let rows: Vec<(&str, bool, Option<StepError>, Option<(ErrorClass, String)>)> = vec![
+        ("not lost, no error", false, None, None),
+        ("not lost, transient", false, Some(e(Transient)), Some((Transient, "x".into()))),
+        ("lost, first attempt", true, None, Some((UnknownOutcome, lost.into()))),
+        (
+            "lost after a transient error",
+            true,
+            Some(e(Transient)),
+            Some((UnknownOutcome, format!("{lost}; before it: x"))),
+        ),
+        ("lost after an unknown outcome", true, Some(e(UnknownOutcome)), Some((UnknownOutcome, "x".into()))),
+    ];
+    for (name, was_lost, previous, want) in rows {
+        let got = after_lost_attempt(was_lost, previous).map(|e| (e.class, e.message));
+        assert_eq!(got, want, "{name}");
+    }
 }

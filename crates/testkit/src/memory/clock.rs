@@ -60,6 +60,52 @@ impl Clock for ManualClock {
     }
 }
 
+/// Another process's view of a shared [`ManualClock`]: the same time shifted by a fixed
+/// skew (positive: this process's clock runs ahead). Engines of one test world given
+/// different skews disagree about time as processes on different machines do, within the
+/// bound a deployment configures (`EngineConfig::max_clock_skew_ms`, K-6.8).
+///
+/// ```
+/// use std::sync::Arc;
+/// use testkit::memory::{ManualClock, SkewedClock};
+/// use kernel_core::ports::Clock;
+/// let base = Arc::new(ManualClock::new(10_000));
+/// let ahead = SkewedClock::new(base.clone(), 250);
+/// assert_eq!(ahead.now(), 10_250);
+/// base.advance(100);
+/// assert_eq!(ahead.now(), 10_350);
+/// ```
+#[derive(Debug, Clone)]
+pub struct SkewedClock {
+    base: std::sync::Arc<ManualClock>,
+    skew_ms: i64,
+}
+
+impl SkewedClock {
+    /// `base` shifted by `skew_ms` (negative: behind).
+    pub fn new(base: std::sync::Arc<ManualClock>, skew_ms: i64) -> Self {
+        SkewedClock { base, skew_ms }
+    }
+}
+
+#[async_trait::async_trait]
+impl Clock for SkewedClock {
+    fn now(&self) -> Instant {
+        shift(self.base.now(), self.skew_ms)
+    }
+    async fn sleep_until(&self, t: Instant) {
+        self.base.sleep_until(shift(t, -self.skew_ms)).await
+    }
+}
+
+fn shift(t: Instant, by_ms: i64) -> Instant {
+    if by_ms >= 0 {
+        t.saturating_add(DurationMs::from_millis(by_ms))
+    } else {
+        t.saturating_sub(DurationMs::from_millis(by_ms.saturating_neg()))
+    }
+}
+
 /// Deterministic ids (`<prefix>-000001`, …) and seeded jitter, so a failing seed replays.
 #[derive(Debug)]
 pub struct SeqIds {

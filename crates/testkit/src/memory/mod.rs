@@ -12,7 +12,7 @@ mod store;
 mod task_inbox;
 
 pub use cache::MemoryResultCache;
-pub use clock::{ManualClock, SeqIds};
+pub use clock::{ManualClock, SeqIds, SkewedClock};
 pub use dead_letter::MemoryDeadLetters;
 pub use inbox::InMemoryInbox;
 pub use outbox::{InMemoryCandidates, InMemoryOutbox};

@@ -89,7 +89,7 @@ impl Claim {
         if self.cancel.is_cancelled() {
             return Err(self.ended_as());
         }
-        if self.now() >= self.lease.until_or_min() {
+        if self.past_start_limit() {
             tracing::warn!("lease expired during the compensation; stopping");
             self.cancel.cancel();
             return Err(ClaimEnd::ClaimLost);

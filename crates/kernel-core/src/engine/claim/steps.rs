@@ -125,7 +125,7 @@ impl Claim {
         }
         // A process that slept past its lease must not start new side effects: another
         // worker may own the instance already (the write would be fenced, the call not).
-        if self.now() >= self.lease.until_or_min() {
+        if self.past_start_limit() {
             tracing::warn!("lease expired before the activity started; stopping");
             self.cancel.cancel();
             self.release_permit(permit).await;
@@ -193,7 +193,9 @@ impl Claim {
     pub(super) async fn invoke_step(&self, idx: usize, permit: Option<HeldPermit>) -> Invocation {
         let sd = &self.def.steps()[idx];
         let cancel = self.cancel.child_token();
-        let ctx = self.context(Some(idx), sd.name(), cancel.clone());
+        let mut ctx = self.context(Some(idx), sd.name(), cancel.clone());
+        let lost = self.lost_attempts.lock().expect("lost attempts lock").remove(&idx);
+        ctx.previous_error = crate::engine::outcome::after_lost_attempt(lost, ctx.previous_error.take());
         let span = tracing::info_span!(
             "workflow.step",
             otel.name = %format_args!("step {}", sd.name()),

@@ -211,15 +211,8 @@ impl Claim {
     /// The error stored on a step whose outcome the store refused: permanent, with the
     /// store's reason.
     pub(super) fn refusal_error(&self, e: &crate::error::Error) -> StepError {
-        let mut message = format!("the store refused the step's outcome: {e}");
-        let max = self.inner.config.error_message_bytes_max;
-        if message.len() > max {
-            let mut cut = max;
-            while !message.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            message.truncate(cut);
-        }
+        let message = format!("the store refused the step's outcome: {e}");
+        let message = crate::engine::outcome::stored_text(&message, self.inner.config.error_message_bytes_max);
         StepError { class: ErrorClass::Permanent, message }
     }
 
