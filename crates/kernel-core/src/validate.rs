@@ -75,6 +75,10 @@ pub fn page(after: Option<&str>, limit: usize, max: usize) -> Result<()> {
 /// Names that become document keys (step names, resource names, output keys): the
 /// [`identifier`] rule, and never starting with `$` nor containing `.`, so that a name can
 /// never be read as a query operator or a nested path.
+///
+/// This is the whole rule, the same on every store: anything else — quotes, backslashes,
+/// text that looks like an escape (`x\u0041`), non-ASCII — is admitted, and every store keeps
+/// such a name as data, apart from every other name (K-2.0 amendment).
 pub fn key_name(field: &str, value: &str) -> Result<()> {
     identifier(field, value)?;
     if value.starts_with('$') {
@@ -84,6 +88,24 @@ pub fn key_name(field: &str, value: &str) -> Result<()> {
         return Err(Error::invalid(field, "must not contain `.`"));
     }
     Ok(())
+}
+
+/// A dotted path into a business object (a field of an outbox's `fenced_update`, an
+/// outbox's configured error field): segments separated by `.`, each a key name
+/// ([`key_name`]), so `a.b` sets `b` inside `a`. Returns the segments. Every outbox adapter
+/// checks a path with this function and nothing else, so every store admits the same paths;
+/// an admitted segment is data (K-2.0 amendment: bound or escaped by the store, never pasted
+/// into a path or query language), whatever quotes, backslashes or escape-like text it holds.
+///
+/// ```
+/// use kernel_core::validate;
+/// assert_eq!(validate::field_path("fields", "meta.x\\u0041").unwrap(), ["meta", "x\\u0041"]);
+/// assert!(validate::field_path("fields", "a..b").is_err());
+/// assert!(validate::field_path("fields", "meta.$set").is_err());
+/// assert!(validate::field_path("fields", "tab\tx").is_err());
+/// ```
+pub fn field_path<'a>(field: &str, path: &'a str) -> Result<Vec<&'a str>> {
+    path.split('.').map(|seg| key_name(field, seg).map(|()| seg)).collect()
 }
 
 /// Deepest nesting of objects and arrays inside a payload: 90 levels (a scalar is 0, `{}`

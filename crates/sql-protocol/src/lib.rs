@@ -34,10 +34,11 @@
 //! a field added to them in kernel-core is a compile error here, never a dropped write.
 //!
 //! What is refused is decided by kernel-core first ([`Guard::validate`],
-//! [`Transition::validate`]); this crate adds only what the database cannot hold or
-//! address (see [`storable`], [`path_key`], [`text_of`]): NUL in a text column, NUL in a
-//! JSON string (PostgreSQL), integers beyond the 64-bit signed range, and (SQLite) an
-//! output name that its JSON path syntax cannot address.
+//! [`Transition::validate`]); this crate adds only what the database cannot hold (see
+//! [`storable`], [`text_of`]): NUL in a text column, NUL in a JSON string (PostgreSQL),
+//! integers beyond the 64-bit signed range. Every name K-2.0 admits (an output name, a
+//! business field) is data in both dialects: PostgreSQL binds it as a key, SQLite binds a
+//! JSON path in which it is escaped ([`sqlite_json_path`]).
 
 use kernel_core::model::*;
 use kernel_core::transition::{AttemptChange, Guard, Patch, StepPatch, Transition};
@@ -326,8 +327,7 @@ pub fn check_size(field: &str, params: &[Param], limits: &Limits) -> Result<()> 
 ///
 /// - PostgreSQL: NUL (`\u0000`) in any string or object key (`jsonb` refuses it).
 /// - SQLite: nothing; JSON is kept as text, a NUL escaped as `\u0000`, and SQLite's JSON
-///   functions read such strings back whole. (What SQLite cannot address, an output name
-///   holding `"`, is [`path_key`]'s.)
+///   functions read such strings back whole.
 pub fn storable(dialect: Dialect, field: &str, value: &Value) -> Result<()> {
     if dialect == Dialect::Sqlite {
         return Ok(());
@@ -356,19 +356,28 @@ pub fn storable(dialect: Dialect, field: &str, value: &Value) -> Result<()> {
     Ok(())
 }
 
-/// A key the statement addresses by a JSON path (an output name); SQLite cannot address a
-/// key holding `"`.
-pub fn path_key(dialect: Dialect, field: &str, key: &str) -> Result<()> {
-    if key.contains('\0') {
-        return Err(Error::invalid(field, "contains NUL"));
+/// The SQLite JSON path of the member `keys[0]`, then of its member `keys[1]`, …: `$."a"."b"`,
+/// each key written as a JSON string literal, so every key is data (K-2.0 amendment).
+///
+/// SQLite decodes the escapes of a quoted path label (`\"`, `\\`, `\uXXXX`) and compares the
+/// decoded label with the decoded stored keys. A key pasted between the quotes unescaped is
+/// read through those escapes: `x\u0041` would address the member `xA`, and `tail\` would
+/// leave the label unterminated ("bad JSON path"). Escaped, the label decodes to exactly the
+/// key, whatever it holds. Bind the path as a parameter; only [`validate::key_name`]
+/// decides which keys are admitted, as on every store.
+///
+/// ```
+/// assert_eq!(sql_protocol::sqlite_json_path(&["compose"]), r#"$."compose""#);
+/// assert_eq!(sql_protocol::sqlite_json_path(&["meta", "x\\u0041"]), r#"$."meta"."x\\u0041""#);
+/// assert_eq!(sql_protocol::sqlite_json_path(&["tail\\", "say \"hi\""]), r#"$."tail\\"."say \"hi\"""#);
+/// ```
+pub fn sqlite_json_path<S: AsRef<str>>(keys: &[S]) -> String {
+    let mut p = String::from("$");
+    for k in keys {
+        p.push('.');
+        p.push_str(&Value::String(k.as_ref().to_string()).to_string());
     }
-    if dialect == Dialect::Sqlite && key.contains('"') {
-        return Err(Error::invalid(
-            field,
-            format_args!("{key:?} contains `\"`, which a SQLite JSON path cannot address"),
-        ));
-    }
-    Ok(())
+    p
 }
 
 /// A string for a text column, refused when it holds NUL (PostgreSQL refuses it in
@@ -629,8 +638,7 @@ pub fn set_sql(b: &mut Binds, t: &Transition, limits: &Limits) -> Result<String>
                 let mut pairs = Vec::new();
                 for (name, v) in outputs {
                     let field = format!("output.{name}");
-                    path_key(d, &field, name)?;
-                    let k = b.bind(Param::Text(format!("$.\"{name}\"")));
+                    let k = b.bind(Param::Text(sqlite_json_path(&[name])));
                     let v = b.bind(json_of(d, &field, v.clone())?);
                     pairs.push(format!("{k}, json({v})"));
                 }
@@ -639,8 +647,7 @@ pub fn set_sql(b: &mut Binds, t: &Transition, limits: &Limits) -> Result<String>
             if !outputs_unset.is_empty() {
                 let mut keys = Vec::new();
                 for name in outputs_unset {
-                    path_key(d, &format!("output.{name}"), name)?;
-                    keys.push(b.bind(Param::Text(format!("$.\"{name}\""))));
+                    keys.push(b.bind(Param::Text(sqlite_json_path(&[name]))));
                 }
                 e = format!("json_remove({e}, {})", keys.join(", "));
             }
@@ -874,7 +881,6 @@ pub fn insert_instance(dialect: Dialect, table: &str, w: &WorkflowInstance, limi
         }
     }
     for (name, v) in output {
-        path_key(dialect, &format!("output.{name}"), name)?;
         storable(dialect, &format!("output.{name}"), v)?;
     }
     let mut b = Binds::new(dialect);

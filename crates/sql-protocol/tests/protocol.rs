@@ -115,8 +115,7 @@ fn user_values_are_bound_never_spliced() {
 }
 
 /// What a database cannot store is refused naming the field: NUL in a JSON string (K-2.0,
-/// every store, because PostgreSQL cannot hold it), an output name SQLite's JSON path cannot
-/// address (SQLite only).
+/// every store, because PostgreSQL cannot hold it).
 #[test]
 fn unstorable_values_are_refused_naming_the_field() {
     let nul =
@@ -127,11 +126,37 @@ fn unstorable_values_are_refused_naming_the_field() {
             other => panic!("{dialect:?}: expected InvalidInput, got {other:?}"),
         }
     }
-    let quote = Transition::complete_step(1, "say \"hi\"", json!(1), DurationMs::from_millis(0), NOW, false);
-    assert!(sql_protocol::transition_assignments(Dialect::Postgres, &quote, &Limits::default()).is_ok());
-    match sql_protocol::transition_assignments(Dialect::Sqlite, &quote, &Limits::default()) {
-        Err(kernel_core::Error::InvalidInput { field, .. }) => assert_eq!(field, "output.say \"hi\""),
-        other => panic!("expected InvalidInput, got {other:?}"),
+}
+
+/// K-2.0 (amendment): every output name K-2.0 admits is data in both dialects, in the
+/// written and in the removed outputs and in a created instance: PostgreSQL binds the name
+/// itself, SQLite binds a JSON path in which the name is a JSON string literal, so SQLite's
+/// decoding of the path's escapes yields exactly the name (`x\u0041` stays `x\u0041`, never
+/// `xA`; `tail\` closes its label).
+#[test]
+fn output_names_are_bound_and_escaped_in_both_dialects() {
+    let names = ["x\\u0041", "tail\\", "say \"hi\"", "a\\\"b", "it's", "名前"];
+    let mut t = Transition::complete_step(1, names[0], json!(0), DurationMs::from_millis(0), NOW, false);
+    t.outputs.extend(names[1..3].iter().map(|n| (n.to_string(), json!(1))));
+    t.outputs_unset.extend(names[3..].iter().map(|n| n.to_string()));
+    let texts = |s: &sql_protocol::Statement| -> Vec<String> {
+        s.params.iter().filter_map(|p| if let Param::Text(t) = p { Some(t.clone()) } else { None }).collect()
+    };
+    let pg = sql_protocol::transition_assignments(Dialect::Postgres, &t, &Limits::default()).unwrap();
+    let sqlite = sql_protocol::transition_assignments(Dialect::Sqlite, &t, &Limits::default()).unwrap();
+    for n in names {
+        assert!(!pg.sql.contains(n) && !sqlite.sql.contains(n), "{n:?} is never spliced");
+        assert!(texts(&pg).contains(&n.to_string()), "PostgreSQL binds {n:?} itself");
+        let path = format!("$.{}", serde_json::to_string(n).unwrap());
+        assert!(texts(&sqlite).contains(&path), "SQLite binds {path:?} for {n:?}: {:?}", texts(&sqlite));
+    }
+    assert!(texts(&sqlite).contains(&r#"$."x\\u0041""#.to_string()), "the backslash is escaped, not decoded");
+    assert!(texts(&sqlite).contains(&r#"$."tail\\""#.to_string()), "a trailing backslash cannot escape the quote");
+    let mut w = testkit::conformance::store::instance("wf-1");
+    w.output = names.iter().map(|n| (n.to_string(), json!(n))).collect();
+    for d in [Dialect::Postgres, Dialect::Sqlite] {
+        let ins = sql_protocol::insert_instance(d, "workflow_instances", &w, &Limits::default());
+        assert!(ins.is_ok(), "{d:?}: every admitted name is created: {ins:?}");
     }
 }
 

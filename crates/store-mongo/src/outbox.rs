@@ -60,11 +60,11 @@ impl Default for OutboxSchema {
     }
 }
 
+/// A dotted field path, by the one K-2.0 rule of every store. MongoDB reads a dotted path
+/// segment by segment with no escapes, so an admitted segment (no `.`, no `$` prefix) is
+/// taken literally: `note\u0041` is its own field.
 fn path(field: &str, p: &str) -> Result<()> {
-    for seg in p.split('.') {
-        validate::key_name(field, seg)?;
-    }
-    Ok(())
+    validate::field_path(field, p).map(drop)
 }
 
 impl OutboxSchema {

@@ -69,8 +69,10 @@ impl Default for OutboxTable {
     }
 }
 
+/// The segments of a dotted field path, by the one K-2.0 rule of every store; they are
+/// bound as a `text[]` path, never spliced.
 fn path_of(field: &str, p: &str) -> Result<Vec<String>> {
-    p.split('.').map(|seg| validate::key_name(field, seg).map(|()| seg.to_string())).collect()
+    Ok(validate::field_path(field, p)?.into_iter().map(str::to_string).collect())
 }
 
 impl OutboxTable {

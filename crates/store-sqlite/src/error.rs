@@ -12,8 +12,11 @@
 //!   released);
 //! - a row a `CHECK` constraint refuses (`SQLITE_CONSTRAINT_CHECK`: the instance would hold
 //!   more than 16 MiB of JSON, a priority out of range), a value too large for SQLite
-//!   (`SQLITE_TOOBIG`), an integer overflow in an expression, malformed JSON handed to a
-//!   JSON function: [`Error::InvalidInput`], nothing written;
+//!   (`SQLITE_TOOBIG`), an integer overflow in an expression, any other refusal of the
+//!   statement's input that the same statement meets again ([`REFUSED_INPUT`]: a JSON path
+//!   SQLite cannot parse, a value JSON cannot hold, too many bound values):
+//!   [`Error::InvalidInput`], nothing written — never `Unavailable`, which a caller retries
+//!   (the engine would re-run the activity on every claim);
 //! - a database file that is not one (`SQLITE_NOTADB`) or is damaged (`SQLITE_CORRUPT`),
 //!   a stored value a statement cannot read as JSON: [`Error::Corrupt`];
 //! - an I/O error (`SQLITE_IOERR`) while writing: [`Error::Uncertain`] (it may come from
@@ -33,6 +36,19 @@ pub enum Op {
     /// May change the database.
     Write,
 }
+
+/// Messages of SQLite's `SQLITE_ERROR` that refuse what a statement was given, so that the
+/// same statement fails again: [`Error::InvalidInput`]. (Store paths are escaped,
+/// `sql_protocol::sqlite_json_path`, so a name never produces the first; the mapping is the
+/// last line, should a path or value reach SQLite that it cannot take.)
+pub const REFUSED_INPUT: [&str; 6] = [
+    "bad JSON path",
+    "JSON path too deep",
+    "JSON nested too deep",
+    "JSON cannot hold BLOB values",
+    "too many SQL variables",
+    "Expression tree is too large",
+];
 
 /// Map a rusqlite error of a call of kind `op`; `what` names the call in the message. The
 /// driver's error is kept as the cause (`source()`).
@@ -67,6 +83,7 @@ pub fn map(op: Op, what: &str, e: rusqlite::Error) -> Error {
             // fails again.
             ErrorCode::Unknown if msg.contains("malformed JSON") => Error::corrupt_with(msg, e),
             ErrorCode::Unknown if msg.contains("integer overflow") => Error::invalid_with(what, msg, e),
+            ErrorCode::Unknown if REFUSED_INPUT.iter().any(|r| msg.contains(r)) => Error::invalid_with(what, msg, e),
             _ => Error::unavailable_with(msg, e),
         },
         rusqlite::Error::ToSqlConversionFailure(_) | rusqlite::Error::NulError(_) => Error::invalid_with(what, msg, e),
@@ -85,5 +102,30 @@ pub fn deadline(op: Op, what: &str, ms: u64) -> Error {
     match op {
         Op::Read => Error::unavailable(msg),
         Op::Write => Error::uncertain(msg),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What SQLite refuses in the input of a statement — here a JSON path it cannot parse
+    /// ("bad JSON path", as a name ending in `\` made of a pasted path) — fails the same
+    /// statement again: it is [`Error::InvalidInput`], never an outage the caller would retry
+    /// on every claim.
+    #[test]
+    fn deterministic_refusals_are_invalid_input() {
+        let c = rusqlite::Connection::open_in_memory().unwrap();
+        for sql in [
+            r#"SELECT json_set('{}', '$."tail\', 1)"#,
+            "SELECT json_extract('{}', 'no-dollar')",
+            "SELECT json_extract('[1]', '$[x]')",
+        ] {
+            for op in [Op::Read, Op::Write] {
+                let e = c.query_row(sql, [], |r| r.get::<_, Option<String>>(0)).expect_err(sql);
+                let mapped = map(op, "apply", e);
+                assert!(matches!(mapped, Error::InvalidInput { .. }), "{sql} ({op:?}): {mapped:?}");
+            }
+        }
     }
 }

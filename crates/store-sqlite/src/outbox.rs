@@ -20,6 +20,10 @@
 //! | retry_failed | `status = failed AND d ->> '$.fencing_token' = prev` | `status = initial, d = next, json_remove(fields, error path)` |
 //! | fenced_update | `d ->> '$.fencing_token' = f` | `fields` merged with the given paths[, status] |
 //!
+//! Field names are data (K-2.0 amendment): a dotted path is split by the one K-2.0 rule
+//! ([`validate::field_path`]) and each segment reaches SQLite inside a bound JSON path in
+//! which it is escaped ([`sqlite_json_path`]), so `note\u0041` is its own field, never `noteA`.
+//!
 //! The scan mutex lives in `<table>_locks`: one `INSERT … ON CONFLICT (name) DO UPDATE …
 //! WHERE holder = $holder OR until <= $now RETURNING 1`.
 
@@ -31,7 +35,7 @@ use kernel_core::model::Instant;
 use kernel_core::ports::*;
 use kernel_core::{validate, Error, FencingToken, LeaseToken, ObjectId, Result};
 use serde_json::Value;
-use sql_protocol::{path_key, storable, text_of, Dialect};
+use sql_protocol::{sqlite_json_path, storable, text_of, Dialect};
 use std::collections::BTreeMap;
 
 const D: Dialect = Dialect::Sqlite;
@@ -83,23 +87,9 @@ fn plain(field: &str, name: &str) -> Result<()> {
     }
 }
 
+/// The segments of a dotted field path, by the one K-2.0 rule of every store.
 fn path_of(field: &str, p: &str) -> Result<Vec<String>> {
-    p.split('.')
-        .map(|seg| {
-            validate::key_name(field, seg)?;
-            path_key(D, field, seg)?;
-            Ok(seg.to_string())
-        })
-        .collect()
-}
-
-/// A JSON path of `segments`: `$."a"."b"`.
-fn json_path(segments: &[String]) -> String {
-    let mut p = String::from("$");
-    for s in segments {
-        p.push_str(&format!(".\"{s}\""));
-    }
-    p
+    Ok(validate::field_path(field, p)?.into_iter().map(str::to_string).collect())
 }
 
 impl OutboxTable {
@@ -275,7 +265,7 @@ fn insert_path(tree: &mut BTreeMap<String, Node>, path: &[String], v: Value, who
 fn merge_sql(at: &str, tree: &BTreeMap<String, Node>, params: &mut Vec<Param>) -> String {
     let mut pairs = Vec::new();
     for (k, node) in tree {
-        params.push(Param::Text(json_path(std::slice::from_ref(k))));
+        params.push(Param::Text(sqlite_json_path(&[k])));
         let key = format!("?{}", params.len());
         let child = match node {
             Node::Leaf(v) => {
@@ -483,7 +473,7 @@ impl DispatchOutbox for SqliteOutbox {
             Param::Text(o.failed_status.clone()),
             Param::Text(initial_status.to_string()),
             self.intent_json(&next)?,
-            Param::Text(json_path(&path_of("error_field", &o.error_field)?)),
+            Param::Text(sqlite_json_path(&path_of("error_field", &o.error_field)?)),
         ];
         self.update("install new round", &set, &cond, params).await
     }

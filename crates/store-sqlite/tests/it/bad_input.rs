@@ -232,9 +232,10 @@ async fn oversize_values_are_refused_and_nothing_written() {
     assert_eq!(inst.revision, 5 + 5);
 }
 
-/// Integers beyond the signed 64-bit range, an output name a JSON path cannot address and
-/// NUL in a key or a string (K-2.0's rule, the same on every store) are refused naming the
-/// field, nothing written.
+/// Integers beyond the signed 64-bit range and NUL in a key or a string (K-2.0's rule, the
+/// same on every store) are refused naming the field, nothing written. (An output name with
+/// quotes or backslashes is admitted, as on every store: the store conformance suite's
+/// `k2_0_names_with_*` cases.)
 #[tokio::test]
 async fn out_of_range_integers_and_nul_are_refused() {
     let t = TestDb::new().await;
@@ -243,8 +244,6 @@ async fn out_of_range_integers_and_nul_are_refused() {
     let guard = Guard::Running { token: "tok".into() };
     let step = |v| Transition::complete_step(0, "fetch", v, DurationMs::from_millis(1), T0, false);
     assert!(invalid_field(store.apply(&"wf-1".into(), &guard, &step(json!(u64::MAX))).await).starts_with("output"));
-    let quoted = Transition::complete_step(0, "say \"hi\"", json!(1), DurationMs::from_millis(1), T0, false);
-    assert_eq!(invalid_field(store.apply(&"wf-1".into(), &guard, &quoted).await), "output.say \"hi\"");
     assert_eq!(store.get(&"wf-1".into()).await.unwrap().unwrap().revision, 5, "nothing written");
     // NUL in an object key is K-2.0's refusal, the same in every store.
     assert_eq!(invalid_field(store.apply(&"wf-1".into(), &guard, &step(json!({"k\u{0}": 1}))).await), "output.fetch");

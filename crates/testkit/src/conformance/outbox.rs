@@ -303,15 +303,53 @@ pub async fn k2_0_bad_fencing_token_is_refused(o: &DynOutbox) {
     assert_eq!(o.get(&"obj-2".into()).await.unwrap(), before, "nothing written");
 }
 
-/// K-2.0: field names are document keys: a `$` prefix or a `.` is refused; nothing is
-/// written.
+/// K-2.0: field names are document keys: a `$` prefix, a `.` or a control character is
+/// refused by `accept`, and in any segment of a fenced write's dotted path, identically on
+/// every outbox (naming `fields`); nothing is written.
 pub async fn k2_0_bad_field_key_is_refused(o: &DynOutbox) {
     refused_accept_writes_nothing(o, json!({ "$set": { "x": 1 } }), intent("f1", T0), "fields").await;
-    crate::conformance::store::assert_invalid_field(
-        o.accept(&"obj-3".into(), json!({ "a.b": 1 }), "initial", intent("f1", T0)).await,
-        "fields",
-    );
+    let invalid = crate::conformance::store::assert_invalid_field::<AcceptOutcome>;
+    invalid(o.accept(&"obj-3".into(), json!({ "a.b": 1 }), "initial", intent("f1", T0)).await, "fields");
+    for name in crate::conformance::store::CONTROL_CHARACTER_NAMES {
+        invalid(o.accept(&"obj-3".into(), json!({ name: 1 }), "initial", intent("f1", T0)).await, "fields");
+    }
     assert_eq!(o.get(&"obj-3".into()).await.unwrap(), None, "nothing written");
+    let before = o.get(&"obj-2".into()).await.unwrap();
+    for path in ["$set", "a..b", "meta.$x", "a.", "meta.tab\tx", "line\nfeed.x", "nul\0"] {
+        let refused = o.fenced_update(&"obj-2".into(), &"f1".into(), json!({ path: 1 }), None).await;
+        crate::conformance::store::assert_invalid_field(refused, "fields");
+    }
+    assert_eq!(o.get(&"obj-2".into()).await.unwrap(), before, "nothing written");
+}
+
+/// K-2.0 (amendment): business field names are data on every outbox. A fenced write of
+/// `note\u0041` and `meta.x\u0041` (which read as `noteA` and `meta.xA` once the escape is
+/// decoded) changes neither `noteA` nor `meta.xA`; names with a trailing backslash, quotes,
+/// backslashes and non-ASCII are written under their own names, nested or not, like any
+/// other. Five outbox operations.
+pub async fn k2_0_field_names_are_data(o: &DynOutbox) {
+    let fields = json!({ "noteA": "a", "tail": "t", "q": 0, "meta": { "xA": 1, "café": 2 } });
+    o.accept(&"obj-1".into(), fields, "initial", intent("f1", T0)).await.unwrap();
+    let escapes = json!({ "note\\u0041": "b", "meta.x\\u0041": 3, "meta.cafe\u{301}": 4 });
+    assert!(o.fenced_update(&"obj-1".into(), &"f1".into(), escapes, None).await.unwrap());
+    let rec = o.get(&"obj-1".into()).await.unwrap().expect("stored");
+    assert_eq!(rec.fields["noteA"], json!("a"), "writing `note\\u0041` changed `noteA`");
+    assert_eq!(rec.fields["meta"]["xA"], json!(1), "writing `meta.x\\u0041` changed `meta.xA`");
+    assert_eq!(rec.fields["meta"]["café"], json!(2), "writing a decomposed `café` changed the composed one");
+    let syntax = json!({
+        "tail\\": "t2", "q\"": 5, "a\\\"b": 6, "\\": 7, "\\\\": 8, "it's": 9, "名前.x\\": 10, "meta.a[0]": 11,
+    });
+    assert!(o.fenced_update(&"obj-1".into(), &"f1".into(), syntax, None).await.unwrap());
+    let rec = o.get(&"obj-1".into()).await.unwrap().expect("stored");
+    assert_eq!(
+        rec.fields,
+        json!({
+            "noteA": "a", "note\\u0041": "b", "tail": "t", "tail\\": "t2", "q": 0, "q\"": 5, "a\\\"b": 6,
+            "\\": 7, "\\\\": 8, "it's": 9, "名前": { "x\\": 10 },
+            "meta": { "xA": 1, "x\\u0041": 3, "café": 2, "cafe\u{301}": 4, "a[0]": 11 },
+        }),
+        "every name written under its own name"
+    );
 }
 
 /// Candidates: due ones pop once, earliest first, bounded.
@@ -345,6 +383,7 @@ macro_rules! outbox_conformance {
             k2_0_oversize_payload_is_refused,
             k2_0_bad_fencing_token_is_refused,
             k2_0_bad_field_key_is_refused,
+            k2_0_field_names_are_data,
         );
     };
 }

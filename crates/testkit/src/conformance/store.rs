@@ -1364,6 +1364,124 @@ pub async fn k2_0_unrepresentable_values_are_refused(store: &DynStore) {
     .await;
 }
 
+// --- names are data (K-2.0 amendment) -----------------------------------------------------
+
+/// Pairs of names K-2.0 admits (1–256 bytes of UTF-8, no control character, no `$` prefix,
+/// no `.`) where the second reads as the first once a JSON or path escape is decoded (or,
+/// the last pair, once Unicode is normalized): a store that pastes a name into a path instead
+/// of binding or escaping it addresses the first when asked for the second. Every store keeps
+/// them apart (K-2.0 amendment).
+pub const ESCAPE_LOOKALIKE_NAMES: [(&str, &str); 4] =
+    [("xA", "x\\u0041"), ("é", "\\u00e9"), ("名前", "\\u540d\\u524d"), ("café", "cafe\u{301}")];
+
+/// Pairs of names K-2.0 admits holding backslashes: a trailing one (it escapes the closing
+/// quote of a quoted path label), one beside two, one inside. Each is data on every store.
+pub const BACKSLASH_NAMES: [(&str, &str); 3] = [("tail", "tail\\"), ("\\", "\\\\"), ("a\\b", "a\\\\b")];
+
+/// Pairs of names K-2.0 admits holding what a path or query language reads as syntax:
+/// double quotes and their escapes, single quotes and SQL's escape of them, brackets. Each
+/// is data on every store.
+pub const QUOTE_NAMES: [(&str, &str); 5] =
+    [("q", "q\""), ("a\"b", "a\\\"b"), ("\"", "\\u0022"), ("it's", "it''s"), ("a[0]", "a[0]*")];
+
+/// Names with a control character (K-2.0 refuses them in every identifier and key): tab,
+/// line feed, NUL, escape, DEL and a C1 control.
+pub const CONTROL_CHARACTER_NAMES: [&str; 6] =
+    ["tab\there", "line\nfeed", "nul\0byte", "esc\u{1b}[0m", "del\u{7f}", "c1\u{85}"];
+
+/// Seed `wf-names` with one pending step per name of `pairs` and the outputs of the first
+/// name of each pair; complete the steps of the second names in one write; then remove their
+/// outputs (a loop's back-edge). After each write the stored instance equals the reference
+/// semantics and every first name keeps its own output: writing or removing a name never
+/// touches another. Six store operations.
+async fn distinct_names_stay_distinct(store: &DynStore, pairs: &[(&str, &str)]) {
+    let id = "wf-names";
+    let mut inst = claimed(id, "a");
+    inst.steps = pairs.iter().flat_map(|(a, b)| [*a, *b]).map(Step::pending).collect();
+    inst.output = pairs.iter().map(|(a, _)| (a.to_string(), json!({ "of": a }))).collect();
+    let inst = seed(store, inst).await;
+    assert_eq!(store.get(&id.into()).await.unwrap().as_ref(), Some(&inst), "names read back as created");
+    let second = |k: usize| 2 * k + 1;
+    let mut t = Transition::complete_step(
+        second(0),
+        pairs[0].1,
+        json!({ "of": pairs[0].1 }),
+        DurationMs::from_millis(0),
+        T0,
+        false,
+    );
+    for (k, (_, b)) in pairs.iter().enumerate().skip(1) {
+        t.outputs.push((b.to_string(), json!({ "of": b })));
+        t.step_mut(second(k)).status = Some(StepStatus::Completed);
+    }
+    let outcome = store.apply(&id.into(), &running("a"), &t).await;
+    assert!(matches!(outcome, Ok(WriteOutcome::Applied { .. })), "writing the second names: {outcome:?}");
+    let after = store.get(&id.into()).await.unwrap().expect("instance");
+    for (a, b) in pairs {
+        assert_eq!(after.output.get(*a), Some(&json!({ "of": a })), "writing output `{b}` changed output `{a}`");
+        assert_eq!(after.output.get(*b), Some(&json!({ "of": b })), "output `{b}` stored under its own name");
+    }
+    let mut expected = inst.clone();
+    t.apply_to(&mut expected);
+    assert_eq!(after, expected, "the stored instance equals Transition::apply_to");
+    let resets = (0..pairs.len()).map(|k| (second(k), 1, Vec::new(), None)).collect();
+    let unset = pairs.iter().map(|(_, b)| b.to_string()).collect();
+    let t = Transition::loop_back(second(0), resets, unset, false, T0.plus(1));
+    let outcome = store.apply(&id.into(), &running("a"), &t).await;
+    assert!(matches!(outcome, Ok(WriteOutcome::Applied { .. })), "removing the second names: {outcome:?}");
+    let removed = store.get(&id.into()).await.unwrap().expect("instance");
+    for (a, b) in pairs {
+        assert_eq!(removed.output.get(*a), Some(&json!({ "of": a })), "removing output `{b}` changed output `{a}`");
+        assert_eq!(removed.output.get(*b), None, "output `{b}` removed");
+    }
+    t.apply_to(&mut expected);
+    assert_eq!(removed, expected, "the stored instance equals Transition::apply_to");
+}
+
+/// K-2.0 (amendment): a name that reads as another once an escape is decoded (`x\u0041`
+/// beside `xA`, `\u00e9` beside `é`, a decomposed `é` beside the composed one: no store
+/// normalizes) is its own name on every store: created, written and removed without
+/// touching the other.
+pub async fn k2_0_escape_lookalike_names_stay_distinct(store: &DynStore) {
+    distinct_names_stay_distinct(store, &ESCAPE_LOOKALIKE_NAMES).await;
+}
+
+/// K-2.0 (amendment): names with backslashes (a trailing one among them) are data on every
+/// store: written and removed like any name, neither refused nor an outage, without touching
+/// the names they resemble.
+pub async fn k2_0_names_with_backslashes_are_data(store: &DynStore) {
+    distinct_names_stay_distinct(store, &BACKSLASH_NAMES).await;
+}
+
+/// K-2.0 (amendment): names with double or single quotes or brackets are data on every
+/// store: created, written and removed like any name, without touching the names they
+/// resemble.
+pub async fn k2_0_names_with_quotes_are_data(store: &DynStore) {
+    distinct_names_stay_distinct(store, &QUOTE_NAMES).await;
+}
+
+/// K-2.0: a step or output name with a control character is refused identically on every
+/// store, by the one validation of kernel-core, before anything is sent: as an output
+/// written or removed by `apply`, as a step name or an output key in `create`; nothing is
+/// written.
+pub async fn k2_0_control_characters_in_names_are_refused(store: &DynStore) {
+    refused_writes_nothing(store, |store| {
+        Box::pin(async move {
+            for name in CONTROL_CHARACTER_NAMES {
+                let t = Transition::complete_step(1, name, json!(1), DurationMs::from_millis(0), T0, false);
+                assert_invalid_field(store.apply(&"wf-1".into(), &running("a"), &t).await, "output");
+                let t = Transition::loop_back(1, vec![(1, 1, Vec::new(), None)], vec![name.into()], false, T0);
+                assert_invalid_field(store.apply(&"wf-1".into(), &running("a"), &t).await, "output");
+                let i = bad_instance(|i| i.steps[1].name = name.into());
+                assert_invalid_field(store.create(i).await, "steps[1].name");
+                let i = bad_instance(|i| _ = i.output.insert(name.into(), json!(1)));
+                assert_invalid_field(store.create(i).await, "output");
+            }
+        })
+    })
+    .await;
+}
+
 // --- scans -------------------------------------------------------------------------------
 
 /// `scan_due_waits`: only waiting instances due at `now`, bounded by `limit`, with the
@@ -1506,6 +1624,10 @@ macro_rules! store_conformance {
             k2_0_bad_token_is_refused,
             k2_0_bad_output_key_is_refused,
             k2_0_unrepresentable_values_are_refused,
+            k2_0_escape_lookalike_names_stay_distinct,
+            k2_0_names_with_backslashes_are_data,
+            k2_0_names_with_quotes_are_data,
+            k2_0_control_characters_in_names_are_refused,
             scan_due_waits_bounded,
             scan_due_waits_pages,
             scan_claimable_pages,

@@ -46,12 +46,10 @@ fn record(id: &str, o: &Obj) -> DispatchRecord {
     }
 }
 
-/// Validate a dotted path of the user's document; each segment follows the key rule.
+/// Validate a dotted path of the user's document by the one K-2.0 rule of every store
+/// ([`validate::field_path`]), refused naming `fields` as every outbox does.
 pub(crate) fn field_path(path: &str) -> Result<()> {
-    for seg in path.split('.') {
-        validate::key_name("field path", seg)?;
-    }
-    Ok(())
+    validate::field_path("fields", path).map(drop)
 }
 
 impl InMemoryOutbox {
