@@ -215,6 +215,9 @@ ws_test testkit engine model_steps::model_steps_report --nocapture --exact \
 # every boundary; counts from the fakes and the stored instances.
 ws_test testkit engine control::control_report --nocapture --exact \
   | grep -E '^(control:|control sweep:|test result)'
+# K-6.8: every side port hung in turn, through the engine's port envelope.
+ws_test testkit engine side_ports::a_hung_side_port_holds_no_claim_and_no_maintenance_pass --nocapture --exact \
+  | grep -E '^(side-ports:|test result)'
 # A dedicated redis-server on a free port is killed and restarted (never the shared one).
 ws_test queue-redis it redis_outage_engines_complete_through_the_store_and_lanes_are_rebuilt --nocapture
 

@@ -358,9 +358,11 @@ impl CrashPorts {
         }
     }
     /// Also gate the side ports a claim and a maintenance pass call: the dead letters
-    /// (`dead_letters.record`, `.decide`, `.close`, `.purge`), the task inbox
-    /// (`task_inbox.open`, `.decide`, `.close`, purges) and the result cache (`cache.put`,
-    /// `cache.purge`); reads are not boundaries. [`wire`](Self::wire) then replaces those
+    /// (boundaries `dead_letters.record`, `.decide`, `.close`), the task inbox
+    /// (`task_inbox.open`, `.decide`, `.close`) and the result cache (`cache.put`). Reads
+    /// and the maintenance pass's bounded purges of these side records (they decide
+    /// nothing; a crash there only delays a purge) are gated but are not boundaries, so an
+    /// engine's boundary schedule does not move with its maintenance passes. [`wire`](Self::wire) then replaces those
     /// the ports have.
     pub fn with_side_ports(
         mut self,
@@ -655,23 +657,6 @@ impl Wakeup for CrashPorts {
     }
 }
 
-/// A purge that deletes nothing is marked idle, as the inbox's is.
-async fn purge_gate(
-    switch: &CrashSwitch,
-    name: BoundaryName,
-    call: impl std::future::Future<Output = Result<u64>>,
-) -> Result<u64> {
-    let (gate, index) = switch.enter_at(name, true).await;
-    if let Gate::FailBefore(_) = gate {
-        return gate.run(switch, async { Ok(0) }).await;
-    }
-    let r = call.await;
-    if matches!(r, Ok(0)) {
-        switch.mark_idle(index);
-    }
-    gate.run(switch, async { r }).await
-}
-
 #[async_trait::async_trait]
 #[deny(clippy::missing_trait_methods)]
 impl DeadLetters for CrashPorts {
@@ -696,7 +681,7 @@ impl DeadLetters for CrashPorts {
         gated!(self, "dead_letters.close", true, self.dls().close(id, now).await)
     }
     async fn purge_closed(&self, before: Instant, limit: usize) -> Result<u64> {
-        purge_gate(&self.switch, "dead_letters.purge", self.dls().purge_closed(before, limit)).await
+        gated!(self, "dead_letters.purge", false, self.dls().purge_closed(before, limit).await)
     }
 }
 
@@ -719,10 +704,10 @@ impl TaskInbox for CrashPorts {
         gated!(self, "task_inbox.close", true, self.tasks().close(id, now).await)
     }
     async fn purge_sensitive_reasons(&self, before: Instant, limit: usize) -> Result<u64> {
-        purge_gate(&self.switch, "task_inbox.purge_reasons", self.tasks().purge_sensitive_reasons(before, limit)).await
+        gated!(self, "task_inbox.purge_reasons", false, self.tasks().purge_sensitive_reasons(before, limit).await)
     }
     async fn purge_closed(&self, before: Instant, limit: usize) -> Result<u64> {
-        purge_gate(&self.switch, "task_inbox.purge", self.tasks().purge_closed(before, limit)).await
+        gated!(self, "task_inbox.purge", false, self.tasks().purge_closed(before, limit).await)
     }
 }
 
@@ -736,7 +721,7 @@ impl ResultCache for CrashPorts {
         gated!(self, "cache.put", true, self.cache().put(key, value, now, ttl).await)
     }
     async fn purge_expired(&self, now: Instant, limit: usize) -> Result<u64> {
-        purge_gate(&self.switch, "cache.purge", self.cache().purge_expired(now, limit)).await
+        gated!(self, "cache.purge", false, self.cache().purge_expired(now, limit).await)
     }
 }
 

@@ -83,7 +83,8 @@ pub struct EngineConfig {
     /// max_clock_skew_ms`, so a worker whose clock runs ahead by at most this much, and who
     /// takes the instance over when its clock reaches `lease_until`, never runs beside it;
     /// `heartbeat_ms + heartbeat_deadline_ms + max_clock_skew_ms` must be `< lease_ms`.
-    /// 0 trusts the clocks to agree exactly. Default 1 s.
+    /// 0 trusts the clocks to agree exactly. Default 500 ms (NTP-synchronised hosts stay
+    /// well within it).
     pub max_clock_skew_ms: DurationMs,
     /// PrepareContext failures (K-2.3) tolerated before the workflow fails through
     /// `failing` and its failure finalizer (K-8). Counted across claims
@@ -139,7 +140,7 @@ impl Default for EngineConfig {
             shutdown_timeout_ms: DurationMs::from_millis(60_000),
             store_call_deadline_ms: DurationMs::from_millis(10_000),
             heartbeat_deadline_ms: DurationMs::from_millis(5_000),
-            max_clock_skew_ms: DurationMs::from_millis(1_000),
+            max_clock_skew_ms: DurationMs::from_millis(500),
             prepare_attempts_max: 5,
             prepare_retry_base_ms: DurationMs::from_millis(5_000),
             prepare_retry_max_ms: DurationMs::from_millis(300_000),
