@@ -601,7 +601,10 @@ impl TaskDesk {
 
     /// Decide a task with its token. Every refusal is a [`TaskDecideOutcome`] and changes
     /// nothing: absent, closed, already decided (a reused token), wrong token, a decision
-    /// naming another actor, an ineligible actor (assignee/roles, then the desk's rule).
+    /// naming another actor, an ineligible actor (assignee/roles, then the desk's rule),
+    /// and a decision at or after the task's SLA deadline by this desk's clock
+    /// ([`TaskDecideOutcome::PastDeadline`], K-17.5 amended: refused whether or not a
+    /// worker has taken the step's SLA poll; the step's SLA path concludes the task).
     /// On `Decided` the signal rings; if it cannot, the decision stays stored and the step
     /// takes it at its next poll (a reminder or the SLA deadline) — the ring error is
     /// logged, not returned, because the decision happened.

@@ -14,6 +14,7 @@ mod health;
 mod heartbeat_driver;
 mod hot_path_counts;
 mod human;
+mod human_outcomes;
 mod maintenance_hardening;
 mod mocks;
 mod model;
