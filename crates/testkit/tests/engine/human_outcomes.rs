@@ -4,7 +4,7 @@
 //! what follows) unless the definition routes the outcome to a branch that reads it.
 
 use kernel_core::engine::RoundOutcome;
-use kernel_core::human::{Concluded, HumanResult, HumanTask, HumanTaskBuilder, Level, SlaOutcome, TaskDesk};
+use kernel_core::human::{HumanResult, HumanTask, HumanTaskBuilder, Level, SlaOutcome, TaskDesk};
 use kernel_core::ports::*;
 use kernel_core::*;
 use serde_json::json;
@@ -41,7 +41,6 @@ struct Payment {
     world: World,
     engine: Engine,
     desk: TaskDesk,
-    #[allow(dead_code)] // read once non-approvals stop their dependents
     pays: Arc<AtomicU32>,
 }
 
@@ -104,7 +103,7 @@ impl Payment {
 
 /// K-17.5 (amended): an approval written a minute after the SLA deadline is refused even
 /// though no worker has taken the SLA poll yet; the record stays open without a decision,
-/// and the SLA path then concludes the task.
+/// and the SLA path then concludes the task — a rejection, so `pay` never runs.
 #[tokio::test]
 async fn an_approval_after_the_deadline_is_refused_though_no_worker_took_the_sla_poll() {
     let p = Payment::plain(81, |b| b.on_sla(SlaOutcome::Reject));
@@ -123,6 +122,98 @@ async fn an_approval_after_the_deadline_is_refused_though_no_worker_took_the_sla
     let inst = p.instance(&wf).await;
     let closed = p.world.task_inbox.get(&task.id).await.unwrap().expect("the record");
     assert_eq!((closed.status, closed.decision), (TaskStatus::Closed, None), "the SLA path closed it");
-    let res = HumanResult::from_output(&inst.output["approve"]).expect("concluded");
-    assert_eq!(res.concluded, Concluded::Sla { outcome: SlaOutcome::Reject, at: p.world.now() });
+    assert_eq!(p.pays.load(Ordering::SeqCst), 0, "a late approval never pays");
+    assert_eq!(inst.status, WorkflowStatus::Failed, "{:?}", inst.steps);
+    let error = inst.steps[0].error.as_ref().expect("the SLA path's rejection is recorded");
+    assert!(error.message.starts_with("not approved: reject (the SLA path"), "{}", error.message);
+}
+
+/// K-17.5 (amended): a human task that does not conclude in approval — a person's reject
+/// or cancel, an escalation past the last level by a person or by the SLA path, the SLA
+/// path's reject — fails its step permanently with `not approved: <outcome>`; under the
+/// default `on_failed` (stop) the workflow fails and the dependent `pay` never runs.
+#[tokio::test]
+async fn a_task_not_approved_fails_its_step_and_its_dependent_never_runs() {
+    type Conclude = Option<TaskOutcome>; // a person's decision, or `None`: the SLA passes
+    let cases: [(&str, SlaOutcome, Conclude, &str); 5] = [
+        ("person rejects", SlaOutcome::Escalate, Some(TaskOutcome::Reject), "reject"),
+        ("person cancels", SlaOutcome::Escalate, Some(TaskOutcome::Cancel), "cancel"),
+        ("person escalates past the last level", SlaOutcome::Escalate, Some(TaskOutcome::Escalate), "escalate"),
+        ("SLA rejects", SlaOutcome::Reject, None, "reject"),
+        ("SLA escalates past the last level", SlaOutcome::Escalate, None, "escalate"),
+    ];
+    for (seed, (label, on_sla, conclude, outcome)) in (82..).zip(cases) {
+        let p = Payment::plain(seed, |b| b.on_sla(on_sla));
+        let wf = p.start().await;
+        p.settle().await;
+        let task = p.task(0);
+        match conclude {
+            Some(o) => assert_eq!(p.decide(&task, o).await, TaskDecideOutcome::Decided, "{label}"),
+            None => p.world.clock.set(task.due_at),
+        }
+        p.settle().await;
+        let inst = p.instance(&wf).await;
+        assert_eq!(p.pays.load(Ordering::SeqCst), 0, "{label}: `pay` never runs");
+        assert_eq!(inst.status, WorkflowStatus::Failed, "{label}: {:?}", inst.steps);
+        let step = &inst.steps[0];
+        assert_eq!(step.status, StepStatus::Failed, "{label}");
+        let error = step.error.as_ref().expect("the failure is recorded");
+        assert_eq!(error.class, ErrorClass::Permanent, "{label}");
+        assert!(error.message.starts_with(&format!("not approved: {outcome}")), "{label}: {}", error.message);
+        assert!(!inst.output.contains_key("approve"), "{label}: a failed step has no output");
+        assert_eq!(inst.steps[1].status, StepStatus::Pending, "{label}");
+        assert_eq!(p.task(0).status, TaskStatus::Closed, "{label}: the task is closed");
+    }
+}
+
+/// K-17.5 (amended): a non-approval follows the step's `on_failed` policy like any
+/// permanent error — here `dead_letter`: the step is parked for an operator, `pay` has not
+/// run.
+#[tokio::test]
+async fn a_rejection_follows_the_steps_on_failed_policy() {
+    let p = Payment::new(90, |b| b, |approve, pay, _| vec![approve.on_failed(OnFailed::DeadLetter), pay]);
+    let wf = p.start().await;
+    p.settle().await;
+    assert_eq!(p.decide(&p.task(0), TaskOutcome::Reject).await, TaskDecideOutcome::Decided);
+    p.settle().await;
+    let inst = p.instance(&wf).await;
+    assert_eq!(inst.status, WorkflowStatus::Waiting, "parked on the operator's decision: {:?}", inst.steps);
+    let dls = p.world.dead_letters.list(None, None, 10).await.unwrap();
+    assert_eq!(dls.iter().map(|d| d.step.as_str()).collect::<Vec<_>>(), ["approve"]);
+    assert_eq!(p.pays.load(Ordering::SeqCst), 0);
+}
+
+/// K-17.5 (amended): a definition that routes the outcome (`routes_outcomes`) completes
+/// the step with a rejection, and the branch that reads it runs: `pay` (taken on approval
+/// only) is skipped as not taken, `return_invoice` (taken on anything else) runs once, the
+/// workflow completes.
+#[tokio::test]
+async fn a_routed_rejection_runs_the_branch_that_reads_it() {
+    let approved = |b: &BranchInputs<'_>| {
+        b.output("approve").and_then(|o| HumanResult::from_output(o).ok()).is_some_and(|r| r.approved())
+    };
+    let returns = Arc::new(AtomicU32::new(0));
+    let r = returns.clone();
+    let p = Payment::new(
+        91,
+        |b| b.routes_outcomes(),
+        move |approve, pay, _| {
+            vec![
+                approve,
+                pay.when(["approve"], approved),
+                counted("return_invoice", &r).depends_on(["approve"]).when(["approve"], move |b| !approved(b)),
+            ]
+        },
+    );
+    let wf = p.start().await;
+    p.settle().await;
+    assert_eq!(p.decide(&p.task(0), TaskOutcome::Reject).await, TaskDecideOutcome::Decided);
+    p.settle().await;
+    let inst = p.instance(&wf).await;
+    assert_eq!(inst.status, WorkflowStatus::Completed, "{:?}", inst.steps);
+    let res = HumanResult::from_output(&inst.output["approve"]).expect("the outcome is the step's output");
+    assert_eq!((res.outcome(), res.approved()), (TaskOutcome::Reject, false));
+    assert_eq!(p.pays.load(Ordering::SeqCst), 0, "`pay` is taken on approval only");
+    assert!(inst.steps[1].not_taken(), "{:?}", inst.steps[1]);
+    assert_eq!(returns.load(Ordering::SeqCst), 1, "the branch that reads the rejection ran");
 }
