@@ -12,7 +12,16 @@
 //!
 //! Past the SLA deadline without a decision the step takes its SLA path, whose outcome
 //! type [`SlaOutcome`] has no approve variant: escalate to the next level of the
-//! escalation path (a new record, a new token), reject or cancel. The step's output is a
+//! escalation path (a new record, a new token), reject or cancel. A decision made at or
+//! after the deadline is refused by the inbox ([`TaskDecideOutcome::PastDeadline`]).
+//!
+//! Only approval completes the step (K-17.5 amended): a task that concludes otherwise — a
+//! person's reject, cancel or escalation past the last level, or any SLA outcome — fails
+//! its step with the permanent error `not approved: <outcome>`, so its dependents do not
+//! run and the step's `on_failed` policy decides what follows (stop, skip, dead letter).
+//! A definition that routes the outcome itself declares it with
+//! [`HumanTaskBuilder::routes_outcomes`]: then every conclusion completes the step and a
+//! dependent's branch condition (`.when`) reads it. The step's output is a
 //! [`HumanResult`]; a sensitive reason is never in it (nor in logs, observations or the
 //! stream) — only on the task record, where [`TaskDesk::purge_sensitive_reasons`] removes
 //! it after retention while the decision stays.
@@ -63,7 +72,8 @@ pub const REMINDERS_MAX: usize = 16;
 #[serde(rename_all = "snake_case")]
 pub enum SlaOutcome {
     /// Hand the task to the next level of the escalation path (past the last level the
-    /// step ends `escalate`, for a person or a compensation to pick up).
+    /// task concludes `escalate`, which fails the step unless its outcome is routed, see
+    /// [`HumanTaskBuilder::routes_outcomes`]).
     Escalate,
     /// Conclude with a rejection.
     Reject,
@@ -205,6 +215,7 @@ pub struct HumanTaskBuilder {
     on_sla: SlaOutcome,
     ids: Option<Arc<DynIds>>,
     notifier: Option<Arc<dyn Notifier>>,
+    routes_outcomes: bool,
 }
 
 impl HumanTaskBuilder {
@@ -242,6 +253,21 @@ impl HumanTaskBuilder {
     /// Who tells people about opened tasks and reminders (default: nobody).
     pub fn notifier(mut self, n: Arc<dyn Notifier>) -> Self {
         self.notifier = Some(n);
+        self
+    }
+    /// The definition routes this task's outcome itself: every conclusion — approve,
+    /// reject, cancel, escalate — completes the step with its [`HumanResult`], for the
+    /// dependents' branch conditions (`StepDef::when`) to read.
+    ///
+    /// Without it (the default, K-17.5 amended) only an approval completes the step; any
+    /// other conclusion fails it permanently with `not approved: <outcome>`, so no
+    /// dependent runs unless the step's `on_failed` policy says so. Declare it only when
+    /// every dependent that must not run without an approval has a condition that reads
+    /// this step's outcome (e.g. [`HumanResult::approved`]): a dependent without one runs
+    /// after a rejection, and so does a dependent of a skipped conditional step (a skipped
+    /// step satisfies its dependents).
+    pub fn routes_outcomes(mut self) -> Self {
+        self.routes_outcomes = true;
         self
     }
 
@@ -286,6 +312,7 @@ impl HumanTaskBuilder {
             on_sla: self.on_sla,
             ids: self.ids,
             notifier: self.notifier,
+            routes_outcomes: self.routes_outcomes,
             inbox,
         })
     }
@@ -300,12 +327,17 @@ pub struct HumanTask {
     on_sla: SlaOutcome,
     ids: Option<Arc<DynIds>>,
     notifier: Option<Arc<dyn Notifier>>,
+    routes_outcomes: bool,
     inbox: Arc<DynTaskInbox>,
 }
 
 impl std::fmt::Debug for HumanTask {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HumanTask").field("levels", &self.levels).field("on_sla", &self.on_sla).finish()
+        f.debug_struct("HumanTask")
+            .field("levels", &self.levels)
+            .field("on_sla", &self.on_sla)
+            .field("routes_outcomes", &self.routes_outcomes)
+            .finish()
     }
 }
 
@@ -364,14 +396,12 @@ impl HumanTask {
             on_sla: SlaOutcome::Escalate,
             ids: None,
             notifier: None,
+            routes_outcomes: false,
         }
     }
 
-    fn conclude(task: &TaskRecord, concluded: Concluded) -> Result<StepOutcome, ActivityError> {
-        let out = HumanResult { task: task.id.clone(), level: task.level, concluded };
-        serde_json::to_value(out)
-            .map(StepOutcome::complete)
-            .map_err(|e| ActivityError::permanent(format!("human-task result: {e}")))
+    fn conclude(&self, task: &TaskRecord, concluded: Concluded) -> Result<StepOutcome, ActivityError> {
+        step_end(HumanResult { task: task.id.clone(), level: task.level, concluded }, self.routes_outcomes)
     }
 
     fn by_person(d: &TaskDecision) -> Concluded {
@@ -485,17 +515,39 @@ impl Activity for HumanTask {
             let next_level = p.level as usize + 1 < self.levels.len();
             match decision {
                 Some(d) if d.outcome == TaskOutcome::Escalate && next_level => {}
-                Some(d) => return Self::conclude(&task, Self::by_person(&d)),
+                Some(d) => return self.conclude(&task, Self::by_person(&d)),
                 // Closed without a decision: the SLA passed (here or before a crash).
                 None if self.on_sla == SlaOutcome::Escalate && next_level => {}
                 None => {
                     let at = task.closed_at.unwrap_or(now);
-                    return Self::conclude(&task, Concluded::Sla { outcome: self.on_sla, at });
+                    return self.conclude(&task, Concluded::Sla { outcome: self.on_sla, at });
                 }
             }
             p = Progress { level: p.level + 1, reminders: 0, opened: false };
         }
     }
+}
+
+/// How a concluded task ends its step (K-17.5 amended): an approval completes it with the
+/// [`HumanResult`]; any other conclusion completes it only when the definition routes the
+/// outcome ([`HumanTaskBuilder::routes_outcomes`]), else fails it with the permanent error
+/// `not approved: <outcome> (<who>, task <id>)`, which the step's `on_failed` policy handles.
+/// A pure function of its inputs, so a re-run after a crash ends the step the same way.
+fn step_end(result: HumanResult, routes_outcomes: bool) -> Result<StepOutcome, ActivityError> {
+    if !result.approved() && !routes_outcomes {
+        let by = match &result.concluded {
+            Concluded::Person { actor, .. } => format!("decided by {actor}"),
+            Concluded::Sla { .. } => "the SLA path".to_string(),
+        };
+        return Err(ActivityError::permanent(format!(
+            "not approved: {} ({by}, task {})",
+            result.outcome().as_str(),
+            result.task
+        )));
+    }
+    serde_json::to_value(result)
+        .map(StepOutcome::complete)
+        .map_err(|e| ActivityError::permanent(format!("human-task result: {e}")))
 }
 
 type Rule = Arc<dyn Fn(&Actor, &TaskRecord) -> bool + Send + Sync>;
@@ -601,7 +653,10 @@ impl TaskDesk {
 
     /// Decide a task with its token. Every refusal is a [`TaskDecideOutcome`] and changes
     /// nothing: absent, closed, already decided (a reused token), wrong token, a decision
-    /// naming another actor, an ineligible actor (assignee/roles, then the desk's rule).
+    /// naming another actor, an ineligible actor (assignee/roles, then the desk's rule),
+    /// and a decision at or after the task's SLA deadline by this desk's clock
+    /// ([`TaskDecideOutcome::PastDeadline`], K-17.5 amended: refused whether or not a
+    /// worker has taken the step's SLA poll; the step's SLA path concludes the task).
     /// On `Decided` the signal rings; if it cannot, the decision stays stored and the step
     /// takes it at its next poll (a reminder or the SLA deadline) — the ring error is
     /// logged, not returned, because the decision happened.
@@ -660,6 +715,36 @@ impl TaskDesk {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// K-17.5 (amended), row by row: only a person's approval completes the step; every
+    /// other conclusion — a person's reject, cancel or escalation past the last level, any
+    /// SLA outcome — fails it permanently with `not approved: <outcome>`, unless the
+    /// definition routes the outcome, when it completes with the result for a branch to read.
+    #[test]
+    fn only_approval_completes_the_step_unless_the_outcome_is_routed() {
+        let at = Instant::from_millis(7);
+        let person = |outcome| Concluded::Person { outcome, actor: "alice".into(), decided_at: at, reason: None };
+        let sla = |outcome| Concluded::Sla { outcome, at };
+        let rows: Vec<(Concluded, Option<&str>)> = vec![
+            (person(TaskOutcome::Approve), None),
+            (person(TaskOutcome::Reject), Some("not approved: reject (decided by alice, task t|h1)")),
+            (person(TaskOutcome::Cancel), Some("not approved: cancel (decided by alice, task t|h1)")),
+            (person(TaskOutcome::Escalate), Some("not approved: escalate (decided by alice, task t|h1)")),
+            (sla(SlaOutcome::Reject), Some("not approved: reject (the SLA path, task t|h1)")),
+            (sla(SlaOutcome::Cancel), Some("not approved: cancel (the SLA path, task t|h1)")),
+            (sla(SlaOutcome::Escalate), Some("not approved: escalate (the SLA path, task t|h1)")),
+        ];
+        for (concluded, refusal) in rows {
+            let result = HumanResult { task: "t|h1".into(), level: 1, concluded: concluded.clone() };
+            let completed = Ok(StepOutcome::complete(serde_json::to_value(&result).unwrap()));
+            assert_eq!(step_end(result.clone(), true), completed, "routed: {concluded:?}");
+            let want = match refusal {
+                None => completed,
+                Some(m) => Err(ActivityError::permanent(m)),
+            };
+            assert_eq!(step_end(result, false), want, "{concluded:?}");
+        }
+    }
 
     /// K-17.5: a default task token is 128 bits from the secure source — 32 hex digits, long
     /// enough for the inbox's check, and never the same twice.

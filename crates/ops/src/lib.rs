@@ -876,6 +876,10 @@ impl Ops {
                 TaskDecideOutcome::NotEligible | TaskDecideOutcome::ActorMismatch | TaskDecideOutcome::WrongToken => {
                     Err(OpsError::Refused(format!("{} may not decide task {id}", actor.name)))
                 }
+                TaskDecideOutcome::PastDeadline { due_at } => Err(OpsError::Refused(format!(
+                    "task {id} is past its deadline ({due_at} ms since the epoch): too late to decide, \
+                     its SLA path concludes it"
+                ))),
             }
         })
         .await

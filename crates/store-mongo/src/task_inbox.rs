@@ -24,7 +24,7 @@ use mongodb::{Collection, Database, IndexModel};
 ///
 /// `open` is one `insert_one` (a duplicate `_id` reads the stored record back), `decide` a
 /// read, the shared refusal rule, then one `update_one` filtered on
-/// `{ _id, status: "open", token }` and a read on a miss; `close` one `findAndModify` on
+/// `{ _id, status: "open", token, due_at: { $gt: decided_at } }` and a read on a miss; `close` one `findAndModify` on
 /// `{ _id, status: { $ne: "closed" } }` returning the document as it was before, so the
 /// closer learns the decision it closed over. `list_open` reads this collection only. The
 /// purges read at most `limit` candidate ids, then write once conditionally on the same
@@ -194,7 +194,15 @@ impl TaskInbox for MongoTaskInbox {
             }
             let r = self
                 .coll
-                .update_one(doc! { "_id": id, "status": TaskStatus::Open.as_str(), "token": token }, update.clone())
+                .update_one(
+                    doc! {
+                        "_id": id,
+                        "status": TaskStatus::Open.as_str(),
+                        "token": token,
+                        "due_at": { "$gt": codec::dt(decision.decided_at) },
+                    },
+                    update.clone(),
+                )
                 .await
                 .map_err(|e| map(Op::Write, "decide task", e))?;
             if r.matched_count == 1 {

@@ -19,7 +19,7 @@ pub use sql_protocol::TASK_COLUMNS;
 /// through the index on `(status, id)`). Every write is one autocommit statement: `open`
 /// an `INSERT … ON CONFLICT (id) DO NOTHING` (then a read on a conflict), `decide` (after
 /// a read that applies [`task_decision_refused`]) an `UPDATE … WHERE id = $1 AND status =
-/// 'open' AND token = $2` (then a read on a miss), `close` an `UPDATE … WHERE id = $1 AND
+/// 'open' AND token = $2 AND due_at > $decided_at` (then a read on a miss), `close` an `UPDATE … WHERE id = $1 AND
 /// status <> 'closed' RETURNING decision` (the decision is never changed by the close, so
 /// the returned one is the one the record carried when it was closed), each purge one
 /// bounded statement through its partial index. Cheap to clone.
@@ -127,6 +127,7 @@ impl TaskInbox for PostgresTaskInbox {
             Param::Text(id.to_string()),
             Param::Text(token.to_string()),
             jsonb(Dialect::Postgres, "decision", serde_json::to_value(decision))?,
+            Param::Int8(decision.decided_at.as_millis()),
         ];
         check_size("decision", &params, &self.db.config.limits)?;
         if let Some(refused) = task_decision_refused(self.read(id).await?.as_ref(), token, actor, decision)? {
@@ -135,7 +136,7 @@ impl TaskInbox for PostgresTaskInbox {
         let stmt = Statement {
             sql: format!(
                 "UPDATE {} SET status = 'decided', decision = $3::jsonb WHERE id = $1::text AND status = 'open' \
-                 AND token = $2::text RETURNING id",
+                 AND token = $2::text AND due_at > $4::bigint RETURNING id",
                 self.t()
             ),
             params,

@@ -22,7 +22,7 @@ pub use sql_protocol::TASK_COLUMNS;
 /// `(status, id)`). Every write is one autocommit statement: `open` an `INSERT … ON
 /// CONFLICT (id) DO NOTHING` (then a read on a conflict), `decide` (after a read that
 /// applies [`task_decision_refused`]) an `UPDATE … WHERE id = ?1 AND status = 'open' AND
-/// token = ?2` (then a read on a miss), `close` an `UPDATE … WHERE id = ?1 AND status <>
+/// token = ?2 AND due_at > ?decided_at` (then a read on a miss), `close` an `UPDATE … WHERE id = ?1 AND status <>
 /// 'closed' RETURNING decision` (the close never changes the decision, and SQLite runs one
 /// writer at a time), each purge one bounded statement through its partial index. Cheap
 /// to clone.
@@ -111,6 +111,7 @@ impl TaskInbox for SqliteTaskInbox {
             Param::Text(id.to_string()),
             Param::Text(token.to_string()),
             jsonb(Dialect::Sqlite, "decision", serde_json::to_value(decision))?,
+            Param::Int8(decision.decided_at.as_millis()),
         ];
         check_size("decision", &params, &self.db.config().limits)?;
         if let Some(refused) = task_decision_refused(self.read(id).await?.as_ref(), token, actor, decision)? {
@@ -119,7 +120,7 @@ impl TaskInbox for SqliteTaskInbox {
         let stmt = Statement {
             sql: format!(
                 "UPDATE {TASK_INBOX} SET status = 'decided', decision = ?3 WHERE id = ?1 AND status = 'open' \
-                 AND token = ?2 RETURNING id"
+                 AND token = ?2 AND due_at > ?4 RETURNING id"
             ),
             params,
         };

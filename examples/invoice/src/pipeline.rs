@@ -119,7 +119,10 @@ fn validate(b: &Business, ctx: &ActivityContext) -> Result<Value, ActivityError>
 }
 
 /// The approval step's human task: finance first (4 h SLA, a reminder after 1 h), then the
-/// CFO (8 h); nobody in time ends `escalate`, which never approves.
+/// CFO (8 h); nobody in time ends `escalate`, which never approves. The pipeline routes the
+/// outcome itself (`routes_outcomes`): every conclusion completes the step, and `post` runs
+/// only on an approval (its branch condition reads it), so a rejected or timed-out invoice
+/// ends `completed` without a ledger entry, as the evaluation counts it.
 ///
 /// # Errors
 /// The builder's (none for these fixed levels).
@@ -136,6 +139,7 @@ pub fn approval(inbox: Arc<DynTaskInbox>, ids: Arc<DynIds>) -> kernel_core::Resu
         .level(Level::assignee("cfo").sla(DurationMs::from_millis(SLA_CFO_MS)))
         .reminders([DurationMs::from_millis(REMINDER_MS)])
         .on_sla(SlaOutcome::Escalate)
+        .routes_outcomes()
         .evidence(|ctx| vec![Evidence { label: "scan".into(), reference: format!("upload:{}", &hash_of(ctx)[..16]) }])
         .ids(ids)
         .build(inbox)

@@ -335,15 +335,27 @@ pub enum TaskDecideOutcome {
     NotEligible,
     /// The decision names another actor than the one deciding.
     ActorMismatch,
+    /// The decision was made at or after the task's SLA deadline (`decided_at >=
+    /// due_at`): too late to count, whether or not the step has taken its SLA path yet.
+    /// The step's SLA path concludes the task (K-17.5 amended); nothing was written.
+    PastDeadline {
+        /// The task's deadline.
+        due_at: Instant,
+    },
 }
 
 /// The one rule every adapter applies to a decision, from the record as read: `Some` of
 /// the refusal, or `None` when the decision may be written (conditionally on the record
-/// still being open with this token). Checked in this order: absent, the token, closed,
-/// decided, the decision's actor, eligibility — so a caller without the token learns
-/// nothing about the task (not whether it is closed, not a stored decision), and a stored
-/// decision is returned without the text of a sensitive reason. The fields it reads besides
-/// the status and decision never change after `open`.
+/// still being open with this token and due after `decided_at`). Checked in this order:
+/// absent, the token, closed, decided, the decision's actor, eligibility, the deadline — so
+/// a caller without the token learns nothing about the task (not whether it is closed, not
+/// a stored decision, not its deadline), and a stored decision is returned without the text
+/// of a sensitive reason. The fields it reads besides the status and decision never change
+/// after `open`.
+///
+/// The deadline (K-17.5 amended): a decision with `decided_at >= due_at` is
+/// [`TaskDecideOutcome::PastDeadline`], so whether a late decision counts never depends on
+/// how soon a worker takes the step's SLA poll.
 pub fn task_decision_refused(
     found: Option<&TaskRecord>,
     token: &str,
@@ -362,6 +374,9 @@ pub fn task_decision_refused(
         }
         (TaskStatus::Open, _) if decision.actor != actor.id => Some(TaskDecideOutcome::ActorMismatch),
         (TaskStatus::Open, _) if !t.eligible(actor) => Some(TaskDecideOutcome::NotEligible),
+        (TaskStatus::Open, _) if decision.decided_at >= t.due_at => {
+            Some(TaskDecideOutcome::PastDeadline { due_at: t.due_at })
+        }
         (TaskStatus::Open, _) => None,
     })
 }
@@ -415,11 +430,21 @@ pub enum TaskCloseOutcome {
 ///   `closed_at` change (and a purged reason's text); eligibility and the token never do.
 /// - **Forward only.** `open → decided → closed` or `open → closed`, each move one
 ///   conditional single-record write, so of concurrent calls exactly one makes it.
-///   `decide` writes on `status = open AND token = token`; `close` on `status ≠ closed`.
+///   `decide` writes on `status = open AND token = token AND due_at > decided_at`;
+///   `close` on `status ≠ closed`.
 /// - **Refusals change nothing.** A decision on an absent or closed task, an already
-///   decided one (a reused token), with a wrong token, naming another actor, or from an
-///   ineligible actor is reported as a [`TaskDecideOutcome`] (the
-///   [`task_decision_refused`] rule) and writes nothing.
+///   decided one (a reused token), with a wrong token, naming another actor, from an
+///   ineligible actor, or made at or after the deadline is reported as a
+///   [`TaskDecideOutcome`] (the [`task_decision_refused`] rule) and writes nothing.
+/// - **No decision at or after the deadline** (K-17.5 amended). `decide` writes only when
+///   `decided_at < due_at`, in the same conditional write, so a late decision is refused
+///   ([`TaskDecideOutcome::PastDeadline`]) whether or not the step has taken its SLA poll
+///   yet, and the SLA path concludes the task. `decided_at` is the deciding process's
+///   `Clock` reading and `due_at` the opening process's reading plus the SLA: the deadline
+///   holds to within the skew between those two clocks (a decider whose clock runs behind
+///   by `s` may still decide up to `s` after the true deadline, one running ahead loses `s`
+///   of its time). Keep deciding processes on synchronized clocks (NTP: milliseconds
+///   against SLAs of minutes to days).
 /// - **No instance scans.** `list_open` reads the task records only.
 /// - **Caller's time.** Every time is the caller's `Clock` reading.
 /// - **Checked before I/O.** Every input is checked first; a refusal is
@@ -459,9 +484,10 @@ pub trait TaskInbox: Send + Sync + 'static {
     /// # Contract
     /// Inputs checked by [`validate_task_decide`]. A refusal by [`task_decision_refused`]
     /// on the record as read is returned and nothing is written; else one conditional write
-    /// on `id AND status = open AND token` sets the status and the decision together; on a
-    /// miss the record is read again and the refusal reported. Of concurrent decisions on
-    /// one open task exactly one returns `Decided`.
+    /// on `id AND status = open AND token AND due_at > decision.decided_at` sets the status
+    /// and the decision together; on a miss the record is read again and the refusal
+    /// reported. Of concurrent decisions on one open task exactly one returns `Decided`; a
+    /// decision at or after `due_at` never does ([`TaskDecideOutcome::PastDeadline`]).
     async fn decide(&self, id: &str, token: &str, actor: &Actor, decision: &TaskDecision) -> Result<TaskDecideOutcome>;
 
     /// The workflow took the decision or stopped waiting: `open | decided → closed` with
@@ -493,3 +519,108 @@ pub trait TaskInbox: Send + Sync + 'static {
 
 /// `dyn TaskInbox`.
 pub type DynTaskInbox = dyn TaskInbox;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DUE: Instant = Instant::from_millis(3_600_000);
+
+    /// A label, the record as read, the token, the deciding actor, the decision, the refusal.
+    type Row<'a> = (&'a str, Option<&'a TaskRecord>, &'a str, &'a Actor, TaskDecision, Option<TaskDecideOutcome>);
+
+    fn open_task() -> TaskRecord {
+        TaskRecord {
+            id: "wf-1|approve|h0".into(),
+            workflow_id: "wf-1".into(),
+            workflow_type: "invoice".into(),
+            step: "approve".into(),
+            level: 0,
+            title: "Approve invoice 7".into(),
+            assignee: Some("alice".into()),
+            roles: vec!["finance".into()],
+            evidence: vec![],
+            token: "b1e3f0c2a9d84e57".into(),
+            created_at: Instant::ZERO,
+            due_at: DUE,
+            status: TaskStatus::Open,
+            decision: None,
+            closed_at: None,
+        }
+    }
+
+    fn by(actor: &str, at: i64) -> TaskDecision {
+        TaskDecision {
+            outcome: TaskOutcome::Approve,
+            actor: actor.into(),
+            reason: None,
+            decided_at: Instant::from_millis(at),
+        }
+    }
+
+    /// K-17.5 (amended): the shared refusal rule, row by row — the deadline is compared
+    /// last, so a caller without the token, or an ineligible one, learns nothing of it; a
+    /// decision one millisecond before the deadline may be written, at the deadline or
+    /// after it is `PastDeadline`, and a closed or decided task says so first.
+    #[test]
+    fn the_refusal_rule_row_by_row() {
+        let due = DUE.as_millis();
+        let open = open_task();
+        let stored = by("bob", 5);
+        let decided = TaskRecord { status: TaskStatus::Decided, decision: Some(stored.clone()), ..open_task() };
+        let closed = TaskRecord { status: TaskStatus::Closed, closed_at: Some(DUE), ..open_task() };
+        let (alice, bob, sam) =
+            (Actor::new("alice", Vec::<String>::new()), Actor::new("bob", ["finance"]), Actor::new("sam", ["sales"]));
+        let past = Some(TaskDecideOutcome::PastDeadline { due_at: DUE });
+        let rows: Vec<Row<'_>> = vec![
+            ("absent", None, "b1e3f0c2a9d84e57", &alice, by("alice", 0), Some(TaskDecideOutcome::NotFound)),
+            (
+                "wrong token, late",
+                Some(&open),
+                "b1e3f0c2a9d84e58",
+                &alice,
+                by("alice", due),
+                Some(TaskDecideOutcome::WrongToken),
+            ),
+            (
+                "closed, late",
+                Some(&closed),
+                "b1e3f0c2a9d84e57",
+                &alice,
+                by("alice", due + 1),
+                Some(TaskDecideOutcome::Closed),
+            ),
+            (
+                "decided, late",
+                Some(&decided),
+                "b1e3f0c2a9d84e57",
+                &alice,
+                by("alice", due),
+                Some(TaskDecideOutcome::AlreadyDecided(stored.clone())),
+            ),
+            (
+                "another actor named, late",
+                Some(&open),
+                "b1e3f0c2a9d84e57",
+                &bob,
+                by("alice", due),
+                Some(TaskDecideOutcome::ActorMismatch),
+            ),
+            (
+                "ineligible, late",
+                Some(&open),
+                "b1e3f0c2a9d84e57",
+                &sam,
+                by("sam", due),
+                Some(TaskDecideOutcome::NotEligible),
+            ),
+            ("assignee, a ms before", Some(&open), "b1e3f0c2a9d84e57", &alice, by("alice", due - 1), None),
+            ("role, a ms before", Some(&open), "b1e3f0c2a9d84e57", &bob, by("bob", due - 1), None),
+            ("assignee, at the deadline", Some(&open), "b1e3f0c2a9d84e57", &alice, by("alice", due), past.clone()),
+            ("role, a minute after", Some(&open), "b1e3f0c2a9d84e57", &bob, by("bob", due + 60_000), past.clone()),
+        ];
+        for (label, found, token, actor, decision, want) in rows {
+            assert_eq!(task_decision_refused(found, token, actor, &decision).unwrap(), want, "{label}");
+        }
+    }
+}

@@ -454,6 +454,26 @@ pub async fn decide_refusals_change_nothing(inbox: &DynTaskInbox) {
     assert_stored(inbox, &closed, "closed decided: unchanged").await;
 }
 
+/// K-17.5 (amended): the decision's conditional write refuses `decided_at >= due_at`, read
+/// from the deciding process's clock, whether or not anyone has closed the task since:
+/// one millisecond before the deadline is accepted, at the deadline exactly and after it
+/// refused as `PastDeadline`, and a refusal writes nothing.
+pub async fn decide_at_or_after_the_deadline_is_refused(inbox: &DynTaskInbox) {
+    let bob = member("bob");
+    let t = open_new(inbox, task("dl-at")).await;
+    for at in [t.due_at, t.due_at.plus(60_000)] {
+        let late = decision("bob", TaskOutcome::Approve, at);
+        let out = inbox.decide("dl-at", &t.token, &bob, &late).await.unwrap();
+        assert_ne!(out, TaskDecideOutcome::Decided, "decided at {at:?}, due at {:?}", t.due_at);
+        assert_eq!(out, TaskDecideOutcome::PastDeadline { due_at: t.due_at }, "decided at {at:?}");
+        assert_stored(inbox, &t, "a refusal writes nothing").await;
+    }
+    let on_time = decision("bob", TaskOutcome::Approve, t.due_at.minus(1));
+    let t = open_new(inbox, task("dl-before")).await;
+    assert_eq!(inbox.decide("dl-before", &t.token, &bob, &on_time).await.unwrap(), TaskDecideOutcome::Decided);
+    assert_stored(inbox, &TaskRecord { status: TaskStatus::Decided, decision: Some(on_time), ..t }, "in time").await;
+}
+
 /// Eight eligible actors decide one open task concurrently: exactly one `Decided`; every
 /// other call reports the winner's decision, which is the one stored.
 pub async fn concurrent_decides_one_winner(inbox: &DynTaskInbox) {
@@ -555,7 +575,7 @@ pub async fn purge_sensitive_reasons_keeps_the_decision(inbox: &DynTaskInbox) {
     // Times before T0, which no other case uses for a decision.
     let at = |ms: i64| T0.minus(1_000_000 - ms);
     let cutoff = at(500);
-    let old = |id: &str| TaskRecord { created_at: at(0), due_at: at(0), ..task(id) };
+    let old = |id: &str| TaskRecord { created_at: at(0), ..task(id) }; // due after every decision here
     let purged = |r: &TaskRecord| {
         let mut r = r.clone();
         r.decision.as_mut().unwrap().reason.as_mut().unwrap().text = None;
@@ -601,7 +621,7 @@ pub async fn purge_sensitive_reasons_keeps_the_decision(inbox: &DynTaskInbox) {
 pub async fn purge_closed_respects_before_and_limit(inbox: &DynTaskInbox) {
     // Times before T0, which no other case uses for a close.
     let at = |ms: i64| T0.minus(2_000_000 - ms);
-    let old = |id: &str| TaskRecord { created_at: at(0), due_at: at(0), ..task(id) };
+    let old = |id: &str| TaskRecord { created_at: at(0), ..task(id) }; // due after every decision here
     let d = decision("bob", TaskOutcome::Reject, at(1));
     open_closed(inbox, old("pc-1"), None, at(10)).await;
     open_closed(inbox, old("pc-2"), Some(&d), at(20)).await;
@@ -636,7 +656,7 @@ where
     use futures::FutureExt as _;
     type Case = for<'a> fn(&'a DynTaskInbox) -> futures::future::BoxFuture<'a, ()>;
     // The same list as `task_inbox_conformance!`.
-    let cases: [(&str, Case); 12] = [
+    let cases: [(&str, Case); 13] = [
         ("open_inserts_once", |i| Box::pin(open_inserts_once(i))),
         ("k2_0_bad_task_is_refused", |i| Box::pin(k2_0_bad_task_is_refused(i))),
         ("k2_0_bad_calls_are_refused", |i| Box::pin(k2_0_bad_calls_are_refused(i))),
@@ -644,6 +664,7 @@ where
         ("list_open_pages_by_id", |i| Box::pin(list_open_pages_by_id(i))),
         ("decide_open_task", |i| Box::pin(decide_open_task(i))),
         ("decide_refusals_change_nothing", |i| Box::pin(decide_refusals_change_nothing(i))),
+        ("decide_at_or_after_the_deadline_is_refused", |i| Box::pin(decide_at_or_after_the_deadline_is_refused(i))),
         ("concurrent_decides_one_winner", |i| Box::pin(concurrent_decides_one_winner(i))),
         ("close_moves_forward_once", |i| Box::pin(close_moves_forward_once(i))),
         ("decide_racing_close_never_loses_a_decision", |i| Box::pin(decide_racing_close_never_loses_a_decision(i))),
@@ -674,6 +695,7 @@ macro_rules! task_inbox_conformance {
             list_open_pages_by_id,
             decide_open_task,
             decide_refusals_change_nothing,
+            decide_at_or_after_the_deadline_is_refused,
             concurrent_decides_one_winner,
             close_moves_forward_once,
             decide_racing_close_never_loses_a_decision,

@@ -27,7 +27,10 @@ fn finance(id: &str) -> Actor {
 }
 
 /// A workflow `review -> post` on the in-memory task inbox, its engine on the world's
-/// manual clock and a desk ringing through the engine.
+/// manual clock and a desk ringing through the engine. The review routes its outcome
+/// (`routes_outcomes`) and `post` is the branch that reads it, whatever it is, so these
+/// tests see every conclusion as the step's output; a task that is not routed is
+/// `human_outcomes.rs`'.
 struct Rig {
     world: World,
     engine: Engine,
@@ -49,7 +52,8 @@ impl Rig {
         let inbox = MemoryTaskInbox::new();
         let base = HumanTask::builder("Approve invoice 7 (12 400 EUR)")
             .evidence(|ctx| vec![Evidence { label: "The invoice".into(), reference: format!("doc:{}", ctx.biz_key()) }])
-            .ids(Arc::new(SeqIds::new("h", seed)));
+            .ids(Arc::new(SeqIds::new("h", seed)))
+            .routes_outcomes();
         let task = build(&world, base).build(Arc::new(inbox.clone())).expect("valid human task");
         let posts = Arc::new(AtomicU32::new(0));
         let p = posts.clone();
@@ -64,7 +68,8 @@ impl Rig {
                 Ok(StepOutcome::complete(json!("posted")))
             }
         })
-        .depends_on(["review"]);
+        .depends_on(["review"])
+        .when(["review"], |b| b.output("review").is_some());
         if stream {
             post = post.streaming();
         }

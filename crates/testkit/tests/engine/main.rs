@@ -16,6 +16,7 @@ mod heartbeat_driver;
 mod hot_path_counts;
 mod human;
 mod lost_attempts;
+mod human_outcomes;
 mod maintenance_hardening;
 mod mocks;
 mod model;

@@ -35,7 +35,7 @@ async fn the_operator_walk_on_postgres() {
     f.settle().await;
     assert_eq!(f.instance("wf-gate-1").await.status, WorkflowStatus::Completed);
     assert_eq!(f.instance("wf-ingest-1").await.status, WorkflowStatus::Failed);
-    assert_eq!(f.instance("wf-review-1").await.status, WorkflowStatus::Completed, "a rejection concludes the task");
+    assert_eq!(f.instance("wf-review-1").await.status, WorkflowStatus::Failed, "a rejection fails the step: no `post`");
     let audit = json(&f.wfk(&["audit", "--json"]).await.1);
     assert_eq!(audit.as_array().unwrap().len(), 7, "{audit}");
     // The stock binary through the environment.
