@@ -1481,24 +1481,9 @@ impl Claim {
             });
         };
         let now = self.now();
-        let entry = crate::record::OperatorEntry {
-            action: match &decision.action {
-                DeadLetterAction::Retry => "retry",
-                DeadLetterAction::Complete { .. } => "complete",
-                DeadLetterAction::Fail => "fail",
-            }
-            .to_string(),
-            actor: decision.actor.clone(),
-            // The output is the step's output; the record keeps a copy only when it is
-            // small, so record and output together never outgrow the payload limit.
-            output: match &decision.action {
-                DeadLetterAction::Complete { output } if serde_json::to_vec(output).is_ok_and(|v| v.len() <= 4_096) => {
-                    Some(output.clone())
-                }
-                _ => None,
-            },
-            at: now,
-        };
+        // A human task's Complete is refused here too, when it was decided without its definition.
+        let authority = self.def.steps()[idx].get_outcome_authority();
+        let (action, entry) = super::operator::resolve_decision(&decision, authority, now);
         let (t, fails) = {
             let d = self.doc();
             let step = &d.inst.steps[idx];
@@ -1506,7 +1491,7 @@ impl Claim {
             let mut record =
                 step.record_of(run).cloned().unwrap_or_else(|| crate::record::StepRecord::new(run, step.epoch));
             record.entries.push(crate::record::RecordEntry::Operator(entry));
-            match &decision.action {
+            match &action {
                 DeadLetterAction::Retry => {
                     let h = crate::record::HistoryEntry {
                         run,

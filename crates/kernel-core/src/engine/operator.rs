@@ -9,11 +9,12 @@
 //! the decision. A lost doorbell is covered by the dead-letter wait's poll fallback.
 
 use super::{effects, Engine};
+use crate::definition::OutcomeAuthority;
 use crate::error::{Error, Result};
 use crate::id::WorkflowId;
 use crate::model::*;
 use crate::ports::*;
-use crate::record::{HistoryEntry, HistoryReason};
+use crate::record::{HistoryEntry, HistoryReason, OperatorAction, OperatorEntry};
 use crate::transition::{Guard, Transition};
 use serde_json::Value;
 
@@ -79,6 +80,32 @@ fn bounded_inputs(input: &Value, record: Option<&crate::record::StepRecord>) -> 
         return without_record;
     }
     serde_json::json!({"input": "left out: too large; see the workflow's input", "record": "left out: too large"})
+}
+
+/// What the claim applies for an operator's decision on a dead-lettered step, and the
+/// entry it records with the step (K-17.2 amendment): the decision as made, except a
+/// `Complete` of a step whose outcome only its own activity may supply — decided where the
+/// step's definition was unknown — which is applied as a `Retry` (a human task re-opens)
+/// and recorded as [`OperatorAction::CompleteRefused`]. A supplied output is recorded as
+/// [`OperatorEntry::with_output`] does: its digest always, a bounded copy.
+pub(crate) fn resolve_decision(
+    decision: &DeadLetterDecision,
+    authority: OutcomeAuthority,
+    now: Instant,
+) -> (DeadLetterAction, OperatorEntry) {
+    let actor = decision.actor.as_str();
+    let plain = |action| OperatorEntry { action, actor: actor.to_string(), output: None, output_digest: None, at: now };
+    match &decision.action {
+        DeadLetterAction::Retry => (DeadLetterAction::Retry, plain(OperatorAction::Retry)),
+        DeadLetterAction::Fail => (DeadLetterAction::Fail, plain(OperatorAction::Fail)),
+        DeadLetterAction::Complete { output } if authority == OutcomeAuthority::ActivityOnly => {
+            (DeadLetterAction::Retry, OperatorEntry::with_output(OperatorAction::CompleteRefused, actor, output, now))
+        }
+        DeadLetterAction::Complete { output } => (
+            DeadLetterAction::Complete { output: output.clone() },
+            OperatorEntry::with_output(OperatorAction::Complete, actor, output, now),
+        ),
+    }
 }
 
 /// What a regenerate did.
@@ -226,13 +253,20 @@ impl Engine {
 
     /// Decide dead letter `id` (K-17.2): retry the step in its next epoch, complete it with
     /// `output` (validated against the step's output schema first), or fail the workflow.
-    /// The decision is recorded (one conditional write on an open record), then the
-    /// workflow's operator signal is delivered; a decision already recorded is returned as
+    /// The decision is recorded (one conditional write on an open record; a `Complete`
+    /// keeps the supplied output whole there), then the workflow's operator signal is
+    /// delivered; a decision already recorded is returned as
     /// [`DecideOutcome::AlreadyDecided`] with its signal delivered again (idempotent).
     ///
     /// Errors, nothing written: [`Error::NotFound`] for an unknown id;
     /// [`Error::InvalidInput`] for a bad actor or reason, an output over the payload limit
-    /// or one that fails the step's schema, or an engine without a `DeadLetters` port.
+    /// or one that fails the step's schema, or an engine without a `DeadLetters` port;
+    /// [`Error::Conflict`] for a `Complete` of a step whose outcome only its own activity
+    /// may supply ([`OutcomeAuthority::ActivityOnly`], a human task: retry it instead).
+    ///
+    /// The authority check needs this engine to know the step's definition; where it does
+    /// not, the worker that applies the decision refuses the output instead (see
+    /// [`OperatorAction::CompleteRefused`]).
     pub async fn decide_dead_letter(
         &self,
         id: &str,
@@ -242,14 +276,18 @@ impl Engine {
     ) -> Result<DecideOutcome> {
         let dls = self.dead_letter_port()?;
         let dl = dls.get(id).await?.ok_or_else(|| Error::NotFound(format!("dead letter {id}")))?;
+        let step_def = self.inner.defs.get(&dl.workflow_type).and_then(|d| d.steps().get(dl.step_index as usize));
         if let DeadLetterAction::Complete { output } = &action {
             crate::validate::payload("output", output, self.inner.config.payload_bytes_max)?;
-            let schema = self
-                .inner
-                .defs
-                .get(&dl.workflow_type)
-                .and_then(|d| d.steps().get(dl.step_index as usize).and_then(|s| s.get_output_schema().cloned()));
-            if let Some(schema) = schema {
+            if step_def.is_some_and(|s| s.get_outcome_authority() == OutcomeAuthority::ActivityOnly) {
+                return Err(Error::Conflict(format!(
+                    "dead letter {id}: step {} of {} takes its outcome only from its own activity (a human task: an \
+                     eligible person's decision or its SLA path), never from an operator's output; retry the step \
+                     instead, which re-opens its task",
+                    dl.step, dl.workflow_id
+                )));
+            }
+            if let Some(schema) = step_def.and_then(|s| s.get_output_schema()) {
                 let errors = schema.errors(output);
                 if !errors.is_empty() {
                     return Err(Error::invalid(

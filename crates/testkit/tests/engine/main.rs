@@ -6,6 +6,7 @@ mod behaviour;
 mod bulk_start;
 mod compensation;
 mod control;
+mod dead_letter_decisions;
 mod dispatch_lease;
 mod events;
 mod hardening;
