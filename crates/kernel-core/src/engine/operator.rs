@@ -82,6 +82,26 @@ fn bounded_inputs(input: &Value, record: Option<&crate::record::StepRecord>) -> 
     serde_json::json!({"input": "left out: too large; see the workflow's input", "record": "left out: too large"})
 }
 
+/// Why an open dead letter no longer stands for the attempt its workflow waits on (K-17.2
+/// amendment: a decision on it is refused), or `None` when it still does: the workflow is
+/// gone, ended or failing, or step `dl.step` is in another run or epoch than the record's.
+pub(crate) fn superseded(dl: &DeadLetter, inst: Option<&WorkflowInstance>) -> Option<String> {
+    let Some(inst) = inst else {
+        return Some(format!("workflow {} no longer exists", dl.workflow_id));
+    };
+    if inst.status.is_terminal() || inst.status == WorkflowStatus::Failing {
+        return Some(format!("workflow {} is {}", dl.workflow_id, inst.status.as_str()));
+    }
+    match inst.steps.get(dl.step_index as usize) {
+        Some(s) if s.name == dl.step && s.epoch == dl.epoch && inst.retry_count == dl.run => None,
+        Some(s) if s.name == dl.step => Some(format!(
+            "step {} is in run {} epoch {} now, the dead letter is of run {} epoch {}",
+            dl.step, inst.retry_count, s.epoch, dl.run, dl.epoch
+        )),
+        _ => Some(format!("workflow {} has no step {} at index {}", dl.workflow_id, dl.step, dl.step_index)),
+    }
+}
+
 /// What the claim applies for an operator's decision on a dead-lettered step, and the
 /// entry it records with the step (K-17.2 amendment): the decision as made, except a
 /// `Complete` of a step whose outcome only its own activity may supply — decided where the
@@ -262,11 +282,15 @@ impl Engine {
     /// [`Error::InvalidInput`] for a bad actor or reason, an output over the payload limit
     /// or one that fails the step's schema, or an engine without a `DeadLetters` port;
     /// [`Error::Conflict`] for a `Complete` of a step whose outcome only its own activity
-    /// may supply ([`OutcomeAuthority::ActivityOnly`], a human task: retry it instead).
+    /// may supply ([`OutcomeAuthority::ActivityOnly`], a human task: retry it instead), and
+    /// for an open dead letter whose attempt is superseded — its workflow is gone or ended,
+    /// or the step moved to another run or epoch (a replay, a regenerate, a loop).
     ///
     /// The authority check needs this engine to know the step's definition; where it does
     /// not, the worker that applies the decision refuses the output instead (see
     /// [`OperatorAction::CompleteRefused`]).
+    /// A regenerate that lands between the staleness check and the decision's write leaves
+    /// a decision nobody applies: the claim reads only the record of the attempt it waits on.
     pub async fn decide_dead_letter(
         &self,
         id: &str,
@@ -295,6 +319,12 @@ impl Engine {
                         format_args!("fails schema {}: {}", schema.version(), errors.join("; ")),
                     ));
                 }
+            }
+        }
+        if dl.status == DeadLetterStatus::Open {
+            let inst = self.inner.ports.store.get(&dl.workflow_id).await?;
+            if let Some(why) = superseded(&dl, inst.as_ref()) {
+                return Err(Error::Conflict(format!("dead letter {id} is stale: {why}; nothing decided")));
             }
         }
         let decision = DeadLetterDecision {

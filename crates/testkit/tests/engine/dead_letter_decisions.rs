@@ -1,7 +1,7 @@
 //! Operators' decisions on dead letters (K-17.2 and its amendment): an output that carries
 //! authority comes only from the authority — no operator completes a human-task step —,
-//! and every operator-supplied output is recorded. Simulated time on the world's manual
-//! clock.
+//! every operator-supplied output is recorded, and a decision on a dead letter whose
+//! attempt was superseded is refused. Simulated time on the world's manual clock.
 
 use kernel_core::engine::{RoundOutcome, DEAD_LETTER_SIGNAL};
 use kernel_core::human::{HumanTask, Level, Notice, Notifier};
@@ -265,4 +265,40 @@ async fn a_large_operator_output_is_recorded_on_the_dead_letter_and_by_digest_on
     assert!(entries[0].get("output").is_none(), "no copy past the limit: {}", entries[0]);
     assert_eq!(entries[0]["output_digest"], json!({"sha256": sha, "bytes": bytes}), "{}", entries[0]);
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the operator's output, not a new run");
+}
+
+/// K-17.2 amendment: a decision on a dead letter whose attempt a regenerate superseded
+/// (epoch 0, while the step is in epoch 1) is refused — before, it was stored as decided
+/// and never applied — and nothing is written; the current attempt's dead letter is
+/// decided as usual.
+#[tokio::test]
+async fn a_decision_on_a_superseded_dead_letter_is_refused() {
+    let world = World::new(4);
+    let runs = Arc::new(AtomicU32::new(0));
+    let engine = world.engine("w", vec![flaky(runs.clone())]);
+    let req = StartRequest::new("ledger", "l-2", json!({})).workflow_id("wf-l-2");
+    let wf = engine.publisher().start_or_resume(req).await.unwrap().instance.workflow_id;
+    world.drive(&engine).await.unwrap();
+    let old = kernel_core::activity::idempotency_key_at(wf.as_str(), "post", 0, 0);
+    assert_eq!(world.dead_letters.get(&old).await.unwrap().unwrap().status, DeadLetterStatus::Open);
+    let regenerated = engine.regenerate(&wf, "fetch").await.unwrap();
+    assert_eq!(regenerated.steps, vec!["fetch".to_string(), "post".to_string()]);
+    world.drive(&engine).await.unwrap();
+    let current = kernel_core::activity::idempotency_key_at(wf.as_str(), "post", 0, 1);
+    assert_eq!(world.dead_letters.get(&current).await.unwrap().unwrap().status, DeadLetterStatus::Open);
+    let before = world.instance(wf.as_str()).await.unwrap();
+    assert_eq!(before.steps[1].epoch, 1);
+
+    for action in [DeadLetterAction::Retry, DeadLetterAction::Fail, DeadLetterAction::Complete { output: json!({}) }] {
+        let stale = engine.decide_dead_letter(&old, action.clone(), "ops", None).await;
+        assert!(matches!(&stale, Err(Error::Conflict(m)) if m.contains("stale")), "{action:?}: {stale:?}");
+    }
+    assert_eq!(world.dead_letters.get(&old).await.unwrap().unwrap().decision, None, "nothing decided");
+    assert_eq!(world.instance(wf.as_str()).await.unwrap(), before, "nothing written");
+
+    let ok = engine.decide_dead_letter(&current, DeadLetterAction::Fail, "ops", None).await.unwrap();
+    assert_eq!(ok, DecideOutcome::Decided);
+    world.drive(&engine).await.unwrap();
+    assert_eq!(world.instance(wf.as_str()).await.unwrap().status, WorkflowStatus::Failed);
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "one run per epoch");
 }
