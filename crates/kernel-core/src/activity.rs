@@ -16,6 +16,15 @@ use tokio_util::sync::CancellationToken;
 pub trait Activity: Send + Sync + 'static {
     /// Run one invocation.
     async fn run(&self, ctx: ActivityContext) -> Result<StepOutcome, ActivityError>;
+
+    /// Who may supply the outcome of a step running this activity (K-17.2 amendment):
+    /// [`StepDef::new`](crate::StepDef::new) takes it as the step's. An activity whose
+    /// result carries authority (a human task's decision) returns
+    /// [`OutcomeAuthority::ActivityOnly`](crate::OutcomeAuthority::ActivityOnly), so no
+    /// operator can complete its step with an output of their own.
+    fn outcome_authority(&self) -> crate::OutcomeAuthority {
+        crate::OutcomeAuthority::ActivityOrOperator
+    }
 }
 
 #[async_trait::async_trait]

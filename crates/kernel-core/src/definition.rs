@@ -110,6 +110,30 @@ pub struct StepDef {
     pub(crate) agent: Option<crate::agent::AgentLimits>,
     pub(crate) inverse: Option<Arc<dyn Activity>>,
     pub(crate) irreversible: bool,
+    pub(crate) outcome_authority: OutcomeAuthority,
+}
+
+/// Who may supply a step's outcome (K-17.2 amendment): the kernel's one rule for outputs
+/// that carry authority. An operator deciding the step's dead letter may complete it with
+/// an output of their own only when its outcome is not reserved to its own activity.
+///
+/// A step takes its activity's [`Activity::outcome_authority`] (a
+/// [`HumanTask`](crate::human::HumanTask) declares [`ActivityOnly`](Self::ActivityOnly));
+/// [`StepDef::outcome_authority`] overrides it, e.g. for a step whose closure wraps a
+/// human task. Policy, like retries: not part of the fingerprint (K-4.2), so declaring it
+/// parks no instance in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum OutcomeAuthority {
+    /// The activity's result, or an operator's output completing the step's dead letter
+    /// (the default).
+    #[default]
+    ActivityOrOperator,
+    /// Only the step's own activity — for a human task, an eligible person's decision
+    /// through the task desk or its SLA path. An operator may retry such a dead-lettered
+    /// step (which re-opens its task) or fail it; a `Complete` with a supplied output is
+    /// refused.
+    ActivityOnly,
 }
 
 /// Whether a loop's sender sends the workflow back again, read from the sender's recorded
@@ -209,6 +233,7 @@ impl std::fmt::Debug for StepDef {
 impl StepDef {
     /// A step running `activity`, with a 60 s timeout, no retries, no resource.
     pub fn new(name: impl Into<String>, activity: impl Activity) -> Self {
+        let outcome_authority = activity.outcome_authority();
         StepDef {
             name: name.into(),
             activity: Arc::new(activity),
@@ -227,7 +252,18 @@ impl StepDef {
             agent: None,
             inverse: None,
             irreversible: false,
+            outcome_authority,
         }
+    }
+    /// Who may supply this step's outcome (K-17.2 amendment); the default is its activity's
+    /// [`Activity::outcome_authority`]. Not part of the fingerprint.
+    pub fn outcome_authority(mut self, authority: OutcomeAuthority) -> Self {
+        self.outcome_authority = authority;
+        self
+    }
+    /// Who may supply this step's outcome.
+    pub fn get_outcome_authority(&self) -> OutcomeAuthority {
+        self.outcome_authority
     }
     /// Declare the idempotent inverse of this side-effecting step (K-17.6): the business
     /// action that undoes it (a reversal entry, a refund), run by the failure path's
@@ -1022,6 +1058,42 @@ mod tests {
         )
         .unwrap();
         assert_eq!(dag.fingerprint(), "cd781fcd8c58f0dcccaf933c5a4978acd8ab94388975edbdae6a95bef5a29b9a");
+    }
+
+    /// K-17.2 amendment, K-4.2: a step's outcome authority is its activity's unless the
+    /// step overrides it, and it is policy — the same definition with and without it has
+    /// the golden fingerprint, so declaring it parks no instance in flight.
+    #[test]
+    fn outcome_authority_comes_from_the_activity_and_leaves_the_fingerprint_alone() {
+        struct Reserved;
+        #[async_trait::async_trait]
+        impl Activity for Reserved {
+            async fn run(
+                &self,
+                _: crate::ActivityContext,
+            ) -> std::result::Result<crate::StepOutcome, crate::ActivityError> {
+                Ok(crate::StepOutcome::complete(Value::Null))
+            }
+            fn outcome_authority(&self) -> OutcomeAuthority {
+                OutcomeAuthority::ActivityOnly
+            }
+        }
+        let plain = |_: crate::ActivityContext| async { Ok(crate::StepOutcome::complete(Value::Null)) };
+        assert_eq!(StepDef::new("a", plain).get_outcome_authority(), OutcomeAuthority::ActivityOrOperator);
+        assert_eq!(StepDef::new("a", Reserved).get_outcome_authority(), OutcomeAuthority::ActivityOnly);
+        let overridden = StepDef::new("a", plain).outcome_authority(OutcomeAuthority::ActivityOnly);
+        assert_eq!(overridden.get_outcome_authority(), OutcomeAuthority::ActivityOnly);
+        let names = ["preprocess", "transcribe", "compose", "finalize"];
+        let def = |reserved: bool| {
+            let mut b = Definition::builder("live_summary");
+            for n in names {
+                let s = StepDef::new(n, plain);
+                b = b.step(if reserved { s.outcome_authority(OutcomeAuthority::ActivityOnly) } else { s });
+            }
+            b.build().unwrap()
+        };
+        let golden = "6f77bb7b30b9dcdd5589a3f5cba19a9f5011b04e79d08845be105ae6e0dd4319";
+        assert_eq!((def(false).plan().fingerprint(), def(true).plan().fingerprint()), (golden, golden));
     }
 
     #[test]

@@ -459,6 +459,11 @@ impl HumanTask {
 
 #[async_trait::async_trait]
 impl Activity for HumanTask {
+    /// A human task's outcome comes only from an eligible person or its SLA path (K-17.2).
+    fn outcome_authority(&self) -> crate::OutcomeAuthority {
+        crate::OutcomeAuthority::ActivityOnly
+    }
+
     async fn run(&self, ctx: ActivityContext) -> Result<StepOutcome, ActivityError> {
         let mut p: Progress = ctx.checkpoint().and_then(|c| serde_json::from_value(c.clone()).ok()).unwrap_or_default();
         loop {

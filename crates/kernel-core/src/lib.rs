@@ -31,7 +31,8 @@ pub mod validate;
 
 pub use activity::{idempotency_key, Activity, ActivityContext, ActivityError, SignalWaitSpec, StepOutcome};
 pub use definition::{
-    BranchInputs, Definition, OnFailed, Plan, PlanRegistry, ResourceFn, RetryPolicy, StepControl, StepDef,
+    BranchInputs, Definition, OnFailed, OutcomeAuthority, Plan, PlanRegistry, ResourceFn, RetryPolicy, StepControl,
+    StepDef,
 };
 pub use engine::{
     Engine, EngineConfig, EngineHealth, Event, EventOutcome, EventRoute, Ports, Publisher, PublisherBuilder,

@@ -175,18 +175,118 @@ pub struct RecordedValue {
     pub recorded_at: Instant,
 }
 
+/// Largest operator-supplied output an [`OperatorEntry`] keeps a copy of, in bytes of its
+/// JSON form. A larger output is kept as its [`OutputDigest`] only: the output itself is the
+/// step's output and stays whole in the dead-letter record's decision, and a record that
+/// copied it in full could outgrow the payload limit together with the output.
+pub const OPERATOR_OUTPUT_BYTES_MAX: usize = 4_096;
+
+/// What an operator's decision on a dead-lettered step did (K-17.2). Stored as the
+/// snake_case strings `retry`, `complete`, `fail` — the ones records held before this type
+/// existed, so they still decode — and `complete_refused`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OperatorAction {
+    /// The step ran again in its next epoch.
+    Retry,
+    /// The step completed with the operator's output.
+    Complete,
+    /// The step failed.
+    Fail,
+    /// A `Complete` of a step whose outcome only its own activity may supply (a human
+    /// task, [`OutcomeAuthority::ActivityOnly`](crate::OutcomeAuthority::ActivityOnly)),
+    /// decided where the step's definition was unknown: the output was not applied and
+    /// the step ran again in its next epoch, as a retry does.
+    CompleteRefused,
+}
+
+impl OperatorAction {
+    /// The snake_case name used in documents.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Retry => "retry",
+            Self::Complete => "complete",
+            Self::Fail => "fail",
+            Self::CompleteRefused => "complete_refused",
+        }
+    }
+}
+
+impl std::fmt::Display for OperatorAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Compares with the stored name, as the `String` this field was before did.
+impl PartialEq<&str> for OperatorAction {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+/// The SHA-256 and size of a JSON value, for the audit of an operator-supplied output:
+/// both over its canonical form (object keys sorted at every level, no whitespace), so the
+/// digest is the same whichever store or client re-ordered its keys.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct OutputDigest {
+    /// Lowercase hex SHA-256 of the canonical JSON.
+    pub sha256: String,
+    /// Length of the canonical JSON in bytes.
+    pub bytes: u64,
+}
+
+impl OutputDigest {
+    /// The digest of `v`.
+    ///
+    /// ```
+    /// use kernel_core::record::OutputDigest;
+    /// let a = OutputDigest::of(&serde_json::json!({"b": 1, "a": [true]}));
+    /// assert_eq!(a.bytes, r#"{"a":[true],"b":1}"#.len() as u64);
+    /// assert_eq!(a.sha256.len(), 64);
+    /// ```
+    pub fn of(v: &Value) -> OutputDigest {
+        use sha2::Digest;
+        let canonical = crate::model_call::canonical_json(v);
+        OutputDigest {
+            sha256: crate::model_call::hex(&sha2::Sha256::digest(canonical.as_bytes())),
+            bytes: canonical.len() as u64,
+        }
+    }
+}
+
 /// A decision an operator made about the step (dead-letter actions).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OperatorEntry {
-    /// `retry`, `complete` or `fail`.
-    pub action: String,
+    /// What the decision did.
+    pub action: OperatorAction,
     /// Who decided.
     pub actor: String,
-    /// The supplied output of a `complete`.
+    /// A copy of the supplied output of a `complete` (or a refused one), when its JSON form
+    /// is at most [`OPERATOR_OUTPUT_BYTES_MAX`] bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<Value>,
+    /// The digest of the supplied output, whatever its size (absent on entries recorded
+    /// before it existed, and for retry and fail).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_digest: Option<OutputDigest>,
     /// When the engine applied it.
     pub at: Instant,
+}
+
+impl OperatorEntry {
+    /// The entry of an operator-supplied `output`: its digest always, a copy when it is at
+    /// most [`OPERATOR_OUTPUT_BYTES_MAX`] bytes.
+    pub fn with_output(action: OperatorAction, actor: &str, output: &Value, at: Instant) -> OperatorEntry {
+        let digest = OutputDigest::of(output);
+        OperatorEntry {
+            action,
+            actor: actor.to_string(),
+            output: (digest.bytes <= OPERATOR_OUTPUT_BYTES_MAX as u64).then(|| output.clone()),
+            output_digest: Some(digest),
+            at,
+        }
+    }
 }
 
 /// One recorded fact.
@@ -425,6 +525,46 @@ mod tests {
         assert_eq!(v["entries"][0]["kind"], "model");
         assert_eq!(v["entries"][1]["kind"], "value");
         assert_eq!(serde_json::from_value::<StepRecord>(v).unwrap(), r);
+    }
+
+    /// Operator entries stored before `OperatorEntry::action` was typed (a plain string,
+    /// no digest) still decode, to the same strings when written again.
+    #[test]
+    fn operator_entries_stored_as_strings_still_decode() {
+        for (stored, action) in
+            [("retry", OperatorAction::Retry), ("complete", OperatorAction::Complete), ("fail", OperatorAction::Fail)]
+        {
+            let v = json!({"entries": [{"kind": "operator", "action": stored, "actor": "ops", "at": 7}], "run": 0, "epoch": 0});
+            let r: StepRecord = serde_json::from_value(v.clone()).unwrap();
+            let RecordEntry::Operator(o) = &r.entries[0] else { panic!("{r:?}") };
+            assert_eq!((o.action, o.action.as_str(), o.output_digest.as_ref()), (action, stored, None));
+            assert_eq!(serde_json::to_value(&r).unwrap(), v, "written back unchanged");
+        }
+        let legacy = json!({"kind": "operator", "action": "complete", "actor": "ops", "output": {"ok": true}, "at": 7});
+        let RecordEntry::Operator(o) = serde_json::from_value(legacy).unwrap() else { panic!() };
+        assert_eq!(o.output, Some(json!({"ok": true})));
+        let unknown = json!({"kind": "operator", "action": "approve", "actor": "ops", "at": 7});
+        assert!(serde_json::from_value::<RecordEntry>(unknown).is_err(), "an unknown action is not guessed");
+    }
+
+    /// An operator entry keeps the digest of every supplied output and a copy only up to
+    /// the named limit; the digest does not depend on key order.
+    #[test]
+    fn operator_entries_keep_a_digest_and_a_bounded_copy() {
+        let small = json!({"b": 1, "a": "x"});
+        let e = OperatorEntry::with_output(OperatorAction::Complete, "ops", &small, Instant::ZERO);
+        assert_eq!(e.output, Some(small.clone()));
+        let d = e.output_digest.unwrap();
+        assert_eq!(d.bytes, br#"{"a":"x","b":1}"#.len() as u64);
+        assert_eq!(d, OutputDigest::of(&json!({"a": "x", "b": 1})), "key order is not part of the digest");
+        let at_limit = json!("x".repeat(OPERATOR_OUTPUT_BYTES_MAX - 2));
+        let e = OperatorEntry::with_output(OperatorAction::Complete, "ops", &at_limit, Instant::ZERO);
+        assert_eq!((e.output.is_some(), e.output_digest.unwrap().bytes), (true, OPERATOR_OUTPUT_BYTES_MAX as u64));
+        let big = json!("x".repeat(OPERATOR_OUTPUT_BYTES_MAX - 1));
+        let e = OperatorEntry::with_output(OperatorAction::Complete, "ops", &big, Instant::ZERO);
+        assert_eq!(e.output, None, "over the limit: no copy");
+        assert_eq!(e.output_digest, Some(OutputDigest::of(&big)), "but its trace");
+        assert_ne!(OutputDigest::of(&big), OutputDigest::of(&at_limit));
     }
 
     #[test]

@@ -807,7 +807,10 @@ impl Ops {
         .await
     }
 
-    /// Decide a dead letter (K-17.2): retry, complete with an output, or fail.
+    /// Decide a dead letter (K-17.2): retry, complete with an output, or fail. The audit
+    /// entry's request detail carries `reason` and, for a complete, the supplied output's
+    /// `{"sha256", "bytes"}` ([`OutputDigest`](kernel_core::record::OutputDigest)), whether
+    /// the decision was taken or refused (a human-task step, a stale dead letter).
     pub async fn decide_dead_letter(
         &self,
         actor: &Actor,
@@ -820,7 +823,16 @@ impl Ops {
             DeadLetterAction::Complete { .. } => "dlq-complete",
             DeadLetterAction::Fail => "dlq-fail",
         };
-        self.act(actor, name, id, serde_json::json!({"reason": reason}), || async {
+        // The audit keeps what the operator supplied, whatever the outcome: the output's
+        // SHA-256 and size (the output itself is on the dead-letter record).
+        let detail = match &action {
+            DeadLetterAction::Complete { output } => {
+                let digest = kernel_core::record::OutputDigest::of(output);
+                serde_json::json!({"reason": reason, "output": {"sha256": digest.sha256, "bytes": digest.bytes}})
+            }
+            DeadLetterAction::Retry | DeadLetterAction::Fail => serde_json::json!({"reason": reason}),
+        };
+        self.act(actor, name, id, detail, || async {
             match self.engine.decide_dead_letter(id, action, &actor.name, reason).await? {
                 DecideOutcome::Decided => {
                     Ok((format!("dead letter {id}: decided"), serde_json::json!({"id": id, "outcome": "decided"})))

@@ -3,10 +3,12 @@
 //! decision writes — the step's record entry, the step's transition and what follows. The
 //! claim reads the record, calls these functions and performs the writes they describe.
 
-use crate::definition::{OnFailed, StepDef};
+use crate::definition::{OnFailed, OutcomeAuthority, StepDef};
 use crate::model::{DurationMs, ErrorClass, Instant, Step, StepError};
 use crate::ports::{DeadLetter, DeadLetterAction, DeadLetterDecision, DeadLetterStatus};
-use crate::record::{HistoryEntry, HistoryLimits, HistoryReason, OperatorEntry, RecordEntry, StepRecord};
+use crate::record::{
+    HistoryEntry, HistoryLimits, HistoryReason, OperatorAction, OperatorEntry, RecordEntry, StepRecord,
+};
 use crate::transition::Transition;
 
 /// Whether a step of `sd` can be dead-lettered: its policy says so, or it asks a query hook
@@ -41,25 +43,29 @@ pub(crate) fn found(record: Option<DeadLetter>) -> Found {
     }
 }
 
-/// The record entry of an applied operator decision (K-17.3). The output is the step's
-/// output; the entry keeps a copy only when it is small, so record and output together
-/// never outgrow the payload limit.
-pub(crate) fn operator_entry(decision: &DeadLetterDecision, now: Instant) -> OperatorEntry {
-    OperatorEntry {
-        action: match &decision.action {
-            DeadLetterAction::Retry => "retry",
-            DeadLetterAction::Complete { .. } => "complete",
-            DeadLetterAction::Fail => "fail",
+/// What the claim applies for an operator's decision on a dead-lettered step, and the
+/// entry it records with the step (K-17.2 amendment): the decision as made, except a
+/// `Complete` of a step whose outcome only its own activity may supply — decided where the
+/// step's definition was unknown — which is applied as a `Retry` (a human task re-opens)
+/// and recorded as [`OperatorAction::CompleteRefused`]. A supplied output is recorded as
+/// [`OperatorEntry::with_output`] does: its digest always, a bounded copy.
+pub(crate) fn resolve(
+    decision: &DeadLetterDecision,
+    authority: OutcomeAuthority,
+    now: Instant,
+) -> (DeadLetterAction, OperatorEntry) {
+    let actor = decision.actor.as_str();
+    let plain = |action| OperatorEntry { action, actor: actor.to_string(), output: None, output_digest: None, at: now };
+    match &decision.action {
+        DeadLetterAction::Retry => (DeadLetterAction::Retry, plain(OperatorAction::Retry)),
+        DeadLetterAction::Fail => (DeadLetterAction::Fail, plain(OperatorAction::Fail)),
+        DeadLetterAction::Complete { output } if authority == OutcomeAuthority::ActivityOnly => {
+            (DeadLetterAction::Retry, OperatorEntry::with_output(OperatorAction::CompleteRefused, actor, output, now))
         }
-        .to_string(),
-        actor: decision.actor.clone(),
-        output: match &decision.action {
-            DeadLetterAction::Complete { output } if serde_json::to_vec(output).is_ok_and(|v| v.len() <= 4_096) => {
-                Some(output.clone())
-            }
-            _ => None,
-        },
-        at: now,
+        DeadLetterAction::Complete { output } => (
+            DeadLetterAction::Complete { output: output.clone() },
+            OperatorEntry::with_output(OperatorAction::Complete, actor, output, now),
+        ),
     }
 }
 
@@ -82,8 +88,9 @@ pub(crate) struct Applied {
     pub(crate) then: AfterDecision,
 }
 
-/// The write that applies `decision` to dead-lettered step `idx` (`step`, of run `run`):
-/// the operator's entry is appended to the step's record of this logical attempt, then a
+/// The write that applies `decision` to dead-lettered step `idx` (`step`, of run `run`),
+/// as [`resolve`] turns it for the step's outcome `authority`: the operator's entry is
+/// appended to the step's record of this logical attempt, then a
 /// retry starts the next epoch (the attempt, record included, goes to the history), a
 /// completion completes the step with the operator's output, and a failure fails it for
 /// good with the actor and reason as its error.
@@ -92,12 +99,14 @@ pub(crate) fn apply(
     step: &Step,
     run: u32,
     decision: &DeadLetterDecision,
+    authority: OutcomeAuthority,
     limits: HistoryLimits,
     now: Instant,
 ) -> Applied {
+    let (action, entry) = resolve(decision, authority, now);
     let mut record = step.record_of(run).cloned().unwrap_or_else(|| StepRecord::new(run, step.epoch));
-    record.entries.push(RecordEntry::Operator(operator_entry(decision, now)));
-    match &decision.action {
+    record.entries.push(RecordEntry::Operator(entry));
+    match &action {
         DeadLetterAction::Retry => {
             let h = HistoryEntry {
                 run,

@@ -135,7 +135,7 @@ fn k17_2_k17_3_each_decision_becomes_one_write_row_by_row() {
         ),
     ];
     for (name, dec, status, epoch, message, then) in rows {
-        let a = apply(1, &inst.steps[1], 0, &dec, HistoryLimits::default(), NOW);
+        let a = apply(1, &inst.steps[1], 0, &dec, OutcomeAuthority::ActivityOrOperator, HistoryLimits::default(), NOW);
         assert_eq!(a.then, then, "{name}");
         let (after, entry) = applied_to(&inst, &a);
         let s = &after.steps[1];
@@ -182,10 +182,52 @@ fn k17_3_the_entry_joins_the_record_of_this_logical_attempt_only() {
     let inst = instance(&d, vec![at("a", StepStatus::Completed), b]);
     let fail = decision(DeadLetterAction::Fail, None);
     // Same run: the entry is appended to the existing record.
-    let (after, _) = applied_to(&inst, &apply(1, &inst.steps[1], 0, &fail, HistoryLimits::default(), NOW));
+    let (after, _) = applied_to(
+        &inst,
+        &apply(1, &inst.steps[1], 0, &fail, OutcomeAuthority::ActivityOrOperator, HistoryLimits::default(), NOW),
+    );
     assert_eq!(after.steps[1].record.as_ref().map(|r| r.entries.len()), Some(2));
     // Another run: a fresh record of that run holds the entry alone.
-    let (after, _) = applied_to(&inst, &apply(1, &inst.steps[1], 1, &fail, HistoryLimits::default(), NOW));
+    let (after, _) = applied_to(
+        &inst,
+        &apply(1, &inst.steps[1], 1, &fail, OutcomeAuthority::ActivityOrOperator, HistoryLimits::default(), NOW),
+    );
     let r = after.steps[1].record.as_ref().expect("a record");
     assert_eq!((r.entries.len(), r.run), (1, 1));
+}
+
+/// K-17.2 amendment: a `Complete` of a step whose outcome only its own activity may supply
+/// (a human task) is applied as a retry — the next epoch, so the task re-opens — and
+/// recorded as refused with the output's digest; any other step takes it as decided.
+#[test]
+fn k17_2_an_operator_output_never_completes_a_step_of_activity_only_authority() {
+    let d = def(vec![step("a"), step("b").depends_on(["a"])]);
+    let inst = instance(&d, vec![at("a", StepStatus::Completed), at("b", StepStatus::Waiting)]);
+    let forged = decision(DeadLetterAction::Complete { output: json!({"approved": true}) }, None);
+    let rows = [
+        (OutcomeAuthority::ActivityOrOperator, StepStatus::Completed, 0, "complete"),
+        (OutcomeAuthority::ActivityOnly, StepStatus::Pending, 1, "complete_refused"),
+    ];
+    for (authority, status, epoch, recorded) in rows {
+        let a = apply(1, &inst.steps[1], 0, &forged, authority, HistoryLimits::default(), NOW);
+        assert_eq!(a.then, AfterDecision::Continue, "{authority:?}");
+        let (after, entry) = applied_to(&inst, &a);
+        assert_eq!((after.steps[1].status, after.steps[1].epoch), (status, epoch), "{authority:?}");
+        let entry = entry.unwrap_or_else(|| {
+            after.steps[1]
+                .history
+                .last()
+                .and_then(|h| h.record.as_ref())
+                .and_then(|r| {
+                    r.entries.iter().find_map(|e| match e {
+                        RecordEntry::Operator(o) => Some(o.clone()),
+                        _ => None,
+                    })
+                })
+                .expect("the entry is recorded")
+        });
+        assert_eq!(entry.action.to_string(), recorded, "{authority:?}");
+        assert!(entry.output_digest.is_some(), "{authority:?}: the output leaves its digest");
+        assert_eq!(after.output.contains_key("b"), status == StepStatus::Completed, "{authority:?}");
+    }
 }

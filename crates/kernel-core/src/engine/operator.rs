@@ -9,6 +9,7 @@
 //! the decision. A lost doorbell is covered by the dead-letter wait's poll fallback.
 
 use super::{effects, Engine};
+use crate::definition::OutcomeAuthority;
 use crate::error::{Error, Result};
 use crate::id::WorkflowId;
 use crate::model::*;
@@ -79,6 +80,26 @@ fn bounded_inputs(input: &Value, record: Option<&crate::record::StepRecord>) -> 
         return without_record;
     }
     serde_json::json!({"input": "left out: too large; see the workflow's input", "record": "left out: too large"})
+}
+
+/// Why an open dead letter no longer stands for the attempt its workflow waits on (K-17.2
+/// amendment: a decision on it is refused), or `None` when it still does: the workflow is
+/// gone, ended or failing, or step `dl.step` is in another run or epoch than the record's.
+pub(crate) fn superseded(dl: &DeadLetter, inst: Option<&WorkflowInstance>) -> Option<String> {
+    let Some(inst) = inst else {
+        return Some(format!("workflow {} no longer exists", dl.workflow_id));
+    };
+    if inst.status.is_terminal() || inst.status == WorkflowStatus::Failing {
+        return Some(format!("workflow {} is {}", dl.workflow_id, inst.status.as_str()));
+    }
+    match inst.steps.get(dl.step_index as usize) {
+        Some(s) if s.name == dl.step && s.epoch == dl.epoch && inst.retry_count == dl.run => None,
+        Some(s) if s.name == dl.step => Some(format!(
+            "step {} is in run {} epoch {} now, the dead letter is of run {} epoch {}",
+            dl.step, inst.retry_count, s.epoch, dl.run, dl.epoch
+        )),
+        _ => Some(format!("workflow {} has no step {} at index {}", dl.workflow_id, dl.step, dl.step_index)),
+    }
 }
 
 /// What a regenerate did.
@@ -226,13 +247,24 @@ impl Engine {
 
     /// Decide dead letter `id` (K-17.2): retry the step in its next epoch, complete it with
     /// `output` (validated against the step's output schema first), or fail the workflow.
-    /// The decision is recorded (one conditional write on an open record), then the
-    /// workflow's operator signal is delivered; a decision already recorded is returned as
+    /// The decision is recorded (one conditional write on an open record; a `Complete`
+    /// keeps the supplied output whole there), then the workflow's operator signal is
+    /// delivered; a decision already recorded is returned as
     /// [`DecideOutcome::AlreadyDecided`] with its signal delivered again (idempotent).
     ///
     /// Errors, nothing written: [`Error::NotFound`] for an unknown id;
     /// [`Error::InvalidInput`] for a bad actor or reason, an output over the payload limit
-    /// or one that fails the step's schema, or an engine without a `DeadLetters` port.
+    /// or one that fails the step's schema, or an engine without a `DeadLetters` port;
+    /// [`Error::Conflict`] for a `Complete` of a step whose outcome only its own activity
+    /// may supply ([`OutcomeAuthority::ActivityOnly`], a human task: retry it instead), and
+    /// for an open dead letter whose attempt is superseded — its workflow is gone or ended,
+    /// or the step moved to another run or epoch (a replay, a regenerate, a loop).
+    ///
+    /// The authority check needs this engine to know the step's definition; where it does
+    /// not, the worker that applies the decision refuses the output instead (see
+    /// [`OperatorAction::CompleteRefused`](crate::record::OperatorAction::CompleteRefused)).
+    /// A regenerate that lands between the staleness check and the decision's write leaves
+    /// a decision nobody applies: the claim reads only the record of the attempt it waits on.
     pub async fn decide_dead_letter(
         &self,
         id: &str,
@@ -242,14 +274,18 @@ impl Engine {
     ) -> Result<DecideOutcome> {
         let dls = self.dead_letter_port()?;
         let dl = dls.get(id).await?.ok_or_else(|| Error::NotFound(format!("dead letter {id}")))?;
+        let step_def = self.inner.defs.get(&dl.workflow_type).and_then(|d| d.steps().get(dl.step_index as usize));
         if let DeadLetterAction::Complete { output } = &action {
             crate::validate::payload("output", output, self.inner.config.payload_bytes_max)?;
-            let schema = self
-                .inner
-                .defs
-                .get(&dl.workflow_type)
-                .and_then(|d| d.steps().get(dl.step_index as usize).and_then(|s| s.get_output_schema().cloned()));
-            if let Some(schema) = schema {
+            if step_def.is_some_and(|s| s.get_outcome_authority() == OutcomeAuthority::ActivityOnly) {
+                return Err(Error::Conflict(format!(
+                    "dead letter {id}: step {} of {} takes its outcome only from its own activity (a human task: an \
+                     eligible person's decision or its SLA path), never from an operator's output; retry the step \
+                     instead, which re-opens its task",
+                    dl.step, dl.workflow_id
+                )));
+            }
+            if let Some(schema) = step_def.and_then(|s| s.get_output_schema()) {
                 let errors = schema.errors(output);
                 if !errors.is_empty() {
                     return Err(Error::invalid(
@@ -257,6 +293,12 @@ impl Engine {
                         format_args!("fails schema {}: {}", schema.version(), errors.join("; ")),
                     ));
                 }
+            }
+        }
+        if dl.status == DeadLetterStatus::Open {
+            let inst = self.inner.ports.store.get(&dl.workflow_id).await?;
+            if let Some(why) = superseded(&dl, inst.as_ref()) {
+                return Err(Error::Conflict(format!("dead letter {id} is stale: {why}; nothing decided")));
             }
         }
         let decision = DeadLetterDecision {

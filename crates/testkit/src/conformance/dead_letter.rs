@@ -180,6 +180,30 @@ pub async fn decide_open_record(dl: &DynDeadLetters) {
     assert_eq!(dl.get("dl-2").await.unwrap().unwrap().decision, Some(no_reason), "no reason round-trips");
 }
 
+/// K-17.2 amendment: an operator-supplied output is recorded whole on the decision — far
+/// past the 4 096 bytes a step's operator entry copies, nested, unicode, extreme numbers —
+/// and still reads back exactly, in `get` and `list`, once the record is closed.
+pub async fn complete_output_is_kept_whole_through_close(dl: &DynDeadLetters) {
+    let d = record_new(dl, letter("dl-1")).await;
+    let lines: Vec<serde_json::Value> = (0..400)
+        .map(|k| json!({"sku": format!("sku-{k:04}-ü"), "qty": k, "price": 0.1 + f64::from(k), "ok": k % 2 == 0}))
+        .collect();
+    let output = json!({"approved": true, "by": "ops:ålice", "lines": lines, "min": i64::MIN, "nested": {"z": [[[]]], "a": null}});
+    assert!(serde_json::to_vec(&output).unwrap().len() > 4 * kernel_core::record::OPERATOR_OUTPUT_BYTES_MAX);
+    let dec = decision("ops:ålice", DeadLetterAction::Complete { output: output.clone() }, T0.plus(1));
+    assert_eq!(dl.decide("dl-1", &dec).await.unwrap(), DecideOutcome::Decided);
+    assert!(dl.close("dl-1", T0.plus(2)).await.unwrap());
+    let closed = DeadLetter { status: DeadLetterStatus::Closed, decision: Some(dec), closed_at: Some(T0.plus(2)), ..d };
+    let stored = dl.get("dl-1").await.unwrap().expect("kept");
+    assert_eq!(stored, closed);
+    let Some(DeadLetterDecision { action: DeadLetterAction::Complete { output: kept }, .. }) = stored.decision else {
+        panic!("the decision keeps the output: {stored:?}")
+    };
+    let digest = kernel_core::record::OutputDigest::of;
+    assert_eq!(digest(&kept), digest(&output), "the same bytes, canonically");
+    assert_eq!(dl.list(Some(DeadLetterStatus::Closed), None, 10).await.unwrap(), vec![closed], "listed whole");
+}
+
 /// A second decision is refused as `AlreadyDecided` with the first, which stays.
 pub async fn second_decide_reports_the_first(dl: &DynDeadLetters) {
     record_new(dl, letter("dl-1")).await;
@@ -382,6 +406,7 @@ macro_rules! dead_letter_conformance {
             re_record_same_id_changes_nothing,
             list_pages_by_id_with_status_filter,
             decide_open_record,
+            complete_output_is_kept_whole_through_close,
             second_decide_reports_the_first,
             concurrent_decides_one_winner,
             decide_unknown_is_not_found,

@@ -283,11 +283,18 @@ pub fn sample_record(run: u32, epoch: u32) -> StepRecord {
                 recorded_at: T0.plus(4),
             }),
             RecordEntry::Operator(OperatorEntry {
-                action: "complete".into(),
+                action: OperatorAction::Complete,
                 actor: "ops@example".into(),
                 output: Some(json!({"ok": true})),
+                output_digest: Some(OutputDigest::of(&json!({"ok": true}))),
                 at: T0.plus(5),
             }),
+            RecordEntry::Operator(OperatorEntry::with_output(
+                OperatorAction::CompleteRefused,
+                "ops@example",
+                &json!({"approved": true, "note": "x".repeat(OPERATOR_OUTPUT_BYTES_MAX)}),
+                T0.plus(6),
+            )),
         ],
     }
 }

@@ -86,7 +86,10 @@ impl Claim {
         let applied = {
             let d = self.doc();
             let limits = self.inner.config.history_limits;
-            dead_letter_decision::apply(idx, &d.inst.steps[idx], d.inst.retry_count, &decision, limits, now)
+            // A human task's Complete is refused here too, when it was decided without its
+            // definition (K-17.2 amendment).
+            let authority = self.def.steps()[idx].get_outcome_authority();
+            dead_letter_decision::apply(idx, &d.inst.steps[idx], d.inst.retry_count, &decision, authority, limits, now)
         };
         if let Err(e) = self.commit_plain(G::Running, applied.transition).await {
             return Some(e);
