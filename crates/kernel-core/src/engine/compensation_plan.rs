@@ -10,14 +10,15 @@ use crate::model::{ErrorClass, Instant, Step, StepStatus};
 use crate::ports::{TaskRecord, TaskStatus, TASK_TEXT_BYTES_MAX};
 
 /// A completed step whose inverse will run, with what the ordering rule reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Candidate {
     /// The step's index.
     pub(crate) index: usize,
-    /// Its stored completion time (`Instant::ZERO` when none is stored).
-    pub(crate) finished_at: Instant,
-    /// How many steps it depends on, transitively.
-    pub(crate) dependencies: usize,
+    /// The revision of the write that completed it (`None`: completed before the field
+    /// existed).
+    pub(crate) completed_revision: Option<u64>,
+    /// The steps it depends on, directly or transitively (any step, compensable or not).
+    pub(crate) depends_on: Vec<usize>,
 }
 
 /// The inverses to run for `steps`, in order, or `None` when the definition declares no
@@ -29,29 +30,42 @@ pub(crate) fn plan(def: &Definition, steps: &[Step]) -> Option<Vec<usize>> {
         return None;
     }
     let dependents: Vec<Vec<bool>> = (0..defs.len()).map(|k| def.plan().dependents(k)).collect();
-    let dependencies = |i: usize| dependents.iter().enumerate().filter(|(k, d)| *k != i && d[i]).count();
+    let depends_on = |i: usize| (0..defs.len()).filter(|&k| k != i && dependents[k][i]).collect();
     let candidates = defs
         .iter()
         .enumerate()
         .filter(|(i, sd)| sd.get_inverse().is_some() && steps[*i].status == StepStatus::Completed)
         .map(|(i, _)| Candidate {
             index: i,
-            finished_at: steps[i].finished_at.unwrap_or(Instant::ZERO),
-            dependencies: dependencies(i),
+            completed_revision: steps[i].completed_revision,
+            depends_on: depends_on(i),
         })
         .collect();
     Some(order_inverses(candidates))
 }
 
-/// The order rule of the inverses: reverse completion order; on a tie (one millisecond, or
-/// the clocks of two workers) a step with more transitive dependencies first, so a
-/// dependent is undone before what it depends on (a dependent always has more); then the
-/// later step first.
+/// The order rule of the inverses (K-17.6 amendment): the reverse of the dependency order
+/// — a step's inverse runs only after the inverses of every step that depends on it,
+/// directly or transitively — and, among the steps free to go, the latest completed
+/// first by the store-assigned completion order (the revision of the completing write);
+/// a step completed before that order was stored (`None`) counts as earlier than any
+/// stamped one; on a tie the later step first. No stored time is read: the clocks of two
+/// processes never decide.
 pub(crate) fn order_inverses(mut candidates: Vec<Candidate>) -> Vec<usize> {
-    candidates.sort_by(|a, b| {
-        b.finished_at.cmp(&a.finished_at).then(b.dependencies.cmp(&a.dependencies)).then(b.index.cmp(&a.index))
-    });
-    candidates.into_iter().map(|c| c.index).collect()
+    let mut order = Vec::with_capacity(candidates.len());
+    while !candidates.is_empty() {
+        // Free to go: no remaining candidate depends on it. The graph is acyclic, so one
+        // always is; should a stored document say otherwise, the latest goes anyway.
+        let blocked = |c: &Candidate| candidates.iter().any(|d| d.depends_on.contains(&c.index));
+        let rank = |c: &Candidate| (c.completed_revision, c.index);
+        let free = candidates.iter().enumerate().filter(|(_, c)| !blocked(c)).max_by_key(|(_, c)| rank(c));
+        let pos = match free {
+            Some((pos, _)) => pos,
+            None => candidates.iter().enumerate().max_by_key(|(_, c)| rank(c)).map(|(pos, _)| pos).unwrap_or(0),
+        };
+        order.push(candidates.swap_remove(pos).index);
+    }
+    order
 }
 
 /// Whether an inverse that failed with `class` after `attempts` attempts is tried again: a

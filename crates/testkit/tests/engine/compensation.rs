@@ -79,7 +79,7 @@ fn an_irreversible_step_placed_early_is_refused() {
 
 mod failure_path {
     use kernel_core::compensation::{CompensationOutcome, InverseResult};
-    use kernel_core::ports::TaskStatus;
+    use kernel_core::ports::{Clock, TaskStatus};
     use kernel_core::*;
     use serde_json::json;
     use std::sync::{Arc, Mutex};
@@ -160,20 +160,20 @@ mod failure_path {
         let key = |n: &str| log.iter().find(|(a, _)| a == n).map(|(_, k)| k.clone()).unwrap();
         let inverses: Vec<&str> =
             log.iter().map(|(n, _)| n.as_str()).filter(|n| ["unreserve", "reverse", "unarchive"].contains(n)).collect();
-        // The order is the reverse of the completion times; on a tie a dependent first
-        // (`post` depends on `reserve`), then the later step. The undone steps are failed
-        // ("compensated"), so a replay runs them again.
-        let done: Vec<(usize, Instant)> = inst
+        // The order is the reverse of the store's completion order (the revision of each
+        // step's completing write; a dependent, `post` of `reserve`, always first), then
+        // the later step. The undone steps are failed ("compensated"), so a replay runs
+        // them again.
+        let done: Vec<(usize, u64)> = inst
             .steps
             .iter()
             .enumerate()
             .filter(|(_, s)| s.error.as_ref().is_some_and(|e| e.message.starts_with("compensated")))
-            .map(|(i, s)| (i, s.finished_at.unwrap()))
+            .map(|(i, s)| (i, s.completed_revision.expect("stamped")))
             .collect();
         assert!(done.iter().all(|(i, _)| inst.steps[*i].status == StepStatus::Failed));
-        let rank = |i: usize| usize::from(i == 1);
         let mut expected = done.clone();
-        expected.sort_by(|a, b| b.1.cmp(&a.1).then(rank(b.0).cmp(&rank(a.0))).then(b.0.cmp(&a.0)));
+        expected.sort_by(|a, b| b.1.cmp(&a.1).then(b.0.cmp(&a.0)));
         assert_eq!(&inverses[..2], ["reverse", "unreserve"], "post is undone before reserve: {log:?}");
         let names = ["unreserve", "reverse", "check", "unarchive"];
         assert_eq!(inverses, expected.iter().map(|(i, _)| names[*i]).collect::<Vec<_>>(), "{log:?}");
@@ -184,6 +184,107 @@ mod failure_path {
         assert!(report.steps.iter().all(|r| r.result == InverseResult::Compensated && r.attempts == 1), "{report:?}");
         assert_eq!(report.steps.len(), done.len(), "one inverse per completed compensable step");
         assert!(done.len() >= 2, "reserve and post completed: {done:?}");
+    }
+
+    /// A clock that runs `ms` behind the world's: another process's clock, skewed.
+    struct Behind {
+        world: Arc<testkit::memory::ManualClock>,
+        ms: i64,
+    }
+
+    #[async_trait::async_trait]
+    impl Clock for Behind {
+        fn now(&self) -> Instant {
+            Instant::from_millis(self.world.now().as_millis() - self.ms)
+        }
+        async fn sleep_until(&self, t: Instant) {
+            self.world.sleep_until(Instant::from_millis(t.as_millis() + self.ms)).await
+        }
+    }
+
+    /// Regression (K-17.6 amendment): `capture` depends on `reserve`; `reserve` and the
+    /// independent `audit` complete on one worker, `capture` (after a signal) on a second
+    /// whose clock runs a minute behind, so its stored completion time is *earlier* than
+    /// `reserve`'s. The compensation still refunds the capture before it releases the
+    /// reservation (the dependency order, not the clocks), and the independent steps go
+    /// by the store's completion order (the revision of the completing write).
+    #[tokio::test]
+    async fn a_dependent_is_undone_before_its_dependency_whatever_the_clocks_say() {
+        let world = World::new(17);
+        let log: Log = Default::default();
+        let captured = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let capture = {
+            let (log, captured) = (log.clone(), captured.clone());
+            move |c: ActivityContext| {
+                let (log, captured) = (log.clone(), captured.clone());
+                async move {
+                    if !captured.load(std::sync::atomic::Ordering::SeqCst) {
+                        return Ok(StepOutcome::wait_for_signal("captured", "k").into());
+                    }
+                    log.lock().unwrap().push(("capture".to_string(), c.idempotency_key()));
+                    Ok(StepOutcome::complete(json!("capture")))
+                }
+            }
+        };
+        let def = || {
+            Definition::builder("inv")
+                .step(StepDef::new("reserve", effect("reserve", &log)).compensate_with(flaky_inverse(
+                    "unreserve",
+                    0,
+                    &log,
+                )))
+                .step(
+                    StepDef::new("capture", capture.clone())
+                        .depends_on(["reserve"])
+                        .compensate_with(flaky_inverse("refund", 0, &log)),
+                )
+                .step(StepDef::new("audit", effect("audit", &log)).compensate_with(flaky_inverse("unaudit", 0, &log)))
+                .step(StepDef::new("check", failing()).depends_on(["capture"]))
+                .build()
+                .unwrap()
+        };
+        let ahead = world.engine("ahead", vec![def()]);
+        let mut ports = world.ports();
+        ports.clock = Arc::new(Behind { world: world.clock.clone(), ms: 60_000 });
+        let behind = world.engine_on(ports, testkit::harness::test_config("behind"), vec![def()]);
+        let req = StartRequest::new("inv", "i-1", json!({})).workflow_id("wf-i-1");
+        ahead.publisher().start_or_resume(req).await.unwrap();
+        world.drive(&ahead).await.unwrap();
+        let parked = world.store.peek("wf-i-1").unwrap();
+        assert_eq!((parked.status, parked.steps[1].status), (WorkflowStatus::Waiting, StepStatus::Waiting));
+        captured.store(true, std::sync::atomic::Ordering::SeqCst);
+        let signal = kernel_core::ports::Signal {
+            signal_id: "s-1".into(),
+            workflow_id: "wf-i-1".into(),
+            signal_type: "captured".into(),
+            wait_key: "k".into(),
+            generation: 0,
+        };
+        behind.deliver_signal(signal).await.unwrap();
+        world.drive(&behind).await.unwrap();
+        let inst = world.store.peek("wf-i-1").unwrap();
+        assert_eq!(inst.status, WorkflowStatus::Failed);
+        // The premise: the capture's stored time is a minute before the reservation's.
+        let (reserve, capture) = (&inst.steps[0], &inst.steps[1]);
+        assert!(capture.finished_at < reserve.finished_at, "{:?} vs {:?}", capture.finished_at, reserve.finished_at);
+        let names: Vec<String> = log.lock().unwrap().iter().map(|(n, _)| n.clone()).collect();
+        let inverses: Vec<&str> =
+            names.iter().map(String::as_str).filter(|n| ["unreserve", "refund", "unaudit"].contains(n)).collect();
+        let at = |n: &str| inverses.iter().position(|i| *i == n).unwrap_or_else(|| panic!("{n} ran: {names:?}"));
+        assert!(
+            at("refund") < at("unreserve"),
+            "the capture is refunded before its reservation is released: {names:?}"
+        );
+        // The independent `audit` goes by the store's completion order (the revision of
+        // its completing write), placed among the others accordingly.
+        let rev = |i: usize| inst.steps[i].completed_revision.expect("stamped by its completing write");
+        assert!(rev(1) > rev(0), "the capture's write came after the reservation's");
+        let expected = match rev(2) {
+            r if r > rev(1) => ["unaudit", "refund", "unreserve"],
+            r if r > rev(0) => ["refund", "unaudit", "unreserve"],
+            _ => ["refund", "unreserve", "unaudit"],
+        };
+        assert_eq!(inverses, expected, "{names:?}");
     }
 
     /// K-17.6: a transient failure of an inverse is retried (attempts counted); one that
