@@ -109,17 +109,46 @@ pub(crate) fn escalation_task(
     now: Instant,
     sla: crate::model::DurationMs,
 ) -> TaskRecord {
-    let title = super::outcome::truncate(
-        format!("Undo step `{}` by hand: its inverse kept failing ({})", e.step, e.error),
-        TASK_TEXT_BYTES_MAX,
-    );
+    let title = format!("Undo step `{}` by hand: its inverse kept failing ({})", e.step, e.error);
+    task(e, title, roles, token, now, sla)
+}
+
+/// Why no inverse ran after PrepareContext failed `failures` times (K-17.6 amendment:
+/// inverses run only with their prepared context).
+pub(crate) fn no_context_error(failures: u32) -> String {
+    format!("not run: no prepared context (PrepareContext failed {failures} times)")
+}
+
+/// The one human task (K-17.5) that asks someone holding `roles` to undo by hand the
+/// `count` completed steps whose inverses could not run without a prepared context,
+/// starting with `e.step` (the first of them in the compensation's order).
+pub(crate) fn no_context_task(
+    e: Escalated<'_>,
+    count: usize,
+    roles: Vec<String>,
+    token: String,
+    now: Instant,
+    sla: crate::model::DurationMs,
+) -> TaskRecord {
+    let title = format!("Undo {count} step(s) by hand, starting with `{}`: no inverse ran ({})", e.step, e.error);
+    task(e, title, roles, token, now, sla)
+}
+
+fn task(
+    e: Escalated<'_>,
+    title: String,
+    roles: Vec<String>,
+    token: String,
+    now: Instant,
+    sla: crate::model::DurationMs,
+) -> TaskRecord {
     TaskRecord {
         id: e.id,
         workflow_id: WorkflowId::from(e.workflow_id),
         workflow_type: e.workflow_type.to_string(),
         step: e.step.to_string(),
         level: 0,
-        title,
+        title: super::outcome::truncate(title, TASK_TEXT_BYTES_MAX),
         assignee: None,
         roles,
         evidence: Vec::new(),
@@ -130,6 +159,13 @@ pub(crate) fn escalation_task(
         decision: None,
         closed_at: None,
     }
+}
+
+/// The report entries of the inverses that did not run for lack of a prepared context:
+/// each with no attempt, `error`, and the one task escalating all of them (`Escalated`),
+/// or `Failed` without one.
+pub(crate) fn not_run(steps: Vec<(usize, &str)>, error: &str, task: Option<String>) -> Vec<(usize, InverseRun)> {
+    steps.into_iter().map(|(i, name)| (i, kept_failing(name, 0, error.to_string(), task.clone()))).collect()
 }
 
 /// How an inverse that did not complete ended: escalated when a task was opened for it,

@@ -212,3 +212,41 @@ fn k17_6_the_report_and_the_steps_undone_row_by_row() {
     assert_eq!(kept_failing("s", 3, "e".into(), Some("task-1".into())).result, Escalated);
     assert_eq!(kept_failing("s", 3, "e".into(), None).result, Failed);
 }
+
+/// K-17.6 amendment: without a prepared context no inverse runs; each is reported with no
+/// attempt and the reason, under the one task that escalates all of them, or failed
+/// without a task; the report says so.
+#[test]
+fn k17_6_inverses_without_a_prepared_context_row_by_row() {
+    use InverseResult::{Escalated, Failed};
+    let error = no_context_error(5);
+    assert_eq!(error, "not run: no prepared context (PrepareContext failed 5 times)");
+    type Row = (&'static str, Option<&'static str>, InverseResult, CompensationOutcome);
+    let rows: Vec<Row> = vec![
+        ("one task for all of them", Some("t-1"), Escalated, CompensationOutcome::Escalated),
+        ("no inbox: failed, recorded", None, Failed, CompensationOutcome::CompensationFailed),
+    ];
+    for (name, task, result, outcome) in rows {
+        let runs = not_run(vec![(3, "capture"), (0, "reserve")], &error, task.map(String::from));
+        assert_eq!(runs.iter().map(|(i, _)| *i).collect::<Vec<_>>(), vec![3, 0], "{name}: the plan's order");
+        for (_, r) in &runs {
+            assert_eq!((r.result, r.attempts, r.error.as_deref(), r.task.as_deref()), (result, 0, Some(&*error), task));
+        }
+        let (report, undone) = report(runs, NOW);
+        assert_eq!((report.outcome, undone), (outcome, vec![]), "{name}: nothing undone");
+    }
+    let e = super::Escalated {
+        id: "id-1".into(),
+        workflow_id: "wf-1",
+        workflow_type: "order",
+        step: "capture",
+        error: &error,
+    };
+    let task = no_context_task(e, 2, vec!["finance".into()], "f".repeat(32), NOW, DurationMs::ZERO);
+    assert_eq!(
+        task.title,
+        "Undo 2 step(s) by hand, starting with `capture`: no inverse ran (not run: no prepared context \
+         (PrepareContext failed 5 times))"
+    );
+    assert!(task.validate_new().is_ok());
+}

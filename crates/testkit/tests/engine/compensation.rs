@@ -287,6 +287,84 @@ mod failure_path {
         assert_eq!(inverses, expected, "{names:?}");
     }
 
+    /// Regression (K-17.6 amendment, K-2.3): inverses run only with their prepared context.
+    /// `reserve` completes while PrepareContext works; then it keeps failing. At
+    /// `prepare_attempts_max` the workflow fails without running any business code — no
+    /// inverse, no failure finalizer (both used to run with `prepared = null`) — and the
+    /// completed step is escalated to a person once; the report says `escalated`.
+    #[tokio::test]
+    async fn without_a_prepared_context_no_inverse_runs_and_a_person_is_asked_once() {
+        let world = World::new(18);
+        let log: Log = Default::default();
+        let seen = |name: &'static str, log: &Log| {
+            let log = log.clone();
+            move |c: ActivityContext| {
+                let log = log.clone();
+                async move {
+                    log.lock().unwrap().push((name.to_string(), c.prepared().to_string()));
+                    Ok(StepOutcome::complete(json!(name)))
+                }
+            }
+        };
+        // `check` waits for a signal; when it comes, PrepareContext is down.
+        let check = |_: ActivityContext| async { Ok(StepOutcome::wait_for_signal("go", "k").into()) };
+        let def = Definition::builder("inv")
+            .step(StepDef::new("reserve", effect("reserve", &log)).compensate_with(seen("unreserve", &log)))
+            .step(StepDef::new("check", check).depends_on(["reserve"]))
+            .failure_finalizer(seen("finalizer", &log))
+            .build()
+            .unwrap();
+        let broken = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let hook = {
+            let broken = broken.clone();
+            move |_: &WorkflowInstance| {
+                if broken.load(std::sync::atomic::Ordering::SeqCst) {
+                    Err("tenant directory down".to_string())
+                } else {
+                    Ok(json!({ "tenant": "t-1" }))
+                }
+            }
+        };
+        let config = testkit::harness::test_config("w");
+        let attempts_max = config.prepare_attempts_max;
+        let engine = Engine::builder(world.ports())
+            .config(config)
+            .register(def)
+            .prepare_context(Arc::new(hook))
+            .build()
+            .unwrap();
+        let req = StartRequest::new("inv", "i-1", json!({})).workflow_id("wf-i-1");
+        engine.publisher().start_or_resume(req).await.unwrap();
+        world.drive(&engine).await.unwrap();
+        let parked = world.store.peek("wf-i-1").unwrap();
+        assert_eq!((parked.status, parked.steps[0].status), (WorkflowStatus::Waiting, StepStatus::Completed));
+        broken.store(true, std::sync::atomic::Ordering::SeqCst);
+        let signal = kernel_core::ports::Signal {
+            signal_id: "s-1".into(),
+            workflow_id: "wf-i-1".into(),
+            signal_type: "go".into(),
+            wait_key: "k".into(),
+            generation: 0,
+        };
+        engine.deliver_signal(signal).await.unwrap();
+        world.drive(&engine).await.unwrap();
+        let inst = world.store.peek("wf-i-1").unwrap();
+        assert_eq!((inst.status, inst.prepare_failures), (WorkflowStatus::Failed, attempts_max));
+        let log = log.lock().unwrap().clone();
+        let business: Vec<&(String, String)> = log.iter().filter(|(n, _)| n != "reserve").collect();
+        assert!(business.is_empty(), "no business code ran without its context: {business:?}");
+        assert_eq!(inst.steps[0].status, StepStatus::Completed, "nothing was undone");
+        let report = inst.compensation.expect("the report says what did not run");
+        assert_eq!(report.outcome, CompensationOutcome::Escalated, "{report:?}");
+        let r = &report.steps[0];
+        assert_eq!((r.step.as_str(), r.result, r.attempts), ("reserve", InverseResult::Escalated, 0));
+        assert!(r.error.as_deref().unwrap().contains("no prepared context"), "{r:?}");
+        let tasks = world.task_inbox.all();
+        assert_eq!(tasks.len(), 1, "escalated once: {tasks:?}");
+        assert_eq!((Some(tasks[0].id.as_str()), tasks[0].status), (r.task.as_deref(), TaskStatus::Open));
+        assert!(tasks[0].title.contains("no inverse ran"), "{}", tasks[0].title);
+    }
+
     /// K-17.6: a transient failure of an inverse is retried (attempts counted); one that
     /// keeps failing is escalated to a person — a task in the inbox, roles from the config —
     /// not dropped, and the report says `escalated`.
