@@ -218,6 +218,13 @@ pub struct Step {
     /// Stored only when above 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub iterations: u32,
+    /// The revision of the write that completed the step (K-17.6 amendment): a
+    /// store-assigned completion order, so the compensation orders independent steps
+    /// without comparing the clocks of different processes. Read only while the step is
+    /// completed (a step that runs again keeps it until it completes again; replay clears
+    /// it); `None` for a step that completed before the field existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_revision: Option<u64>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -243,6 +250,7 @@ impl Step {
             history: Vec::new(),
             retrying_since: None,
             iterations: 0,
+            completed_revision: None,
         }
     }
 

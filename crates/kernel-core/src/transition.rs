@@ -296,6 +296,9 @@ pub struct StepPatch {
     pub retrying_since: Option<Patch<Instant>>,
     /// The step's loop iteration counter, set; `None` leaves it.
     pub iterations: Option<u32>,
+    /// The revision of the write that completes the step (K-17.6 amendment), set by
+    /// [`Transition::stamp_completions`] or cleared; `None` leaves it.
+    pub completed_revision: Option<Patch<u64>>,
 }
 
 impl StepPatch {
@@ -323,6 +326,7 @@ impl StepPatch {
             history,
             retrying_since,
             iterations,
+            completed_revision,
         } = o;
         if status.is_some() {
             self.status = *status;
@@ -362,6 +366,9 @@ impl StepPatch {
         if iterations.is_some() {
             self.iterations = *iterations;
         }
+        if completed_revision.is_some() {
+            self.completed_revision = completed_revision.clone();
+        }
     }
 
     fn apply_to(&self, step: &mut Step) {
@@ -381,6 +388,7 @@ impl StepPatch {
             history,
             retrying_since,
             iterations,
+            completed_revision,
         } = self;
         if let Some(s) = status {
             step.status = *s;
@@ -421,6 +429,9 @@ impl StepPatch {
         }
         if let Some(n) = iterations {
             step.iterations = *n;
+        }
+        if let Some(p) = completed_revision {
+            p.apply(&mut step.completed_revision);
         }
     }
 }
@@ -760,6 +771,27 @@ impl Transition {
             r.validate()?;
         }
         Ok(())
+    }
+
+    /// Stamp every step this write completes with `revision`, the revision the write
+    /// produces (K-17.6 amendment: the store-assigned completion order). The claim holder
+    /// is the only writer under its token, so the revision its write produces is the
+    /// revision it last saw plus one; a write that bumps no revision completes nothing.
+    ///
+    /// ```
+    /// use kernel_core::model::{DurationMs, Instant};
+    /// use kernel_core::transition::{Patch, Transition};
+    /// let mut t = Transition::complete_step(2, "post", serde_json::json!(1), DurationMs::ZERO, Instant::ZERO, false);
+    /// t.stamp_completions(8);
+    /// assert_eq!(t.steps[0].completed_revision, Some(Patch::Set(8)));
+    /// ```
+    pub fn stamp_completions(&mut self, revision: u64) {
+        if !self.bump_revision {
+            return;
+        }
+        for p in self.steps.iter_mut().filter(|p| p.status == Some(StepStatus::Completed)) {
+            p.completed_revision = Some(Patch::Set(revision));
+        }
     }
 
     /// Whether any step patch sets `status = completed` (used by harness counters).

@@ -431,6 +431,7 @@ fn step_patch_sql(b: &mut Binds, p: &StepPatch) -> Result<String> {
         history,
         retrying_since,
         iterations,
+        completed_revision,
     } = p;
     let d = b.dialect;
     let sqlite = d == Dialect::Sqlite;
@@ -545,6 +546,14 @@ fn step_patch_sql(b: &mut Binds, p: &StepPatch) -> Result<String> {
         Some(n) => sets.push(format!("{}, {}", key("iterations"), b.bind(Param::Int8(i64::from(*n))))),
         None => {}
     }
+    match completed_revision {
+        Some(Patch::Set(r)) => {
+            let r = i64::try_from(*r).map_err(|_| Error::invalid(field("completed_revision"), "out of range"))?;
+            sets.push(format!("{}, {}", key("completed_revision"), b.bind(Param::Int8(r))));
+        }
+        Some(Patch::Unset) => unsets.push("completed_revision"),
+        None => {}
+    }
     if sqlite {
         let mut e = cur.clone();
         if !sets.is_empty() {
@@ -558,7 +567,7 @@ fn step_patch_sql(b: &mut Binds, p: &StepPatch) -> Result<String> {
     }
     let mut e = cur.clone();
     if !sets.is_empty() {
-        // jsonb_build_object takes at most 100 arguments; a step has 15 fields.
+        // jsonb_build_object takes at most 100 arguments; a step has 16 fields.
         let _ = write!(e, " || jsonb_build_object({})", sets.join(", "));
     }
     if !unsets.is_empty() {
@@ -573,7 +582,8 @@ fn step_patch_sql(b: &mut Binds, p: &StepPatch) -> Result<String> {
 /// the attempt are removed (`retrying_since` and the loop's `iterations` among them), the
 /// counters and status reset.
 const RESET_FAILED_STEPS_PG: &str = "steps = (SELECT COALESCE(jsonb_agg(CASE WHEN e ->> 'status' = 'failed' \
-THEN (e - ARRAY['error', 'checkpoint', 'started_at', 'finished_at', 'retrying_since', 'iterations']::text[]) || \
+THEN (e - ARRAY['error', 'checkpoint', 'started_at', 'finished_at', 'retrying_since', 'iterations', \
+'completed_revision']::text[]) || \
 jsonb_build_object('name', e -> 'name', 'status', 'pending', 'attempt', 0, 'elapsed_ms', 0, \
 'traffic_wait_ms', 0, 'traffic_waits', 0) ELSE e END ORDER BY n), '[]'::jsonb) \
 FROM jsonb_array_elements(steps) WITH ORDINALITY AS x(e, n))";
@@ -581,7 +591,7 @@ FROM jsonb_array_elements(steps) WITH ORDINALITY AS x(e, n))";
 /// The same in SQLite (aggregate `ORDER BY`: SQLite ≥ 3.44).
 const RESET_FAILED_STEPS_SQLITE: &str = "steps = (SELECT json_group_array(CASE WHEN e.value ->> '$.status' = 'failed' \
 THEN json_set(json_remove(e.value, '$.error', '$.checkpoint', '$.started_at', '$.finished_at', '$.retrying_since', \
-'$.iterations'), \
+'$.iterations', '$.completed_revision'), \
 '$.status', 'pending', '$.attempt', 0, '$.elapsed_ms', 0, '$.traffic_wait_ms', 0, '$.traffic_waits', 0) \
 ELSE json(e.value) END ORDER BY e.key) FROM json_each(steps) AS e)";
 

@@ -205,6 +205,7 @@ pub(crate) fn step_doc(i: usize, s: &Step) -> Result<Document> {
         history,
         retrying_since,
         iterations,
+        completed_revision,
     } = s;
     let f = |n: &str| format!("steps[{i}].{n}");
     let mut d = bson::doc! {
@@ -242,6 +243,9 @@ pub(crate) fn step_doc(i: usize, s: &Step) -> Result<Document> {
     }
     if *iterations > 0 {
         d.insert("iterations", epoch_bson(*iterations));
+    }
+    if let Some(r) = completed_revision {
+        d.insert("completed_revision", i64_of(&f("completed_revision"), *r)?);
     }
     Ok(d)
 }
@@ -291,6 +295,11 @@ fn step_of(d: &Document) -> Result<Step> {
         history: decoded(d, "history")?.unwrap_or_default(),
         retrying_since: opt_time(d, "retrying_since")?,
         iterations: u32_of(d, "iterations")?,
+        completed_revision: get(d, "completed_revision")
+            .map(|b| {
+                u64::try_from(int_of("completed_revision", b)?).map_err(|_| corrupt("completed_revision", "negative"))
+            })
+            .transpose()?,
     })
 }
 

@@ -194,6 +194,7 @@ fn step_patch(ops: &mut Ops, p: &StepPatch) -> Result<()> {
         history,
         retrying_since,
         iterations,
+        completed_revision,
     } = p;
     let k = |f: &str| format!("steps.{index}.{f}");
     if let Some(s) = status {
@@ -267,6 +268,10 @@ fn step_patch(ops: &mut Ops, p: &StepPatch) -> Result<()> {
         }
         None => {}
     }
+    if let Some(r) = completed_revision {
+        let field = k("completed_revision");
+        ops.patch(field.clone(), r, |r| codec::i64_of(&field, *r))?;
+    }
     Ok(())
 }
 
@@ -309,7 +314,9 @@ pub fn transition_update(t: &Transition, limits: &Limits) -> Result<Update> {
         ops.set.insert(f("traffic_waits"), Bson::Int32(0));
         // A new run: epoch, record and history stay (K-17.3), the attempt's fields and the
         // loop's iterations go.
-        for n in ["error", "checkpoint", "started_at", "finished_at", "retrying_since", "iterations"] {
+        for n in
+            ["error", "checkpoint", "started_at", "finished_at", "retrying_since", "iterations", "completed_revision"]
+        {
             ops.unset.insert(f(n), "");
         }
     }

@@ -380,7 +380,12 @@ impl Claim {
     /// claim back with a delay once no sibling runs ([`Unwritten::Unavailable`]);
     /// `InvalidInput` is a refusal of the content ([`Unwritten::Refused`]), which the caller
     /// turns into a failure of the step the write carried.
-    async fn commit(&self, g: G, t: Transition) -> Result<(), Unwritten> {
+    ///
+    /// The steps the write completes are stamped with the revision it produces (K-17.6
+    /// amendment): this claim is the only writer under its token.
+    async fn commit(&self, g: G, mut t: Transition) -> Result<(), Unwritten> {
+        let revision = self.doc().inst.revision;
+        t.stamp_completions(revision.saturating_add(1));
         match self.inner.ports.store.apply(&self.workflow_id, &self.guard(g), &t).await {
             Ok(WriteOutcome::Applied { revision }) => {
                 self.applied(&t, revision);

@@ -10,14 +10,15 @@ use crate::model::{ErrorClass, Instant, Step, StepStatus};
 use crate::ports::{TaskRecord, TaskStatus, TASK_TEXT_BYTES_MAX};
 
 /// A completed step whose inverse will run, with what the ordering rule reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Candidate {
     /// The step's index.
     pub(crate) index: usize,
-    /// Its stored completion time (`Instant::ZERO` when none is stored).
-    pub(crate) finished_at: Instant,
-    /// How many steps it depends on, transitively.
-    pub(crate) dependencies: usize,
+    /// The revision of the write that completed it (`None`: completed before the field
+    /// existed).
+    pub(crate) completed_revision: Option<u64>,
+    /// The steps it depends on, directly or transitively (any step, compensable or not).
+    pub(crate) depends_on: Vec<usize>,
 }
 
 /// The inverses to run for `steps`, in order, or `None` when the definition declares no
@@ -29,29 +30,42 @@ pub(crate) fn plan(def: &Definition, steps: &[Step]) -> Option<Vec<usize>> {
         return None;
     }
     let dependents: Vec<Vec<bool>> = (0..defs.len()).map(|k| def.plan().dependents(k)).collect();
-    let dependencies = |i: usize| dependents.iter().enumerate().filter(|(k, d)| *k != i && d[i]).count();
+    let depends_on = |i: usize| (0..defs.len()).filter(|&k| k != i && dependents[k][i]).collect();
     let candidates = defs
         .iter()
         .enumerate()
         .filter(|(i, sd)| sd.get_inverse().is_some() && steps[*i].status == StepStatus::Completed)
         .map(|(i, _)| Candidate {
             index: i,
-            finished_at: steps[i].finished_at.unwrap_or(Instant::ZERO),
-            dependencies: dependencies(i),
+            completed_revision: steps[i].completed_revision,
+            depends_on: depends_on(i),
         })
         .collect();
     Some(order_inverses(candidates))
 }
 
-/// The order rule of the inverses: reverse completion order; on a tie (one millisecond, or
-/// the clocks of two workers) a step with more transitive dependencies first, so a
-/// dependent is undone before what it depends on (a dependent always has more); then the
-/// later step first.
+/// The order rule of the inverses (K-17.6 amendment): the reverse of the dependency order
+/// — a step's inverse runs only after the inverses of every step that depends on it,
+/// directly or transitively — and, among the steps free to go, the latest completed
+/// first by the store-assigned completion order (the revision of the completing write);
+/// a step completed before that order was stored (`None`) counts as earlier than any
+/// stamped one; on a tie the later step first. No stored time is read: the clocks of two
+/// processes never decide.
 pub(crate) fn order_inverses(mut candidates: Vec<Candidate>) -> Vec<usize> {
-    candidates.sort_by(|a, b| {
-        b.finished_at.cmp(&a.finished_at).then(b.dependencies.cmp(&a.dependencies)).then(b.index.cmp(&a.index))
-    });
-    candidates.into_iter().map(|c| c.index).collect()
+    let mut order = Vec::with_capacity(candidates.len());
+    while !candidates.is_empty() {
+        // Free to go: no remaining candidate depends on it. The graph is acyclic, so one
+        // always is; should a stored document say otherwise, the latest goes anyway.
+        let blocked = |c: &Candidate| candidates.iter().any(|d| d.depends_on.contains(&c.index));
+        let rank = |c: &Candidate| (c.completed_revision, c.index);
+        let free = candidates.iter().enumerate().filter(|(_, c)| !blocked(c)).max_by_key(|(_, c)| rank(c));
+        let pos = match free {
+            Some((pos, _)) => pos,
+            None => candidates.iter().enumerate().max_by_key(|(_, c)| rank(c)).map(|(pos, _)| pos).unwrap_or(0),
+        };
+        order.push(candidates.swap_remove(pos).index);
+    }
+    order
 }
 
 /// Whether an inverse that failed with `class` after `attempts` attempts is tried again: a
@@ -94,17 +108,46 @@ pub(crate) fn escalation_task(
     now: Instant,
     sla: crate::model::DurationMs,
 ) -> TaskRecord {
-    let title = super::outcome::truncate(
-        format!("Undo step `{}` by hand: its inverse kept failing ({})", e.step, e.error),
-        TASK_TEXT_BYTES_MAX,
-    );
+    let title = format!("Undo step `{}` by hand: its inverse kept failing ({})", e.step, e.error);
+    task(e, title, roles, token, now, sla)
+}
+
+/// Why no inverse ran after PrepareContext failed `failures` times (K-17.6 amendment:
+/// inverses run only with their prepared context).
+pub(crate) fn no_context_error(failures: u32) -> String {
+    format!("not run: no prepared context (PrepareContext failed {failures} times)")
+}
+
+/// The one human task (K-17.5) that asks someone holding `roles` to undo by hand the
+/// `count` completed steps whose inverses could not run without a prepared context,
+/// starting with `e.step` (the first of them in the compensation's order).
+pub(crate) fn no_context_task(
+    e: Escalated<'_>,
+    count: usize,
+    roles: Vec<String>,
+    token: String,
+    now: Instant,
+    sla: crate::model::DurationMs,
+) -> TaskRecord {
+    let title = format!("Undo {count} step(s) by hand, starting with `{}`: no inverse ran ({})", e.step, e.error);
+    task(e, title, roles, token, now, sla)
+}
+
+fn task(
+    e: Escalated<'_>,
+    title: String,
+    roles: Vec<String>,
+    token: String,
+    now: Instant,
+    sla: crate::model::DurationMs,
+) -> TaskRecord {
     TaskRecord {
         id: e.id,
         workflow_id: WorkflowId::from(e.workflow_id),
         workflow_type: e.workflow_type.to_string(),
         step: e.step.to_string(),
         level: 0,
-        title,
+        title: super::outcome::truncate(title, TASK_TEXT_BYTES_MAX),
         assignee: None,
         roles,
         evidence: Vec::new(),
@@ -115,6 +158,13 @@ pub(crate) fn escalation_task(
         decision: None,
         closed_at: None,
     }
+}
+
+/// The report entries of the inverses that did not run for lack of a prepared context:
+/// each with no attempt, `error`, and the one task escalating all of them (`Escalated`),
+/// or `Failed` without one.
+pub(crate) fn not_run(steps: Vec<(usize, &str)>, error: &str, task: Option<String>) -> Vec<(usize, InverseRun)> {
+    steps.into_iter().map(|(i, name)| (i, kept_failing(name, 0, error.to_string(), task.clone()))).collect()
 }
 
 /// How an inverse that did not complete ended: escalated when a task was opened for it,

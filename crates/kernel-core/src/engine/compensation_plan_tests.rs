@@ -11,10 +11,12 @@ fn inverse() -> impl crate::activity::Activity {
     }
 }
 
-/// A step standing at `status`, finished at `ms` when given.
-fn done(name: &str, status: StepStatus, ms: Option<i64>) -> Step {
+/// A step standing at `status`, completed by the write of revision `rev` when given, and
+/// finished at a stored time that must not matter (a later step is stamped earlier).
+fn done(name: &str, status: StepStatus, rev: Option<u64>) -> Step {
     let mut s = at(name, status);
-    s.finished_at = ms.map(Instant::from_millis);
+    s.completed_revision = rev;
+    s.finished_at = rev.map(|r| Instant::from_millis(1_000 - r as i64));
     s
 }
 
@@ -27,7 +29,7 @@ fn k17_6_which_inverses_run_row_by_row() {
         step("b").depends_on(["a"]).compensate_with(inverse()),
         step("c").depends_on(["b"]),
     ]);
-    type Row = (&'static str, [(StepStatus, Option<i64>); 3], Option<Vec<usize>>);
+    type Row = (&'static str, [(StepStatus, Option<u64>); 3], Option<Vec<usize>>);
     let rows: Vec<Row> = vec![
         (
             "every completed compensable step, latest first",
@@ -46,13 +48,18 @@ fn k17_6_which_inverses_run_row_by_row() {
             Some(vec![]),
         ),
         (
-            "a tie: the dependent first",
-            [(Completed, Some(10)), (Completed, Some(10)), (Completed, Some(10))],
+            "the dependent first whatever the stamps say",
+            [(Completed, Some(30)), (Completed, Some(10)), (Completed, Some(40))],
+            Some(vec![1, 0]),
+        ),
+        (
+            "completed before the stamp existed: dependency order",
+            [(Completed, None), (Completed, None), (Completed, None)],
             Some(vec![1, 0]),
         ),
     ];
     for (name, stands, want) in rows {
-        let steps: Vec<Step> = ["a", "b", "c"].iter().zip(stands).map(|(n, (st, ms))| done(n, st, ms)).collect();
+        let steps: Vec<Step> = ["a", "b", "c"].iter().zip(stands).map(|(n, (st, rev))| done(n, st, rev)).collect();
         assert_eq!(plan(&d, &steps), want, "{name}");
     }
     let none = def(vec![step("a"), step("b").depends_on(["a"])]);
@@ -60,19 +67,67 @@ fn k17_6_which_inverses_run_row_by_row() {
     assert_eq!(plan(&none, &steps), None, "no inverse declared: no compensation at all");
 }
 
-fn c(index: usize, finished_ms: i64, dependencies: usize) -> Candidate {
-    Candidate { index, finished_at: Instant::from_millis(finished_ms), dependencies }
+/// K-17.6 amendment: a dependency through a step without an inverse still orders: a ← b
+/// ← c, a and c compensable, b not; x independent of all.
+#[test]
+fn k17_6_a_dependency_through_a_plain_step_still_orders() {
+    use StepStatus::*;
+    let d = def(vec![
+        step("a").compensate_with(inverse()),
+        step("b").depends_on(["a"]),
+        step("c").depends_on(["b"]).compensate_with(inverse()),
+        step("x").compensate_with(inverse()),
+    ]);
+    let steps = vec![
+        done("a", Completed, Some(9)),
+        done("b", Completed, Some(3)),
+        done("c", Completed, Some(4)),
+        done("x", Completed, Some(6)),
+    ];
+    // `a` is stamped last (9) but waits for `c`, which depends on it through `b`.
+    assert_eq!(plan(&d, &steps), Some(vec![3, 2, 0]));
+}
+
+fn c(index: usize, rev: Option<u64>, depends_on: &[usize]) -> Candidate {
+    Candidate { index, completed_revision: rev, depends_on: depends_on.to_vec() }
 }
 
 #[test]
 fn k17_6_the_order_rule_of_the_inverses_row_by_row() {
     let rows: Vec<(&str, Vec<Candidate>, Vec<usize>)> = vec![
         ("nothing to order", vec![], vec![]),
-        ("reverse completion order", vec![c(0, 10, 0), c(1, 30, 0), c(2, 20, 0)], vec![1, 2, 0]),
-        ("a tie: more dependencies first", vec![c(0, 10, 2), c(1, 10, 0), c(2, 10, 1)], vec![0, 2, 1]),
-        ("a full tie: the later step first", vec![c(0, 10, 0), c(1, 10, 0)], vec![1, 0]),
-        ("the completion time decides before the dependencies", vec![c(0, 20, 0), c(1, 10, 3)], vec![0, 1]),
-        ("no stored completion time goes last", vec![c(0, 0, 5), c(1, 1, 0)], vec![1, 0]),
+        (
+            "independent: reverse completion order",
+            vec![c(0, Some(10), &[]), c(1, Some(30), &[]), c(2, Some(20), &[])],
+            vec![1, 2, 0],
+        ),
+        (
+            "a dependent before its dependency, even stamped earlier",
+            vec![c(0, Some(20), &[]), c(1, Some(10), &[0])],
+            vec![1, 0],
+        ),
+        (
+            "transitively: the dependency waits for every dependent",
+            vec![c(0, Some(50), &[]), c(1, Some(10), &[0]), c(2, Some(5), &[0, 1]), c(3, Some(30), &[])],
+            vec![3, 2, 1, 0],
+        ),
+        (
+            "reserve, capture and two independent steps: refund before unreserve",
+            vec![c(0, Some(4), &[]), c(1, Some(3), &[0]), c(2, Some(2), &[]), c(3, Some(6), &[])],
+            vec![3, 1, 0, 2],
+        ),
+        ("a tie of stamps: the later step first", vec![c(0, Some(7), &[]), c(1, Some(7), &[])], vec![1, 0]),
+        (
+            "no stamp: dependency order, then the later step",
+            vec![c(0, None, &[]), c(1, None, &[0]), c(2, None, &[])],
+            vec![2, 1, 0],
+        ),
+        (
+            "no stamp counts as earlier than any stamp",
+            vec![c(0, None, &[]), c(1, Some(1), &[]), c(2, None, &[])],
+            vec![1, 2, 0],
+        ),
+        ("a stored cycle still yields every step once", vec![c(0, Some(1), &[1]), c(1, Some(2), &[0])], vec![1, 0]),
     ];
     for (name, candidates, want) in rows {
         assert_eq!(order_inverses(candidates), want, "{name}");
@@ -156,4 +211,42 @@ fn k17_6_the_report_and_the_steps_undone_row_by_row() {
     }
     assert_eq!(kept_failing("s", 3, "e".into(), Some("task-1".into())).result, Escalated);
     assert_eq!(kept_failing("s", 3, "e".into(), None).result, Failed);
+}
+
+/// K-17.6 amendment: without a prepared context no inverse runs; each is reported with no
+/// attempt and the reason, under the one task that escalates all of them, or failed
+/// without a task; the report says so.
+#[test]
+fn k17_6_inverses_without_a_prepared_context_row_by_row() {
+    use InverseResult::{Escalated, Failed};
+    let error = no_context_error(5);
+    assert_eq!(error, "not run: no prepared context (PrepareContext failed 5 times)");
+    type Row = (&'static str, Option<&'static str>, InverseResult, CompensationOutcome);
+    let rows: Vec<Row> = vec![
+        ("one task for all of them", Some("t-1"), Escalated, CompensationOutcome::Escalated),
+        ("no inbox: failed, recorded", None, Failed, CompensationOutcome::CompensationFailed),
+    ];
+    for (name, task, result, outcome) in rows {
+        let runs = not_run(vec![(3, "capture"), (0, "reserve")], &error, task.map(String::from));
+        assert_eq!(runs.iter().map(|(i, _)| *i).collect::<Vec<_>>(), vec![3, 0], "{name}: the plan's order");
+        for (_, r) in &runs {
+            assert_eq!((r.result, r.attempts, r.error.as_deref(), r.task.as_deref()), (result, 0, Some(&*error), task));
+        }
+        let (report, undone) = report(runs, NOW);
+        assert_eq!((report.outcome, undone), (outcome, vec![]), "{name}: nothing undone");
+    }
+    let e = super::Escalated {
+        id: "id-1".into(),
+        workflow_id: "wf-1",
+        workflow_type: "order",
+        step: "capture",
+        error: &error,
+    };
+    let task = no_context_task(e, 2, vec!["finance".into()], "f".repeat(32), NOW, DurationMs::ZERO);
+    assert_eq!(
+        task.title,
+        "Undo 2 step(s) by hand, starting with `capture`: no inverse ran (not run: no prepared context \
+         (PrepareContext failed 5 times))"
+    );
+    assert!(task.validate_new().is_ok());
 }

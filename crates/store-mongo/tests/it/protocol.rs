@@ -343,7 +343,8 @@ fn replay_resets_failed_steps_through_array_filters() {
             },
             "$unset": {
                 "steps.$[f].error": "", "steps.$[f].checkpoint": "", "steps.$[f].started_at": "", "steps.$[f].finished_at": "",
-                "steps.$[f].retrying_since": "", "steps.$[f].iterations": "", "claim_token": "", "wait": "", "resume": "",
+                "steps.$[f].retrying_since": "", "steps.$[f].iterations": "", "steps.$[f].completed_revision": "",
+                "claim_token": "", "wait": "", "resume": "",
                 "finished_at": "", "compensation": "",
             },
             "$inc": { "retry_count": 1i32, "revision": 1i64 },

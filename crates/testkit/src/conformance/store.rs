@@ -28,7 +28,7 @@ use crate::time::TestTime;
 use kernel_core::model::*;
 use kernel_core::ports::*;
 use kernel_core::record::*;
-use kernel_core::transition::{Guard, Transition};
+use kernel_core::transition::{Guard, Patch, Transition};
 use kernel_core::Error;
 use kernel_core::WorkflowId;
 use serde_json::json;
@@ -1066,6 +1066,40 @@ pub async fn fused_write_bumps_revision_once(store: &DynStore) {
     assert_eq!(after.revision, claimed("wf-1", "a").revision + 1);
 }
 
+/// The completion order (K-17.6 amendment): a step's `completed_revision` round-trips
+/// through create and read (a value past 2^53, so no adapter goes through a float), the
+/// write that completes steps stores the stamp it carries on each of them (fused: both
+/// with the one revision), a patch can clear it, and replay clears it from the failed
+/// steps it resets while a completed step keeps its own.
+pub async fn completed_revision_round_trip(store: &DynStore) {
+    let mut inst = claimed("wf-1", "a");
+    inst.steps[0].status = StepStatus::Completed;
+    inst.steps[0].completed_revision = Some((1 << 53) + 1);
+    let inst = seed(store, inst).await;
+    let read = store.get(&"wf-1".into()).await.expect("get").expect("exists");
+    assert_eq!(read.steps[0].completed_revision, Some((1 << 53) + 1));
+    let mut t = Transition::complete_step(1, STEPS[1], json!("done"), DurationMs::from_millis(20), T0.plus(16), false)
+        .fuse(Transition::complete_step(2, STEPS[2], json!("too"), DurationMs::ZERO, T0.plus(16), false));
+    t.stamp_completions(inst.revision + 1);
+    check_write(store, "wf-1", &running("b"), &t, false).await;
+    let after = check_write(store, "wf-1", &running("a"), &t, true).await;
+    let stamps: Vec<Option<u64>> = after.steps.iter().map(|s| s.completed_revision).collect();
+    assert_eq!(stamps, vec![Some((1 << 53) + 1), Some(after.revision), Some(after.revision)]);
+    let mut clear = Transition::release_after(T0.plus(17), DurationMs::ZERO).expect("release");
+    clear.step_mut(2).completed_revision = Some(Patch::Unset);
+    let after = check_write(store, "wf-1", &running("a"), &clear, true).await;
+    assert_eq!(after.steps[2].completed_revision, None);
+
+    let mut f = failed_instance("wf-2");
+    f.steps[0].status = StepStatus::Completed;
+    f.steps[0].completed_revision = Some(2);
+    f.steps[1].completed_revision = Some(3);
+    seed(store, f).await;
+    let replay = Transition::replay(json!({"fencing_token": "f2"}), T0.plus(22));
+    let after = check_write(store, "wf-2", &Guard::Failed { unless_round: None }, &replay, true).await;
+    assert_eq!((after.steps[0].completed_revision, after.steps[1].completed_revision), (Some(2), None));
+}
+
 // --- no-token writes ---------------------------------------------------------------------
 
 /// Timer activation under `DueWait`: not due and wrong step miss; the hit keeps
@@ -1598,6 +1632,7 @@ macro_rules! store_conformance {
             heartbeat_token_guard,
             mark_running_guard,
             complete_step_guard,
+            completed_revision_round_trip,
             suspend_timer_guard,
             suspend_signal_guard,
             yield_guard,

@@ -79,7 +79,7 @@ fn an_irreversible_step_placed_early_is_refused() {
 
 mod failure_path {
     use kernel_core::compensation::{CompensationOutcome, InverseResult};
-    use kernel_core::ports::TaskStatus;
+    use kernel_core::ports::{Clock, TaskStatus};
     use kernel_core::*;
     use serde_json::json;
     use std::sync::{Arc, Mutex};
@@ -160,20 +160,20 @@ mod failure_path {
         let key = |n: &str| log.iter().find(|(a, _)| a == n).map(|(_, k)| k.clone()).unwrap();
         let inverses: Vec<&str> =
             log.iter().map(|(n, _)| n.as_str()).filter(|n| ["unreserve", "reverse", "unarchive"].contains(n)).collect();
-        // The order is the reverse of the completion times; on a tie a dependent first
-        // (`post` depends on `reserve`), then the later step. The undone steps are failed
-        // ("compensated"), so a replay runs them again.
-        let done: Vec<(usize, Instant)> = inst
+        // The order is the reverse of the store's completion order (the revision of each
+        // step's completing write; a dependent, `post` of `reserve`, always first), then
+        // the later step. The undone steps are failed ("compensated"), so a replay runs
+        // them again.
+        let done: Vec<(usize, u64)> = inst
             .steps
             .iter()
             .enumerate()
             .filter(|(_, s)| s.error.as_ref().is_some_and(|e| e.message.starts_with("compensated")))
-            .map(|(i, s)| (i, s.finished_at.unwrap()))
+            .map(|(i, s)| (i, s.completed_revision.expect("stamped")))
             .collect();
         assert!(done.iter().all(|(i, _)| inst.steps[*i].status == StepStatus::Failed));
-        let rank = |i: usize| usize::from(i == 1);
         let mut expected = done.clone();
-        expected.sort_by(|a, b| b.1.cmp(&a.1).then(rank(b.0).cmp(&rank(a.0))).then(b.0.cmp(&a.0)));
+        expected.sort_by(|a, b| b.1.cmp(&a.1).then(b.0.cmp(&a.0)));
         assert_eq!(&inverses[..2], ["reverse", "unreserve"], "post is undone before reserve: {log:?}");
         let names = ["unreserve", "reverse", "check", "unarchive"];
         assert_eq!(inverses, expected.iter().map(|(i, _)| names[*i]).collect::<Vec<_>>(), "{log:?}");
@@ -184,6 +184,185 @@ mod failure_path {
         assert!(report.steps.iter().all(|r| r.result == InverseResult::Compensated && r.attempts == 1), "{report:?}");
         assert_eq!(report.steps.len(), done.len(), "one inverse per completed compensable step");
         assert!(done.len() >= 2, "reserve and post completed: {done:?}");
+    }
+
+    /// A clock that runs `ms` behind the world's: another process's clock, skewed.
+    struct Behind {
+        world: Arc<testkit::memory::ManualClock>,
+        ms: i64,
+    }
+
+    #[async_trait::async_trait]
+    impl Clock for Behind {
+        fn now(&self) -> Instant {
+            Instant::from_millis(self.world.now().as_millis() - self.ms)
+        }
+        async fn sleep_until(&self, t: Instant) {
+            self.world.sleep_until(Instant::from_millis(t.as_millis() + self.ms)).await
+        }
+    }
+
+    /// Regression (K-17.6 amendment): `capture` depends on `reserve`; `reserve` and the
+    /// independent `audit` complete on one worker, `capture` (after a signal) on a second
+    /// whose clock runs a minute behind, so its stored completion time is *earlier* than
+    /// `reserve`'s. The compensation still refunds the capture before it releases the
+    /// reservation (the dependency order, not the clocks), and the independent steps go
+    /// by the store's completion order (the revision of the completing write).
+    #[tokio::test]
+    async fn a_dependent_is_undone_before_its_dependency_whatever_the_clocks_say() {
+        let world = World::new(17);
+        let log: Log = Default::default();
+        let captured = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let capture = {
+            let (log, captured) = (log.clone(), captured.clone());
+            move |c: ActivityContext| {
+                let (log, captured) = (log.clone(), captured.clone());
+                async move {
+                    if !captured.load(std::sync::atomic::Ordering::SeqCst) {
+                        return Ok(StepOutcome::wait_for_signal("captured", "k").into());
+                    }
+                    log.lock().unwrap().push(("capture".to_string(), c.idempotency_key()));
+                    Ok(StepOutcome::complete(json!("capture")))
+                }
+            }
+        };
+        let def = || {
+            Definition::builder("inv")
+                .step(StepDef::new("reserve", effect("reserve", &log)).compensate_with(flaky_inverse(
+                    "unreserve",
+                    0,
+                    &log,
+                )))
+                .step(
+                    StepDef::new("capture", capture.clone())
+                        .depends_on(["reserve"])
+                        .compensate_with(flaky_inverse("refund", 0, &log)),
+                )
+                .step(StepDef::new("audit", effect("audit", &log)).compensate_with(flaky_inverse("unaudit", 0, &log)))
+                .step(StepDef::new("check", failing()).depends_on(["capture"]))
+                .build()
+                .unwrap()
+        };
+        let ahead = world.engine("ahead", vec![def()]);
+        let mut ports = world.ports();
+        ports.clock = Arc::new(Behind { world: world.clock.clone(), ms: 60_000 });
+        let behind = world.engine_on(ports, testkit::harness::test_config("behind"), vec![def()]);
+        let req = StartRequest::new("inv", "i-1", json!({})).workflow_id("wf-i-1");
+        ahead.publisher().start_or_resume(req).await.unwrap();
+        world.drive(&ahead).await.unwrap();
+        let parked = world.store.peek("wf-i-1").unwrap();
+        assert_eq!((parked.status, parked.steps[1].status), (WorkflowStatus::Waiting, StepStatus::Waiting));
+        captured.store(true, std::sync::atomic::Ordering::SeqCst);
+        let signal = kernel_core::ports::Signal {
+            signal_id: "s-1".into(),
+            workflow_id: "wf-i-1".into(),
+            signal_type: "captured".into(),
+            wait_key: "k".into(),
+            generation: 0,
+        };
+        behind.deliver_signal(signal).await.unwrap();
+        world.drive(&behind).await.unwrap();
+        let inst = world.store.peek("wf-i-1").unwrap();
+        assert_eq!(inst.status, WorkflowStatus::Failed);
+        // The premise: the capture's stored time is a minute before the reservation's.
+        let (reserve, capture) = (&inst.steps[0], &inst.steps[1]);
+        assert!(capture.finished_at < reserve.finished_at, "{:?} vs {:?}", capture.finished_at, reserve.finished_at);
+        let names: Vec<String> = log.lock().unwrap().iter().map(|(n, _)| n.clone()).collect();
+        let inverses: Vec<&str> =
+            names.iter().map(String::as_str).filter(|n| ["unreserve", "refund", "unaudit"].contains(n)).collect();
+        let at = |n: &str| inverses.iter().position(|i| *i == n).unwrap_or_else(|| panic!("{n} ran: {names:?}"));
+        assert!(
+            at("refund") < at("unreserve"),
+            "the capture is refunded before its reservation is released: {names:?}"
+        );
+        // The independent `audit` goes by the store's completion order (the revision of
+        // its completing write), placed among the others accordingly.
+        let rev = |i: usize| inst.steps[i].completed_revision.expect("stamped by its completing write");
+        assert!(rev(1) > rev(0), "the capture's write came after the reservation's");
+        let expected = match rev(2) {
+            r if r > rev(1) => ["unaudit", "refund", "unreserve"],
+            r if r > rev(0) => ["refund", "unaudit", "unreserve"],
+            _ => ["refund", "unreserve", "unaudit"],
+        };
+        assert_eq!(inverses, expected, "{names:?}");
+    }
+
+    /// Regression (K-17.6 amendment, K-2.3): inverses run only with their prepared context.
+    /// `reserve` completes while PrepareContext works; then it keeps failing. At
+    /// `prepare_attempts_max` the workflow fails without running any business code — no
+    /// inverse, no failure finalizer (both used to run with `prepared = null`) — and the
+    /// completed step is escalated to a person once; the report says `escalated`.
+    #[tokio::test]
+    async fn without_a_prepared_context_no_inverse_runs_and_a_person_is_asked_once() {
+        let world = World::new(18);
+        let log: Log = Default::default();
+        let seen = |name: &'static str, log: &Log| {
+            let log = log.clone();
+            move |c: ActivityContext| {
+                let log = log.clone();
+                async move {
+                    log.lock().unwrap().push((name.to_string(), c.prepared().to_string()));
+                    Ok(StepOutcome::complete(json!(name)))
+                }
+            }
+        };
+        // `check` waits for a signal; when it comes, PrepareContext is down.
+        let check = |_: ActivityContext| async { Ok(StepOutcome::wait_for_signal("go", "k").into()) };
+        let def = Definition::builder("inv")
+            .step(StepDef::new("reserve", effect("reserve", &log)).compensate_with(seen("unreserve", &log)))
+            .step(StepDef::new("check", check).depends_on(["reserve"]))
+            .failure_finalizer(seen("finalizer", &log))
+            .build()
+            .unwrap();
+        let broken = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let hook = {
+            let broken = broken.clone();
+            move |_: &WorkflowInstance| {
+                if broken.load(std::sync::atomic::Ordering::SeqCst) {
+                    Err("tenant directory down".to_string())
+                } else {
+                    Ok(json!({ "tenant": "t-1" }))
+                }
+            }
+        };
+        let config = testkit::harness::test_config("w");
+        let attempts_max = config.prepare_attempts_max;
+        let engine = Engine::builder(world.ports())
+            .config(config)
+            .register(def)
+            .prepare_context(Arc::new(hook))
+            .build()
+            .unwrap();
+        let req = StartRequest::new("inv", "i-1", json!({})).workflow_id("wf-i-1");
+        engine.publisher().start_or_resume(req).await.unwrap();
+        world.drive(&engine).await.unwrap();
+        let parked = world.store.peek("wf-i-1").unwrap();
+        assert_eq!((parked.status, parked.steps[0].status), (WorkflowStatus::Waiting, StepStatus::Completed));
+        broken.store(true, std::sync::atomic::Ordering::SeqCst);
+        let signal = kernel_core::ports::Signal {
+            signal_id: "s-1".into(),
+            workflow_id: "wf-i-1".into(),
+            signal_type: "go".into(),
+            wait_key: "k".into(),
+            generation: 0,
+        };
+        engine.deliver_signal(signal).await.unwrap();
+        world.drive(&engine).await.unwrap();
+        let inst = world.store.peek("wf-i-1").unwrap();
+        assert_eq!((inst.status, inst.prepare_failures), (WorkflowStatus::Failed, attempts_max));
+        let log = log.lock().unwrap().clone();
+        let business: Vec<&(String, String)> = log.iter().filter(|(n, _)| n != "reserve").collect();
+        assert!(business.is_empty(), "no business code ran without its context: {business:?}");
+        assert_eq!(inst.steps[0].status, StepStatus::Completed, "nothing was undone");
+        let report = inst.compensation.expect("the report says what did not run");
+        assert_eq!(report.outcome, CompensationOutcome::Escalated, "{report:?}");
+        let r = &report.steps[0];
+        assert_eq!((r.step.as_str(), r.result, r.attempts), ("reserve", InverseResult::Escalated, 0));
+        assert!(r.error.as_deref().unwrap().contains("no prepared context"), "{r:?}");
+        let tasks = world.task_inbox.all();
+        assert_eq!(tasks.len(), 1, "escalated once: {tasks:?}");
+        assert_eq!((Some(tasks[0].id.as_str()), tasks[0].status), (r.task.as_deref(), TaskStatus::Open));
+        assert!(tasks[0].title.contains("no inverse ran"), "{}", tasks[0].title);
     }
 
     /// K-17.6: a transient failure of an inverse is retried (attempts counted); one that

@@ -394,10 +394,11 @@ async fn hardening_13_an_invalid_derived_resource_fails_the_step_without_enterin
 }
 
 #[tokio::test]
-async fn hardening_07_a_failing_prepare_context_converges_to_failed_through_the_failure_finalizer() {
+async fn hardening_07_a_failing_prepare_context_converges_to_failed_without_business_code() {
     // K-2.3 + K-8: a PrepareContext that keeps failing is tried a bounded number of times,
     // across claims (the count is persisted), with growing delays; then the workflow fails
-    // through `failing` and its failure finalizer. No step ever runs.
+    // through `failing`. No business code runs without its context (K-17.6 amendment): no
+    // step, and not the failure finalizer.
     let world = World::new(7);
     let (steps, finalizer) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
     let (s, f) = (steps.clone(), finalizer.clone());
@@ -439,7 +440,7 @@ async fn hardening_07_a_failing_prepare_context_converges_to_failed_through_the_
     assert_eq!(calls.len() as u32, attempts_max, "PrepareContext attempts");
     let gaps: Vec<_> = calls.windows(2).map(|w| w[1] - w[0]).collect();
     assert!(gaps.windows(2).all(|g| g[1] > g[0]), "the delays grow: {gaps:?}");
-    assert_eq!(finalizer.load(Ordering::SeqCst), 1, "the failure finalizer ran once");
+    assert_eq!(finalizer.load(Ordering::SeqCst), 0, "the failure finalizer does not run without its context");
     assert_eq!(steps.load(Ordering::SeqCst), 0, "no step ran");
     assert_eq!(i.steps[0].status, StepStatus::Pending);
 }

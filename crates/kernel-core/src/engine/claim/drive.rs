@@ -141,8 +141,8 @@ impl Claim {
 
     /// A failed PrepareContext (K-2.3): counted on the instance; below
     /// `prepare_attempts_max` the claim is released with a growing delay, at the limit the
-    /// workflow fails through `failing` and its failure finalizer (K-8). Steps never run
-    /// without a context.
+    /// workflow fails through `failing` without running any business code: no step, no
+    /// inverse, no failure finalizer runs without its context (K-8, K-17.6 amendment).
     pub(super) async fn prepare_failed(
         &self,
         status: WorkflowStatus,
@@ -182,7 +182,7 @@ impl Claim {
                 return e;
             }
         }
-        self.fail_path().await
+        self.fail_path_without_context(failures).await
     }
 
     pub(super) async fn release_after(&self, g: G, delay: DurationMs) -> ClaimEnd {

@@ -49,6 +49,26 @@ impl Claim {
                 return self.release_after(G::Failing, self.inner.config.finalizer_retry_ms).await;
             }
         }
+        self.write_failed(report).await
+    }
+
+    /// Failure after PrepareContext failed `failures` times, its limit (K-2.3, K-17.6
+    /// amendment): business code never runs without its context, so no inverse and no
+    /// failure finalizer runs; the completed steps that declare an inverse are escalated
+    /// to a person once, in one task ([`escalate_without_context`](Self::escalate_without_context)),
+    /// and `failing → failed` is written with the report that says so.
+    pub(super) async fn fail_path_without_context(&self, failures: u32) -> ClaimEnd {
+        let report = match self.escalate_without_context(failures).await {
+            Ok(r) => r,
+            Err(end) => return end,
+        };
+        if self.def.failure_finalizer().is_some() {
+            tracing::error!(failures, "no prepared context: the failure finalizer does not run");
+        }
+        self.write_failed(report).await
+    }
+
+    async fn write_failed(&self, report: Option<(CompensationReport, Vec<usize>)>) -> ClaimEnd {
         let t = terminal::failed_write(report, self.now());
         match self.commit_plain(G::Failing, t).await {
             Ok(()) => {
@@ -57,6 +77,34 @@ impl Claim {
             }
             Err(e) => e,
         }
+    }
+
+    /// The compensation's report when no inverse may run (no prepared context): the plan's
+    /// inverses, none run, escalated in one task named after the first of them (its id
+    /// that inverse's escalation id, so a second pass opens nothing new), or failed without
+    /// an inbox. `None` when the definition declares no inverse.
+    async fn escalate_without_context(
+        &self,
+        failures: u32,
+    ) -> Result<Option<(CompensationReport, Vec<usize>)>, ClaimEnd> {
+        let Some(order) = compensation_plan::plan(&self.def, &self.doc().inst.steps) else {
+            return Ok(None);
+        };
+        let error = compensation_plan::no_context_error(failures);
+        let task = match order.first() {
+            Some(&first) => {
+                self.may_start_inverse().await?;
+                tracing::error!(inverses = order.len(), error = %error, "no prepared context: no inverse runs; escalating");
+                let count = order.len();
+                self.open_escalation(first, &error, |e, roles, token, now, sla| {
+                    compensation_plan::no_context_task(e, count, roles, token, now, sla)
+                })
+                .await
+            }
+            None => None,
+        };
+        let steps: Vec<(usize, &str)> = order.iter().map(|&i| (i, self.def.steps()[i].name())).collect();
+        Ok(Some(compensation_plan::report(compensation_plan::not_run(steps, &error, task), self.now())))
     }
 
     /// The compensation of a failing workflow (K-17.6), `None` when no step declares an
@@ -179,6 +227,19 @@ impl Claim {
     /// Open a human task for an inverse that kept failing (K-17.5); its id, or `None`
     /// without a task inbox or when the inbox refused.
     pub(super) async fn escalate_inverse(&self, idx: usize, error: &str) -> Option<String> {
+        self.open_escalation(idx, error, compensation_plan::escalation_task).await
+    }
+
+    /// Open the escalation task of step `idx`'s inverse as `build` makes it from what it is
+    /// about (with `error`), the configured roles, a task token, now and the configured
+    /// SLA; its id, or `None` without a task inbox, without a token or when the inbox
+    /// refused.
+    async fn open_escalation(
+        &self,
+        idx: usize,
+        error: &str,
+        build: impl FnOnce(compensation_plan::Escalated<'_>, Vec<String>, String, Instant, DurationMs) -> TaskRecord,
+    ) -> Option<String> {
         let inbox = self.inner.ports.task_inbox.clone()?;
         let cfg = &self.inner.config;
         let token = match self.inner.ports.ids.task_token() {
@@ -200,7 +261,7 @@ impl Claim {
                 error,
             };
             let roles = cfg.compensation_escalation_roles.clone();
-            compensation_plan::escalation_task(escalated, roles, token, self.now(), cfg.compensation_escalation_sla_ms)
+            build(escalated, roles, token, self.now(), cfg.compensation_escalation_sla_ms)
         };
         match inbox.open(&task).await {
             Ok(_) => Some(task.id),
