@@ -3,8 +3,8 @@
 //! at most that much — and who takes the instance over when *its* clock reaches the lease
 //! end — never runs a step beside it.
 
-use kernel_core::ports::*;
-use kernel_core::transition::{Guard, Transition, TransitionKind};
+use crate::intercept::{ApplyHook, Intercepted};
+use kernel_core::transition::TransitionKind;
 use kernel_core::*;
 use serde_json::json;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,41 +16,6 @@ use tokio::sync::Notify;
 async fn settle() {
     for _ in 0..50 {
         tokio::task::yield_now().await;
-    }
-}
-
-/// A store whose heartbeats never answer: the holder's lease is not renewed while it runs
-/// (a process paused, or cut off from its primary).
-struct SilentHeartbeats(Arc<DynStore>);
-
-#[async_trait::async_trait]
-impl WorkflowStore for SilentHeartbeats {
-    async fn create(&self, instance: WorkflowInstance) -> Result<CreateOutcome> {
-        self.0.create(instance).await
-    }
-    async fn get(&self, workflow_id: &WorkflowId) -> Result<Option<WorkflowInstance>> {
-        self.0.get(workflow_id).await
-    }
-    async fn get_by_biz_key(&self, biz_key: &str) -> Result<Option<WorkflowInstance>> {
-        self.0.get_by_biz_key(biz_key).await
-    }
-    async fn claim(&self, workflow_id: &WorkflowId, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
-        self.0.claim(workflow_id, spec).await
-    }
-    async fn claim_any(&self, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
-        self.0.claim_any(spec).await
-    }
-    async fn apply(&self, workflow_id: &WorkflowId, guard: &Guard, transition: &Transition) -> Result<WriteOutcome> {
-        if transition.kinds().any(|k| k == TransitionKind::Heartbeat) {
-            std::future::pending::<()>().await;
-        }
-        self.0.apply(workflow_id, guard, transition).await
-    }
-    async fn scan_due_waits(&self, now: Instant, after: Option<&DueCursor>, limit: usize) -> Result<ScanPage<DueWait>> {
-        self.0.scan_due_waits(now, after, limit).await
-    }
-    async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<ScanPage<Candidate>> {
-        self.0.scan_claimable(after, limit).await
     }
 }
 
@@ -101,7 +66,12 @@ async fn a_holder_starts_nothing_a_worker_with_a_faster_clock_may_already_own() 
     let (go, done) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
     let def = || two_steps(seen.clone(), go.clone(), done.clone());
     let mut a_ports = world.ports();
-    a_ports.store = Arc::new(SilentHeartbeats(a_ports.store.clone()));
+    // A's heartbeats never answer: its lease is not renewed while it runs (a process
+    // paused, or cut off from its primary).
+    a_ports.store = Arc::new(ApplyHook {
+        inner: a_ports.store.clone(),
+        intercept: Box::new(|_, _, t| t.kinds().any(|k| k == TransitionKind::Heartbeat).then_some(Intercepted::Hang)),
+    });
     let config = test_config("A");
     let lease = config.lease_ms;
     let a = world.engine_on(a_ports, config, vec![def()]);

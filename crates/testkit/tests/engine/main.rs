@@ -17,6 +17,7 @@ mod heartbeat_driver;
 mod hot_path_counts;
 mod human;
 mod human_outcomes;
+mod intercept;
 mod lost_attempts;
 mod maintenance_hardening;
 mod mocks;

@@ -3,6 +3,7 @@
 //! survives undecodable documents and a Redis outage (K-9.2, K-13), and inbox retention
 //! that never deletes a signal a wait may still need (K-9.3, K-9.4).
 
+use crate::intercept::{ApplyHook, Intercepted};
 use kernel_core::engine::RoundOutcome;
 use kernel_core::ports::*;
 use kernel_core::transition::TransitionKind;
@@ -462,48 +463,6 @@ async fn hardening_06_pending_signals_of_a_live_workflow_are_capped() {
     );
 }
 
-/// A store whose timer activation of one workflow fails.
-struct ActivationFails {
-    inner: Arc<DynStore>,
-    victim: WorkflowId,
-}
-
-#[async_trait::async_trait]
-impl WorkflowStore for ActivationFails {
-    async fn create(&self, instance: WorkflowInstance) -> Result<CreateOutcome> {
-        self.inner.create(instance).await
-    }
-    async fn get(&self, workflow_id: &WorkflowId) -> Result<Option<WorkflowInstance>> {
-        self.inner.get(workflow_id).await
-    }
-    async fn get_by_biz_key(&self, biz_key: &str) -> Result<Option<WorkflowInstance>> {
-        self.inner.get_by_biz_key(biz_key).await
-    }
-    async fn claim(&self, workflow_id: &WorkflowId, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
-        self.inner.claim(workflow_id, spec).await
-    }
-    async fn claim_any(&self, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
-        self.inner.claim_any(spec).await
-    }
-    async fn apply(
-        &self,
-        workflow_id: &WorkflowId,
-        guard: &kernel_core::transition::Guard,
-        transition: &kernel_core::transition::Transition,
-    ) -> Result<WriteOutcome> {
-        if *workflow_id == self.victim && matches!(guard, kernel_core::transition::Guard::DueWait { .. }) {
-            return Err(Error::unavailable("the primary refused this one write"));
-        }
-        self.inner.apply(workflow_id, guard, transition).await
-    }
-    async fn scan_due_waits(&self, now: Instant, after: Option<&DueCursor>, limit: usize) -> Result<ScanPage<DueWait>> {
-        self.inner.scan_due_waits(now, after, limit).await
-    }
-    async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<ScanPage<Candidate>> {
-        self.inner.scan_claimable(after, limit).await
-    }
-}
-
 /// One failing timer-activation write does not end the maintenance pass: the other due
 /// timers are activated, the failure is counted and reported, and the next pass activates
 /// the one that failed (K-9.2).
@@ -520,7 +479,15 @@ async fn one_failing_timer_activation_does_not_stop_the_pass() {
     world.drive_until(&engine, 1_000, &all_waiting).await.unwrap();
     world.clock.advance(60_000);
     let mut ports = world.ports();
-    ports.store = Arc::new(ActivationFails { inner: ports.store.clone(), victim: WorkflowId::from("wf-01") });
+    let victim = WorkflowId::from("wf-01");
+    ports.store = Arc::new(ApplyHook {
+        inner: ports.store.clone(),
+        intercept: Box::new(move |id, guard, _| {
+            let activation = matches!(guard, kernel_core::transition::Guard::DueWait { .. });
+            (*id == victim && activation)
+                .then(|| Intercepted::Fail(Error::unavailable("the primary refused this one write")))
+        }),
+    });
     let troubled = world.engine_on(ports, testkit::harness::test_config("w2"), vec![sleeper("t")]);
     let report = troubled.maintain().await.expect("the pass goes on past one failing write");
     assert_eq!((report.activated, report.item_failures), (2, 1), "{report:?}");
