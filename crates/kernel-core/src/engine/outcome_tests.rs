@@ -348,7 +348,8 @@ fn k4_5_a_deferral_wins_over_suspend_and_yield_and_parks_them() {
 fn k17_2_a_lost_attempt_is_an_unknown_outcome_row_by_row() {
     use ErrorClass::*;
     let lost = "the previous attempt was lost (crash or lease loss)";
-    let rows: Vec<(&str, bool, Option<StepError>, Option<(ErrorClass, String)>)> = vec![
+    type Row = (&'static str, bool, Option<StepError>, Option<(ErrorClass, String)>);
+    let rows: Vec<Row> = vec![
         ("not lost, no error", false, None, None),
         ("not lost, transient", false, Some(e(Transient)), Some((Transient, "x".into()))),
         ("lost, first attempt", true, None, Some((UnknownOutcome, lost.into()))),
