@@ -8,7 +8,8 @@ use rand::Rng;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use store_mongo::{MongoConfig, MongoSignalInbox, MongoWorkflowStore};
-use testkit::harness::{sweep_on, BoxFuture, Lister, Scenario, SweepSample, World};
+use testkit::faults::CrashPlan;
+use testkit::harness::{crash_run_on, sweep_on, BoxFuture, Lister, Scenario, SweepSample, World};
 
 #[tokio::test]
 async fn crash_sweep_on_mongo() {
@@ -45,7 +46,24 @@ async fn crash_sweep_on_mongo() {
     // About 27 points (the Mongo-wire budget), chosen by seed: every scenario gets both a
     // crash before and a crash after one of its boundaries, on as many boundary names as
     // its share allows.
-    let report = sweep_on(&scenarios, 7, SweepSample::Seeded { points: 27, seed: 7 }, &factory).await;
+    let mut report = sweep_on(&scenarios, 7, SweepSample::Seeded { points: 27, seed: 7 }, &factory).await;
+    // K-6.8: every port call is a crash point. A side-port family the sample did not reach
+    // is crashed once, after its first call, in the refund scenario (at most 3 more runs).
+    for boundary in ["cache.put", "dead_letters.record", "task_inbox.open"] {
+        let family = boundary.split('.').next().unwrap_or(boundary);
+        if report.by_boundary.keys().any(|b| b.starts_with(&format!("{family}."))) {
+            continue;
+        }
+        let one = crash_run_on(&RefundScenario, factory(7).await, CrashPlan::AfterNamed(boundary, 0)).await;
+        assert_eq!((one.runs, one.crashes_fired), (1, 1), "{boundary}: {one:?}");
+        let clean = (one.lost, one.duplicate_step_completions, one.stale_writes_accepted, one.unfinished);
+        assert_eq!(clean, (0, 0, 0, 0), "{boundary}: {one:?}");
+        assert!(one.unfired.is_empty() && one.hung_zombies == 0, "{boundary}: {one:?}");
+        report.runs += 1;
+        report.crashes_fired += 1;
+        report.points_after += 1;
+        *report.by_boundary.entry(boundary.to_string()).or_default() += 1;
+    }
     let made: Vec<Database> = dbs.lock().unwrap().drain(..).collect();
     for db in made {
         let _ = db.drop().await;
