@@ -1,9 +1,10 @@
 //! The engine's one heartbeat driver (K-6.3): heartbeats run detached from the activities,
 //! also from an activity that blocks its thread.
 
+use crate::intercept::{ApplyHook, Intercepted};
 use kernel_core::engine::{ClaimEnd, RoundOutcome};
 use kernel_core::ports::*;
-use kernel_core::transition::{Guard, Transition, TransitionKind};
+use kernel_core::transition::TransitionKind;
 use kernel_core::*;
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -115,43 +116,18 @@ async fn claims_of_one_engine_share_the_driver_and_each_keeps_its_own_schedule()
 }
 
 /// A store whose heartbeat writes for one workflow hang (until the caller's deadline);
-/// everything else passes through.
-struct HungHeartbeatsOf {
-    inner: Arc<DynStore>,
-    workflow_id: WorkflowId,
-    hung: AtomicU32,
-}
-
-#[async_trait::async_trait]
-impl WorkflowStore for HungHeartbeatsOf {
-    async fn create(&self, instance: WorkflowInstance) -> Result<CreateOutcome> {
-        self.inner.create(instance).await
-    }
-    async fn get(&self, workflow_id: &WorkflowId) -> Result<Option<WorkflowInstance>> {
-        self.inner.get(workflow_id).await
-    }
-    async fn get_by_biz_key(&self, biz_key: &str) -> Result<Option<WorkflowInstance>> {
-        self.inner.get_by_biz_key(biz_key).await
-    }
-    async fn claim(&self, workflow_id: &WorkflowId, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
-        self.inner.claim(workflow_id, spec).await
-    }
-    async fn claim_any(&self, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
-        self.inner.claim_any(spec).await
-    }
-    async fn apply(&self, workflow_id: &WorkflowId, guard: &Guard, transition: &Transition) -> Result<WriteOutcome> {
-        if *workflow_id == self.workflow_id && transition.kinds().any(|k| k == TransitionKind::Heartbeat) {
-            self.hung.fetch_add(1, Ordering::SeqCst);
-            std::future::pending::<()>().await;
-        }
-        self.inner.apply(workflow_id, guard, transition).await
-    }
-    async fn scan_due_waits(&self, now: Instant, after: Option<&DueCursor>, limit: usize) -> Result<ScanPage<DueWait>> {
-        self.inner.scan_due_waits(now, after, limit).await
-    }
-    async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<ScanPage<Candidate>> {
-        self.inner.scan_claimable(after, limit).await
-    }
+/// everything else passes through. The counter says how many hung.
+fn hung_heartbeats_of(inner: Arc<DynStore>, workflow_id: &str) -> (Arc<ApplyHook>, Arc<AtomicU32>) {
+    let counted = Arc::new(AtomicU32::new(0));
+    let (victim, count) = (WorkflowId::from(workflow_id), counted.clone());
+    let intercept: crate::intercept::Intercept = Box::new(move |id, _, t| {
+        let heartbeat = *id == victim && t.kinds().any(|k| k == TransitionKind::Heartbeat);
+        heartbeat.then(|| {
+            count.fetch_add(1, Ordering::SeqCst);
+            Intercepted::Hang
+        })
+    });
+    (Arc::new(ApplyHook { inner, intercept }), counted)
 }
 
 #[tokio::test]
@@ -162,8 +138,7 @@ async fn a_hung_heartbeat_write_delays_no_other_claims_heartbeat() {
     let world = World::new(65);
     let gate = Arc::new(tokio::sync::Notify::new());
     let def = gated(gate.clone());
-    let store =
-        Arc::new(HungHeartbeatsOf { inner: world.ports().store, workflow_id: "wf-a".into(), hung: AtomicU32::new(0) });
+    let (store, hung) = hung_heartbeats_of(world.ports().store, "wf-a");
     let mut ports = world.ports();
     ports.store = store.clone();
     let engine = world.engine_on(ports, testkit::harness::test_config("w"), vec![def]);
@@ -176,7 +151,7 @@ async fn a_hung_heartbeat_write_delays_no_other_claims_heartbeat() {
     // a was claimed 2 quarters ago, b 1 quarter ago: a falls due first and hangs.
     world.clock.advance(DurationMs::from_millis(hb.as_millis() - 2 * quarter.as_millis()));
     settle().await;
-    assert_eq!(store.hung.load(Ordering::SeqCst), 1, "a's heartbeat is in flight");
+    assert_eq!(hung.load(Ordering::SeqCst), 1, "a's heartbeat is in flight");
     world.clock.advance(quarter);
     settle().await;
     let t_b = world.now();
@@ -189,7 +164,7 @@ async fn a_hung_heartbeat_write_delays_no_other_claims_heartbeat() {
     }
     assert_eq!(beats_of(&world, "wf-b"), vec![t_b, b_next], "b keeps its schedule");
     assert!(beats_of(&world, "wf-a").is_empty());
-    assert_eq!(store.hung.load(Ordering::SeqCst), 1, "a ended at its first hung heartbeat");
+    assert_eq!(hung.load(Ordering::SeqCst), 1, "a ended at its first hung heartbeat");
     gate.notify_waiters();
     let ends: Vec<_> = futures::future::join_all(claims).await.into_iter().map(|c| c.unwrap().unwrap()).collect();
     assert!(matches!(&ends[0], RoundOutcome::Ran { end: ClaimEnd::Uncertain, .. }), "{:?}", ends[0]);
@@ -231,8 +206,7 @@ async fn a_claim_registered_while_every_heartbeat_hangs_is_beaten_on_time() {
     // write's deadline (here longer than the interval) has passed.
     let world = World::new(66);
     let gate = Arc::new(tokio::sync::Notify::new());
-    let store =
-        Arc::new(HungHeartbeatsOf { inner: world.ports().store, workflow_id: "wf-a".into(), hung: AtomicU32::new(0) });
+    let (store, hung) = hung_heartbeats_of(world.ports().store, "wf-a");
     let mut ports = world.ports();
     ports.store = store.clone();
     let config = EngineConfig {
@@ -256,7 +230,7 @@ async fn a_claim_registered_while_every_heartbeat_hangs_is_beaten_on_time() {
     settle().await;
     world.clock.advance(DurationMs::from_secs(2));
     settle().await;
-    assert_eq!(store.hung.load(Ordering::SeqCst), 1, "a's heartbeat hangs");
+    assert_eq!(hung.load(Ordering::SeqCst), 1, "a's heartbeat hangs");
     world.clock.advance(DurationMs::from_secs(1));
     claims.push(start("wf-b"));
     settle().await;

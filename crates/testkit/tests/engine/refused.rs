@@ -2,11 +2,12 @@
 //! uncertain outcome (K-6.4): a refused completion fails its step once, through the normal
 //! failure path; an unavailable store hands the claim back with a delay.
 
+use crate::intercept::{ApplyHook, Intercepted};
 use kernel_core::engine::{ClaimEnd, RoundOutcome};
 use kernel_core::model::*;
 use kernel_core::ports::*;
-use kernel_core::transition::{Guard, Transition, TransitionKind};
-use kernel_core::{ActivityContext, Definition, Error, Result, StartRequest, StepDef, StepOutcome, WorkflowId};
+use kernel_core::transition::TransitionKind;
+use kernel_core::{ActivityContext, Definition, Error, StartRequest, StepDef, StepOutcome, WorkflowId};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -65,7 +66,7 @@ async fn hardening_02_outputs_the_store_cannot_represent_fail_the_step_once() {
     }
 }
 
-/// How [`Refusing`] answers the first completion write of step 0.
+/// How [`refusing`] answers the first completion write of step 0.
 #[derive(Clone, Copy, Debug)]
 enum Answer {
     Refused,
@@ -75,57 +76,31 @@ enum Answer {
 
 /// Forwards to the world's store, except the first write that completes step 0, which it
 /// answers with `answer` without writing.
-struct Refusing {
-    inner: Arc<DynStore>,
-    answer: Answer,
-    fired: Mutex<bool>,
-}
-
-#[deny(clippy::missing_trait_methods)]
-#[async_trait::async_trait]
-impl WorkflowStore for Refusing {
-    async fn create(&self, instance: WorkflowInstance) -> Result<CreateOutcome> {
-        self.inner.create(instance).await
-    }
-    async fn get(&self, workflow_id: &WorkflowId) -> Result<Option<WorkflowInstance>> {
-        self.inner.get(workflow_id).await
-    }
-    async fn get_by_biz_key(&self, biz_key: &str) -> Result<Option<WorkflowInstance>> {
-        self.inner.get_by_biz_key(biz_key).await
-    }
-    async fn claim(&self, workflow_id: &WorkflowId, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
-        self.inner.claim(workflow_id, spec).await
-    }
-    async fn claim_any(&self, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
-        self.inner.claim_any(spec).await
-    }
-    async fn apply(&self, workflow_id: &WorkflowId, guard: &Guard, transition: &Transition) -> Result<WriteOutcome> {
-        if transition.completed_steps().any(|i| i == 0) {
-            let mut fired = self.fired.lock().unwrap();
-            if !*fired {
-                *fired = true;
-                return Err(match self.answer {
-                    Answer::Refused => Error::invalid("document", "the document would exceed the size limit"),
-                    Answer::Unavailable => Error::unavailable("primary stepped down"),
-                    Answer::Uncertain => Error::uncertain("connection dropped after the write was sent"),
-                });
-            }
+fn refusing(inner: Arc<DynStore>, answer: Answer) -> Arc<ApplyHook> {
+    let fired = Mutex::new(false);
+    let intercept: crate::intercept::Intercept = Box::new(move |_, _, t| {
+        if !t.completed_steps().any(|i| i == 0) {
+            return None;
         }
-        self.inner.apply(workflow_id, guard, transition).await
-    }
-    async fn scan_due_waits(&self, now: Instant, after: Option<&DueCursor>, limit: usize) -> Result<ScanPage<DueWait>> {
-        self.inner.scan_due_waits(now, after, limit).await
-    }
-    async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<ScanPage<Candidate>> {
-        self.inner.scan_claimable(after, limit).await
-    }
+        let mut fired = fired.lock().unwrap();
+        if *fired {
+            return None;
+        }
+        *fired = true;
+        Some(Intercepted::Fail(match answer {
+            Answer::Refused => Error::invalid("document", "the document would exceed the size limit"),
+            Answer::Unavailable => Error::unavailable("primary stepped down"),
+            Answer::Uncertain => Error::uncertain("connection dropped after the write was sent"),
+        }))
+    });
+    Arc::new(ApplyHook { inner, intercept })
 }
 
 async fn run_with(answer: Answer) -> (World, Vec<ClaimEnd>, usize, Vec<TransitionKind>) {
     let world = World::new(1);
     let runs = Arc::new(AtomicUsize::new(0));
     let mut ports = world.ports();
-    ports.store = Arc::new(Refusing { inner: ports.store.clone(), answer, fired: Mutex::new(false) });
+    ports.store = refusing(ports.store.clone(), answer);
     let engine = world.engine_on(ports, test_config("w"), vec![def(json!({"ok": true}), runs.clone())]);
     engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf")).await.unwrap();
     let report = world.drive_until(&engine, 50, &|| false).await.unwrap();
@@ -205,8 +180,7 @@ async fn hardening_02_an_unavailable_write_in_a_wave_hands_back_only_after_every
     let gate = Arc::new(tokio::sync::Notify::new());
     let entries: Arc<[AtomicUsize; 2]> = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
     let mut ports = world.ports();
-    ports.store =
-        Arc::new(Refusing { inner: ports.store.clone(), answer: Answer::Unavailable, fired: Mutex::new(false) });
+    ports.store = refusing(ports.store.clone(), Answer::Unavailable);
     let engine = world.engine_on(ports.clone(), test_config("A"), vec![wave_def(gate.clone(), entries.clone())]);
     let other = world.engine_on(ports, test_config("B"), vec![wave_def(gate.clone(), entries.clone())]);
     engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf")).await.unwrap();
@@ -298,8 +272,7 @@ async fn hardening_09_an_uncertain_claim_is_enqueued_at_its_lease_end() {
     let world = World::new(9);
     let runs = Arc::new(AtomicUsize::new(0));
     let mut ports = world.ports();
-    ports.store =
-        Arc::new(Refusing { inner: ports.store.clone(), answer: Answer::Uncertain, fired: Mutex::new(false) });
+    ports.store = refusing(ports.store.clone(), Answer::Uncertain);
     let engine = world.engine_on(ports, test_config("w"), vec![def(json!({"ok": true}), runs.clone())]);
     engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf")).await.unwrap();
     let out = engine.tick().await.unwrap();
