@@ -22,6 +22,7 @@ pub mod id;
 mod journal;
 pub mod model;
 pub mod model_call;
+pub mod operator_request;
 pub mod ports;
 pub mod record;
 pub mod time;

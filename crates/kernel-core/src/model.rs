@@ -590,6 +590,11 @@ pub struct WorkflowInstance {
     /// caller's trace. Written only by the create; a replay or a resume keeps it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_parent: Option<String>,
+    /// An operator's request to the holder of the live claim (K-6.8): recorded under the
+    /// holder's token, applied by the holder when its claim ends or by the next claimer
+    /// before it starts anything; cleared when applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator_request: Option<crate::operator_request::OperatorRequest>,
 }
 
 std::thread_local! {
@@ -639,6 +644,7 @@ impl Clone for WorkflowInstance {
             finished_at: self.finished_at,
             compensation: self.compensation.clone(),
             trace_parent: self.trace_parent.clone(),
+            operator_request: self.operator_request.clone(),
         }
     }
 }
@@ -677,9 +683,13 @@ impl WorkflowInstance {
             finished_at: _,
             compensation,
             trace_parent,
+            operator_request,
         } = self;
         if let Some(c) = compensation {
             c.validate()?;
+        }
+        if let Some(r) = operator_request {
+            r.validate()?;
         }
         if let Some(t) = trace_parent {
             crate::trace::TraceParent::parse(t)?;

@@ -79,11 +79,13 @@ pub enum Guard {
     /// Priority raise (promote-only): `business_priority` less urgent than the given one,
     /// and the instance not terminal.
     PriorityBelow(Priority),
-    /// An operator's edit of a live instance (regenerate, K-17.3): `status ∈ {running,
-    /// waiting} AND revision = r` — optimistic: the operator read the instance at revision
-    /// `r` and computed the write from it; a miss means it changed meanwhile (re-read and
-    /// decide again), never a blind retry. The write clears the claim token, so a worker
-    /// holding a claim loses it at its next write.
+    /// An operator's write to an instance no claim holds (cancel, regenerate; K-6.8):
+    /// `status ∈ {running, waiting, failing} AND revision = r AND claim_token` absent —
+    /// optimistic: the operator read the instance at revision `r`, saw no claim, and
+    /// computed the write from it; a miss means it changed or was claimed meanwhile
+    /// (re-read and decide again), never a blind retry. An instance under a claim gets an
+    /// [`OperatorRequest`](crate::operator_request::OperatorRequest) instead, written
+    /// under [`Guard::Token`].
     Operator {
         /// The revision the operator read.
         revision: u64,
@@ -164,7 +166,9 @@ impl Guard {
             Guard::Active => matches!(inst.status, S::Running | S::Waiting | S::Failing),
             Guard::PriorityBelow(p) => !inst.status.is_terminal() && p.is_higher_than(inst.business_priority),
             Guard::Operator { revision } => {
-                matches!(inst.status, S::Running | S::Waiting) && inst.revision == *revision
+                matches!(inst.status, S::Running | S::Waiting | S::Failing)
+                    && inst.revision == *revision
+                    && inst.claim_token.is_none()
             }
         }
     }
@@ -238,6 +242,12 @@ pub enum TransitionKind {
     LoopBack,
     /// Steps whose branch predicate did not hold were skipped (K-4 amendment).
     BranchSkip,
+    /// An operator's request was recorded for the holder of the live claim, whose token
+    /// it replaced (K-6.8).
+    OperatorRequest,
+    /// An operator's request was applied: the claim cleared, with the action's own kind
+    /// fused in when it still applies (K-6.8).
+    RequestApplied,
 }
 
 /// One logical transition a write carries, with the step it concerns (K-7.1: a fused write
@@ -483,6 +493,9 @@ pub struct Transition {
     pub finished_at: Option<Patch<Instant>>,
     /// The compensation report (K-17.6), set with the `failed` write or cleared (replay).
     pub compensation: Option<Patch<crate::compensation::CompensationReport>>,
+    /// The operator's request to the claim holder (K-6.8), set (a request, under the
+    /// holder's token) or cleared (when applied).
+    pub operator_request: Option<Patch<crate::operator_request::OperatorRequest>>,
     /// `revision += 1` (every accepted write but claim and heartbeat, K-2.2).
     pub bump_revision: bool,
 }
@@ -550,6 +563,7 @@ impl Transition {
             prepare_failures,
             finished_at,
             compensation,
+            operator_request,
             bump_revision,
         } = next;
         self.kinds.extend(kinds);
@@ -584,7 +598,8 @@ impl Transition {
             priority,
             prepare_failures,
             finished_at,
-            compensation
+            compensation,
+            operator_request
         );
         self.reset_failed_steps |= reset_failed_steps;
         self.retry_count_inc |= retry_count_inc;
@@ -613,10 +628,14 @@ impl Transition {
             prepare_failures,
             finished_at,
             compensation,
+            operator_request,
             bump_revision,
         } = self;
         if let Some(p) = compensation {
             p.apply(&mut inst.compensation);
+        }
+        if let Some(p) = operator_request {
+            p.apply(&mut inst.operator_request);
         }
         if let Some(s) = status {
             inst.status = *s;
@@ -718,10 +737,14 @@ impl Transition {
             prepare_failures: _,
             finished_at: _,
             compensation,
+            operator_request,
             bump_revision: _,
         } = self;
         if let Some(Patch::Set(c)) = compensation {
             c.validate()?;
+        }
+        if let Some(Patch::Set(r)) = operator_request {
+            r.validate()?;
         }
         if *reset_failed_steps && !steps.is_empty() {
             // Both could name the same element (`steps.$[f]` and `steps.<i>`), which a
@@ -1004,7 +1027,36 @@ impl Transition {
         t.fuse(term)
     }
 
-    /// Explicit cancel / supersede (K-8), under [`Guard::Active`]; no token needed.
+    /// Record an operator's request for the holder of the live claim (K-6.8), under
+    /// [`Guard::Token`] with the holder's token: the request is set and `token` replaces
+    /// the holder's claim token, so the holder's next guarded write misses; the lease
+    /// (`claimable_time`) is left as it is.
+    pub fn operator_request(request: crate::operator_request::OperatorRequest, token: ClaimToken, now: Instant) -> Self {
+        let mut t = Transition::new(TransitionKind::OperatorRequest, now);
+        t.operator_request = Some(Patch::Set(request));
+        t.claim_token = Some(Patch::Set(token));
+        t
+    }
+
+    /// Apply an operator's request (K-6.8), under [`Guard::Token`] with the current token:
+    /// `action` is the action's own write (a supersede, a regenerate), or `None` when it no
+    /// longer applies, which releases the claim at once. The request and the claim token
+    /// are cleared either way.
+    pub fn request_applied(action: Option<Transition>, now: Instant) -> Self {
+        let mut t = Transition::new(TransitionKind::RequestApplied, now);
+        t.operator_request = Some(Patch::Unset);
+        t.claim_token = Some(Patch::Unset);
+        match action {
+            Some(a) => t.fuse(a),
+            None => {
+                t.claimable_time = Some(Patch::Set(now));
+                t
+            }
+        }
+    }
+
+    /// Explicit cancel / supersede (K-8): under [`Guard::Operator`] when no claim holds
+    /// the instance, else applied by the claim through [`Transition::request_applied`].
     pub fn supersede(now: Instant) -> Self {
         Transition::terminal(TransitionKind::Supersede, WorkflowStatus::Canceled, now)
     }

@@ -371,6 +371,7 @@ impl Publisher {
             finished_at: None,
             compensation: None,
             trace_parent: req.trace_parent.as_ref().map(|t| t.as_str().to_string()),
+            operator_request: None,
         };
         let (mut inst, mut activated, created) = match store.create(doc).await? {
             CreateOutcome::Created(i) => {

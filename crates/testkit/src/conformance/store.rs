@@ -96,6 +96,7 @@ pub fn instance(workflow_id: &str) -> WorkflowInstance {
         finished_at: None,
         compensation: None,
         trace_parent: None,
+        operator_request: None,
     }
 }
 
