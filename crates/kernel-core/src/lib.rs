@@ -36,8 +36,8 @@ pub use definition::{
     StepDef,
 };
 pub use engine::{
-    Engine, EngineConfig, EngineHealth, Event, EventOutcome, EventRoute, Ports, Publisher, PublisherBuilder,
-    StartOutcome, StartRequest,
+    Acted, CancelOutcome, Engine, EngineConfig, EngineHealth, Event, EventOutcome, EventRoute, Ports, Publisher,
+    PublisherBuilder, StartOutcome, StartRequest,
 };
 pub use error::{Cause, Error, Result};
 pub use id::{BusinessRound, ClaimToken, FencingToken, LeaseToken, ObjectId, WorkflowId};

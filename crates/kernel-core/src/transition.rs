@@ -1031,7 +1031,11 @@ impl Transition {
     /// [`Guard::Token`] with the holder's token: the request is set and `token` replaces
     /// the holder's claim token, so the holder's next guarded write misses; the lease
     /// (`claimable_time`) is left as it is.
-    pub fn operator_request(request: crate::operator_request::OperatorRequest, token: ClaimToken, now: Instant) -> Self {
+    pub fn operator_request(
+        request: crate::operator_request::OperatorRequest,
+        token: ClaimToken,
+        now: Instant,
+    ) -> Self {
         let mut t = Transition::new(TransitionKind::OperatorRequest, now);
         t.operator_request = Some(Patch::Set(request));
         t.claim_token = Some(Patch::Set(token));

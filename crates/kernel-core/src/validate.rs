@@ -296,6 +296,7 @@ mod tests {
                 finished_at: None,
                 compensation: None,
                 trace_parent: None,
+                operator_request: None,
             }
         }
 

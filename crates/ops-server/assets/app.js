@@ -266,6 +266,9 @@ async function pageInstance(main, id) {
       ? "signal " + view.wait.signal_type + " / " + view.wait.wait_key + (view.wait.poll_time ? ", poll at " + when(view.wait.poll_time) : "")
       : "timer until " + when(view.wait.poll_time)) : "—"),
     h("dt", {}, "Lease"), h("dd", {}, view.lease ? (view.lease.owner || "?") + " …" + view.lease.claim + " until " + when(view.lease.expires_at) : "—"),
+    view.pending_request ? [h("dt", {}, "Pending request"), h("dd", { id: "pending-request" },
+      view.pending_request.action + (view.pending_request.step ? " of step " + view.pending_request.step : "") +
+      " (" + view.pending_request.id + ") for claim …" + view.pending_request.holder + ", requested " + when(view.pending_request.requested_at))] : null,
     view.fingerprint_mismatch ? [h("dt", {}, "Parked"), h("dd", { class: "error" }, JSON.stringify(view.fingerprint_mismatch))] : null,
     view.compensation ? [h("dt", {}, "Compensation"), h("dd", {}, JSON.stringify(view.compensation))] : null);
   put(main,

@@ -185,6 +185,37 @@ pub struct LeaseView {
     pub expires_at: Instant,
 }
 
+/// An operator's request waiting for the holder of the instance's claim (K-6.8).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RequestView {
+    /// The request's id (as the action's answer named it).
+    pub id: String,
+    /// `cancel` or `regenerate`.
+    pub action: String,
+    /// The regenerated step, for a regenerate.
+    pub step: Option<String>,
+    /// The requesting process's clock.
+    pub requested_at: Instant,
+    /// The last six characters of the claim token it was addressed to.
+    pub holder: String,
+}
+
+impl RequestView {
+    fn of(r: &kernel_core::operator_request::OperatorRequest) -> Self {
+        let step = match &r.action {
+            kernel_core::operator_request::RequestedAction::Regenerate { step } => Some(step.clone()),
+            kernel_core::operator_request::RequestedAction::Cancel => None,
+        };
+        RequestView {
+            id: r.id.clone(),
+            action: r.action.as_str().to_string(),
+            step,
+            requested_at: r.requested_at,
+            holder: r.holder.suffix().to_string(),
+        }
+    }
+}
+
 /// The detail of one workflow: what `wfk show` prints and the console's detail page shows.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct InstanceView {
@@ -214,6 +245,8 @@ pub struct InstanceView {
     pub lease: Option<LeaseView>,
     /// Why it parks, when its definition changed under it (K-4.2).
     pub fingerprint_mismatch: Option<kernel_core::FingerprintMismatch>,
+    /// An operator's request the claim holder has not applied yet (K-6.8).
+    pub pending_request: Option<RequestView>,
     /// The compensation outcome of a failure (K-17.6).
     pub compensation: Option<kernel_core::compensation::CompensationReport>,
     /// Attempt rows from the projection, oldest first.
@@ -547,6 +580,7 @@ impl Ops {
             wait: inst.wait.clone(),
             lease,
             fingerprint_mismatch: inst.fingerprint_mismatch.clone(),
+            pending_request: inst.operator_request.as_ref().map(RequestView::of),
             compensation: inst.compensation.clone(),
             attempts,
             timeline,
@@ -702,18 +736,30 @@ impl Ops {
         .await
     }
 
-    /// Cancel (K-8): `running|waiting|failing → canceled` by one guarded write.
+    /// Cancel (K-8): `running|waiting|failing → canceled` by one guarded write, or, for an
+    /// instance a claim holds, a request its holder applies when the claim ends (K-6.8):
+    /// the detail's `outcome` is `canceled` or `requested` (with the `request_id`).
     pub async fn cancel(&self, actor: &Actor, id_or_key: &str) -> Result<Done> {
         self.act(actor, "cancel", id_or_key, Value::Null, || async {
             let inst = self.resolve(id_or_key).await?;
-            if !self.engine.cancel(&inst.workflow_id).await? {
-                return Err(OpsError::Refused(format!(
+            match self.engine.cancel(&inst.workflow_id).await? {
+                kernel_core::CancelOutcome::Canceled => Ok((
+                    format!("{} canceled", inst.workflow_id),
+                    serde_json::json!({"workflow_id": inst.workflow_id, "outcome": "canceled"}),
+                )),
+                kernel_core::CancelOutcome::Requested { request_id } => Ok((
+                    format!(
+                        "{} cancel requested ({request_id}): a worker holds its claim and applies it when the claim ends",
+                        inst.workflow_id
+                    ),
+                    serde_json::json!({"workflow_id": inst.workflow_id, "outcome": "requested", "request_id": request_id}),
+                )),
+                kernel_core::CancelOutcome::NotActive => Err(OpsError::Refused(format!(
                     "{} is {}: only a running, waiting or failing workflow can be canceled",
                     inst.workflow_id,
                     self.status_now(&inst.workflow_id).await
-                )));
+                ))),
             }
-            Ok((format!("{} canceled", inst.workflow_id), serde_json::json!({"workflow_id": inst.workflow_id})))
         })
         .await
     }
@@ -798,11 +844,23 @@ impl Ops {
     pub async fn regenerate(&self, actor: &Actor, id_or_key: &str, step: &str) -> Result<Done> {
         self.act(actor, "regenerate", id_or_key, serde_json::json!({"step": step}), || async {
             let inst = self.resolve(id_or_key).await?;
-            let r = self.engine.regenerate(&inst.workflow_id, step).await?;
-            Ok((
-                format!("{} step {step}: epoch {}; new attempts: {}", inst.workflow_id, r.epoch, r.steps.join(", ")),
-                serde_json::json!({"workflow_id": inst.workflow_id, "epoch": r.epoch, "steps": r.steps, "woken": r.woken}),
-            ))
+            match self.engine.regenerate(&inst.workflow_id, step).await? {
+                kernel_core::Acted::Applied(r) => Ok((
+                    format!("{} step {step}: epoch {}; new attempts: {}", inst.workflow_id, r.epoch, r.steps.join(", ")),
+                    serde_json::json!({
+                        "workflow_id": inst.workflow_id, "outcome": "applied", "epoch": r.epoch, "steps": r.steps,
+                        "woken": r.woken,
+                    }),
+                )),
+                kernel_core::Acted::Requested { request_id } => Ok((
+                    format!(
+                        "{} step {step}: regenerate requested ({request_id}): a worker holds its claim and applies it \
+                         when the claim ends",
+                        inst.workflow_id
+                    ),
+                    serde_json::json!({"workflow_id": inst.workflow_id, "outcome": "requested", "request_id": request_id}),
+                )),
+            }
         })
         .await
     }

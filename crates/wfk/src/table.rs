@@ -68,6 +68,16 @@ pub(crate) fn show(v: &InstanceView) -> String {
             l.expires_at.as_millis()
         ));
     }
+    if let Some(r) = &v.pending_request {
+        out.push_str(&format!(
+            "request   {} {}{} pending for claim …{} (requested at {})\n",
+            r.id,
+            r.action,
+            r.step.as_deref().map(|s| format!(" of step {s}")).unwrap_or_default(),
+            r.holder,
+            r.requested_at.as_millis()
+        ));
+    }
     if let Some(m) = &v.fingerprint_mismatch {
         out.push_str(&format!("parked    definition changed: stored {} worker {}\n", m.persisted, m.worker));
     }

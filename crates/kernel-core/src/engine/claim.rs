@@ -41,8 +41,11 @@ use tracing::Instrument;
 mod dead_letter;
 mod drive;
 mod finish;
+mod query_first;
 mod steps;
 mod wave;
+
+use query_first::QueryFirst;
 
 /// Which token guard a claim write uses.
 #[derive(Clone, Copy)]
@@ -209,6 +212,13 @@ pub(crate) async fn run(inner: Arc<Inner>, mut inst: WorkflowInstance, token: Cl
                 Err(e) => tracing::warn!(error = %e, "claim not observed"),
             }
         }
+        if inst.operator_request.is_some() {
+            // K-6.8: a request whose holder did not apply it (its claim is gone): applied
+            // before anything runs.
+            if let Some(end) = super::operator_write::apply_request(&inner, &def, &inst, &token).await {
+                return end;
+            }
+        }
         let (prepared, refusal) = match prepare(&inst, &def, inner.prepare.as_ref()) {
             Ok(p) => (p, None),
             Err(r) => (Arc::new(Value::Null), Some(r)),
@@ -242,6 +252,12 @@ pub(crate) async fn run(inner: Arc<Inner>, mut inst: WorkflowInstance, token: Cl
         }
         let end = claim.drive(refusal).await;
         heartbeats.end().await;
+        let end = match end {
+            // Every activity of the claim has returned: an operator's request addressed to
+            // it is applied now (K-6.8).
+            ClaimEnd::ClaimLost => claim.apply_own_request().await.unwrap_or(end),
+            end => end,
+        };
         if matches!(end, ClaimEnd::Uncertain | ClaimEnd::ClaimLost) {
             // Claimable again when the lease ends (K-6.4): put it in its lane for then, best
             // effort (K-13: the lanes are only a hint).
@@ -254,26 +270,6 @@ pub(crate) async fn run(inner: Arc<Inner>, mut inst: WorkflowInstance, token: Cl
     }
     .instrument(span)
     .await
-}
-
-/// The retry of a step whose last attempt ended with an unknown outcome (K-17.2): the
-/// query hook first; the activity only when the operation did not take effect.
-struct QueryFirst {
-    query: Arc<dyn crate::definition::OutcomeQuery>,
-    activity: Arc<dyn Activity>,
-}
-
-#[async_trait::async_trait]
-impl Activity for QueryFirst {
-    async fn run(&self, ctx: ActivityContext) -> Result<StepOutcome, ActivityError> {
-        match self.query.query(&ctx).await? {
-            crate::definition::QueryAnswer::Done(output) => Ok(StepOutcome::Complete(output)),
-            crate::definition::QueryAnswer::NotDone => self.activity.run(ctx).await,
-            crate::definition::QueryAnswer::StillUnknown => {
-                Err(ActivityError::unknown_outcome("the query could not tell whether the operation took effect"))
-            }
-        }
-    }
 }
 
 /// Writes a step's record under its claim (K-6.4: `status = running AND claim_token`).
@@ -341,6 +337,25 @@ impl Claim {
     /// clock, never runs beside what this one starts.
     fn past_start_limit(&self) -> bool {
         self.now() >= self.lease.until_or_min().saturating_sub(self.inner.config.max_clock_skew_ms)
+    }
+
+    /// After a miss: read the instance once and apply the operator's request addressed to
+    /// this claim, if one replaced its token (K-6.8); `None` when there is none (the claim
+    /// was lost to another worker) or the read failed (the next claimer applies it).
+    async fn apply_own_request(&self) -> Option<ClaimEnd> {
+        let inst = match self.inner.ports.store.get(&self.workflow_id).await {
+            Ok(Some(inst)) => inst,
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::warn!(error = %e, "instance not read after a miss; a pending request is left to the next claimer");
+                return None;
+            }
+        };
+        let current = inst.claim_token.as_ref()?;
+        if inst.operator_request.as_ref().is_none_or(|r| r.holder != self.token) {
+            return None;
+        }
+        super::operator_write::apply_request(&self.inner, &self.def, &inst, current).await
     }
 
     fn doc(&self) -> std::sync::MutexGuard<'_, ClaimDoc> {

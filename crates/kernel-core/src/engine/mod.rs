@@ -34,6 +34,10 @@ mod heartbeat;
 mod invoke;
 mod maintenance;
 mod operator;
+mod operator_decision;
+#[cfg(test)]
+mod operator_decision_tests;
+mod operator_write;
 mod outcome;
 mod ports;
 mod publisher;
@@ -50,6 +54,7 @@ pub use enveloped::Enveloped;
 pub use events::{Event, EventOutcome, EventRoute};
 pub use health::{EngineHealth, MaintenancePass, WakeupState};
 pub use operator::{dead_letter_generation, Regenerated, DEAD_LETTER_SIGNAL};
+pub use operator_write::{Acted, CancelOutcome};
 pub use ports::{MissingPort, Ports, PortsBuilder};
 pub use publisher::{Publisher, PublisherBuilder, StartOutcome, StartRequest};
 
@@ -349,26 +354,6 @@ impl Engine {
     /// Deliver a signal (K-9.3).
     pub async fn deliver_signal(&self, signal: Signal) -> Result<DeliverOutcome> {
         signals::deliver(&self.inner, signal).await
-    }
-
-    /// Cancel / supersede (K-8): `running|waiting|failing → canceled`; no token needed.
-    /// Returns whether this call changed anything (idempotent).
-    pub async fn cancel(&self, workflow_id: &WorkflowId) -> Result<bool> {
-        crate::validate::identifier("workflow_id", workflow_id.as_str())?;
-        let now = self.inner.ports.clock.now();
-        let t = Transition::supersede(now);
-        match self.inner.ports.store.apply(workflow_id, &Guard::Active, &t).await? {
-            WriteOutcome::Applied { revision } => {
-                // The read only serves the observation: skipped for a disabled sink.
-                if self.inner.ports.observer.enabled() {
-                    if let Some(inst) = self.inner.ports.store.get(workflow_id).await.ok().flatten() {
-                        effects::observe(&*self.inner.ports.observer, &inst, &t, revision, self.inner.writer());
-                    }
-                }
-                Ok(true)
-            }
-            WriteOutcome::Missed => Ok(false),
-        }
     }
 
     /// Run in the background: wakeups, polling, maintenance and `worker_slots` concurrent

@@ -1,30 +1,22 @@
 //! Operator actions on live workflows (K-17.2, K-17.3): regenerate a step, list dead
 //! letters, and decide one (retry in the next epoch, complete with a supplied output, fail).
 //!
-//! Regenerate writes the instance under [`Guard::Operator`] (the revision the operator read,
-//! status running or waiting) and clears the claim token: a worker holding a claim loses it
-//! at its next write. A dead-letter decision is written to the dead-letter record first (one
+//! Regenerate and cancel go through the one operator door of K-6.8
+//! ([`operator_write`](super::operator_write)). A dead-letter decision is written to the dead-letter record first (one
 //! conditional `open → decided` write), then the workflow's operator signal is delivered
 //! (K-9.3: the fact before the doorbell); the engine that claims the woken workflow applies
 //! the decision. A lost doorbell is covered by the dead-letter wait's poll fallback.
 
-use super::{effects, Engine};
+use super::Engine;
 use crate::definition::OutcomeAuthority;
 use crate::error::{Error, Result};
-use crate::id::WorkflowId;
 use crate::model::*;
 use crate::ports::*;
-use crate::record::{HistoryEntry, HistoryReason};
-use crate::transition::{Guard, Transition};
 use serde_json::Value;
 
 /// The signal type of a dead-letter wait; its wait key is the step name and its
 /// generation [`dead_letter_generation`] of the logical attempt.
 pub const DEAD_LETTER_SIGNAL: &str = "kernel.dead_letter";
-
-/// How often a regenerate re-reads and tries again when the instance changed between its
-/// read and its write.
-const OPERATOR_ATTEMPTS: usize = 3;
 
 /// The generation of a dead-letter wait: the logical attempt `(run, epoch)` in one number,
 /// so a decision about an earlier attempt never wakes a later one (K-9.6).
@@ -116,124 +108,6 @@ pub struct Regenerated {
 }
 
 impl Engine {
-    /// Regenerate `step` of `workflow_id` (K-17.3): a new logical attempt of that step —
-    /// the next epoch, so a new K-17.1 key — whose previous result moves to its bounded
-    /// history; every step that depends on it (transitively) and has run starts a new
-    /// attempt too; nothing else does.
-    ///
-    /// Errors, nothing written: [`Error::NotFound`] for an unknown workflow;
-    /// [`Error::UnregisteredType`] when this engine has no definition of its type;
-    /// [`Error::InvalidInput`] for a step the definition does not have; [`Error::Conflict`]
-    /// for a terminal or failing instance, for a step that has not completed (never ran,
-    /// or still running), and when the instance kept changing under three attempts.
-    pub async fn regenerate(&self, workflow_id: &WorkflowId, step: &str) -> Result<Regenerated> {
-        crate::validate::identifier("workflow_id", workflow_id.as_str())?;
-        let ports = &self.inner.ports;
-        for _ in 0..OPERATOR_ATTEMPTS {
-            let inst = ports.store.get(workflow_id).await?.ok_or_else(|| Error::NotFound(workflow_id.to_string()))?;
-            let def = self
-                .inner
-                .defs
-                .get(&inst.workflow_type)
-                .ok_or_else(|| Error::UnregisteredType(inst.workflow_type.clone()))?;
-            let plan = def.plan();
-            let idx =
-                plan.steps().iter().position(|s| s.name == step).ok_or_else(|| {
-                    Error::invalid("step", format_args!("{} has no step {step:?}", inst.workflow_type))
-                })?;
-            if inst.status.is_terminal() || inst.status == WorkflowStatus::Failing {
-                return Err(Error::Conflict(format!(
-                    "{workflow_id} is {}: only a running or waiting workflow can be regenerated",
-                    inst.status.as_str()
-                )));
-            }
-            let Some(s) = inst.steps.get(idx) else {
-                return Err(Error::corrupt(format!("{workflow_id} has fewer steps than its plan")));
-            };
-            if s.status != StepStatus::Completed {
-                return Err(Error::Conflict(format!(
-                    "step {step} of {workflow_id} is {}: only a completed step can be regenerated",
-                    s.status.as_str()
-                )));
-            }
-            // The step and its transitive dependents.
-            let reset = plan.dependents(idx);
-            let now = ports.clock.now();
-            let limits = self.inner.config.history_limits;
-            let mut resets = Vec::new();
-            let mut names = Vec::new();
-            let mut outputs = Vec::new();
-            for (j, s) in inst.steps.iter().enumerate().filter(|(j, _)| reset[*j]) {
-                let ran = j == idx || s.status != StepStatus::Pending || s.attempt > 0 || s.record.is_some();
-                if !ran {
-                    continue;
-                }
-                let output = inst.output.get(&s.name).cloned();
-                if output.is_some() {
-                    outputs.push(s.name.clone());
-                }
-                let entry = HistoryEntry {
-                    run: inst.retry_count,
-                    epoch: s.epoch,
-                    reason: if j == idx { HistoryReason::Regenerate } else { HistoryReason::Upstream },
-                    output,
-                    error: s.error.clone(),
-                    record: s.record.clone(),
-                    at: now,
-                };
-                resets.push((j, s.epoch.saturating_add(1), limits.push(s.history.clone(), entry)));
-                names.push(s.name.clone());
-            }
-            let wake = match (&inst.status, &inst.wait) {
-                (WorkflowStatus::Waiting, Some(w)) => reset.get(w.step_index() as usize).copied().unwrap_or(false),
-                _ => true,
-            };
-            let epoch = inst.steps[idx].epoch.saturating_add(1);
-            // A loop sender that runs again enters its loop afresh: its counter starts over.
-            let counters: Vec<usize> = resets.iter().map(|r| r.0).filter(|&j| inst.steps[j].iterations > 0).collect();
-            let mut t = Transition::regenerate(resets, outputs, wake, now);
-            for j in counters {
-                t.step_mut(j).iterations = Some(0);
-            }
-            if inst.resume.as_ref().is_some_and(|r| !reset.get(r.step_index as usize).copied().unwrap_or(false)) {
-                // The resume belongs to a step that is not reset (a signal that woke it,
-                // K-9.4): it stays.
-                t.resume = None;
-            }
-            match ports.store.apply(workflow_id, &Guard::Operator { revision: inst.revision }, &t).await? {
-                WriteOutcome::Applied { revision } => {
-                    if ports.observer.enabled() {
-                        let mut after = inst;
-                        t.apply_to(&mut after);
-                        effects::observe(&*ports.observer, &after, &t, revision, self.inner.writer());
-                        if wake {
-                            effects::enqueue_and_wake(
-                                &*ports.queue,
-                                &*ports.wakeup,
-                                workflow_id,
-                                after.business_priority,
-                                now,
-                            )
-                            .await;
-                        }
-                    } else if wake {
-                        effects::enqueue_and_wake(
-                            &*ports.queue,
-                            &*ports.wakeup,
-                            workflow_id,
-                            inst.business_priority,
-                            now,
-                        )
-                        .await;
-                    }
-                    return Ok(Regenerated { epoch, steps: names, woken: wake });
-                }
-                WriteOutcome::Missed => continue,
-            }
-        }
-        Err(Error::Conflict(format!("{workflow_id} kept changing; regenerate not written")))
-    }
-
     /// Dead letters, ordered by id, after `after`, at most `limit` (1..=1 000), optionally
     /// of one status. Reads the dead-letter records only, never the instances (K-17.2).
     pub async fn dead_letters(

@@ -55,6 +55,7 @@ pub(crate) fn instance(def: &Definition, steps: Vec<Step>) -> WorkflowInstance {
         finished_at: None,
         compensation: None,
         trace_parent: None,
+        operator_request: None,
     }
 }
 

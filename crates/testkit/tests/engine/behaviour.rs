@@ -412,9 +412,9 @@ async fn cancel_is_idempotent_and_a_late_signal_does_not_revive() {
     let engine = world.engine("w", vec![signal_waiter(Arc::new(Mutex::new(false)), 0, None)]);
     start(&engine, "sig", "b", json!({})).await;
     tick_end(&engine).await;
-    assert!(engine.cancel(&"wf-b".into()).await.unwrap());
-    assert!(!engine.cancel(&"wf-b".into()).await.unwrap());
-    assert!(!engine.cancel(&"wf-missing".into()).await.unwrap());
+    assert_eq!(engine.cancel(&"wf-b".into()).await.unwrap(), CancelOutcome::Canceled);
+    assert_eq!(engine.cancel(&"wf-b".into()).await.unwrap(), CancelOutcome::NotActive);
+    assert_eq!(engine.cancel(&"wf-missing".into()).await.unwrap(), CancelOutcome::NotActive);
     assert_eq!(engine.deliver_signal(sig("late", 0)).await.unwrap(), DeliverOutcome::Pending);
     let i = world.store.peek("wf-b").unwrap();
     assert_eq!((i.status, i.wait.clone(), i.claim_token.clone()), (WorkflowStatus::Canceled, None, None));
@@ -619,10 +619,14 @@ async fn heartbeat_extends_the_lease_and_a_missed_heartbeat_cancels_the_activity
     }
     let lease2 = world.store.peek("wf-b").unwrap().claimable_time.unwrap();
     assert_eq!(lease2, lease1.plus(10_000), "heartbeat at lease/3 moved the lease");
-    assert!(engine.cancel(&"wf-b".into()).await.unwrap(), "supersede while running");
+    // K-6.8: a cancel never takes the instance from its live claim: it is requested, the
+    // holder's next heartbeat misses, its activity stops, and the holder applies it.
+    let cancel = engine.cancel(&"wf-b".into()).await.unwrap();
+    assert!(matches!(cancel, CancelOutcome::Requested { .. }), "supersede while running: {cancel:?}");
+    assert_eq!(world.store.peek("wf-b").unwrap().claimable_time, Some(lease2), "the lease is not shortened");
     world.clock.advance(10_000);
     let out = h.await.unwrap().unwrap();
-    assert!(matches!(out, RoundOutcome::Ran { end: ClaimEnd::ClaimLost, .. }), "{out:?}");
+    assert!(matches!(out, RoundOutcome::Ran { end: ClaimEnd::Terminal(WorkflowStatus::Canceled), .. }), "{out:?}");
     assert_eq!(world.store.peek("wf-b").unwrap().status, WorkflowStatus::Canceled);
 }
 

@@ -479,7 +479,10 @@ mod failure_path {
                 async move {
                     log.lock().unwrap().push(("reverse".into(), c.idempotency_key()));
                     let engine = cell.get().expect("engine set").clone();
-                    assert!(engine.cancel(&c.workflow_id().into()).await.unwrap());
+                    assert!(matches!(
+                        engine.cancel(&c.workflow_id().into()).await.unwrap(),
+                        kernel_core::CancelOutcome::Requested { .. }
+                    ));
                     Err::<StepOutcome, _>(ActivityError::transient("ledger unavailable"))
                 }
             }

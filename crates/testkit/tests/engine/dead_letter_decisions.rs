@@ -281,7 +281,7 @@ async fn a_decision_on_a_superseded_dead_letter_is_refused() {
     world.drive(&engine).await.unwrap();
     let old = kernel_core::activity::idempotency_key_at(wf.as_str(), "post", 0, 0);
     assert_eq!(world.dead_letters.get(&old).await.unwrap().unwrap().status, DeadLetterStatus::Open);
-    let regenerated = engine.regenerate(&wf, "fetch").await.unwrap();
+    let regenerated = engine.regenerate(&wf, "fetch").await.unwrap().applied().expect("no claim holds it");
     assert_eq!(regenerated.steps, vec!["fetch".to_string(), "post".to_string()]);
     world.drive(&engine).await.unwrap();
     let current = kernel_core::activity::idempotency_key_at(wf.as_str(), "post", 0, 1);

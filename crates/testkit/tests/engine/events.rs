@@ -230,7 +230,7 @@ async fn an_event_for_a_terminal_workflow_is_closed() {
 
     // Canceled and failed workflows are closed too; a failed one is not replayed by an event.
     let wf2 = receive(&publisher, &facts, event("e10", "o-2", "created")).await.workflow_id().clone();
-    assert!(engine.cancel(&wf2).await.unwrap());
+    assert_eq!(engine.cancel(&wf2).await.unwrap(), kernel_core::CancelOutcome::Canceled);
     let out = receive(&publisher, &facts, event("e11", "o-2", "paid")).await;
     assert_eq!(out, EventOutcome::Closed { workflow_id: wf2, status: WorkflowStatus::Canceled });
 

@@ -785,7 +785,7 @@ async fn a_task_of_a_canceled_workflow_is_closed_not_decided() {
     let wf = rig.start("stale").await;
     rig.settle().await;
     let task = rig.at_level(&wf, 0);
-    assert!(rig.engine.cancel(&wf.as_str().into()).await.unwrap());
+    assert_eq!(rig.engine.cancel(&wf.as_str().into()).await.unwrap(), kernel_core::CancelOutcome::Canceled);
     let checking = rig.desk.clone().with_store(rig.world.durable.clone());
     let (listed, _) = checking.open_tasks(&finance("alice"), None, 10).await.unwrap();
     assert!(listed.is_empty(), "a stale task is not listed: {listed:?}");

@@ -23,6 +23,7 @@ mod maintenance_hardening;
 mod mocks;
 mod model;
 mod model_steps;
+mod operator_actions;
 mod refused;
 mod renewal;
 mod round_trips;

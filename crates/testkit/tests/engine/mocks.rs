@@ -98,6 +98,7 @@ fn engine_with(world: &World, store: MockStore) -> Engine {
 async fn claim_lost_at_the_third_write_stops_the_claim() {
     let world = World::new(1);
     let inst = claimed_instance(&world).await;
+    let claimed_instance_copy = inst.clone();
     let mut store = MockStore::new();
     store.expect_claim().times(1).returning(move |_, _| Ok(Some(inst.clone())));
     let mut seq = mockall::Sequence::new();
@@ -112,6 +113,11 @@ async fn claim_lost_at_the_third_write_stops_the_claim() {
         assert_eq!(t.kinds().collect::<Vec<_>>(), vec![TransitionKind::CompleteStep, TransitionKind::MarkRunning]);
         Ok(WriteOutcome::Missed)
     });
+    // One read after the miss (K-6.8: was it an operator's request to this claim?): no,
+    // another worker holds it.
+    let mut taken = claimed_instance_copy.clone();
+    taken.claim_token = Some("tok-other".into());
+    store.expect_get().times(1).in_sequence(&mut seq).returning(move |_| Ok(Some(taken.clone())));
     let engine = engine_with(&world, store);
     let out = engine.tick().await.unwrap();
     assert_eq!(out, RoundOutcome::Ran { workflow_id: "wf-b".into(), end: ClaimEnd::ClaimLost });

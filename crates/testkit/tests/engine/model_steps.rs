@@ -705,7 +705,7 @@ async fn regenerate_reruns_the_step_and_its_dependents_only() {
     world.drive(&engine).await.unwrap();
     let before = world.instance(wf.as_str()).await.unwrap();
     assert_eq!(before.status, WorkflowStatus::Waiting);
-    let r = engine.regenerate(&wf, "a").await.unwrap();
+    let r = engine.regenerate(&wf, "a").await.unwrap().applied().expect("no claim holds it");
     assert_eq!((r.epoch, r.steps.clone(), r.woken), (1, vec!["a".to_string(), "b".into(), "gate".into()], true));
     let after = world.instance(wf.as_str()).await.unwrap();
     assert!(!after.output.contains_key("a") && !after.output.contains_key("b") && after.output.contains_key("c"));
@@ -1046,7 +1046,7 @@ async fn regenerate_reaches_a_dependent_declared_before_its_dependency() {
         .instance
         .workflow_id;
     world.drive(&engine).await.unwrap();
-    let r = engine.regenerate(&wf, "a").await.unwrap();
+    let r = engine.regenerate(&wf, "a").await.unwrap().applied().expect("no claim holds it");
     assert_eq!(
         r.steps,
         vec!["c".to_string(), "b".into(), "a".into(), "hold".into()],
