@@ -218,6 +218,10 @@ ws_test testkit engine control::control_report --nocapture --exact \
 # K-6.8: every side port hung in turn, through the engine's port envelope.
 ws_test testkit engine side_ports::a_hung_side_port_holds_no_claim_and_no_maintenance_pass --nocapture --exact \
   | grep -E '^(side-ports:|test result)'
+# K-6.8: operator actions raced against claims, lease expiries and skewed clocks; counts
+# from the activities, the store read before each write, the task inbox and the audit.
+ws_test testkit engine operator_races::operator_actions_raced_against_claims_keep_every_promise --nocapture --exact \
+  | grep -E '^(operator-races:|test result)'
 # A dedicated redis-server on a free port is killed and restarted (never the shared one).
 ws_test queue-redis it redis_outage_engines_complete_through_the_store_and_lanes_are_rebuilt --nocapture
 

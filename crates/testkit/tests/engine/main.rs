@@ -24,6 +24,7 @@ mod mocks;
 mod model;
 mod model_steps;
 mod operator_actions;
+mod operator_races;
 mod refused;
 mod renewal;
 mod round_trips;
