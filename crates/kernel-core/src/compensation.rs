@@ -20,6 +20,11 @@ pub enum CompensationOutcome {
     CompensationFailed,
     /// At least one inverse kept failing and was handed to a person (a human task).
     Escalated,
+    /// Not over yet (K-17.6 amendment): the progress recorded on a `failing` instance when
+    /// a claim hands it back before every inverse has run — the entries so far, the last
+    /// one [`Retrying`](InverseResult::Retrying) when its inverse is tried again at the
+    /// report's `at`.
+    InProgress,
 }
 
 impl CompensationOutcome {
@@ -30,6 +35,7 @@ impl CompensationOutcome {
             Self::PartiallyRecovered => "partially_recovered",
             Self::CompensationFailed => "compensation_failed",
             Self::Escalated => "escalated",
+            Self::InProgress => "in_progress",
         }
     }
 }
@@ -44,6 +50,9 @@ pub enum InverseResult {
     Failed,
     /// It kept failing; a human task was opened.
     Escalated,
+    /// It failed and is tried again (only in an [`InProgress`](CompensationOutcome::InProgress)
+    /// report; `attempts` counts the attempts made so far).
+    Retrying,
 }
 
 /// One inverse run by the compensation.
@@ -71,7 +80,9 @@ pub struct CompensationReport {
     pub outcome: CompensationOutcome,
     /// One entry per inverse, in the order they ran (reverse completion order).
     pub steps: Vec<InverseRun>,
-    /// When the compensation ended (the engine's `Clock`).
+    /// When the compensation ended (the engine's `Clock`); in an
+    /// [`InProgress`](CompensationOutcome::InProgress) report, when the compensation may go
+    /// on (the retrying inverse's next try).
     pub at: Instant,
 }
 
@@ -118,6 +129,12 @@ impl CompensationReport {
             if let Some(t) = task {
                 crate::validate::identifier("compensation.steps.task", t)?;
             }
+        }
+        if *outcome == CompensationOutcome::InProgress {
+            return Ok(());
+        }
+        if steps.iter().any(|s| s.result == InverseResult::Retrying) {
+            return Err(Error::invalid("compensation.steps.result", "retrying only in a report in progress"));
         }
         if *outcome != Self::outcome_of(steps) {
             return Err(Error::invalid(

@@ -242,6 +242,10 @@ pub enum TransitionKind {
     LoopBack,
     /// Steps whose branch predicate did not hold were skipped (K-4 amendment).
     BranchSkip,
+    /// A failing claim handed its compensation back with its progress recorded: an
+    /// inverse to retry later, or the failure finalizer failed after every inverse ended
+    /// (K-17.6 amendment, K-8).
+    CompensationRelease,
     /// An operator's request was recorded for the holder of the live claim, whose token
     /// it replaced (K-6.8).
     OperatorRequest,
@@ -1081,6 +1085,16 @@ impl Transition {
     /// An overflowing release time is refused as [`Error::InvalidInput`] on `delay_ms`.
     pub fn finalizer_release(now: Instant, delay_ms: DurationMs) -> Result<Self> {
         Ok(Transition::new(TransitionKind::FinalizerRelease, now).release_until(now.try_add(delay_ms, "delay_ms")?))
+    }
+
+    /// Hand a failing claim back until `until` with the compensation's progress recorded
+    /// (K-17.6 amendment), under [`Guard::Failing`]: the entries so far and when it goes on
+    /// (an [`InProgress`](crate::compensation::CompensationOutcome::InProgress) report), or
+    /// the finished report while the failure finalizer is retried.
+    pub fn compensation_release(report: crate::compensation::CompensationReport, until: Instant, now: Instant) -> Self {
+        let mut t = Transition::new(TransitionKind::CompensationRelease, now).release_until(until);
+        t.compensation = Some(Patch::Set(report));
+        t
     }
 
     /// A failed PrepareContext (K-2.3), under the status guard of the claim: the failure

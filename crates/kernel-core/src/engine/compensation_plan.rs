@@ -3,8 +3,11 @@
 //! that escalates it, and the report. The claim runs the inverses these functions name and
 //! writes what they build.
 
-use crate::compensation::{CompensationReport, InverseResult, InverseRun, INVERSE_ERROR_BYTES_MAX};
+use crate::compensation::{
+    CompensationOutcome, CompensationReport, InverseResult, InverseRun, INVERSE_ERROR_BYTES_MAX,
+};
 use crate::definition::Definition;
+use crate::definition::RetryPolicy;
 use crate::id::WorkflowId;
 use crate::model::{ErrorClass, Instant, Step, StepStatus};
 use crate::ports::{TaskRecord, TaskStatus, TASK_TEXT_BYTES_MAX};
@@ -177,6 +180,104 @@ pub(crate) fn kept_failing(step: &str, attempts: u32, error: String, task: Optio
         error: Some(error),
         task,
     }
+}
+
+/// Where a failing instance's compensation stands, from the report recorded on it (K-17.6
+/// amendment: the progress is persisted, so a later claim neither runs a finished inverse
+/// again nor retries one before its time).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Progress {
+    /// Nothing recorded: every inverse is still to run.
+    Fresh,
+    /// Some inverses ended (or one is retrying); the compensation may go on at `due`.
+    Ongoing {
+        /// The entries so far.
+        runs: Vec<InverseRun>,
+        /// When the retrying inverse is tried again.
+        due: Instant,
+    },
+    /// Every inverse ended: only the failure finalizer (which failed before) and the
+    /// terminal write remain.
+    Finished(CompensationReport),
+}
+
+/// [`Progress`] of the report stored on a `failing` instance.
+pub(crate) fn progress_of(stored: Option<&CompensationReport>) -> Progress {
+    match stored {
+        None => Progress::Fresh,
+        Some(r) if r.outcome == CompensationOutcome::InProgress => {
+            Progress::Ongoing { runs: r.steps.clone(), due: r.at }
+        }
+        Some(r) => Progress::Finished(r.clone()),
+    }
+}
+
+/// What the compensation does with step `name`'s inverse, given the recorded `runs` and
+/// when the compensation may go on (`due`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum NextInverse {
+    /// It ended in an earlier claim: keep its entry, run nothing.
+    Recorded(InverseRun),
+    /// It is retrying and its next try is not due yet: hand the claim back until then.
+    NotYet {
+        /// Its recorded entry.
+        run: InverseRun,
+        /// Its next try.
+        until: Instant,
+    },
+    /// Run one attempt, after `attempts` recorded ones.
+    Run {
+        /// Attempts made by earlier claims.
+        attempts: u32,
+    },
+}
+
+/// [`NextInverse`] for `name` at `now`.
+pub(crate) fn next_inverse(runs: &[InverseRun], due: Option<Instant>, name: &str, now: Instant) -> NextInverse {
+    match runs.iter().find(|r| r.step == name) {
+        None => NextInverse::Run { attempts: 0 },
+        Some(r) if r.result != InverseResult::Retrying => NextInverse::Recorded(r.clone()),
+        Some(r) => match due {
+            Some(until) if now < until => NextInverse::NotYet { run: r.clone(), until },
+            _ => NextInverse::Run { attempts: r.attempts },
+        },
+    }
+}
+
+/// When an inverse whose attempt number `attempts` failed with `class` is tried again: a
+/// transient error while attempts remain, after the compensated step's retry delay with
+/// jitter (`random`), from `now` — durably, by another claim (`None`: it kept failing).
+pub(crate) fn next_try(
+    class: ErrorClass,
+    attempts: u32,
+    attempts_max: u32,
+    policy: &RetryPolicy,
+    random: u64,
+    now: Instant,
+) -> Option<Instant> {
+    retries_inverse(class, attempts, attempts_max).then(|| now.saturating_add(policy.delay_ms(attempts, random)))
+}
+
+/// The entry of an inverse that failed and is tried again.
+pub(crate) fn retrying(step: &str, attempts: u32, error: String) -> InverseRun {
+    InverseRun { step: step.to_string(), result: InverseResult::Retrying, attempts, error: Some(error), task: None }
+}
+
+/// The progress to record when a claim hands the compensation back: the entries so far,
+/// going on at `due`.
+pub(crate) fn in_progress(runs: &[(usize, InverseRun)], due: Instant) -> CompensationReport {
+    CompensationReport {
+        outcome: CompensationOutcome::InProgress,
+        steps: runs.iter().map(|(_, r)| r.clone()).collect(),
+        at: due,
+    }
+}
+
+/// The steps a finished report undid, by name in `def`.
+pub(crate) fn undone_in(def: &Definition, report: &CompensationReport) -> Vec<usize> {
+    let names: Vec<&str> =
+        report.steps.iter().filter(|r| r.result == InverseResult::Compensated).map(|r| r.step.as_str()).collect();
+    def.steps().iter().enumerate().filter(|(_, s)| names.contains(&s.name())).map(|(i, _)| i).collect()
 }
 
 /// The report of the inverses run (in order) at `now`, and the steps they undid.

@@ -250,3 +250,65 @@ fn k17_6_inverses_without_a_prepared_context_row_by_row() {
     );
     assert!(task.validate_new().is_ok());
 }
+
+fn entry(step: &str, result: InverseResult, attempts: u32) -> InverseRun {
+    InverseRun { step: step.into(), result, attempts, error: None, task: None }
+}
+
+#[test]
+fn k17_6_where_a_recorded_compensation_stands_row_by_row() {
+    use crate::compensation::{CompensationOutcome as O, CompensationReport};
+    let at = Instant::from_millis(5_000);
+    let report = |outcome, steps| CompensationReport { outcome, steps, at };
+    let ongoing = report(O::InProgress, vec![entry("b", InverseResult::Retrying, 1)]);
+    let finished = report(O::Recovered, vec![entry("b", InverseResult::Compensated, 1)]);
+    assert_eq!(progress_of(None), Progress::Fresh);
+    assert_eq!(progress_of(Some(&ongoing)), Progress::Ongoing { runs: ongoing.steps.clone(), due: at });
+    assert_eq!(progress_of(Some(&finished)), Progress::Finished(finished.clone()));
+}
+
+#[test]
+fn k17_6_what_happens_to_each_inverse_given_the_progress_row_by_row() {
+    let due = Instant::from_millis(5_000);
+    let runs = vec![
+        entry("done", InverseResult::Compensated, 2),
+        entry("gave-up", InverseResult::Escalated, 3),
+        entry("retrying", InverseResult::Retrying, 2),
+    ];
+    let rows: Vec<(&str, &str, Option<Instant>, Instant, NextInverse)> = vec![
+        ("not run yet", "fresh", Some(due), due, NextInverse::Run { attempts: 0 }),
+        ("finished: kept", "done", Some(due), due, NextInverse::Recorded(runs[0].clone())),
+        ("escalated: kept, never escalated again", "gave-up", Some(due), due, NextInverse::Recorded(runs[1].clone())),
+        (
+            "retrying, not due",
+            "retrying",
+            Some(due),
+            Instant::from_millis(4_999),
+            NextInverse::NotYet { run: runs[2].clone(), until: due },
+        ),
+        ("retrying, due", "retrying", Some(due), due, NextInverse::Run { attempts: 2 }),
+        ("retrying, no due time", "retrying", None, Instant::ZERO, NextInverse::Run { attempts: 2 }),
+    ];
+    for (name, step, due, now, want) in rows {
+        assert_eq!(next_inverse(&runs, due, step, now), want, "{name}");
+    }
+}
+
+#[test]
+fn k17_6_when_a_failed_inverse_is_tried_again_row_by_row() {
+    use crate::definition::RetryPolicy;
+    use crate::model::{DurationMs, ErrorClass as C};
+    let now = Instant::from_millis(10_000);
+    let policy =
+        RetryPolicy::Exponential { base_ms: DurationMs::from_millis(1_000), cap_ms: DurationMs::from_millis(60_000) };
+    let rows: Vec<(&str, C, u32, u64, Option<Instant>)> = vec![
+        ("transient, first attempt: up to base", C::Transient, 1, 999, Some(Instant::from_millis(10_999))),
+        ("transient, second attempt: up to twice base", C::Transient, 2, 1_500, Some(Instant::from_millis(11_500))),
+        ("the last attempt: given up", C::Transient, 3, 0, None),
+        ("permanent: given up at once", C::Permanent, 1, 0, None),
+    ];
+    for (name, class, attempts, random, want) in rows {
+        assert_eq!(next_try(class, attempts, 3, &policy, random, now), want, "{name}");
+    }
+    assert_eq!(retrying("b", 2, "e".into()).result, InverseResult::Retrying);
+}

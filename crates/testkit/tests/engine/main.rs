@@ -6,6 +6,7 @@ mod behaviour;
 mod bulk_start;
 mod clock_skew;
 mod compensation;
+mod compensation_progress;
 mod control;
 mod dead_letter_decisions;
 mod dispatch_lease;

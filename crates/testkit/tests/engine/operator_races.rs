@@ -141,7 +141,7 @@ fn watch(world: &World, shortened: Arc<AtomicU64>, replaced: Arc<AtomicU64>) -> 
     Arc::new(ApplyHook {
         inner: Arc::new(world.audit.clone()),
         intercept: Box::new(move |id, guard, t| {
-            let Some(before) = mem.peek(id.as_str()) else { return None };
+            let before = mem.peek(id.as_str())?;
             if !guard.matches(&before) {
                 return None;
             }

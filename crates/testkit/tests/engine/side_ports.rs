@@ -52,7 +52,9 @@ fn dead_lettered() -> Definition {
 /// A compensable step whose inverse keeps failing, then a permanent failure: the failure
 /// path escalates the inverse to a person through the task inbox (K-17.6).
 fn escalating() -> Definition {
-    let inverse = |_c: ActivityContext| async { Err::<StepOutcome, _>(ActivityError::transient("ledger unavailable")) };
+    // Permanent: escalated at once, in the first claim (a transient one is retried by later
+    // claims, K-17.6 amendment).
+    let inverse = |_c: ActivityContext| async { Err::<StepOutcome, _>(ActivityError::permanent("ledger refused")) };
     let fail = |_c: ActivityContext| async { Err::<StepOutcome, _>(ActivityError::permanent("check failed")) };
     Definition::builder("t")
         .step(StepDef::new("post", |_c: ActivityContext| async { done(json!("posted")) }).compensate_with(inverse))

@@ -46,10 +46,31 @@ impl Claim {
         if let Some(f) = self.def.failure_finalizer().cloned() {
             if let Err(e) = self.run_finalizer(f, "failure_finalizer").await {
                 tracing::warn!(error = %e, "failure finalizer failed; releasing with a delay");
-                return self.release_after(G::Failing, self.inner.config.finalizer_retry_ms).await;
+                let delay = self.inner.config.finalizer_retry_ms;
+                return match report {
+                    // The finished compensation is recorded: the next claim runs no inverse.
+                    Some((report, _)) => {
+                        let until = self.now().saturating_add(delay);
+                        self.release_compensation(report, until).await
+                    }
+                    None => self.release_after(G::Failing, delay).await,
+                };
             }
         }
         self.write_failed(report).await
+    }
+
+    /// Hand the failing claim back until `until` with the compensation's progress (K-17.6
+    /// amendment).
+    async fn release_compensation(&self, report: CompensationReport, until: Instant) -> ClaimEnd {
+        let t = Transition::compensation_release(report, until, self.now());
+        match self.commit_plain(G::Failing, t).await {
+            Ok(()) => {
+                self.enqueue(self.priority(), until).await;
+                ClaimEnd::Released
+            }
+            Err(e) => e,
+        }
     }
 
     /// Failure after PrepareContext failed `failures` times, its limit (K-2.3, K-17.6
@@ -108,20 +129,47 @@ impl Claim {
     }
 
     /// The compensation of a failing workflow (K-17.6), `None` when no step declares an
-    /// inverse: the inverses of the completed steps that declare one, in reverse completion
-    /// order, each with its own idempotency key (the step's with `|c`) and up to
-    /// `compensation_attempts` attempts one after the other (a transient error retries; a
-    /// permanent error or an inverse that does not complete stops at once). An inverse
-    /// that kept failing is escalated to a person through the task inbox, or recorded as
-    /// failed without one — never dropped. Run again from the start if the claim is lost
-    /// before the terminal write: inverses are idempotent by their keys.
+    /// inverse: the inverses of the completed steps that declare one, in the order of
+    /// [`compensation_plan::plan`], each with its own idempotency key (the step's with `|c`)
+    /// and up to `compensation_attempts` attempts. The progress is recorded on the instance
+    /// (K-17.6 amendment): a transient failure hands the claim back until the next try
+    /// (the compensated step's retry delay, with jitter) with the entries so far, so a
+    /// later claim runs no finished inverse again; a permanent error or an inverse that
+    /// does not complete stops at once. An inverse that kept failing is escalated to a
+    /// person through the task inbox once, or recorded as failed without one — never
+    /// dropped.
     pub(super) async fn compensate(&self) -> Result<Option<(CompensationReport, Vec<usize>)>, ClaimEnd> {
         let Some(order) = compensation_plan::plan(&self.def, &self.doc().inst.steps) else {
             return Ok(None);
         };
+        let progress = compensation_plan::progress_of(self.doc().inst.compensation.as_ref());
+        let (recorded, due) = match progress {
+            compensation_plan::Progress::Finished(report) => {
+                let undone = compensation_plan::undone_in(&self.def, &report);
+                return Ok(Some((report, undone)));
+            }
+            compensation_plan::Progress::Ongoing { runs, due } => (runs, Some(due)),
+            compensation_plan::Progress::Fresh => (Vec::new(), None),
+        };
         let mut runs = Vec::with_capacity(order.len());
         for idx in order {
-            runs.push((idx, self.run_inverse(idx).await?));
+            let name = self.def.steps()[idx].name();
+            match compensation_plan::next_inverse(&recorded, due, name, self.now()) {
+                compensation_plan::NextInverse::Recorded(run) => runs.push((idx, run)),
+                compensation_plan::NextInverse::NotYet { run, until } => {
+                    runs.push((idx, run));
+                    let progress = compensation_plan::in_progress(&runs, until);
+                    return Err(self.release_compensation(progress, until).await);
+                }
+                compensation_plan::NextInverse::Run { attempts } => match self.run_inverse(idx, attempts).await? {
+                    (run, None) => runs.push((idx, run)),
+                    (run, Some(until)) => {
+                        runs.push((idx, run));
+                        let progress = compensation_plan::in_progress(&runs, until);
+                        return Err(self.release_compensation(progress, until).await);
+                    }
+                },
+            }
         }
         let (report, undone) = compensation_plan::report(runs, self.now());
         tracing::info!(outcome = report.outcome.as_str(), inverses = report.steps.len(), "compensation ended");
@@ -162,49 +210,52 @@ impl Claim {
         }
     }
 
-    pub(super) async fn run_inverse(&self, idx: usize) -> Result<InverseRun, ClaimEnd> {
+    /// One attempt of step `idx`'s inverse, after `prior` attempts by earlier claims: its
+    /// entry, with the time of its next try when it failed and is tried again.
+    pub(super) async fn run_inverse(&self, idx: usize, prior: u32) -> Result<(InverseRun, Option<Instant>), ClaimEnd> {
         let sd = &self.def.steps()[idx];
         let inverse = sd.get_inverse().expect("only steps with an inverse are compensated").clone();
         let cfg = &self.inner.config;
-        let mut attempts = 0;
-        let error = loop {
-            self.may_start_inverse().await?;
-            attempts += 1;
-            let cancel = self.cancel.child_token();
-            let mut ctx = self.context(Some(idx), sd.name(), cancel.clone());
-            ctx.compensating = true;
-            ctx.journal = None;
-            ctx.attempt = attempts;
-            let span = tracing::info_span!("compensate", step = sd.name(), attempt = attempts);
-            let inv =
-                invoke::invoke(&self.inner.ports.clock, inverse.clone(), ctx, cancel, cfg.finalizer_timeout_ms, None)
-                    .instrument(span)
-                    .await;
-            let e = match inv.result {
-                Ok(StepOutcome::Complete(_)) => {
-                    self.close_escalation(idx).await;
-                    return Ok(InverseRun {
-                        step: sd.name().to_string(),
-                        result: InverseResult::Compensated,
-                        attempts,
-                        error: None,
-                        task: None,
-                    });
-                }
-                Ok(other) => ActivityError::permanent(format!("an inverse must complete, got {other:?}")),
-                Err(e) => e,
-            };
-            if !compensation_plan::retries_inverse(e.class, attempts, cfg.compensation_attempts) {
-                break e;
+        self.may_start_inverse().await?;
+        let attempts = prior.saturating_add(1);
+        let cancel = self.cancel.child_token();
+        let mut ctx = self.context(Some(idx), sd.name(), cancel.clone());
+        ctx.compensating = true;
+        ctx.journal = None;
+        ctx.attempt = attempts;
+        let span = tracing::info_span!("compensate", step = sd.name(), attempt = attempts);
+        let inv = invoke::invoke(&self.inner.ports.clock, inverse, ctx, cancel, cfg.finalizer_timeout_ms, None)
+            .instrument(span)
+            .await;
+        let error = match inv.result {
+            Ok(StepOutcome::Complete(_)) => {
+                self.close_escalation(idx).await;
+                let run = InverseRun {
+                    step: sd.name().to_string(),
+                    result: InverseResult::Compensated,
+                    attempts,
+                    error: None,
+                    task: None,
+                };
+                return Ok((run, None));
             }
-            tracing::warn!(step = sd.name(), attempt = attempts, error = %e, "inverse failed; retrying");
+            Ok(other) => ActivityError::permanent(format!("an inverse must complete, got {other:?}")),
+            Err(e) => e,
         };
-        // The claim ending is not the inverse failing: nothing is escalated for it.
+        // The claim ending is not the inverse failing: nothing is recorded or escalated.
         self.may_start_inverse().await?;
         let message = compensation_plan::inverse_error(&error.message);
+        let random = self.inner.ports.ids.random_u64();
+        let retry = &sd.retry;
+        if let Some(until) =
+            compensation_plan::next_try(error.class, attempts, cfg.compensation_attempts, retry, random, self.now())
+        {
+            tracing::warn!(step = sd.name(), attempt = attempts, error = %message, "inverse failed; tried again later");
+            return Ok((compensation_plan::retrying(sd.name(), attempts, message), Some(until)));
+        }
         tracing::warn!(step = sd.name(), attempts, error = %message, "inverse kept failing");
         let task = self.escalate_inverse(idx, &message).await;
-        Ok(compensation_plan::kept_failing(sd.name(), attempts, message, task))
+        Ok((compensation_plan::kept_failing(sd.name(), attempts, message, task), None))
     }
 
     /// The escalation task id of step `idx`'s inverse (one per logical attempt).
