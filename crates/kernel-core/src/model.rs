@@ -571,6 +571,11 @@ pub struct WorkflowInstance {
     /// at `EngineConfig::prepare_attempts_max` the workflow fails (K-8).
     #[serde(default)]
     pub prepare_failures: u32,
+    /// Plain writes (mark running, release, `failing`, `failed`, …) the store refused in
+    /// this run (K-6.4: a refusal is deterministic): each hands the claim back once; at
+    /// `REFUSED_WRITES_MAX` the workflow fails instead. Reset to 0 by replay.
+    #[serde(default)]
+    pub refused_writes: u32,
     /// +1 on every accepted write except claim and heartbeat (K-2.2).
     #[serde(default)]
     pub revision: u64,
@@ -638,6 +643,7 @@ impl Clone for WorkflowInstance {
             business_priority: self.business_priority,
             retry_count: self.retry_count,
             prepare_failures: self.prepare_failures,
+            refused_writes: self.refused_writes,
             revision: self.revision,
             created_at: self.created_at,
             updated_at: self.updated_at,
@@ -677,6 +683,7 @@ impl WorkflowInstance {
             business_priority: _,
             retry_count: _,
             prepare_failures: _,
+            refused_writes: _,
             revision: _,
             created_at: _,
             updated_at: _,

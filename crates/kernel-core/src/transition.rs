@@ -493,6 +493,9 @@ pub struct Transition {
     /// `prepare_failures` set: counted by a failed PrepareContext (K-2.3), reset to 0 by
     /// replay; `None` leaves it.
     pub prepare_failures: Option<u32>,
+    /// `refused_writes` set: counted by the hand-back after a refused plain write, reset to
+    /// 0 by replay; `None` leaves it.
+    pub refused_writes: Option<u32>,
     /// Terminal time, set (terminal write) or cleared (replay).
     pub finished_at: Option<Patch<Instant>>,
     /// The compensation report (K-17.6), set with the `failed` write or cleared (replay).
@@ -565,6 +568,7 @@ impl Transition {
             reset_failed_steps,
             retry_count_inc,
             prepare_failures,
+            refused_writes,
             finished_at,
             compensation,
             operator_request,
@@ -601,6 +605,7 @@ impl Transition {
             fingerprint_mismatch,
             priority,
             prepare_failures,
+            refused_writes,
             finished_at,
             compensation,
             operator_request
@@ -630,6 +635,7 @@ impl Transition {
             reset_failed_steps,
             retry_count_inc,
             prepare_failures,
+            refused_writes,
             finished_at,
             compensation,
             operator_request,
@@ -691,6 +697,9 @@ impl Transition {
         if let Some(n) = prepare_failures {
             inst.prepare_failures = *n;
         }
+        if let Some(n) = refused_writes {
+            inst.refused_writes = *n;
+        }
         if let Some(p) = finished_at {
             p.apply(&mut inst.finished_at);
         }
@@ -739,6 +748,7 @@ impl Transition {
             reset_failed_steps,
             retry_count_inc: _,
             prepare_failures: _,
+            refused_writes: _,
             finished_at: _,
             compensation,
             operator_request,
@@ -1121,6 +1131,16 @@ impl Transition {
         Ok(Transition::new(TransitionKind::Release, now).release_until(now.try_add(delay_ms, "delay_ms")?))
     }
 
+    /// Give the claim back after a plain write the store refused (K-6.4), claimable again
+    /// at `now + delay_ms`, with the run's count of refused writes set to `refused`.
+    ///
+    /// An overflowing release time is refused as [`Error::InvalidInput`] on `delay_ms`.
+    pub fn refused_release(refused: u32, now: Instant, delay_ms: DurationMs) -> Result<Self> {
+        let mut t = Transition::release_after(now, delay_ms)?;
+        t.refused_writes = Some(refused);
+        Ok(t)
+    }
+
     /// Fingerprint push-back (K-4.3), under [`Guard::Token`]: no step touched.
     ///
     /// An overflowing release time is refused as [`Error::InvalidInput`] on `delay_ms`.
@@ -1167,6 +1187,7 @@ impl Transition {
         t.input = Some(input);
         t.retry_count_inc = true;
         t.prepare_failures = Some(0);
+        t.refused_writes = Some(0);
         t.claimable_time = Some(Patch::Set(now));
         t.claim_token = Some(Patch::Unset);
         t.finished_at = Some(Patch::Unset);

@@ -290,6 +290,7 @@ mod tests {
                 business_priority: Priority::P2,
                 retry_count: 0,
                 prepare_failures: 0,
+                refused_writes: 0,
                 revision: 0,
                 created_at: Instant::ZERO,
                 updated_at: Instant::ZERO,

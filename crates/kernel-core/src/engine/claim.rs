@@ -42,6 +42,7 @@ mod dead_letter;
 mod drive;
 mod finish;
 mod query_first;
+mod refused;
 mod steps;
 mod wave;
 
@@ -67,6 +68,11 @@ enum Member {
     /// that carries no value of the step): nothing was written and the claim still holds.
     /// The wave hands the claim back once, after every sibling returned (K-4.5).
     HandBack,
+    /// The store refused this step's plain write (its mark-running): nothing was written
+    /// and the claim still holds; once every sibling returned, the wave hands it back
+    /// counting the refusal, or fails the step at the run's limit
+    /// ([`refused_plain`](Claim::refused_plain)).
+    RefusedPlain(usize, crate::error::Error),
 }
 
 /// A guarded write that did not commit (K-6.4).
@@ -476,11 +482,17 @@ impl Claim {
     /// release, failing, completed, failed, push-back). The kernel puts no caller value in
     /// them, so a refusal is a store that cannot take the document as it is: the claim is
     /// handed back with a delay, without re-running anything.
+    ///
+    /// A refusal is counted on the instance (`refused_writes`, with the hand-back); at
+    /// [`terminal::REFUSED_WRITES_MAX`] in a run the workflow fails instead
+    /// ([`refused_plain`](Self::refused_plain)).
     async fn commit_plain(&self, g: G, t: Transition) -> Result<(), ClaimEnd> {
+        let step = t.kinds_at().iter().find_map(|k| k.step).map(|s| s as usize);
         match self.commit(g, t).await {
             Ok(()) => Ok(()),
             Err(Unwritten::End(end)) => Err(end),
-            Err(Unwritten::Unavailable | Unwritten::Refused(_)) => Err(self.hand_back(g).await),
+            Err(Unwritten::Unavailable) => Err(self.hand_back(g).await),
+            Err(Unwritten::Refused(e)) => Err(Box::pin(self.refused_plain(g, step, e)).await),
         }
     }
 }

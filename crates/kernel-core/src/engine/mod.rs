@@ -57,6 +57,7 @@ pub use operator::{dead_letter_generation, Regenerated, DEAD_LETTER_SIGNAL};
 pub use operator_write::{Acted, CancelOutcome};
 pub use ports::{MissingPort, Ports, PortsBuilder};
 pub use publisher::{Publisher, PublisherBuilder, StartOutcome, StartRequest};
+pub use terminal::REFUSED_WRITES_MAX;
 
 use crate::definition::{Definition, DefinitionRegistry};
 use crate::error::{Error, Result};

@@ -365,6 +365,7 @@ impl Publisher {
             business_priority: req.priority,
             retry_count: 0,
             prepare_failures: 0,
+            refused_writes: 0,
             revision: 0,
             created_at: now,
             updated_at: now,

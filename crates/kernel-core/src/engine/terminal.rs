@@ -123,6 +123,38 @@ impl RefusedWrite {
     }
 }
 
+/// How many plain writes of one run the store may refuse before the workflow fails (K-6.4:
+/// a refusal is deterministic, so handing the claim back again and again would never end).
+pub const REFUSED_WRITES_MAX: u32 = 3;
+
+/// What a claim does after the store refused a plain write (one that carries no value of a
+/// step: mark running, release, `failing`, `completed`, `failed`, a push-back), the
+/// `refused`-th of its run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AfterRefusedPlain {
+    /// Hand the claim back with a delay, the count recorded.
+    HandBack,
+    /// The limit is reached and the write concerned step `idx`: fail that step for good
+    /// through the refusal ladder (its failure then fails the workflow).
+    FailStep(usize),
+    /// The limit is reached, no step concerned, the workflow still running: `→ failing`.
+    FailWorkflow,
+    /// The limit is reached in `failing` (the refused write was `failed` with its report):
+    /// `→ failed` without the report, which carries nothing else.
+    FailedWithoutReport,
+}
+
+/// [`AfterRefusedPlain`] for the `refused`-th refused plain write of a run, which concerned
+/// `step` (its first step, if any), written while the workflow was `failing` or not.
+pub(crate) fn after_refused_plain(refused: u32, step: Option<usize>, failing: bool) -> AfterRefusedPlain {
+    match (refused < REFUSED_WRITES_MAX, failing, step) {
+        (true, _, _) => AfterRefusedPlain::HandBack,
+        (false, true, _) => AfterRefusedPlain::FailedWithoutReport,
+        (false, false, Some(idx)) => AfterRefusedPlain::FailStep(idx),
+        (false, false, None) => AfterRefusedPlain::FailWorkflow,
+    }
+}
+
 /// The step failures to try, one after the other, when a write carrying a value of the
 /// step was refused (K-7.4): each carries less of it — the store's reason (`reason`) unless
 /// the refused write was already a failure, then a short fixed message. When every one is

@@ -129,3 +129,25 @@ fn k8_k17_6_the_failed_write_and_the_terminal_frame_row_by_row() {
         assert_eq!(terminal_summary(status, revision, comp.as_ref()), want, "{name}");
     }
 }
+
+#[test]
+fn k6_4_what_a_refused_plain_write_leads_to_row_by_row() {
+    use AfterRefusedPlain as A;
+    let rows: Vec<(&str, u32, Option<usize>, bool, A)> = vec![
+        ("the first refusal: handed back", 1, Some(2), false, A::HandBack),
+        ("below the limit, failing: handed back", REFUSED_WRITES_MAX - 1, None, true, A::HandBack),
+        ("at the limit, a step's write: the step fails", REFUSED_WRITES_MAX, Some(2), false, A::FailStep(2)),
+        ("at the limit, no step: the workflow goes failing", REFUSED_WRITES_MAX, None, false, A::FailWorkflow),
+        (
+            "at the limit in failing: failed without the report",
+            REFUSED_WRITES_MAX,
+            Some(1),
+            true,
+            A::FailedWithoutReport,
+        ),
+        ("past the limit (a count from before): the same", REFUSED_WRITES_MAX + 5, None, false, A::FailWorkflow),
+    ];
+    for (name, refused, step, failing, want) in rows {
+        assert_eq!(after_refused_plain(refused, step, failing), want, "{name}");
+    }
+}

@@ -49,6 +49,7 @@ pub(crate) fn instance(def: &Definition, steps: Vec<Step>) -> WorkflowInstance {
         business_priority: Priority::P2,
         retry_count: 0,
         prepare_failures: 0,
+        refused_writes: 0,
         revision: 1,
         created_at: Instant::ZERO,
         updated_at: Instant::ZERO,

@@ -90,6 +90,7 @@ pub fn instance(workflow_id: &str) -> WorkflowInstance {
         business_priority: Priority::P2,
         retry_count: 0,
         prepare_failures: 0,
+        refused_writes: 0,
         revision: 5,
         created_at: T0.minus(1_000),
         updated_at: T0.minus(1_000),

@@ -283,3 +283,48 @@ async fn hardening_09_an_uncertain_claim_is_enqueued_at_its_lease_end() {
     assert!(world.queue.pop_due(before, 1).await.unwrap().is_empty(), "not due before the lease ends");
     assert_eq!(world.queue.pop_due(lease_until, 1).await.unwrap(), [WorkflowId::from("wf")]);
 }
+
+/// K-6.4: a plain write the store refuses is counted on the instance with each hand-back
+/// and bounded per run: the third refusal of a step's mark-running fails that step (through
+/// the refusal ladder) and the workflow ends `failed`, instead of handing the claim back
+/// forever.
+#[tokio::test]
+async fn refused_plain_writes_are_bounded_and_fail_the_workflow() {
+    let world = World::new(9);
+    let refusals = Arc::new(AtomicUsize::new(0));
+    let r = refusals.clone();
+    let store = Arc::new(ApplyHook {
+        inner: Arc::new(world.audit.clone()),
+        intercept: Box::new(move |_, _, t| {
+            if t.kinds().any(|k| k == TransitionKind::MarkRunning) {
+                r.fetch_add(1, Ordering::SeqCst);
+                return Some(Intercepted::Fail(Error::invalid("document", "the row is over the store's limit")));
+            }
+            None
+        }),
+    });
+    let mut ports = world.ports();
+    ports.store = store;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let engine = world.engine_on(ports, test_config("w"), vec![def(json!(1), runs.clone())]);
+    engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf")).await.unwrap();
+    for _ in 0..20 {
+        if world.store.peek("wf").unwrap().status.is_terminal() {
+            break;
+        }
+        world.drive(&engine).await.unwrap();
+        world.clock.advance(60_000);
+    }
+    let inst = world.store.peek("wf").unwrap();
+    assert_eq!(inst.status, WorkflowStatus::Failed, "{inst:?}");
+    assert_eq!(refusals.load(Ordering::SeqCst), kernel_core::engine::REFUSED_WRITES_MAX as usize);
+    assert_eq!(inst.refused_writes, kernel_core::engine::REFUSED_WRITES_MAX - 1, "each hand-back counted the refusal");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "the step never ran");
+    let e = inst.steps[0].error.clone().expect("the failed step keeps the store's reason");
+    assert!(e.message.contains("over the store's limit"), "{e:?}");
+}
+
+#[test]
+fn k6_4_the_limit_of_refused_plain_writes_is_one_named_constant() {
+    assert_eq!(kernel_core::engine::REFUSED_WRITES_MAX, 3);
+}

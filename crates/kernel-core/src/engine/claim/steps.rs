@@ -112,7 +112,8 @@ impl Claim {
                     self.release_permit(permit).await;
                     return Err(match u {
                         Unwritten::End(e) => Member::Lost(e),
-                        Unwritten::Unavailable | Unwritten::Refused(_) => Member::HandBack,
+                        Unwritten::Unavailable => Member::HandBack,
+                        Unwritten::Refused(e) => Member::RefusedPlain(idx, e),
                     });
                 }
                 permit

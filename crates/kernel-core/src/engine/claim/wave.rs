@@ -100,6 +100,7 @@ impl Claim {
         // carries a value of its own (an error, a checkpoint); a deferral carries none.
         let mut blame = None;
         let mut hand_back = false;
+        let mut refused_plain = None;
         for (idx, m) in members {
             if let Member::Halted(h) = &m {
                 if !matches!(h, Halt::Deferred { .. }) {
@@ -111,7 +112,14 @@ impl Claim {
                 Member::Halted(h) => wave.push((idx, Some(h))),
                 Member::Lost(e) => return Next::End(e),
                 Member::HandBack => hand_back = true,
+                Member::RefusedPlain(i, e) => {
+                    refused_plain.get_or_insert((i, e));
+                }
             }
+        }
+        if let Some((i, e)) = refused_plain {
+            // Every sibling has returned: the one hand-back of the wave, counted (K-6.4).
+            return Next::End(self.refused_plain(G::Running, Some(i), e).await);
         }
         if hand_back {
             // Every sibling has returned: the one hand-back of the wave (K-4.5). What the
