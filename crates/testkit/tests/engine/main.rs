@@ -19,6 +19,7 @@ mod human;
 mod human_outcomes;
 mod intercept;
 mod lost_attempts;
+mod lost_replies;
 mod maintenance_hardening;
 mod mocks;
 mod model;
