@@ -18,6 +18,7 @@ mod hot_path_counts;
 mod human;
 mod human_outcomes;
 mod intercept;
+mod lease_loss;
 mod lost_attempts;
 mod lost_replies;
 mod maintenance_hardening;
