@@ -7,6 +7,12 @@
 //! and runs the deployment's [`PortHook`] around it (metrics; the fault injection of the
 //! test world: a hung port, a refused call, a lost reply).
 //!
+//! A lost reply is a write that took effect while its caller heard an error: after the port
+//! answered a write, the hook's [`reply`](PortHook::reply) may drop the answer and hand the
+//! caller an error instead (in the test world [`Error::Uncertain`], what a caller gets from
+//! a connection cut after the primary committed). The engine must treat it as it treats a
+//! passed deadline: end the claim, retry nothing blindly (K-6.4).
+//!
 //! The engine applies it to **every** port of its [`Ports`] when it is built
 //! ([`envelop`], which takes `Ports` apart field by field, so a port added to `Ports`
 //! without an envelope is a compile error): the store, the signal inbox, the ready queue,
@@ -35,7 +41,8 @@ pub enum Effect {
 pub struct PortCall {
     /// The port: `store`, `inbox`, `queue`, `wakeup`, `permits`, `stream`, `cache`,
     /// `dead_letters`, `task_inbox`, `outbox` or `heartbeat` (the heartbeat's store write,
-    /// which has its own, shorter deadline).
+    /// `heartbeat.apply`, which has its own, shorter deadline: named apart so that a hook can
+    /// count, hang or drop the lease renewals without touching the claim's other writes).
     pub port: &'static str,
     /// The port method (`record`, `open`, `acquire`, …).
     pub op: &'static str,
@@ -58,6 +65,9 @@ pub enum CallEnd {
     Failed,
     /// The call passed its deadline; the caller got a typed error.
     DeadlinePassed,
+    /// The port answered a write, and the hook's [`reply`](PortHook::reply) dropped the
+    /// answer: the write took effect, the caller got the hook's error (a lost reply).
+    ReplyLost,
 }
 
 /// What a deployment (metrics) or a test world (faults) runs around every port call.
@@ -66,13 +76,29 @@ pub enum CallEnd {
 /// - [`before`](Self::before) runs inside the call's deadline, before the call reaches
 ///   the port: it may delay (a hung port: the deadline still ends the call) or refuse the
 ///   call (an `Err`: the port never sees it, the caller gets that error).
-/// - [`after`](Self::after) runs once per call, after it answered or passed its deadline,
-///   synchronously: it must not block (count, record, log).
-/// - A hook never changes a port's answer otherwise; it holds no lock across `before`.
+/// - [`reply`](Self::reply) runs once per write ([`Effect::Write`]) its port answered
+///   with a value, synchronously, before the caller sees the answer: it may drop that
+///   answer and give the caller an error instead, although the write took effect (a lost
+///   reply). The error should be [`Error::Uncertain`] — the only error that tells the
+///   caller the truth, that the effect may have happened; any other one models a port that
+///   lies about its effect. The default keeps every answer, as a deployment's hook does.
+/// - [`after`](Self::after) runs once per call, after it answered, was refused, lost its
+///   reply or passed its deadline, synchronously: it must not block (count, record, log).
+///   A call its caller stops awaiting first (a shorter deadline of its own, as the
+///   heartbeat's; a claim's cancellation) ends without an `after`.
+/// - A hook never changes a port's answer otherwise (a read's answer never); it holds no
+///   lock across `before`.
 #[async_trait::async_trait]
 pub trait PortHook: Send + Sync + 'static {
     /// Before `call` reaches its port.
     async fn before(&self, call: &PortCall) -> Result<()>;
+    /// After the port answered the write `call` with a value: `Some(e)` drops that answer
+    /// and the caller gets `e` (a lost reply: the effect happened). `None`, the default,
+    /// passes the answer on.
+    fn reply(&self, call: &PortCall) -> Option<Error> {
+        let _ = call;
+        None
+    }
     /// After `call` ended, `elapsed` on the engine's clock.
     fn after(&self, call: &PortCall, end: CallEnd, elapsed: DurationMs);
 }
@@ -112,7 +138,8 @@ impl PortEnvelope {
     }
 
     /// Run `fut` as `call`: the hook's `before`, then the call, all within the deadline;
-    /// then the hook's `after`.
+    /// for a write the port answered, the hook's `reply` (which may lose the answer); then
+    /// the hook's `after`.
     pub async fn call<T>(&self, call: PortCall, fut: impl Future<Output = Result<T>>) -> Result<T> {
         let started = self.clock.now();
         let until = started.saturating_add(self.deadline_ms);
@@ -129,6 +156,17 @@ impl PortEnvelope {
                 (r, end)
             }
             _ = self.clock.sleep_until(until) => (Err(self.passed(&call)), CallEnd::DeadlinePassed),
+        };
+        let lost = match (hook, &r) {
+            (Some(h), Ok(_)) if call.effect == Effect::Write => h.reply(&call),
+            _ => None,
+        };
+        let (r, end) = match lost {
+            Some(e) => {
+                tracing::warn!(port = call.port, op = call.op, error = %e, "port hook lost the reply of an applied write");
+                (Err(e), CallEnd::ReplyLost)
+            }
+            None => (r, end),
         };
         if let Some(h) = hook {
             h.after(&call, end, self.clock.now().duration_since(started));

@@ -5,14 +5,15 @@
 //! may still be applied ([`Error::Uncertain`](crate::Error::Uncertain)), a read certainly
 //! was not ([`Error::Unavailable`](crate::Error::Unavailable)). Every trait method is
 //! implemented (`clippy::missing_trait_methods`), so a default body can never skip the
-//! envelope.
+//! envelope. A method whose calls go by another port name than their trait's says so after
+//! `=>`: the heartbeat's store write is `heartbeat.apply` ([`PortCall::port`]).
 
 use super::envelope::{Effect, PortCall, PortEnvelope};
 use crate::error::Result;
 use crate::id::{FencingToken, LeaseToken, ObjectId, WorkflowId};
 use crate::model::{DurationMs, Instant, Priority, WorkflowInstance};
 use crate::ports::*;
-use crate::transition::{Guard, Transition};
+use crate::transition::{Guard, Transition, TransitionKind};
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -41,18 +42,31 @@ impl<P: ?Sized> Enveloped<P> {
 }
 
 macro_rules! enveloped {
-    ($trait:ident for $dyn:ty, $port:literal { $( $effect:ident fn $name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty; )* }) => {
+    ($trait:ident for $dyn:ty, $port:literal { $( $effect:ident fn $name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty $(=> $port_of:expr)?; )* }) => {
         #[async_trait::async_trait]
         #[deny(clippy::missing_trait_methods)]
         impl $trait for Enveloped<$dyn> {
             $(
                 async fn $name(&self, $($arg: $ty),*) -> Result<$ret> {
-                    let call = PortCall { port: $port, op: stringify!($name), effect: Effect::$effect };
+                    let port = enveloped!(@port $port $(, $port_of)?);
+                    let call = PortCall { port, op: stringify!($name), effect: Effect::$effect };
                     self.env.call(call, self.inner.$name($($arg),*)).await
                 }
             )*
         }
     };
+    (@port $port:literal) => { $port };
+    (@port $port:literal, $port_of:expr) => { $port_of };
+}
+
+/// The port name of a store write: `heartbeat` for a lease renewal (K-6.3), `store` for
+/// every other one.
+fn store_or_heartbeat(transition: &Transition) -> &'static str {
+    if transition.kinds().any(|k| k == TransitionKind::Heartbeat) {
+        "heartbeat"
+    } else {
+        "store"
+    }
 }
 
 enveloped!(WorkflowStore for DynStore, "store" {
@@ -61,7 +75,7 @@ enveloped!(WorkflowStore for DynStore, "store" {
     Read fn get_by_biz_key(biz_key: &str) -> Option<WorkflowInstance>;
     Write fn claim(workflow_id: &WorkflowId, spec: &ClaimSpec) -> Option<WorkflowInstance>;
     Write fn claim_any(spec: &ClaimSpec) -> Option<WorkflowInstance>;
-    Write fn apply(workflow_id: &WorkflowId, guard: &Guard, transition: &Transition) -> WriteOutcome;
+    Write fn apply(workflow_id: &WorkflowId, guard: &Guard, transition: &Transition) -> WriteOutcome => store_or_heartbeat(transition);
     Read fn scan_due_waits(now: Instant, after: Option<&DueCursor>, limit: usize) -> ScanPage<DueWait>;
     Read fn scan_claimable(after: Option<&WorkflowId>, limit: usize) -> ScanPage<Candidate>;
 });
