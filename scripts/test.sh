@@ -222,6 +222,10 @@ ws_test testkit engine side_ports::a_hung_side_port_holds_no_claim_and_no_mainte
 # from the activities, the store read before each write, the task inbox and the audit.
 ws_test testkit engine operator_races::operator_actions_raced_against_claims_keep_every_promise --nocapture --exact \
   | grep -E '^(operator-races:|test result)'
+# The test world produces the faults (K-6.8): every write's reply lost once, and a lease
+# lost mid-activity under skewed clocks; counts from the fakes and the store's audit.
+ws_test testkit engine lost_replies:: lease_loss:: --nocapture \
+  | grep -E '^(lost-replies:|lease-loss:|test result)'
 # A dedicated redis-server on a free port is killed and restarted (never the shared one).
 ws_test queue-redis it redis_outage_engines_complete_through_the_store_and_lanes_are_rebuilt --nocapture
 
