@@ -1,9 +1,10 @@
 //! Operator actions raced against claims (K-6.8, K-17.5, K-17.6): random interleavings of
 //! two workers (the second on a clock up to 400 ms off, within `max_clock_skew_ms`),
 //! holder crashes, lease expiries and every operator action — regenerate, cancel, replay,
-//! priority raise and task decisions by eligible and ineligible people — on a payment
-//! workflow `reserve → slow → approve (a human task) → charge` whose inverses undo `slow`
-//! and `reserve`. Prints the `operator-races:` line.
+//! priority raise, task decisions by eligible and ineligible people and dead-letter
+//! decisions (retry, fail, and a forged completion of the approval) — on a payment workflow
+//! `reserve → slow → approve (a human task, dead-lettered when not approved) → charge`
+//! whose inverses undo `slow` and `reserve`. Prints the `operator-races:` line.
 //!
 //! Every figure comes from an oracle outside the engine: the activities count their own
 //! concurrent entries; the store's state before each write (the reference semantics of
@@ -45,6 +46,7 @@ struct Tally {
     lease_shortened: u64,
     request_writes: u64,
     replaced: u64,
+    dead_letter_decisions: u64,
     charges: u64,
     compensations: u64,
 }
@@ -118,7 +120,7 @@ fn definition(fx: &Arc<Effects>, gate: &Arc<Semaphore>, inbox: &MemoryInboxArc) 
                 .timeout_ms(3_600_000)
                 .compensate_with(logged(fx, "unslow")),
         )
-        .step(StepDef::new("approve", approve).depends_on(["slow"]).max_retry(3))
+        .step(StepDef::new("approve", approve).depends_on(["slow"]).max_retry(3).on_failed(OnFailed::DeadLetter))
         .step(StepDef::new("charge", charge).depends_on(["approve"]))
         .build()
         .unwrap()
@@ -196,7 +198,7 @@ async fn run_case(seed: u64, t: &mut Tally) {
     let events = rng.gen_range(4..10);
     for _ in 0..events {
         let who = if rng.gen_bool(0.5) { &a } else { &b };
-        match rng.gen_range(0..11) {
+        match rng.gen_range(0..12) {
             0 | 1 => {
                 t.actions += 1;
                 let step = ["reserve", "slow"][rng.gen_range(0..2)];
@@ -238,6 +240,21 @@ async fn run_case(seed: u64, t: &mut Tally) {
                 gate.add_permits(1);
                 settle().await;
             }
+            11 => {
+                // An operator decides the open dead letters (a rejected approval): retry
+                // (re-opens the task), fail, or a forged completion with an approval-shaped
+                // output, which a human task's authority refuses.
+                for dl in who.dead_letters(Some(DeadLetterStatus::Open), None, 100).await.unwrap_or_default() {
+                    t.actions += 1;
+                    t.dead_letter_decisions += 1;
+                    let action = match rng.gen_range(0..3) {
+                        0 => DeadLetterAction::Retry,
+                        1 => DeadLetterAction::Fail,
+                        _ => DeadLetterAction::Complete { output: json!({"outcome": "approve", "actor": "ops-9"}) },
+                    };
+                    classify(who.decide_dead_letter(&dl.id, action, "ops-9", Some("race")).await.map(|_| ()), t);
+                }
+            }
             _ => {
                 // A worker process dies: every claim it runs ends with it.
                 for h in &ticks {
@@ -251,13 +268,25 @@ async fn run_case(seed: u64, t: &mut Tally) {
     // seed says), time moves past every lease.
     gate.add_permits(1_000);
     let last_word = if rng.gen_bool(0.5) { TaskOutcome::Approve } else { TaskOutcome::Reject };
-    for _ in 0..60 {
+    for round in 0..60 {
         let inst = world.store.peek(wf.as_str()).unwrap();
         if inst.status.is_terminal() {
             break;
         }
         for r in world.task_inbox.all().into_iter().filter(|r| r.status == TaskStatus::Open) {
             let _ = desk.decide(&r.id, &r.token, &Actor::new("fin-2", ["finance"]), last_word, None).await;
+        }
+        // Dead letters (a rejected approval): the operator's decision is random for the
+        // first rounds, a forged completion among them, then `fail` so every case ends.
+        for dl in a.dead_letters(Some(DeadLetterStatus::Open), None, 100).await.unwrap_or_default() {
+            let action = match (round < 4, rng.gen_range(0..3)) {
+                (true, 0) => DeadLetterAction::Retry,
+                (true, 1) => DeadLetterAction::Complete { output: json!({"outcome": "approve", "actor": "ops-9"}) },
+                _ => DeadLetterAction::Fail,
+            };
+            t.actions += 1;
+            t.dead_letter_decisions += 1;
+            classify(a.decide_dead_letter(&dl.id, action, "ops-1", Some("drain")).await.map(|_| ()), t);
         }
         world.clock.advance(11_000);
         settle().await;
@@ -358,5 +387,8 @@ async fn operator_actions_raced_against_claims_keep_every_promise() {
     assert_eq!(t.dependency_order_violations, 0);
     assert_eq!(t.lease_shortened, 0);
     assert_eq!(t.requested, t.applied, "every request recorded is applied");
-    assert!(t.requested > 0 && t.compensations > 0 && t.charges > 0, "the cases reach every path: {t:?}");
+    assert!(
+        t.requested > 0 && t.compensations > 0 && t.charges > 0 && t.dead_letter_decisions > 0,
+        "the cases reach every path: {t:?}"
+    );
 }
