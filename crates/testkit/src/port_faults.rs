@@ -240,6 +240,7 @@ fn end_name(end: CallEnd) -> &'static str {
         CallEnd::Failed => "failed",
         CallEnd::DeadlinePassed => "deadline_passed",
         CallEnd::ReplyLost => "reply_lost",
+        CallEnd::Abandoned => "abandoned",
     }
 }
 

@@ -68,6 +68,27 @@ pub enum CallEnd {
     /// The port answered a write, and the hook's [`reply`](PortHook::reply) dropped the
     /// answer: the write took effect, the caller got the hook's error (a lost reply).
     ReplyLost,
+    /// The caller stopped awaiting the call before it ended (a shorter deadline of its
+    /// own, as the heartbeat's; a cancelled claim): whether a write took effect is
+    /// unknown.
+    Abandoned,
+}
+
+/// Reports [`CallEnd::Abandoned`] to the hook when a call's future is dropped before it
+/// ended.
+struct Pending<'a> {
+    hook: Option<&'a dyn PortHook>,
+    call: PortCall,
+    clock: &'a DynClock,
+    started: crate::model::Instant,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if let Some(h) = self.hook.take() {
+            h.after(&self.call, CallEnd::Abandoned, self.clock.now().duration_since(self.started));
+        }
+    }
 }
 
 /// What a deployment (metrics) or a test world (faults) runs around every port call.
@@ -85,7 +106,8 @@ pub enum CallEnd {
 /// - [`after`](Self::after) runs once per call, after it answered, was refused, lost its
 ///   reply or passed its deadline, synchronously: it must not block (count, record, log).
 ///   A call its caller stops awaiting first (a shorter deadline of its own, as the
-///   heartbeat's; a claim's cancellation) ends without an `after`.
+///   heartbeat's; a claim's cancellation) gets its `after` with [`CallEnd::Abandoned`]
+///   when its future is dropped.
 /// - A hook never changes a port's answer otherwise (a read's answer never); it holds no
 ///   lock across `before`.
 #[async_trait::async_trait]
@@ -144,6 +166,7 @@ impl PortEnvelope {
         let started = self.clock.now();
         let until = started.saturating_add(self.deadline_ms);
         let hook = self.hook.as_deref();
+        let mut pending = Pending { hook, call, clock: &*self.clock, started };
         let guarded = async {
             if let Some(h) = hook {
                 h.before(&call).await?;
@@ -168,6 +191,8 @@ impl PortEnvelope {
             }
             None => (r, end),
         };
+        // Ended: the guard reports nothing; `after` gets the end.
+        pending.hook = None;
         if let Some(h) = hook {
             h.after(&call, end, self.clock.now().duration_since(started));
         }

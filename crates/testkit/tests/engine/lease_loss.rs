@@ -10,7 +10,7 @@
 //! its own executions on the true clock, and the store's audit log gives every claim's
 //! lease end and every write under its token.
 
-use kernel_core::engine::{ClaimEnd, Engine, RoundOutcome};
+use kernel_core::engine::{CallEnd, ClaimEnd, Engine, RoundOutcome};
 use kernel_core::model::DurationMs;
 use kernel_core::ports::DynClock;
 use kernel_core::*;
@@ -159,6 +159,11 @@ async fn run_case(seed: u64, fault: HeartbeatFault) -> Case {
         }
     }
     assert!(taken, "{fault:?}: no worker took the instance over within three leases");
+    if matches!(fault, HeartbeatFault::Hang) {
+        // The heartbeat gives up at its own, shorter deadline: the envelope tells the hook.
+        assert!(faults.ended("heartbeat", CallEnd::Abandoned) >= 1, "the abandoned heartbeat was reported");
+        assert!(faults.hung_calls().iter().all(|c| c.end.is_some()), "no hung span stays open");
+    }
     faults.release();
     let holder_end = match holder.await.unwrap().unwrap() {
         RoundOutcome::Ran { end, .. } => end,
