@@ -218,11 +218,20 @@ pub(crate) async fn run(inner: Arc<Inner>, mut inst: WorkflowInstance, token: Cl
                 Err(e) => tracing::warn!(error = %e, "claim not observed"),
             }
         }
-        if inst.operator_request.is_some() {
+        if super::operator_decision::applies_at_claim(&inst, def.plan()) {
             // K-6.8: a request whose holder did not apply it (its claim is gone): applied
-            // before anything runs.
-            if let Some(end) = super::operator_write::apply_request(&inner, &def, &inst, &token).await {
-                return end;
+            // before anything runs — after a half-done signal match is finished (K-9.4), so
+            // a resume the request clears never leaves its record pending.
+            let matched = match &inst.resume {
+                Some(crate::model::Resume { signal_id: Some(id), .. }) => {
+                    inner.ports.inbox.mark_matched(id, inner.ports.clock.now()).await.is_ok()
+                }
+                _ => true,
+            };
+            if matched {
+                if let Some(end) = super::operator_write::apply_request(&inner, &def, &inst, &token).await {
+                    return end;
+                }
             }
         }
         let (prepared, refusal) = match prepare(&inst, &def, inner.prepare.as_ref()) {
@@ -414,7 +423,9 @@ impl Claim {
             }
             Ok(WriteOutcome::Missed) => {
                 tracing::warn!(kinds = ?t.kinds().collect::<Vec<_>>(), "write missed: claim lost");
-                self.cancel.cancel();
+                // Recorded, so every later `ended_as` says lost (and the holder looks for
+                // an operator's request at its end, K-6.8).
+                self.lease.end_with(ClaimEnd::ClaimLost);
                 Err(Unwritten::End(ClaimEnd::ClaimLost))
             }
             Err(e @ crate::error::Error::InvalidInput { .. }) => {
@@ -487,12 +498,12 @@ impl Claim {
     /// [`terminal::REFUSED_WRITES_MAX`] in a run the workflow fails instead
     /// ([`refused_plain`](Self::refused_plain)).
     async fn commit_plain(&self, g: G, t: Transition) -> Result<(), ClaimEnd> {
-        let step = t.kinds_at().iter().find_map(|k| k.step).map(|s| s as usize);
+        let refused = refused::Refused::of(g, &t);
         match self.commit(g, t).await {
             Ok(()) => Ok(()),
             Err(Unwritten::End(end)) => Err(end),
             Err(Unwritten::Unavailable) => Err(self.hand_back(g).await),
-            Err(Unwritten::Refused(e)) => Err(Box::pin(self.refused_plain(g, step, e)).await),
+            Err(Unwritten::Refused(e)) => Err(Box::pin(self.refused_plain(g, refused, e)).await),
         }
     }
 }

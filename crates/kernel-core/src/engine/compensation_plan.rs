@@ -91,6 +91,18 @@ pub(crate) fn escalation_task_id(idempotency_key: &str) -> String {
     crate::human::task_id(&format!("{idempotency_key}|c"), 0)
 }
 
+/// The id of the one task that escalates every inverse left when no further inverse may
+/// run, from the first one's idempotency key: distinct from that inverse's own escalation.
+pub(crate) fn remaining_task_id(idempotency_key: &str) -> String {
+    crate::human::task_id(&format!("{idempotency_key}|cr"), 0)
+}
+
+/// The entries of inverses that ended (compensated, failed, escalated) in a recorded
+/// report, in progress or finished; a retrying one has not ended.
+pub(crate) fn ended_runs(stored: Option<&CompensationReport>) -> Vec<InverseRun> {
+    stored.map_or_else(Vec::new, |r| r.steps.iter().filter(|s| s.result != InverseResult::Retrying).cloned().collect())
+}
+
 /// What an escalation task is about: the workflow and its step.
 pub(crate) struct Escalated<'a> {
     /// The escalation task id ([`escalation_task_id`]).

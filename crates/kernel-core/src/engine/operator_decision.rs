@@ -92,7 +92,7 @@ pub(crate) enum ActionEffect {
 pub(crate) fn action_write(
     inst: &WorkflowInstance,
     action: &RequestedAction,
-    plan: &Plan,
+    plan: Option<&Plan>,
     limits: HistoryLimits,
     now: Instant,
 ) -> Result<(Transition, ActionEffect)> {
@@ -102,6 +102,7 @@ pub(crate) fn action_write(
     match action {
         RequestedAction::Cancel => Ok((Transition::supersede(now), ActionEffect::Canceled)),
         RequestedAction::Regenerate { step } => {
+            let plan = plan.ok_or_else(|| Error::UnregisteredType(inst.workflow_type.clone()))?;
             let (t, r) = regenerate_write(inst, plan, step, limits, now)?;
             Ok((t, ActionEffect::Regenerated(r)))
         }
@@ -117,6 +118,13 @@ fn regenerate_write(
     now: Instant,
 ) -> Result<(Transition, Regenerated)> {
     let workflow_id = &inst.workflow_id;
+    if inst.definition_fingerprint != plan.fingerprint() {
+        return Err(Error::Conflict(format!(
+            "{workflow_id} runs another version of {} than this engine's: regenerate it where that version is \
+             registered",
+            inst.workflow_type
+        )));
+    }
     let idx = plan
         .steps()
         .iter()
@@ -127,8 +135,8 @@ fn regenerate_write(
             "{workflow_id} is failing: only a running or waiting workflow can be regenerated"
         )));
     }
-    let Some(s) = inst.steps.get(idx) else {
-        return Err(Error::corrupt(format!("{workflow_id} has fewer steps than its plan")));
+    let Some(s) = inst.steps.get(idx).filter(|s| s.name == step) else {
+        return Err(Error::corrupt(format!("{workflow_id}'s steps do not follow its plan at {step:?}")));
     };
     if s.status != StepStatus::Completed {
         return Err(Error::Conflict(format!(
@@ -181,6 +189,19 @@ fn regenerate_write(
     Ok((t, Regenerated { epoch, steps: names, woken: wake }))
 }
 
+/// Whether a worker that just claimed `inst` applies its recorded request before anything
+/// runs: always a cancel; a regenerate only when the worker's plan is the instance's (a
+/// worker of another version pushes the instance back and leaves the request pending).
+pub(crate) fn applies_at_claim(inst: &WorkflowInstance, plan: &Plan) -> bool {
+    match &inst.operator_request {
+        None => false,
+        Some(r) => match r.action {
+            RequestedAction::Cancel => true,
+            RequestedAction::Regenerate { .. } => inst.definition_fingerprint == plan.fingerprint(),
+        },
+    }
+}
+
 /// How a recorded request ends when a worker applies it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum RequestEnd {
@@ -201,7 +222,7 @@ pub(crate) fn request_write(
     now: Instant,
 ) -> Option<(Transition, RequestEnd)> {
     let request = inst.operator_request.as_ref()?;
-    Some(match action_write(inst, &request.action, plan, limits, now) {
+    Some(match action_write(inst, &request.action, Some(plan), limits, now) {
         Ok((t, effect)) => (Transition::request_applied(Some(t), now), RequestEnd::Applied(effect)),
         Err(e) => (Transition::request_applied(None, now), RequestEnd::Dropped(e.to_string())),
     })

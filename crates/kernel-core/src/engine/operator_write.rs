@@ -117,11 +117,12 @@ impl Engine {
         let ports = &self.inner.ports;
         for _ in 0..OPERATOR_ATTEMPTS {
             let inst = ports.store.get(workflow_id).await?.ok_or_else(|| Error::NotFound(workflow_id.to_string()))?;
-            let def = self
-                .inner
-                .defs
-                .get(&inst.workflow_type)
-                .ok_or_else(|| Error::UnregisteredType(inst.workflow_type.clone()))?;
+            // A cancel needs no definition; a regenerate needs this engine's.
+            let def = self.inner.defs.get(&inst.workflow_type);
+            if def.is_none() && matches!(action, RequestedAction::Regenerate { .. }) {
+                return Err(Error::UnregisteredType(inst.workflow_type.clone()));
+            }
+            let plan = def.map(|d| d.plan());
             let now = ports.clock.now();
             let limits = self.inner.config.history_limits;
             let written = match operator_decision::route(&inst) {
@@ -132,7 +133,7 @@ impl Engine {
                     )))
                 }
                 Route::Direct => {
-                    let (t, effect) = operator_decision::action_write(&inst, &action, def.plan(), limits, now)?;
+                    let (t, effect) = operator_decision::action_write(&inst, &action, plan, limits, now)?;
                     let guard = Guard::Operator { revision: inst.revision };
                     match ports.store.apply(workflow_id, &guard, &t).await? {
                         WriteOutcome::Applied { revision } => {
@@ -145,7 +146,7 @@ impl Engine {
                 Route::Request { holder } => {
                     // Refused now rather than dropped later: the action must apply to the
                     // instance as read (the holder recomputes it as it leaves it).
-                    operator_decision::action_write(&inst, &action, def.plan(), limits, now)?;
+                    operator_decision::action_write(&inst, &action, plan, limits, now)?;
                     let request = OperatorRequest {
                         id: format!("req-{}", ports.ids.new_token()),
                         action: action.clone(),
@@ -177,7 +178,10 @@ impl Engine {
                             requested_at: now,
                         };
                         let id = replaced.id.clone();
-                        let t = Transition::operator_request(replaced, token.clone(), now);
+                        // A fresh token again: a worker about to apply the pending request
+                        // (read before this write) misses, so it never applies the
+                        // replaced one; the new one waits for the next claimer.
+                        let t = Transition::operator_request(replaced, ClaimToken::from(ports.ids.new_token()), now);
                         self.write_request(workflow_id, token, inst.clone(), &t)
                             .await?
                             .map(|()| Acted::Requested { request_id: id })
@@ -276,9 +280,36 @@ pub(crate) async fn apply_request(
             Some(ClaimEnd::Released)
         }
         Ok(WriteOutcome::Missed) => Some(ClaimEnd::ClaimLost),
+        Err(e @ Error::InvalidInput { .. }) if matches!(end, RequestEnd::Applied(_)) => {
+            // The store refuses the action's write (a document at its limit): the request
+            // is dropped instead, so the instance does not stall on it.
+            tracing::error!(workflow_id = %inst.workflow_id, error = %e, "the store refused an operator request's write; dropping the request");
+            drop_request(inner, inst, token, &e.to_string()).await
+        }
         Err(e) => {
             tracing::warn!(workflow_id = %inst.workflow_id, error = %e, "operator request not applied; the lease is left to expire");
             Some(ClaimEnd::Uncertain)
         }
+    }
+}
+
+/// Clear `inst`'s request without applying it (its write was refused) and release the
+/// claim at once, under `token`.
+async fn drop_request(inner: &Arc<Inner>, inst: &WorkflowInstance, token: &ClaimToken, why: &str) -> Option<ClaimEnd> {
+    let ports = &inner.ports;
+    let t = Transition::request_applied(None, ports.clock.now());
+    match ports.store.apply(&inst.workflow_id, &Guard::Token { token: token.clone() }, &t).await {
+        Ok(WriteOutcome::Applied { revision }) => {
+            tracing::warn!(workflow_id = %inst.workflow_id, why, "operator request dropped");
+            let writer = effects::Writer { worker_id: Some(&inner.config.worker_id), claim_token: Some(token) };
+            let mut after = inst.clone();
+            t.apply_to(&mut after);
+            effects::observe(&*ports.observer, &after, &t, revision, writer);
+            effects::enqueue_and_wake(&*ports.queue, &*ports.wakeup, &after.workflow_id, after.business_priority, t.now)
+                .await;
+            Some(ClaimEnd::Released)
+        }
+        Ok(WriteOutcome::Missed) => Some(ClaimEnd::ClaimLost),
+        Err(_) => Some(ClaimEnd::Uncertain),
     }
 }

@@ -127,9 +127,22 @@ impl RefusedWrite {
 /// a refusal is deterministic, so handing the claim back again and again would never end).
 pub const REFUSED_WRITES_MAX: u32 = 3;
 
-/// What a claim does after the store refused a plain write (one that carries no value of a
-/// step: mark running, release, `failing`, `completed`, `failed`, a push-back), the
-/// `refused`-th of its run.
+/// Which plain write the store refused, as far as what follows depends on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RefusedPlain {
+    /// A fingerprint push-back: the instance is another version's; never business code.
+    PushBack,
+    /// The release after a failed PrepareContext: no context, so no business code either.
+    Prepare,
+    /// `failing → failed` with the compensation's report.
+    Failed,
+    /// Another write of a `failing` instance (a compensation or finalizer release).
+    InFailing,
+    /// A write of a running instance (mark running, release, `failing`, `completed`).
+    Running,
+}
+
+/// What a claim does after the store refused a plain write, the `refused`-th of its run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AfterRefusedPlain {
     /// Hand the claim back with a delay, the count recorded.
@@ -139,19 +152,30 @@ pub(crate) enum AfterRefusedPlain {
     FailStep(usize),
     /// The limit is reached, no step concerned, the workflow still running: `→ failing`.
     FailWorkflow,
-    /// The limit is reached in `failing` (the refused write was `failed` with its report):
-    /// `→ failed` without the report, which carries nothing else.
+    /// The limit is reached without a prepared context: fail as after PrepareContext's
+    /// own limit (no business code; the compensable steps escalated).
+    FailWithoutContext,
+    /// The limit is reached while failing, before the end: no further inverse runs; the
+    /// ones left are escalated to a person, then `→ failed` with that report.
+    EscalateAndFail,
+    /// The limit is reached on `failed` itself: `→ failed` without the report (the steps
+    /// the compensation undid are still marked).
     FailedWithoutReport,
 }
 
-/// [`AfterRefusedPlain`] for the `refused`-th refused plain write of a run, which concerned
-/// `step` (its first step, if any), written while the workflow was `failing` or not.
-pub(crate) fn after_refused_plain(refused: u32, step: Option<usize>, failing: bool) -> AfterRefusedPlain {
-    match (refused < REFUSED_WRITES_MAX, failing, step) {
-        (true, _, _) => AfterRefusedPlain::HandBack,
-        (false, true, _) => AfterRefusedPlain::FailedWithoutReport,
-        (false, false, Some(idx)) => AfterRefusedPlain::FailStep(idx),
-        (false, false, None) => AfterRefusedPlain::FailWorkflow,
+/// [`AfterRefusedPlain`] for the `refused`-th refused plain write of a run, of kind `kind`,
+/// which concerned `step` (its first step, if any). A push-back is always handed back: it
+/// runs no business code and the instance is another worker's to run.
+pub(crate) fn after_refused_plain(refused: u32, step: Option<usize>, kind: RefusedPlain) -> AfterRefusedPlain {
+    if refused < REFUSED_WRITES_MAX || kind == RefusedPlain::PushBack {
+        return AfterRefusedPlain::HandBack;
+    }
+    match (kind, step) {
+        (RefusedPlain::Prepare, _) => AfterRefusedPlain::FailWithoutContext,
+        (RefusedPlain::Failed, _) => AfterRefusedPlain::FailedWithoutReport,
+        (RefusedPlain::InFailing, _) => AfterRefusedPlain::EscalateAndFail,
+        (RefusedPlain::Running | RefusedPlain::PushBack, Some(idx)) => AfterRefusedPlain::FailStep(idx),
+        (RefusedPlain::Running | RefusedPlain::PushBack, None) => AfterRefusedPlain::FailWorkflow,
     }
 }
 

@@ -133,21 +133,20 @@ fn k8_k17_6_the_failed_write_and_the_terminal_frame_row_by_row() {
 #[test]
 fn k6_4_what_a_refused_plain_write_leads_to_row_by_row() {
     use AfterRefusedPlain as A;
-    let rows: Vec<(&str, u32, Option<usize>, bool, A)> = vec![
-        ("the first refusal: handed back", 1, Some(2), false, A::HandBack),
-        ("below the limit, failing: handed back", REFUSED_WRITES_MAX - 1, None, true, A::HandBack),
-        ("at the limit, a step's write: the step fails", REFUSED_WRITES_MAX, Some(2), false, A::FailStep(2)),
-        ("at the limit, no step: the workflow goes failing", REFUSED_WRITES_MAX, None, false, A::FailWorkflow),
-        (
-            "at the limit in failing: failed without the report",
-            REFUSED_WRITES_MAX,
-            Some(1),
-            true,
-            A::FailedWithoutReport,
-        ),
-        ("past the limit (a count from before): the same", REFUSED_WRITES_MAX + 5, None, false, A::FailWorkflow),
+    use RefusedPlain as K;
+    let max = REFUSED_WRITES_MAX;
+    let rows: Vec<(&str, u32, Option<usize>, K, A)> = vec![
+        ("the first refusal: handed back", 1, Some(2), K::Running, A::HandBack),
+        ("below the limit, failing: handed back", max - 1, None, K::InFailing, A::HandBack),
+        ("at the limit, a step's write: the step fails", max, Some(2), K::Running, A::FailStep(2)),
+        ("at the limit, no step: the workflow goes failing", max, None, K::Running, A::FailWorkflow),
+        ("past the limit (a count from before): the same", max + 5, None, K::Running, A::FailWorkflow),
+        ("at the limit without context: no business code", max, None, K::Prepare, A::FailWithoutContext),
+        ("at the limit on `failed`: without the report", max, Some(1), K::Failed, A::FailedWithoutReport),
+        ("at the limit mid-compensation: the rest escalated", max, None, K::InFailing, A::EscalateAndFail),
+        ("a push-back never fails the workflow", max + 5, None, K::PushBack, A::HandBack),
     ];
-    for (name, refused, step, failing, want) in rows {
-        assert_eq!(after_refused_plain(refused, step, failing), want, "{name}");
+    for (name, refused, step, kind, want) in rows {
+        assert_eq!(after_refused_plain(refused, step, kind), want, "{name}");
     }
 }

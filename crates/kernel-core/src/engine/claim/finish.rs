@@ -79,7 +79,7 @@ impl Claim {
     /// to a person once, in one task ([`escalate_without_context`](Self::escalate_without_context)),
     /// and `failing → failed` is written with the report that says so.
     pub(super) async fn fail_path_without_context(&self, failures: u32) -> ClaimEnd {
-        let report = match self.escalate_without_context(failures).await {
+        let report = match self.escalate_remaining(compensation_plan::no_context_error(failures)).await {
             Ok(r) => r,
             Err(end) => return end,
         };
@@ -100,32 +100,41 @@ impl Claim {
         }
     }
 
-    /// The compensation's report when no inverse may run (no prepared context): the plan's
-    /// inverses, none run, escalated in one task named after the first of them (its id
-    /// that inverse's escalation id, so a second pass opens nothing new), or failed without
-    /// an inbox. `None` when the definition declares no inverse.
-    async fn escalate_without_context(
+    /// The compensation's report when no further inverse may run (no prepared context, or
+    /// a store that keeps refusing the workflow's writes): the inverses the recorded
+    /// progress says ended keep their entries; every other one of the plan is not run and
+    /// escalated in one task for all of them (named after the first, with an id of its own,
+    /// so a second pass opens nothing new), or failed without an inbox. `None` when the
+    /// definition declares no inverse.
+    pub(super) async fn escalate_remaining(
         &self,
-        failures: u32,
+        error: String,
     ) -> Result<Option<(CompensationReport, Vec<usize>)>, ClaimEnd> {
         let Some(order) = compensation_plan::plan(&self.def, &self.doc().inst.steps) else {
             return Ok(None);
         };
-        let error = compensation_plan::no_context_error(failures);
-        let task = match order.first() {
+        let recorded = compensation_plan::ended_runs(self.doc().inst.compensation.as_ref());
+        let name = |i: usize| self.def.steps()[i].name();
+        let ended = |i: usize| recorded.iter().find(|r| r.step == name(i)).cloned();
+        let rest: Vec<usize> = order.iter().copied().filter(|&i| ended(i).is_none()).collect();
+        let task = match rest.first() {
             Some(&first) => {
                 self.may_start_inverse().await?;
-                tracing::error!(inverses = order.len(), error = %error, "no prepared context: no inverse runs; escalating");
-                let count = order.len();
-                self.open_escalation(first, &error, |e, roles, token, now, sla| {
+                tracing::error!(inverses = rest.len(), error = %error, "no further inverse runs; escalating");
+                let count = rest.len();
+                let id = compensation_plan::remaining_task_id(&self.idempotency_key_of(first));
+                self.open_escalation(first, id, &error, |e, roles, token, now, sla| {
                     compensation_plan::no_context_task(e, count, roles, token, now, sla)
                 })
                 .await
             }
             None => None,
         };
-        let steps: Vec<(usize, &str)> = order.iter().map(|&i| (i, self.def.steps()[i].name())).collect();
-        Ok(Some(compensation_plan::report(compensation_plan::not_run(steps, &error, task), self.now())))
+        let not_run: Vec<(usize, &str)> = rest.iter().map(|&i| (i, name(i))).collect();
+        let mut runs: Vec<(usize, InverseRun)> = compensation_plan::not_run(not_run, &error, task);
+        runs.extend(order.iter().filter_map(|&i| ended(i).map(|r| (i, r))));
+        runs.sort_by_key(|(i, _)| order.iter().position(|o| o == i));
+        Ok(Some(compensation_plan::report(runs, self.now())))
     }
 
     /// The compensation of a failing workflow (K-17.6), `None` when no step declares an
@@ -260,10 +269,14 @@ impl Claim {
 
     /// The escalation task id of step `idx`'s inverse (one per logical attempt).
     pub(super) fn escalation_task_id(&self, idx: usize) -> String {
+        compensation_plan::escalation_task_id(&self.idempotency_key_of(idx))
+    }
+
+    /// Step `idx`'s idempotency key in its current logical attempt.
+    fn idempotency_key_of(&self, idx: usize) -> String {
         let d = self.doc();
         let s = &d.inst.steps[idx];
-        let key = crate::activity::idempotency_key_at(&self.shared.workflow_id, &s.name, d.inst.retry_count, s.epoch);
-        compensation_plan::escalation_task_id(&key)
+        crate::activity::idempotency_key_at(&self.shared.workflow_id, &s.name, d.inst.retry_count, s.epoch)
     }
 
     /// An inverse completed: close the task an earlier pass may have opened for it, so
@@ -278,7 +291,7 @@ impl Claim {
     /// Open a human task for an inverse that kept failing (K-17.5); its id, or `None`
     /// without a task inbox or when the inbox refused.
     pub(super) async fn escalate_inverse(&self, idx: usize, error: &str) -> Option<String> {
-        self.open_escalation(idx, error, compensation_plan::escalation_task).await
+        self.open_escalation(idx, self.escalation_task_id(idx), error, compensation_plan::escalation_task).await
     }
 
     /// Open the escalation task of step `idx`'s inverse as `build` makes it from what it is
@@ -288,6 +301,7 @@ impl Claim {
     async fn open_escalation(
         &self,
         idx: usize,
+        id: String,
         error: &str,
         build: impl FnOnce(compensation_plan::Escalated<'_>, Vec<String>, String, Instant, DurationMs) -> TaskRecord,
     ) -> Option<String> {
@@ -301,7 +315,6 @@ impl Claim {
                 return None;
             }
         };
-        let id = self.escalation_task_id(idx);
         let task = {
             let d = self.doc();
             let escalated = compensation_plan::Escalated {

@@ -119,7 +119,8 @@ impl Claim {
         }
         if let Some((i, e)) = refused_plain {
             // Every sibling has returned: the one hand-back of the wave, counted (K-6.4).
-            return Next::End(self.refused_plain(G::Running, Some(i), e).await);
+            let refused = super::refused::Refused::mark_running(i);
+            return Next::End(self.refused_plain(G::Running, refused, e).await);
         }
         if hand_back {
             // Every sibling has returned: the one hand-back of the wave (K-4.5). What the
