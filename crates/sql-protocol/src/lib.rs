@@ -211,7 +211,8 @@ fn status_lit(s: WorkflowStatus) -> String {
 /// | `DueWait` | `wait -> 'step_index' = to_jsonb(i)` | `wait ->> '$.step_index' = i` |
 /// | `SignalWait` | `wait @> {identity}` | one `wait ->> '$.<field>' = v` per identity field |
 ///
-/// The other guards are the same text in both.
+/// The other guards are the same text in both; `Operator { revision }` is
+/// `status IN ('running', 'waiting', 'failing') AND revision = r AND claim_token IS NULL`.
 pub fn guard_sql(b: &mut Binds, guard: &Guard) -> Result<String> {
     guard.validate()?;
     let sqlite = b.dialect == Dialect::Sqlite;
@@ -299,9 +300,10 @@ pub fn guard_sql(b: &mut Binds, guard: &Guard) -> Result<String> {
             }
         }
         Guard::Active => ACTIVE_SQL.to_string(),
-        // Optimistic: the operator's write holds only on the revision it read.
+        // Optimistic: the operator's write holds only on the revision it read, and only
+        // while no claim holds the instance (K-6.8: a live claim gets a request instead).
         Guard::Operator { revision } => format!(
-            "status IN ('running', 'waiting') AND revision = {}",
+            "{ACTIVE_SQL} AND revision = {} AND claim_token IS NULL",
             b.bind(Param::Int8(i64_of("revision", *revision)?))
         ),
         Guard::PriorityBelow(p) => {
@@ -618,6 +620,7 @@ pub fn set_sql(b: &mut Binds, t: &Transition, limits: &Limits) -> Result<String>
         prepare_failures,
         finished_at,
         compensation,
+        operator_request,
         bump_revision,
     } = t;
     let d = b.dialect;
@@ -716,6 +719,7 @@ pub fn set_sql(b: &mut Binds, t: &Transition, limits: &Limits) -> Result<String>
     patch(b, "finished_at", of(finished_at, |x| Ok(Param::Int8(x.as_millis()))))?;
     patch(b, "prepare_failures", prepare_failures.map(|n| Ok(Some(Param::Int8(i64::from(n))))))?;
     patch(b, "compensation", of(compensation, |c| jsonb(d, "compensation", serde_json::to_value(c))))?;
+    patch(b, "operator_request", of(operator_request, |r| jsonb(d, "operator_request", serde_json::to_value(r))))?;
     patch(b, "updated_at", Some(Ok(Some(Param::Int8(now.as_millis())))))?;
     if *retry_count_inc {
         sets.push("retry_count = retry_count + 1".to_string());
@@ -840,7 +844,8 @@ pub fn task_params(dialect: Dialect, task: &kernel_core::ports::TaskRecord) -> R
 /// Instance columns in the order every `SELECT`/`RETURNING` reads them.
 pub const INSTANCE_COLUMNS: &str = "workflow_id, workflow_type, biz_key, status, steps, input, output, \
 claimable_time, claim_token, wait, resume, definition_fingerprint, fingerprint_mismatch, business_priority, \
-retry_count, prepare_failures, revision, created_at, updated_at, finished_at, compensation, trace_parent";
+retry_count, prepare_failures, revision, created_at, updated_at, finished_at, compensation, trace_parent, \
+operator_request";
 
 /// The insert of a new instance into `table` (already qualified and quoted by the store):
 /// `INSERT … (`[`INSTANCE_COLUMNS`]`) VALUES (…) ON CONFLICT DO NOTHING RETURNING workflow_id`
@@ -871,6 +876,7 @@ pub fn insert_instance(dialect: Dialect, table: &str, w: &WorkflowInstance, limi
         finished_at,
         compensation,
         trace_parent,
+        operator_request,
     } = w;
     for (i, s) in steps.iter().enumerate() {
         if let Some(c) = &s.checkpoint {
@@ -931,6 +937,10 @@ pub fn insert_instance(dialect: Dialect, table: &str, w: &WorkflowInstance, limi
         compensation.as_ref().map(|c| jsonb(dialect, "compensation", serde_json::to_value(c))).transpose()?,
     );
     nullable(&mut b, trace_parent.as_ref().map(|t| text_of(dialect, "trace_parent", t)).transpose()?);
+    nullable(
+        &mut b,
+        operator_request.as_ref().map(|r| jsonb(dialect, "operator_request", serde_json::to_value(r))).transpose()?,
+    );
     let sql = format!(
         "INSERT INTO {table} ({INSTANCE_COLUMNS}) VALUES ({}) ON CONFLICT DO NOTHING RETURNING workflow_id",
         vals.join(", ")

@@ -6,6 +6,7 @@
 //! to BSON one node at a time and keep every key verbatim.
 
 use kernel_core::model::*;
+use kernel_core::operator_request::{OperatorRequest, RequestedAction};
 use kernel_core::{Error, Result};
 use mongodb::bson::{self, Bson, Document, RawDocumentBuf};
 use serde_json::{Map, Number, Value};
@@ -414,6 +415,7 @@ pub(crate) fn instance_doc(w: &WorkflowInstance) -> Result<Document> {
         finished_at,
         compensation,
         trace_parent,
+        operator_request,
     } = w;
     let steps =
         steps.iter().enumerate().map(|(i, s)| step_doc(i, s).map(Bson::Document)).collect::<Result<Vec<_>>>()?;
@@ -466,7 +468,43 @@ pub(crate) fn instance_doc(w: &WorkflowInstance) -> Result<Document> {
     if let Some(t) = trace_parent {
         d.insert("trace_parent", t.as_str());
     }
+    // Absent when no request is pending (documents written before the field existed read
+    // the same).
+    if let Some(r) = operator_request {
+        d.insert("operator_request", operator_request_bson(r)?);
+    }
     Ok(d)
+}
+
+/// An operator's request (K-6.8) as BSON: `{ id, action: { kind, step? }, holder,
+/// requested_at: Date }`, every name a string value, never a key.
+pub(crate) fn operator_request_bson(r: &OperatorRequest) -> Result<Bson> {
+    let OperatorRequest { id, action, holder, requested_at } = r;
+    let action = match action {
+        RequestedAction::Cancel => bson::doc! { "kind": "cancel" },
+        RequestedAction::Regenerate { step } => bson::doc! { "kind": "regenerate", "step": step.as_str() },
+    };
+    Ok(Bson::Document(bson::doc! {
+        "id": id.as_str(),
+        "action": action,
+        "holder": holder.as_str(),
+        "requested_at": dt(*requested_at),
+    }))
+}
+
+fn operator_request_of(d: &Document) -> Result<OperatorRequest> {
+    let a = doc_of(d, "action")?.ok_or_else(|| corrupt("operator_request.action", "missing"))?;
+    let action = match str_of(a, "kind")?.as_str() {
+        "cancel" => RequestedAction::Cancel,
+        "regenerate" => RequestedAction::Regenerate { step: str_of(a, "step")? },
+        other => return Err(corrupt("operator_request.action.kind", format_args!("unknown kind {other:?}"))),
+    };
+    Ok(OperatorRequest {
+        id: str_of(d, "id")?,
+        action,
+        holder: str_of(d, "holder")?.into(),
+        requested_at: time_of("operator_request.requested_at", req(d, "requested_at")?)?,
+    })
 }
 
 /// A compensation report (K-17.6) as BSON: its JSON form node by node ([`json_to_bson`]).
@@ -527,6 +565,7 @@ pub(crate) fn instance_of(d: &Document) -> Result<WorkflowInstance> {
             ),
         },
         trace_parent: opt_str(d, "trace_parent")?,
+        operator_request: doc_of(d, "operator_request")?.map(operator_request_of).transpose()?,
     })
 }
 

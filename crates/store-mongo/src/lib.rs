@@ -43,7 +43,10 @@
 //!   wait?: { kind: "timer"|"signal", signal_type?, wait_key?, generation: Int64,
 //!            step_index: Int32, poll_time?: Date },
 //!   resume?: { kind: "timer"|"signal"|"poll", step_index: Int32, signal_id? },
-//!   fingerprint_mismatch?: { persisted, worker } }
+//!   fingerprint_mismatch?: { persisted, worker },
+//!   compensation?: <the report's JSON form>, trace_parent?,
+//!   operator_request?: { id, action: { kind: "cancel"|"regenerate", step? }, holder,
+//!                        requested_at: Date } }
 //! ```
 //!
 //! `signal_inbox`: see [`MongoSignalInbox`]. `workflow_result_cache` (the name is

@@ -22,7 +22,7 @@
 //! | `SignalWait(id)` | `status = waiting`, `wait.kind = signal`, `wait.signal_type`, `wait.wait_key`, `wait.generation`, `wait.step_index` equal |
 //! | `Active` | `status ∈ [running, waiting, failing]` |
 //! | `PriorityBelow(p)` | `status ∈ [running, waiting, failing]`, `business_priority > p` (a larger number is less urgent) |
-//! | `Operator { revision }` | `status ∈ [running, waiting]`, `revision = r` (optimistic: the revision an operator read, K-17.3) |
+//! | `Operator { revision }` | `status ∈ [running, waiting, failing]`, `revision = r` (optimistic: the revision an operator read, K-17.3), `claim_token: {$exists: false}` (no claim holds it, K-6.8) |
 //!
 //! The one addition to the guard is structural: a write that patches `steps.<i>` also
 //! requires `steps.<max i>` to exist, because MongoDB would otherwise *pad the array with
@@ -71,7 +71,6 @@ fn statuses(s: &[WorkflowStatus]) -> Bson {
 
 const ACTIVE: [WorkflowStatus; 3] = [WorkflowStatus::Running, WorkflowStatus::Waiting, WorkflowStatus::Failing];
 const CLAIMABLE: [WorkflowStatus; 2] = [WorkflowStatus::Running, WorkflowStatus::Failing];
-const OPERATOR: [WorkflowStatus; 2] = [WorkflowStatus::Running, WorkflowStatus::Waiting];
 
 /// The filter of `guard`, preceded by `workflow_id = id` when an id is given (`claim_any`
 /// has none). Validates every identifier it embeds ([`Guard::validate`]).
@@ -127,8 +126,11 @@ pub fn guard_filter(workflow_id: Option<&str>, guard: &Guard) -> Result<Document
             f.insert("business_priority", doc! { "$gt": codec::priority_bson(*p) });
         }
         Guard::Operator { revision } => {
-            f.insert("status", doc! { "$in": statuses(&OPERATOR) });
+            f.insert("status", doc! { "$in": statuses(&ACTIVE) });
             f.insert("revision", i64_of("revision", *revision)?);
+            // No claim holds the instance (K-6.8). The token is never stored as null: it is
+            // written only as a string and cleared with `$unset`, so absent means none.
+            f.insert("claim_token", doc! { "$exists": false });
         }
     }
     Ok(f)
@@ -299,6 +301,7 @@ pub fn transition_update(t: &Transition, limits: &Limits) -> Result<Update> {
         prepare_failures,
         finished_at,
         compensation,
+        operator_request,
         bump_revision,
     } = t;
     let mut ops = Ops::default();
@@ -359,6 +362,9 @@ pub fn transition_update(t: &Transition, limits: &Limits) -> Result<Update> {
     }
     if let Some(p) = compensation {
         ops.patch("compensation".into(), p, codec::compensation_bson)?;
+    }
+    if let Some(p) = operator_request {
+        ops.patch("operator_request".into(), p, codec::operator_request_bson)?;
     }
     ops.set.insert("updated_at", dt(*now));
     if *retry_count_inc {

@@ -65,7 +65,10 @@
 //! workflow_instances(workflow_id PK, biz_key UNIQUE, workflow_type, status, claimable_time,
 //!   claim_token, business_priority, revision, retry_count, prepare_failures,
 //!   definition_fingerprint, created_at, updated_at, finished_at,       -- real columns
-//!   steps, input, output, wait, resume, fingerprint_mismatch)          -- jsonb
+//!   trace_parent,                                                      -- migration 11
+//!   steps, input, output, wait, resume, fingerprint_mismatch,          -- jsonb
+//!   compensation,                                                      -- jsonb, migration 9
+//!   operator_request)                                 -- jsonb, migration 12, NULL = none
 //! signal_inbox(signal_id PK, workflow_id, signal_type, wait_key, generation, status,
 //!   created_at, match_time, orphan)
 //! observation_attempts(biz_key, workflow_run, step_name, attempt PK, workflow_type, outcome,
@@ -85,8 +88,9 @@
 //! due, through the index `(workflow_type, claimable_time, workflow_id)`.
 //!
 //! Times are `bigint` milliseconds since the Unix epoch, ids are `text COLLATE "C"` (byte
-//! order, as every other store pages them). `steps`, `wait`, `resume` and
-//! `fingerprint_mismatch` hold the kernel types' own serde form.
+//! order, as every other store pages them). `steps`, `wait`, `resume`,
+//! `fingerprint_mismatch`, `compensation` and `operator_request` (an operator's request to
+//! the holder of a live claim, K-6.8) hold the kernel types' own serde form.
 //!
 //! ## Refused input
 //!

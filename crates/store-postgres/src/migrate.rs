@@ -18,6 +18,7 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     (9, "compensation", include_str!("../migrations/0009_compensation.sql")),
     (10, "operator_audit", include_str!("../migrations/0010_operator_audit.sql")),
     (11, "trace_parent", include_str!("../migrations/0011_trace_parent.sql")),
+    (12, "operator_request", include_str!("../migrations/0012_operator_request.sql")),
 ];
 
 /// How long a migration's DDL waits for a table lock (`SET LOCAL lock_timeout`), in

@@ -85,6 +85,7 @@ pub(crate) fn instance(row: &Row<'_>) -> Result<WorkflowInstance> {
         finished_at: opt_time(row, "finished_at")?,
         compensation: opt_json(row, "compensation")?,
         trace_parent: col(row, "trace_parent")?,
+        operator_request: opt_json(row, "operator_request")?,
     })
 }
 

@@ -77,7 +77,10 @@
 //! workflow_instances(workflow_id PK, biz_key UNIQUE, workflow_type, status, claimable_time,
 //!   claim_token, business_priority, revision, retry_count, prepare_failures,
 //!   definition_fingerprint, created_at, updated_at, finished_at,       -- real columns
-//!   steps, input, output, wait, resume, fingerprint_mismatch)          -- JSON text
+//!   trace_parent,                                                      -- migration 8
+//!   steps, input, output, wait, resume, fingerprint_mismatch,          -- JSON text
+//!   compensation,                                                      -- JSON text, migration 6
+//!   operator_request)                             -- JSON text, migration 9, NULL = none
 //! signal_inbox(signal_id PK, workflow_id, signal_type, wait_key, generation, status,
 //!   created_at, match_time, orphan)
 //! observation_attempts(biz_key, workflow_run, step_name, attempt PK, workflow_type, outcome,

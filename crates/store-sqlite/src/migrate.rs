@@ -22,10 +22,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
     (6, "compensation", include_str!("../migrations/0006_compensation.sql")),
     (7, "operator_audit", include_str!("../migrations/0007_operator_audit.sql")),
     (8, "trace_parent", include_str!("../migrations/0008_trace_parent.sql")),
+    (9, "operator_request", include_str!("../migrations/0009_operator_request.sql")),
 ];
 
 /// The schema version this build writes and reads: the last migration's.
-pub const SCHEMA_VERSION: u32 = 8;
+pub const SCHEMA_VERSION: u32 = 9;
 
 /// `PRAGMA application_id` of a database of this crate (`"WFK1"`).
 pub const APPLICATION_ID: i32 = 0x5746_4B31;

@@ -4,6 +4,7 @@
 //! statements; one list keeps the two snapshots about the same cases (K-6.4).
 
 use kernel_core::model::*;
+use kernel_core::operator_request::{OperatorRequest, RequestedAction};
 use kernel_core::record::*;
 use kernel_core::transition::{Guard, Patch, Transition, TransitionKind};
 use serde_json::json;
@@ -196,5 +197,35 @@ pub fn transitions() -> Vec<(&'static str, Transition)> {
             Transition::loop_back(1, vec![(1, 1, vec![], Some(1))], vec![], false, NOW),
         ),
         ("transition branch_skip", Transition::branch_skip(&[1, 2], NOW)),
+        // K-6.8: the request replaces the holder's token and leaves the lease alone; the
+        // step name is data, whatever it holds.
+        (
+            "transition operator_request regenerate",
+            Transition::operator_request(
+                OperatorRequest {
+                    id: "req-1".into(),
+                    action: RequestedAction::Regenerate { step: "x\\u0041\"é'\\".into() },
+                    holder: "tok".into(),
+                    requested_at: NOW,
+                },
+                "tok-2".into(),
+                NOW,
+            ),
+        ),
+        (
+            "transition operator_request cancel",
+            Transition::operator_request(
+                OperatorRequest {
+                    id: "req-2".into(),
+                    action: RequestedAction::Cancel,
+                    holder: "tok".into(),
+                    requested_at: NOW,
+                },
+                "tok-2".into(),
+                NOW,
+            ),
+        ),
+        ("transition request_applied", Transition::request_applied(None, NOW)),
+        ("transition request_applied supersede", Transition::request_applied(Some(Transition::supersede(NOW)), NOW)),
     ]
 }

@@ -75,7 +75,10 @@ fn guard_filters() {
     );
     assert_eq!(
         f(&Guard::Operator { revision: 7 }),
-        doc! { "workflow_id": "wf-1", "status": { "$in": ["running", "waiting"] }, "revision": 7i64 }
+        doc! {
+            "workflow_id": "wf-1", "status": { "$in": ["running", "waiting", "failing"] }, "revision": 7i64,
+            "claim_token": { "$exists": false },
+        }
     );
     // claim_any: the guard alone.
     assert_eq!(
@@ -589,5 +592,61 @@ fn branch_skip_skips_without_an_error() {
             "$inc": { "revision": 1i64 },
         },
         Some(2),
+    );
+}
+
+/// K-6.8: a request is set under the holder's token, which it replaces (the lease left
+/// alone); the step name is a string value, never a key. Applying it unsets both.
+#[test]
+fn operator_request_sets_and_request_applied_unsets() {
+    use kernel_core::operator_request::{OperatorRequest, RequestedAction};
+    let step = "x\\u0041\"é'$[0]\\";
+    let req = OperatorRequest {
+        id: "req-1".into(),
+        action: RequestedAction::Regenerate { step: step.into() },
+        holder: "tok".into(),
+        requested_at: NOW.minus(5),
+    };
+    check(
+        Transition::operator_request(req, "tok-2".into(), NOW),
+        doc! {
+            "$set": {
+                "claim_token": "tok-2",
+                "operator_request": {
+                    "id": "req-1", "action": { "kind": "regenerate", "step": step }, "holder": "tok",
+                    "requested_at": d(NOW.minus(5)),
+                },
+                "updated_at": d(NOW),
+            },
+            "$inc": { "revision": 1i64 },
+        },
+        None,
+    );
+    let cancel = OperatorRequest {
+        id: "req-2".into(),
+        action: RequestedAction::Cancel,
+        holder: "tok".into(),
+        requested_at: NOW,
+    };
+    check(
+        Transition::operator_request(cancel, "tok-2".into(), NOW),
+        doc! {
+            "$set": {
+                "claim_token": "tok-2",
+                "operator_request": { "id": "req-2", "action": { "kind": "cancel" }, "holder": "tok", "requested_at": d(NOW) },
+                "updated_at": d(NOW),
+            },
+            "$inc": { "revision": 1i64 },
+        },
+        None,
+    );
+    check(
+        Transition::request_applied(None, NOW),
+        doc! {
+            "$set": { "claimable_time": d(NOW), "updated_at": d(NOW) },
+            "$unset": { "claim_token": "", "operator_request": "" },
+            "$inc": { "revision": 1i64 },
+        },
+        None,
     );
 }

@@ -81,3 +81,74 @@ async fn a_migration_waits_for_a_table_lock_at_most_the_lock_timeout() {
     assert_eq!(migrate(&db.pool, db.schema()).await.unwrap(), vec![2]);
     db.drop_schema().await;
 }
+
+/// An existing schema of version 11 (before `operator_request`), holding an instance, is
+/// upgraded by `migrate`: only version 12 is applied, the instance reads back as it was
+/// with no request pending, and a request (K-6.8) can then be written to it.
+#[tokio::test]
+async fn a_version_11_schema_is_upgraded_and_keeps_its_instances() {
+    use kernel_core::operator_request::{OperatorRequest, RequestedAction};
+    use kernel_core::ports::{WorkflowStore, WriteOutcome};
+    use kernel_core::transition::{Guard, Transition};
+    let Some(db) = TestSchema::new().await else { return };
+    let s = format!("\"{}\"", db.schema());
+    // Start again from a schema built by the version-11 migrations alone, as a deployment
+    // of the previous release left it.
+    let mut c = db.client().await;
+    let tx = c.transaction().await.unwrap();
+    tx.batch_execute(&format!(
+        "DROP SCHEMA {s} CASCADE; CREATE SCHEMA {s}; \
+         CREATE TABLE {s}.schema_migrations (version integer PRIMARY KEY, name text NOT NULL, \
+         applied_at timestamptz NOT NULL DEFAULT now())"
+    ))
+    .await
+    .unwrap();
+    for (version, name, sql) in MIGRATIONS.iter().filter(|(v, _, _)| *v <= 11) {
+        tx.batch_execute(&sql.replace("{schema}", &s)).await.unwrap();
+        tx.execute(&format!("INSERT INTO {s}.schema_migrations (version, name) VALUES ($1, $2)"), &[version, name])
+            .await
+            .unwrap();
+    }
+    let inst = testkit::conformance::store::claimed("wf-1", "tok");
+    let steps = serde_json::to_value(&inst.steps).unwrap();
+    let output = serde_json::to_value(&inst.output).unwrap();
+    tx.execute(
+        &format!(
+            "INSERT INTO {s}.workflow_instances (workflow_id, biz_key, workflow_type, status, claimable_time, \
+             claim_token, business_priority, revision, retry_count, prepare_failures, definition_fingerprint, \
+             created_at, updated_at, steps, input, output) \
+             VALUES ($1, $2, $3, 'running', $4, 'tok', 2, $5, 0, 0, $6, $7, $8, $9, $10, $11)"
+        ),
+        &[
+            &inst.workflow_id.as_str(),
+            &inst.biz_key,
+            &inst.workflow_type,
+            &inst.claimable_time.unwrap().as_millis(),
+            &(inst.revision as i64),
+            &inst.definition_fingerprint,
+            &inst.created_at.as_millis(),
+            &inst.updated_at.as_millis(),
+            &steps,
+            &inst.input,
+            &output,
+        ],
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    drop(c);
+    assert_eq!(migrate(&db.pool, db.schema()).await.unwrap(), vec![12], "only the new version is applied");
+    let store = db.store();
+    assert_eq!(store.get(&"wf-1".into()).await.unwrap(), Some(inst.clone()), "the instance reads back as it was");
+    let req = OperatorRequest {
+        id: "req-1".into(),
+        action: RequestedAction::Regenerate { step: "compose".into() },
+        holder: "tok".into(),
+        requested_at: inst.updated_at,
+    };
+    let t = Transition::operator_request(req.clone(), "tok-2".into(), inst.updated_at);
+    let r = store.apply(&"wf-1".into(), &Guard::Token { token: "tok".into() }, &t).await.unwrap();
+    assert_eq!(r, WriteOutcome::Applied { revision: inst.revision + 1 });
+    assert_eq!(store.get(&"wf-1".into()).await.unwrap().unwrap().operator_request, Some(req));
+    db.drop_schema().await;
+}

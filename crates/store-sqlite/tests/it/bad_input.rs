@@ -461,3 +461,61 @@ fn a_call_past_its_deadline_before_it_started_never_runs() {
         assert!(store.get(&"wf-late".into()).await.unwrap().is_none(), "the abandoned create never ran");
     });
 }
+
+/// An existing file of schema version 8 (before `operator_request`), holding an instance,
+/// is upgraded by `migrate`: only version 9 is applied, the instance reads back as it was
+/// with no request pending, and a request (K-6.8) can then be written to it.
+#[tokio::test]
+async fn a_version_8_file_is_upgraded_and_keeps_its_instances() {
+    use kernel_core::operator_request::{OperatorRequest, RequestedAction};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v8.db");
+    let inst = running("wf-1");
+    {
+        // The file as the previous release left it: migrations 1 to 8 and their header.
+        let mut c = rusqlite::Connection::open(&path).unwrap();
+        let tx = c.transaction().unwrap();
+        for (_, _, sql) in store_sqlite::MIGRATIONS.iter().filter(|(v, _, _)| *v <= 8) {
+            tx.execute_batch(sql).unwrap();
+        }
+        tx.execute_batch(&format!(
+            "PRAGMA application_id = {}; PRAGMA user_version = 8;",
+            store_sqlite::APPLICATION_ID
+        ))
+        .unwrap();
+        tx.execute(
+            "INSERT INTO workflow_instances (workflow_id, biz_key, workflow_type, status, claimable_time, claim_token, \
+             business_priority, revision, retry_count, prepare_failures, definition_fingerprint, created_at, \
+             updated_at, steps, input, output) \
+             VALUES (?1, ?2, ?3, 'running', ?4, 'tok', 2, ?5, 0, 0, ?6, ?7, ?8, ?9, ?10, ?11)",
+            rusqlite::params![
+                inst.workflow_id.as_str(),
+                inst.biz_key,
+                inst.workflow_type,
+                inst.claimable_time.unwrap().as_millis(),
+                inst.revision as i64,
+                inst.definition_fingerprint,
+                inst.created_at.as_millis(),
+                inst.updated_at.as_millis(),
+                serde_json::to_string(&inst.steps).unwrap(),
+                inst.input.to_string(),
+                serde_json::to_string(&inst.output).unwrap(),
+            ],
+        )
+        .unwrap();
+        tx.commit().unwrap();
+    }
+    assert_eq!(store_sqlite::migrate(&path, &config()).unwrap(), vec![9], "only the new version is applied");
+    let store = SqliteWorkflowStore::new(SqliteDb::open(&path, config()).await.expect("open"));
+    assert_eq!(store.get(&"wf-1".into()).await.unwrap(), Some(inst.clone()), "the instance reads back as it was");
+    let req = OperatorRequest {
+        id: "req-1".into(),
+        action: RequestedAction::Regenerate { step: "fetch".into() },
+        holder: "tok".into(),
+        requested_at: T0,
+    };
+    let t = Transition::operator_request(req.clone(), "tok-2".into(), T0);
+    let r = store.apply(&"wf-1".into(), &Guard::Token { token: "tok".into() }, &t).await.unwrap();
+    assert_eq!(r, WriteOutcome::Applied { revision: inst.revision + 1 });
+    assert_eq!(store.get(&"wf-1".into()).await.unwrap().unwrap().operator_request, Some(req));
+}

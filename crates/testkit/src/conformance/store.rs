@@ -26,6 +26,7 @@
 use crate::memory::InMemoryStore;
 use crate::time::TestTime;
 use kernel_core::model::*;
+use kernel_core::operator_request::{OperatorRequest, RequestedAction};
 use kernel_core::ports::*;
 use kernel_core::record::*;
 use kernel_core::transition::{Guard, Patch, Transition};
@@ -346,11 +347,13 @@ pub async fn k2_oversize_record_is_refused(store: &DynStore) {
     .await;
 }
 
-/// Regenerate (K-17.3) under `Guard::Operator`: the revision read must still be current
-/// and the instance running or waiting; the reset steps start a new epoch with their
-/// history, lose their outputs, and the claim token is cleared.
+/// Regenerate (K-17.3) under `Guard::Operator`: the revision read must still be current,
+/// the instance running, waiting or failing, and no claim may hold it (K-6.8: a live claim
+/// gets an [`OperatorRequest`] instead). The reset steps start a new epoch with their
+/// history and lose their outputs.
 pub async fn regenerate_guard(store: &DynStore) {
     let mut inst = claimed("wf-1", "a");
+    inst.claim_token = None;
     inst.steps[0].record = Some(sample_record(0, 0));
     inst.steps[0].retrying_since = Some(T0.minus(300));
     inst.steps[1].status = StepStatus::Completed;
@@ -358,16 +361,24 @@ pub async fn regenerate_guard(store: &DynStore) {
     let inst = seed(store, inst).await;
     let mut done = claimed("wf-2", "a");
     done.status = WorkflowStatus::Completed;
+    done.claim_token = None;
     seed(store, done).await;
+    seed(store, claimed("wf-3", "a")).await;
+    let mut failing = claimed("wf-4", "a");
+    failing.status = WorkflowStatus::Failing;
+    failing.claim_token = None;
+    seed(store, failing).await;
     let t = Transition::regenerate(
         vec![(0, 1, vec![history_entry(0)]), (1, 1, vec![])],
         vec![STEPS[0].to_string(), STEPS[1].to_string()],
         true,
         T0.plus(9),
     );
+    let operator = Guard::Operator { revision: inst.revision };
     check_write(store, "wf-1", &Guard::Operator { revision: inst.revision + 1 }, &t, false).await;
-    check_write(store, "wf-2", &Guard::Operator { revision: inst.revision }, &t, false).await;
-    let after = check_write(store, "wf-1", &Guard::Operator { revision: inst.revision }, &t, true).await;
+    check_write(store, "wf-2", &operator, &t, false).await;
+    check_write(store, "wf-3", &operator, &t, false).await;
+    let after = check_write(store, "wf-1", &operator, &t, true).await;
     assert_eq!(
         (after.steps[0].epoch, after.steps[0].status, after.steps[0].record.clone()),
         (1, StepStatus::Pending, None)
@@ -376,7 +387,81 @@ pub async fn regenerate_guard(store: &DynStore) {
     assert_eq!(after.steps[0].retrying_since, None);
     assert!(after.output.is_empty(), "outputs of the reset steps removed: {:?}", after.output);
     assert_eq!(after.claim_token, None);
-    check_write(store, "wf-1", &Guard::Operator { revision: inst.revision }, &t, false).await;
+    check_write(store, "wf-1", &operator, &t, false).await;
+    let after = check_write(store, "wf-4", &operator, &t, true).await;
+    assert_eq!(after.status, WorkflowStatus::Running, "a failing instance no claim holds is regenerated");
+}
+
+/// A regenerated step's name as a request stores it: quotes, backslashes (a trailing one),
+/// text that reads as an escape, non-ASCII. The K-2.0 key rule admits it; every store keeps
+/// it as data, byte for byte.
+pub const AWKWARD_STEP: &str = "x\\u0041\"é'[0]\\";
+
+fn request(id: &str, action: RequestedAction, holder: &str, at: Instant) -> OperatorRequest {
+    OperatorRequest { id: id.into(), action, holder: holder.to_string().into(), requested_at: at }
+}
+
+/// K-6.8: an operator's request to a live claim is written under the holder's token
+/// (another token misses), replaces that token and leaves the lease (`claimable_time`)
+/// alone. Afterwards the holder's guarded writes miss, the new token's match, and the
+/// request reads back exactly (a regenerated step's awkward name included) by id, by biz
+/// key and from a claim.
+pub async fn operator_request_under_the_holders_token(store: &DynStore) {
+    let inst = seed(store, claimed("wf-1", "a")).await;
+    let req = request("req-1", RequestedAction::Regenerate { step: AWKWARD_STEP.into() }, "a", T0.plus(7));
+    let t = Transition::operator_request(req.clone(), "b".into(), T0.plus(7));
+    check_write(store, "wf-1", &Guard::Token { token: "z".into() }, &t, false).await;
+    let after = check_write(store, "wf-1", &Guard::Token { token: "a".into() }, &t, true).await;
+    assert_eq!(after.operator_request.as_ref(), Some(&req), "the request reads back exactly");
+    assert_eq!(after.claim_token.as_ref().map(|t| t.as_str()), Some("b"), "the token is replaced");
+    assert_eq!(after.claimable_time, inst.claimable_time, "the lease is left alone");
+    match &after.operator_request.as_ref().unwrap().action {
+        RequestedAction::Regenerate { step } => assert_eq!(step.as_bytes(), AWKWARD_STEP.as_bytes()),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(store.get_by_biz_key("biz:wf-1").await.unwrap().as_ref(), Some(&after));
+    let hb = Transition::heartbeat(T0.plus(8), LEASE_MS).unwrap();
+    check_write(store, "wf-1", &running("a"), &hb, false).await;
+    check_write(store, "wf-1", &Guard::Token { token: "a".into() }, &hb, false).await;
+    check_write(store, "wf-1", &Guard::Operator { revision: after.revision }, &hb, false).await;
+    check_write(store, "wf-1", &Guard::Token { token: "b".into() }, &hb, true).await;
+    // A cancel request to a claim that has lapsed: the next claimer reads it.
+    let mut lapsed = claimed("wf-2", "c");
+    lapsed.claimable_time = Some(T0.minus(1));
+    seed(store, lapsed).await;
+    let cancel = request("req-2", RequestedAction::Cancel, "c", T0.plus(9));
+    let t = Transition::operator_request(cancel.clone(), "d".into(), T0.plus(9));
+    check_write(store, "wf-2", &Guard::Token { token: "c".into() }, &t, true).await;
+    let claimed = store.claim(&"wf-2".into(), &spec("e", T0.plus(10))).await.unwrap().expect("a lapsed claim is taken");
+    assert_eq!(claimed.operator_request, Some(cancel), "a claim returns the request");
+}
+
+/// K-6.8: applying a request (under the token the request set) clears the request and the
+/// claim token, alone or fused with the action's own write; the holder's old token misses.
+/// A request stored by `create` reads back exactly. Once applied, no claim holds the
+/// instance, so an operator's write under `Guard::Operator` matches again.
+pub async fn request_applied_clears_request_and_token(store: &DynStore) {
+    let req = request("req-1", RequestedAction::Regenerate { step: AWKWARD_STEP.into() }, "a", T0.plus(7));
+    let mut inst = claimed("wf-1", "b");
+    inst.operator_request = Some(req.clone());
+    let inst = seed(store, inst).await;
+    assert_eq!(store.get(&"wf-1".into()).await.unwrap().and_then(|i| i.operator_request), Some(req));
+    let t = Transition::request_applied(None, T0.plus(8));
+    check_write(store, "wf-1", &Guard::Token { token: "a".into() }, &t, false).await;
+    let after = check_write(store, "wf-1", &Guard::Token { token: "b".into() }, &t, true).await;
+    assert_eq!((after.operator_request.as_ref(), after.claim_token.as_ref()), (None, None));
+    assert_eq!(after.status, inst.status);
+    let regen = Transition::regenerate(vec![(1, 1, vec![])], vec![], true, T0.plus(9));
+    check_write(store, "wf-1", &Guard::Operator { revision: after.revision }, &regen, true).await;
+    let mut cancel = claimed("wf-2", "d");
+    cancel.operator_request = Some(request("req-2", RequestedAction::Cancel, "c", T0.plus(7)));
+    seed(store, cancel).await;
+    let t = Transition::request_applied(Some(Transition::supersede(T0.plus(8))), T0.plus(8));
+    let after = check_write(store, "wf-2", &Guard::Token { token: "d".into() }, &t, true).await;
+    assert_eq!(
+        (after.status, after.operator_request.as_ref(), after.claim_token.as_ref()),
+        (WorkflowStatus::Canceled, None, None)
+    );
 }
 
 /// Dead letter (K-17.2): the step waits with its error, the workflow waits on the operator
@@ -1678,6 +1763,8 @@ macro_rules! store_conformance {
             record_step_guard,
             k2_oversize_record_is_refused,
             regenerate_guard,
+            operator_request_under_the_holders_token,
+            request_applied_clears_request_and_token,
             dead_letter_and_step_epoch,
             retrying_since_and_replay_keep_the_audit,
             loop_back_guard,
