@@ -126,8 +126,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         engine.dead_letters(Some(DeadLetterStatus::Open), None, 10).await?.len()
     );
     // The operator regenerates the extraction (the model is asked again, in epoch 1) …
-    let r = engine.regenerate(&wf, "extract").await?;
-    println!("regenerated {:?} (extract epoch {})", r.steps, r.epoch);
+    // The workflow waits on its dead letter (no claim holds it): applied at once.
+    match engine.regenerate(&wf, "extract").await? {
+        kernel_core::Acted::Applied(r) => println!("regenerated {:?} (extract epoch {})", r.steps, r.epoch),
+        kernel_core::Acted::Requested { request_id } => println!("regenerate requested ({request_id})"),
+    }
     until("the second dead letter", || {
         let (store, wf) = (store.clone(), wf.clone());
         async move { Ok(store.get(&wf).await?.filter(|i| i.status == WorkflowStatus::Waiting && i.steps[2].epoch == 1)) }

@@ -618,6 +618,7 @@ pub fn set_sql(b: &mut Binds, t: &Transition, limits: &Limits) -> Result<String>
         reset_failed_steps,
         retry_count_inc,
         prepare_failures,
+        refused_writes,
         finished_at,
         compensation,
         operator_request,
@@ -718,6 +719,7 @@ pub fn set_sql(b: &mut Binds, t: &Transition, limits: &Limits) -> Result<String>
     patch(b, "business_priority", priority.map(|p| Ok(Some(Param::Int8(i64::from(u8::from(p)))))))?;
     patch(b, "finished_at", of(finished_at, |x| Ok(Param::Int8(x.as_millis()))))?;
     patch(b, "prepare_failures", prepare_failures.map(|n| Ok(Some(Param::Int8(i64::from(n))))))?;
+    patch(b, "refused_writes", refused_writes.map(|n| Ok(Some(Param::Int8(i64::from(n))))))?;
     patch(b, "compensation", of(compensation, |c| jsonb(d, "compensation", serde_json::to_value(c))))?;
     patch(b, "operator_request", of(operator_request, |r| jsonb(d, "operator_request", serde_json::to_value(r))))?;
     patch(b, "updated_at", Some(Ok(Some(Param::Int8(now.as_millis())))))?;
@@ -844,7 +846,7 @@ pub fn task_params(dialect: Dialect, task: &kernel_core::ports::TaskRecord) -> R
 /// Instance columns in the order every `SELECT`/`RETURNING` reads them.
 pub const INSTANCE_COLUMNS: &str = "workflow_id, workflow_type, biz_key, status, steps, input, output, \
 claimable_time, claim_token, wait, resume, definition_fingerprint, fingerprint_mismatch, business_priority, \
-retry_count, prepare_failures, revision, created_at, updated_at, finished_at, compensation, trace_parent, \
+retry_count, prepare_failures, refused_writes, revision, created_at, updated_at, finished_at, compensation, trace_parent, \
 operator_request";
 
 /// The insert of a new instance into `table` (already qualified and quoted by the store):
@@ -870,6 +872,7 @@ pub fn insert_instance(dialect: Dialect, table: &str, w: &WorkflowInstance, limi
         business_priority,
         retry_count,
         prepare_failures,
+        refused_writes,
         revision,
         created_at,
         updated_at,
@@ -928,6 +931,7 @@ pub fn insert_instance(dialect: Dialect, table: &str, w: &WorkflowInstance, limi
     nullable(&mut b, Some(Param::Int8(i64::from(u8::from(*business_priority)))));
     nullable(&mut b, Some(Param::Int8(i64::from(*retry_count))));
     nullable(&mut b, Some(Param::Int8(i64::from(*prepare_failures))));
+    nullable(&mut b, Some(Param::Int8(i64::from(*refused_writes))));
     nullable(&mut b, Some(Param::Int8(i64_of("revision", *revision)?)));
     nullable(&mut b, Some(Param::Int8(created_at.as_millis())));
     nullable(&mut b, Some(Param::Int8(updated_at.as_millis())));

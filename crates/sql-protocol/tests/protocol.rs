@@ -266,8 +266,8 @@ fn postgres_statements_compose_from_the_api() {
     let sets = sql_protocol::set_sql(&mut b, &spec.transition().unwrap(), &limits).unwrap();
     let columns = "workflow_id, workflow_type, biz_key, status, steps, input, output, claimable_time, claim_token, \
                    wait, resume, definition_fingerprint, fingerprint_mismatch, business_priority, retry_count, \
-                   prepare_failures, revision, created_at, updated_at, finished_at, compensation, trace_parent, \
-                   operator_request";
+                   prepare_failures, refused_writes, revision, created_at, updated_at, finished_at, compensation, \
+                   trace_parent, operator_request";
     let sql = format!("UPDATE {table} SET {sets} WHERE workflow_id = {id} AND {cond} RETURNING {columns}");
     let mut got = String::new();
     render(&mut got, "statement claim", &b.statement(sql), '$');

@@ -409,6 +409,7 @@ pub(crate) fn instance_doc(w: &WorkflowInstance) -> Result<Document> {
         business_priority,
         retry_count,
         prepare_failures,
+        refused_writes,
         revision,
         created_at,
         updated_at,
@@ -459,6 +460,9 @@ pub(crate) fn instance_doc(w: &WorkflowInstance) -> Result<Document> {
     // Absent means 0 (documents written before the field existed read the same).
     if *prepare_failures > 0 {
         d.insert("prepare_failures", i32_of("prepare_failures", *prepare_failures)?);
+    }
+    if *refused_writes > 0 {
+        d.insert("refused_writes", i32_of("refused_writes", *refused_writes)?);
     }
     if let Some(c) = compensation {
         d.insert("compensation", compensation_bson(c)?);
@@ -553,6 +557,7 @@ pub(crate) fn instance_of(d: &Document) -> Result<WorkflowInstance> {
         business_priority: priority,
         retry_count: u32_of(d, "retry_count")?,
         prepare_failures: u32_of(d, "prepare_failures")?,
+        refused_writes: u32_of(d, "refused_writes")?,
         revision: u64::try_from(int_or_zero(d, "revision")?).map_err(|_| corrupt("revision", "negative"))?,
         created_at: time_of("created_at", req(d, "created_at")?)?,
         updated_at: time_of("updated_at", req(d, "updated_at")?)?,

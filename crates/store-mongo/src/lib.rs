@@ -34,6 +34,7 @@
 //! ```text
 //! { _id: ObjectId, workflow_id, type, biz_key, status, definition_fingerprint,
 //!   business_priority: Int32 0..3, retry_count: Int32, prepare_failures?: Int32 (absent = 0),
+//!   refused_writes?: Int32 (absent = 0),
 //!   revision: Int64,
 //!   steps: [ { name, status, attempt: Int32, elapsed_ms: Int64, traffic_wait_ms: Int64,
 //!              traffic_waits: Int32, error?: { class, message }, checkpoint?,

@@ -299,6 +299,7 @@ pub fn transition_update(t: &Transition, limits: &Limits) -> Result<Update> {
         reset_failed_steps,
         retry_count_inc,
         prepare_failures,
+        refused_writes,
         finished_at,
         compensation,
         operator_request,
@@ -359,6 +360,9 @@ pub fn transition_update(t: &Transition, limits: &Limits) -> Result<Update> {
     }
     if let Some(n) = prepare_failures {
         ops.set.insert("prepare_failures", codec::i32_of("prepare_failures", *n)?);
+    }
+    if let Some(n) = refused_writes {
+        ops.set.insert("refused_writes", codec::i32_of("refused_writes", *n)?);
     }
     if let Some(p) = compensation {
         ops.patch("compensation".into(), p, codec::compensation_bson)?;

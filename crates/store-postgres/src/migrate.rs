@@ -19,6 +19,7 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     (10, "operator_audit", include_str!("../migrations/0010_operator_audit.sql")),
     (11, "trace_parent", include_str!("../migrations/0011_trace_parent.sql")),
     (12, "operator_request", include_str!("../migrations/0012_operator_request.sql")),
+    (13, "refused_writes", include_str!("../migrations/0013_refused_writes.sql")),
 ];
 
 /// How long a migration's DDL waits for a table lock (`SET LOCAL lock_timeout`), in

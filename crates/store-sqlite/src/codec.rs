@@ -79,6 +79,7 @@ pub(crate) fn instance(row: &Row<'_>) -> Result<WorkflowInstance> {
         business_priority: priority_of(row)?,
         retry_count: u32_of("retry_count", col(row, "retry_count")?)?,
         prepare_failures: u32_of("prepare_failures", col(row, "prepare_failures")?)?,
+        refused_writes: u32_of("refused_writes", col(row, "refused_writes")?)?,
         revision: u64::try_from(revision).map_err(|_| corrupt("revision", format_args!("{revision} < 0")))?,
         created_at: time(row, "created_at")?,
         updated_at: time(row, "updated_at")?,

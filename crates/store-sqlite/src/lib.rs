@@ -75,7 +75,7 @@
 //!
 //! ```text
 //! workflow_instances(workflow_id PK, biz_key UNIQUE, workflow_type, status, claimable_time,
-//!   claim_token, business_priority, revision, retry_count, prepare_failures,
+//!   claim_token, business_priority, revision, retry_count, prepare_failures, refused_writes,
 //!   definition_fingerprint, created_at, updated_at, finished_at,       -- real columns
 //!   trace_parent,                                                      -- migration 8
 //!   steps, input, output, wait, resume, fingerprint_mismatch,          -- JSON text

@@ -23,10 +23,11 @@ pub const MIGRATIONS: &[(u32, &str, &str)] = &[
     (7, "operator_audit", include_str!("../migrations/0007_operator_audit.sql")),
     (8, "trace_parent", include_str!("../migrations/0008_trace_parent.sql")),
     (9, "operator_request", include_str!("../migrations/0009_operator_request.sql")),
+    (10, "refused_writes", include_str!("../migrations/0010_refused_writes.sql")),
 ];
 
 /// The schema version this build writes and reads: the last migration's.
-pub const SCHEMA_VERSION: u32 = 9;
+pub const SCHEMA_VERSION: u32 = 10;
 
 /// `PRAGMA application_id` of a database of this crate (`"WFK1"`).
 pub const APPLICATION_ID: i32 = 0x5746_4B31;

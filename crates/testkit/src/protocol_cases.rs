@@ -115,6 +115,7 @@ pub fn transitions() -> Vec<(&'static str, Transition)> {
         ("transition supersede", Transition::supersede(NOW)),
         ("transition finalizer_release", Transition::finalizer_release(NOW, ms(1_000)).unwrap()),
         ("transition prepare_release", Transition::prepare_release(2, NOW, ms(1_000)).unwrap()),
+        ("transition refused_release", Transition::refused_release(2, NOW, ms(1_000)).unwrap()),
         ("transition release", Transition::release(NOW)),
         ("transition release_after", Transition::release_after(NOW, ms(250)).unwrap()),
         (

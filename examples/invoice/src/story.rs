@@ -150,6 +150,7 @@ fn tell(out: &mut String, c: &Case, i: &WorkflowInstance, run: &BatchRun) {
                     kernel_core::compensation::InverseResult::Compensated => "reversed",
                     kernel_core::compensation::InverseResult::Failed => "failed",
                     kernel_core::compensation::InverseResult::Escalated => "escalated to a person",
+                    kernel_core::compensation::InverseResult::Retrying => "to be tried again",
                 },
                 inv.attempts,
                 r.outcome.as_str()

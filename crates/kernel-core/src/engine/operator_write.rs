@@ -305,8 +305,14 @@ async fn drop_request(inner: &Arc<Inner>, inst: &WorkflowInstance, token: &Claim
             let mut after = inst.clone();
             t.apply_to(&mut after);
             effects::observe(&*ports.observer, &after, &t, revision, writer);
-            effects::enqueue_and_wake(&*ports.queue, &*ports.wakeup, &after.workflow_id, after.business_priority, t.now)
-                .await;
+            effects::enqueue_and_wake(
+                &*ports.queue,
+                &*ports.wakeup,
+                &after.workflow_id,
+                after.business_priority,
+                t.now,
+            )
+            .await;
             Some(ClaimEnd::Released)
         }
         Ok(WriteOutcome::Missed) => Some(ClaimEnd::ClaimLost),

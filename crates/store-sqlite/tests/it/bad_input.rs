@@ -505,7 +505,7 @@ async fn a_version_8_file_is_upgraded_and_keeps_its_instances() {
         .unwrap();
         tx.commit().unwrap();
     }
-    assert_eq!(store_sqlite::migrate(&path, &config()).unwrap(), vec![9], "only the new version is applied");
+    assert_eq!(store_sqlite::migrate(&path, &config()).unwrap(), vec![9, 10], "only the newer versions are applied");
     let store = SqliteWorkflowStore::new(SqliteDb::open(&path, config()).await.expect("open"));
     assert_eq!(store.get(&"wf-1".into()).await.unwrap(), Some(inst.clone()), "the instance reads back as it was");
     let req = OperatorRequest {

@@ -1126,6 +1126,30 @@ pub async fn prepare_failures_round_trip(store: &DynStore) {
     assert_eq!(after.prepare_failures, 0, "replay resets the count");
 }
 
+/// A refused plain write's hand-back (K-6.4) under `Running`: the run's count is stored,
+/// survives claims and further writes, and replay resets it.
+pub async fn refused_writes_round_trip(store: &DynStore) {
+    seed(store, claimed("wf-1", "a")).await;
+    let t = Transition::refused_release(2, T0.plus(13), DurationMs::from_millis(5_000)).unwrap();
+    check_write(store, "wf-1", &running("b"), &t, false).await;
+    let after = check_write(store, "wf-1", &running("a"), &t, true).await;
+    assert_eq!((after.refused_writes, after.claimable_time), (2, Some(T0.plus(5_013))));
+    let claim = ClaimSpec {
+        now: T0.plus(5_013),
+        lease_ms: LEASE_MS,
+        token: "c".to_string().into(),
+        types: vec![TYPE.to_string()],
+    };
+    let claimed_again = store.claim(&"wf-1".into(), &claim).await.unwrap().expect("claimable after the delay");
+    assert_eq!(claimed_again.refused_writes, 2, "the count survives claims");
+    let after = check_write(store, "wf-1", &running("c"), &Transition::failing(T0.plus(5_014)), true).await;
+    assert_eq!(after.refused_writes, 2, "a write that does not set it leaves it");
+    check_write(store, "wf-1", &failing("c"), &Transition::failed(T0.plus(5_015)), true).await;
+    let t = Transition::replay(json!({"fencing_token": "f2"}), T0.plus(5_016));
+    let after = check_write(store, "wf-1", &Guard::replay(&json!({"fencing_token": "f2"})), &t, true).await;
+    assert_eq!(after.refused_writes, 0, "replay resets the count");
+}
+
 /// Release without progress (shutdown between waves).
 pub async fn release_guard(store: &DynStore) {
     seed(store, claimed("wf-1", "a")).await;
@@ -1735,6 +1759,7 @@ macro_rules! store_conformance {
             activity_canceled_guard,
             finalizer_release_guard,
             prepare_failures_round_trip,
+            refused_writes_round_trip,
             release_guard,
             fingerprint_push_back_guard,
             fused_write_bumps_revision_once,

@@ -1,0 +1,5 @@
+-- Version 10: the run's count of plain writes the store refused (K-6.4), set by the claim
+-- that hands the instance back after one, reset to 0 by replay; at the engine's limit the
+-- workflow fails. 0 on every row written before this version.
+
+ALTER TABLE workflow_instances ADD COLUMN refused_writes INTEGER NOT NULL DEFAULT 0;
