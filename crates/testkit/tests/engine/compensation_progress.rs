@@ -87,7 +87,15 @@ async fn a_failing_finalizer_never_runs_a_finished_inverse_again() {
 async fn a_failed_inverse_is_retried_by_a_later_claim_after_its_backoff_and_escalated_once() {
     let world = World::new(12);
     let (unreserve, unpost) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
-    let engine = world.engine("w", vec![def(&unreserve, &unpost, u32::MAX, None)]);
+    // The task inbox's calls counted in the envelope: the escalation opens one task once
+    // (a second open of the same id would leave one record too).
+    let calls = testkit::port_faults::PortFaults::new(world.clock.clone());
+    let engine = Engine::builder(world.ports())
+        .config(testkit::harness::test_config("w"))
+        .register(def(&unreserve, &unpost, u32::MAX, None))
+        .port_hook(calls.clone())
+        .build()
+        .unwrap();
     start(&engine).await;
     // The steps run; `check` fails; the compensation starts with `post`'s inverse.
     let mut ends = Vec::new();
@@ -128,5 +136,6 @@ async fn a_failed_inverse_is_retried_by_a_later_claim_after_its_backoff_and_esca
     assert_eq!(report.outcome, CompensationOutcome::Escalated);
     assert_eq!(report.steps[0].result, InverseResult::Escalated);
     assert_eq!(report.steps[1].result, InverseResult::Compensated, "reserve's inverse ran after post's");
-    assert_eq!(world.task_inbox.all().len(), 1, "escalated once");
+    assert_eq!(world.task_inbox.all().len(), 1, "one escalation task");
+    assert_eq!(calls.calls("task_inbox.open"), 1, "escalated once: one open call");
 }

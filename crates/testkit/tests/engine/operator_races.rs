@@ -20,6 +20,7 @@
 use crate::intercept::ApplyHook;
 use kernel_core::engine::RoundOutcome;
 use kernel_core::human::{HumanTask, Level, TaskDesk};
+use kernel_core::operator_request::RequestedAction;
 use kernel_core::ports::*;
 use kernel_core::transition::{Guard, TransitionKind};
 use kernel_core::*;
@@ -47,6 +48,7 @@ struct Tally {
     request_writes: u64,
     replaced: u64,
     dead_letter_decisions: u64,
+    cancels_requested: u64,
     charges: u64,
     compensations: u64,
 }
@@ -56,6 +58,7 @@ struct Tally {
 struct Effects {
     log: Mutex<Vec<String>>,
     active_slow: AtomicU64,
+    active_charge: AtomicU64,
     overlaps: AtomicU64,
     charges: AtomicU64,
 }
@@ -103,6 +106,11 @@ fn definition(fx: &Arc<Effects>, gate: &Arc<Semaphore>, inbox: &MemoryInboxArc) 
     let charge = move |_c: ActivityContext| {
         let fx = f.clone();
         async move {
+            if fx.active_charge.fetch_add(1, Ordering::SeqCst) > 0 {
+                fx.overlaps.fetch_add(1, Ordering::SeqCst);
+            }
+            tokio::task::yield_now().await;
+            fx.active_charge.fetch_sub(1, Ordering::SeqCst);
             fx.charges.fetch_add(1, Ordering::SeqCst);
             fx.log.lock().unwrap().push("charge".into());
             Ok(StepOutcome::complete(json!("charged")))
@@ -138,7 +146,12 @@ async fn settle() {
 /// before the store sees it: a write that needs no token must not take a live claim's
 /// instance (clear or change its token) or move its lease earlier; a request write must
 /// leave the lease alone.
-fn watch(world: &World, shortened: Arc<AtomicU64>, replaced: Arc<AtomicU64>) -> Arc<DynStore> {
+fn watch(
+    world: &World,
+    shortened: Arc<AtomicU64>,
+    replaced: Arc<AtomicU64>,
+    last_request: Arc<Mutex<Option<RequestedAction>>>,
+) -> Arc<DynStore> {
     let (mem, clock) = (world.store.clone(), world.clock.clone());
     Arc::new(ApplyHook {
         inner: Arc::new(world.audit.clone()),
@@ -154,6 +167,9 @@ fn watch(world: &World, shortened: Arc<AtomicU64>, replaced: Arc<AtomicU64>) -> 
             let earlier =
                 matches!((before.claimable_time, after.claimable_time), (Some(b), a) if a.is_none_or(|a| a < b));
             let request = t.kinds().any(|k| k == TransitionKind::OperatorRequest);
+            if let Some(kernel_core::transition::Patch::Set(r)) = &t.operator_request {
+                *last_request.lock().unwrap() = Some(r.action.clone());
+            }
             if request && before.operator_request.is_some() {
                 // A cancel that replaced a pending regenerate: one request, applied once.
                 replaced.fetch_add(1, Ordering::SeqCst);
@@ -174,7 +190,8 @@ async fn run_case(seed: u64, t: &mut Tally) {
     let gate = Arc::new(Semaphore::new(0));
     let inbox: MemoryInboxArc = Arc::new(world.task_inbox.clone());
     let (shortened, replaced) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let store = watch(&world, shortened.clone(), replaced.clone());
+    let last_request: Arc<Mutex<Option<RequestedAction>>> = Arc::default();
+    let store = watch(&world, shortened.clone(), replaced.clone(), last_request.clone());
     let mut pa = world.ports();
     pa.store = store.clone();
     let mut pb = world.ports();
@@ -302,6 +319,11 @@ async fn run_case(seed: u64, t: &mut Tally) {
     let end = world.store.peek(wf.as_str()).unwrap();
     assert!(end.status.is_terminal(), "seed {seed}: the workflow ends ({:?})", end.status);
     assert!(end.operator_request.is_none(), "seed {seed}: no request is left pending");
+    if *last_request.lock().unwrap() == Some(RequestedAction::Cancel) {
+        // The last request written was a cancel (a replaced regenerate never wins over it).
+        assert_eq!(end.status, WorkflowStatus::Canceled, "seed {seed}: a requested cancel is what happened");
+        t.cancels_requested += 1;
+    }
 
     // The oracles.
     t.cases += 1;
