@@ -341,7 +341,7 @@ fn replay_resets_failed_steps_through_array_filters() {
                 "status": "running",
                 "steps.$[f].status": "pending", "steps.$[f].attempt": 0i32, "steps.$[f].elapsed_ms": 0i64,
                 "steps.$[f].traffic_wait_ms": 0i64, "steps.$[f].traffic_waits": 0i32,
-                "input": { "fencing_token": "f2" }, "claimable_time": d(NOW), "prepare_failures": 0i32,
+                "input": { "fencing_token": "f2" }, "claimable_time": d(NOW), "prepare_failures": 0i32, "refused_writes": 0i32,
                 "updated_at": d(NOW),
             },
             "$unset": {
