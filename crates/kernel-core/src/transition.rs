@@ -246,6 +246,9 @@ pub enum TransitionKind {
     /// inverse to retry later, or the failure finalizer failed after every inverse ended
     /// (K-17.6 amendment, K-8).
     CompensationRelease,
+    /// A failing claim recorded the compensation's progress before an inverse's attempt:
+    /// the inverses ended so far and the attempt now starting (K-17.6 amendment).
+    CompensationProgress,
     /// An operator's request was recorded for the holder of the live claim, whose token
     /// it replaced (K-6.8).
     OperatorRequest,
@@ -1103,6 +1106,15 @@ impl Transition {
     /// the finished report while the failure finalizer is retried.
     pub fn compensation_release(report: crate::compensation::CompensationReport, until: Instant, now: Instant) -> Self {
         let mut t = Transition::new(TransitionKind::CompensationRelease, now).release_until(until);
+        t.compensation = Some(Patch::Set(report));
+        t
+    }
+
+    /// Record the compensation's progress before an inverse's attempt (K-17.6 amendment),
+    /// under [`Guard::Failing`]: an [`InProgress`](crate::compensation::CompensationOutcome::InProgress)
+    /// report whose last entry is the attempt now starting; the claim goes on.
+    pub fn compensation_progress(report: crate::compensation::CompensationReport, now: Instant) -> Self {
+        let mut t = Transition::new(TransitionKind::CompensationProgress, now);
         t.compensation = Some(Patch::Set(report));
         t
     }

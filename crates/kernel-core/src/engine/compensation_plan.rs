@@ -242,19 +242,41 @@ pub(crate) enum NextInverse {
         /// Attempts made by earlier claims.
         attempts: u32,
     },
+    /// Every attempt was made and the last never reported (its process ended during it):
+    /// it kept failing, with an unknown last outcome.
+    GiveUp {
+        /// Attempts made.
+        attempts: u32,
+    },
 }
 
-/// [`NextInverse`] for `name` at `now`.
-pub(crate) fn next_inverse(runs: &[InverseRun], due: Option<Instant>, name: &str, now: Instant) -> NextInverse {
+/// [`NextInverse`] for `name` at `now`, with at most `attempts_max` attempts in all.
+pub(crate) fn next_inverse(
+    runs: &[InverseRun],
+    due: Option<Instant>,
+    name: &str,
+    now: Instant,
+    attempts_max: u32,
+) -> NextInverse {
     match runs.iter().find(|r| r.step == name) {
         None => NextInverse::Run { attempts: 0 },
         Some(r) if r.result != InverseResult::Retrying => NextInverse::Recorded(r.clone()),
+        Some(r) if r.attempts >= attempts_max => NextInverse::GiveUp { attempts: r.attempts },
         Some(r) => match due {
             Some(until) if now < until => NextInverse::NotYet { run: r.clone(), until },
             _ => NextInverse::Run { attempts: r.attempts },
         },
     }
 }
+
+/// The entry of an inverse's attempt now starting (recorded before it runs, so a process
+/// that ends during it still counts it).
+pub(crate) fn started(step: &str, attempts: u32) -> InverseRun {
+    InverseRun { step: step.to_string(), result: InverseResult::Retrying, attempts, error: None, task: None }
+}
+
+/// The error of an inverse whose last attempt never reported.
+pub(crate) const LAST_ATTEMPT_UNKNOWN: &str = "its last attempt never reported (the process running it ended)";
 
 /// When an inverse whose attempt number `attempts` failed with `class` is tried again: a
 /// transient error while attempts remain, after the compensated step's retry delay with

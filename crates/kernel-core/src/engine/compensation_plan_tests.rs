@@ -290,8 +290,12 @@ fn k17_6_what_happens_to_each_inverse_given_the_progress_row_by_row() {
         ("retrying, no due time", "retrying", None, Instant::ZERO, NextInverse::Run { attempts: 2 }),
     ];
     for (name, step, due, now, want) in rows {
-        assert_eq!(next_inverse(&runs, due, step, now), want, "{name}");
+        assert_eq!(next_inverse(&runs, due, step, now, 3), want, "{name}");
     }
+    // Every attempt made and the last one never reported (its process ended): given up,
+    // due or not.
+    assert_eq!(next_inverse(&runs, Some(due), "retrying", Instant::ZERO, 2), NextInverse::GiveUp { attempts: 2 });
+    assert_eq!(started("b", 3), entry("b", InverseResult::Retrying, 3));
 }
 
 #[test]

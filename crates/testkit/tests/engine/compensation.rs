@@ -497,7 +497,13 @@ mod failure_path {
         engine_cell.set(engine.clone()).ok();
         let inst = run(&world, &engine).await;
         assert_eq!(inst.status, WorkflowStatus::Canceled);
-        assert_eq!(inst.compensation, None);
+        // The progress recorded before the cancel stays: what was started, never finished.
+        let progress = inst.compensation.expect("the progress recorded before the cancel");
+        assert_eq!(progress.outcome, CompensationOutcome::InProgress);
+        assert_eq!(
+            progress.steps.iter().map(|r| (r.step.as_str(), r.result, r.attempts)).collect::<Vec<_>>(),
+            vec![("post", InverseResult::Retrying, 1)]
+        );
         let names: Vec<String> = log.lock().unwrap().iter().map(|(n, _)| n.clone()).collect();
         assert_eq!(names.iter().filter(|n| *n == "reverse").count(), 1, "no retry after the cancel: {names:?}");
         assert!(!names.contains(&"unreserve".to_string()), "no inverse started after the cancel: {names:?}");

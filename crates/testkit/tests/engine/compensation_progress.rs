@@ -139,3 +139,60 @@ async fn a_failed_inverse_is_retried_by_a_later_claim_after_its_backoff_and_esca
     assert_eq!(world.task_inbox.all().len(), 1, "one escalation task");
     assert_eq!(calls.calls("task_inbox.open"), 1, "escalated once: one open call");
 }
+
+/// K-17.6 amendment: an attempt is recorded before it runs, so an inverse during which the
+/// process ends every time is still bounded — after `compensation_attempts` starts it is
+/// given up (its last outcome unknown) and escalated, and an inverse that completed before
+/// is never run again.
+#[tokio::test(flavor = "current_thread")]
+async fn an_inverse_whose_process_ends_during_every_attempt_is_given_up_and_escalated() {
+    let world = World::new(13);
+    let unreserve = Arc::new(AtomicU32::new(0));
+    let entered = Arc::new(AtomicU32::new(0));
+    let e = entered.clone();
+    let hangs = move |_c: ActivityContext| {
+        let e = e.clone();
+        async move {
+            e.fetch_add(1, Ordering::SeqCst);
+            std::future::pending::<()>().await;
+            Ok(StepOutcome::complete(json!("never")))
+        }
+    };
+    let ok = |_: ActivityContext| async { Ok(StepOutcome::complete(json!("ok"))) };
+    let def = Definition::builder("inv")
+        .step(StepDef::new("reserve", ok).compensate_with(counted(&unreserve, 0)))
+        .step(StepDef::new("post", ok).depends_on(["reserve"]).compensate_with(hangs))
+        .step(StepDef::new("check", failing()).depends_on(["post"]))
+        .build()
+        .unwrap();
+    let engine = world.engine("w", vec![def]);
+    start(&engine).await;
+    let lease = engine.config().lease_ms;
+    for _ in 0..10 {
+        if world.store.peek("wf-1").unwrap().status.is_terminal() {
+            break;
+        }
+        // A process runs the claim and dies inside the inverse (its task is dropped).
+        let e = engine.clone();
+        let h = tokio::spawn(async move { e.tick().await });
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+        h.abort();
+        let _ = h.await;
+        world.clock.advance(lease.as_millis() + 1);
+        let _ = engine.maintain().await;
+    }
+    let inst = world.store.peek("wf-1").unwrap();
+    assert_eq!(inst.status, WorkflowStatus::Failed, "{:?}", inst.compensation);
+    let cfg = testkit::harness::test_config("w");
+    assert_eq!(entered.load(Ordering::SeqCst), cfg.compensation_attempts, "bounded by the recorded starts");
+    let report = inst.compensation.unwrap();
+    assert_eq!(
+        (report.steps[0].result, report.steps[0].attempts),
+        (InverseResult::Escalated, cfg.compensation_attempts)
+    );
+    assert_eq!(report.steps[1].result, InverseResult::Compensated);
+    assert_eq!(unreserve.load(Ordering::SeqCst), 1, "reserve's inverse ran once");
+    assert_eq!(world.task_inbox.all().len(), 1);
+}

@@ -163,26 +163,53 @@ impl Claim {
         let mut runs = Vec::with_capacity(order.len());
         for idx in order {
             let name = self.def.steps()[idx].name();
-            match compensation_plan::next_inverse(&recorded, due, name, self.now()) {
+            let attempts_max = self.inner.config.compensation_attempts;
+            match compensation_plan::next_inverse(&recorded, due, name, self.now(), attempts_max) {
                 compensation_plan::NextInverse::Recorded(run) => runs.push((idx, run)),
+                compensation_plan::NextInverse::GiveUp { attempts } => {
+                    self.may_start_inverse().await?;
+                    let message = compensation_plan::LAST_ATTEMPT_UNKNOWN.to_string();
+                    tracing::warn!(step = name, attempts, "inverse kept failing (its last attempt never reported)");
+                    let task = self.escalate_inverse(idx, &message).await;
+                    runs.push((idx, compensation_plan::kept_failing(name, attempts, message, task)));
+                }
                 compensation_plan::NextInverse::NotYet { run, until } => {
                     runs.push((idx, run));
                     let progress = compensation_plan::in_progress(&runs, until);
                     return Err(self.release_compensation(progress, until).await);
                 }
-                compensation_plan::NextInverse::Run { attempts } => match self.run_inverse(idx, attempts).await? {
-                    (run, None) => runs.push((idx, run)),
-                    (run, Some(until)) => {
-                        runs.push((idx, run));
-                        let progress = compensation_plan::in_progress(&runs, until);
-                        return Err(self.release_compensation(progress, until).await);
+                compensation_plan::NextInverse::Run { attempts } => {
+                    match self.start_inverse(&runs, idx, attempts).await? {
+                        (run, None) => runs.push((idx, run)),
+                        (run, Some(until)) => {
+                            runs.push((idx, run));
+                            let progress = compensation_plan::in_progress(&runs, until);
+                            return Err(self.release_compensation(progress, until).await);
+                        }
                     }
-                },
+                }
             }
         }
         let (report, undone) = compensation_plan::report(runs, self.now());
         tracing::info!(outcome = report.outcome.as_str(), inverses = report.steps.len(), "compensation ended");
         Ok(Some((report, undone)))
+    }
+
+    /// Record the progress — the inverses ended so far and this attempt, now starting — then
+    /// run the attempt (K-17.6 amendment): an inverse that completed is never run again by
+    /// a later claim, and an attempt during which the process ends still counts.
+    async fn start_inverse(
+        &self,
+        runs: &[(usize, InverseRun)],
+        idx: usize,
+        attempts: u32,
+    ) -> Result<(InverseRun, Option<Instant>), ClaimEnd> {
+        self.may_start_inverse().await?;
+        let mut progress = runs.to_vec();
+        progress.push((idx, compensation_plan::started(self.def.steps()[idx].name(), attempts.saturating_add(1))));
+        let report = compensation_plan::in_progress(&progress, self.now());
+        self.commit_plain(G::Failing, Transition::compensation_progress(report, self.now())).await?;
+        self.run_inverse(idx, attempts).await
     }
 
     /// `Err` with how the claim ended when it may no longer start an inverse: canceled,
