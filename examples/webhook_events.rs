@@ -187,9 +187,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut after: Option<String> = None;
     loop {
         let page = deployment.store.inbox.scan_created_before(Instant::MAX, after.as_deref(), 500).await?;
-        signal_ids.extend(page.iter().map(|r| r.signal_id.clone()));
-        match page.last() {
-            Some(last) if page.len() == 500 => after = Some(last.signal_id.clone()),
+        signal_ids.extend(page.records.iter().map(|r| r.signal_id.clone()));
+        match page.last {
+            Some(last) if page.is_full(500) => after = Some(last),
             _ => break,
         }
     }

@@ -66,8 +66,17 @@ impl MongoSignalInbox {
     }
 
     async fn find_many(&self, filter: Document, sort: Document, limit: usize, what: &str) -> Result<Vec<SignalRecord>> {
-        let docs: Vec<RawDocumentBuf> = self
-            .coll
+        self.find_raw(filter, sort, limit, what).await?.iter().map(codec::decode_signal).collect()
+    }
+
+    async fn find_raw(
+        &self,
+        filter: Document,
+        sort: Document,
+        limit: usize,
+        what: &str,
+    ) -> Result<Vec<RawDocumentBuf>> {
+        self.coll
             .find(filter)
             .sort(sort)
             .limit(limit.min(self.config.scan_page_max) as i64)
@@ -75,8 +84,7 @@ impl MongoSignalInbox {
             .map_err(|e| map(Op::Read, what, e))?
             .try_collect()
             .await
-            .map_err(|e| map(Op::Read, what, e))?;
-        docs.iter().map(codec::decode_signal).collect()
+            .map_err(|e| map(Op::Read, what, e))
     }
 
     async fn find_one(&self, filter: Document, sort: Option<Document>) -> Result<Option<SignalRecord>> {
@@ -146,43 +154,30 @@ impl SignalInbox for MongoSignalInbox {
         Ok(r.matched_count == 1)
     }
 
-    async fn scan_pending(&self, after: Option<&str>, limit: usize) -> Result<Vec<SignalRecord>> {
+    async fn scan_pending(&self, after: Option<&str>, limit: usize) -> Result<SignalPage> {
         if limit == 0 {
-            return Ok(Vec::new());
+            return Ok(SignalPage::default());
         }
         let mut filter = doc! { "status": "pending" };
         if let Some(a) = after {
             validate::identifier("after", a)?;
             filter.insert("signal_id", doc! { "$gt": a });
         }
-        let docs: Vec<RawDocumentBuf> = self
-            .coll
-            .find(filter)
-            .sort(doc! { "signal_id": 1 })
-            .limit(limit.min(self.config.scan_page_max) as i64)
-            .await
-            .map_err(|e| map(Op::Read, "scan pending signals", e))?
-            .try_collect()
-            .await
-            .map_err(|e| map(Op::Read, "scan pending signals", e))?;
-        docs.iter().map(codec::decode_signal).collect()
+        let docs = self.find_raw(filter, doc! { "signal_id": 1 }, limit, "scan pending signals").await?;
+        Ok(page_of(&docs))
     }
 
-    async fn scan_created_before(
-        &self,
-        before: Instant,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<SignalRecord>> {
+    async fn scan_created_before(&self, before: Instant, after: Option<&str>, limit: usize) -> Result<SignalPage> {
         if limit == 0 {
-            return Ok(Vec::new());
+            return Ok(SignalPage::default());
         }
         let mut filter = doc! { "created_at": { "$lt": codec::dt(before) } };
         if let Some(a) = after {
             validate::identifier("after", a)?;
             filter.insert("signal_id", doc! { "$gt": a });
         }
-        self.find_many(filter, doc! { "signal_id": 1 }, limit, "scan old signals").await
+        let docs = self.find_raw(filter, doc! { "signal_id": 1 }, limit, "scan old signals").await?;
+        Ok(page_of(&docs))
     }
 
     async fn scan_workflow(
@@ -246,4 +241,27 @@ fn status_str(s: SignalStatus) -> &'static str {
         SignalStatus::Pending => "pending",
         SignalStatus::Matched => "matched",
     }
+}
+
+/// A scan page, decoded document by document: a document that does not decode is reported
+/// (under its `signal_id` when that is a string, else under `_id:<hex>`), never an error
+/// of the page, so one bad record cannot stop the repair of every other (K-9.4).
+fn page_of(docs: &[RawDocumentBuf]) -> SignalPage {
+    let mut page = SignalPage::default();
+    for r in docs {
+        match codec::decode_signal(r) {
+            Ok(record) => page.push(record),
+            Err(e) => match r.get_str("signal_id") {
+                Ok(id) => page.push_undecodable(id.to_string(), e.to_string(), true),
+                // Only a real id is a cursor: the `_id:` name would sort among the ids and
+                // skip the ones below it.
+                Err(_) => {
+                    let name =
+                        r.get_object_id("_id").map_or_else(|_| "_id:unreadable".to_string(), |o| format!("_id:{o}"));
+                    page.push_undecodable(name, e.to_string(), false)
+                }
+            },
+        }
+    }
+    page
 }

@@ -41,6 +41,21 @@ impl PostgresSignalInbox {
         self.db.query(Op::Read, what, &stmt).await?.iter().map(codec::signal).collect()
     }
 
+    /// A scan page, decoded row by row: a row that does not decode is reported under its
+    /// `signal_id` (a non-null text primary key, so every row read is a cursor), never an
+    /// error of the page.
+    async fn scan(&self, what: &str, stmt: Statement) -> Result<SignalPage> {
+        let mut page = SignalPage::default();
+        for row in self.db.query(Op::Read, what, &stmt).await? {
+            match (codec::signal(&row), row.try_get::<_, String>("signal_id")) {
+                (Ok(record), _) => page.push(record),
+                (Err(e), Ok(id)) => page.push_undecodable(id, e.to_string(), true),
+                (Err(e), Err(_)) => page.push_undecodable("unreadable".to_string(), e.to_string(), false),
+            }
+        }
+        Ok(page)
+    }
+
     fn page(&self, limit: usize) -> Option<Param> {
         self.db.page(limit).map(Param::Int8)
     }
@@ -150,11 +165,11 @@ impl SignalInbox for PostgresSignalInbox {
         Ok(self.db.query_opt(Op::Write, "mark signal matched", &stmt).await?.is_some())
     }
 
-    async fn scan_pending(&self, after: Option<&str>, limit: usize) -> Result<Vec<SignalRecord>> {
+    async fn scan_pending(&self, after: Option<&str>, limit: usize) -> Result<SignalPage> {
         if let Some(a) = after {
             validate::identifier("after", a)?;
         }
-        let Some(limit) = self.page(limit) else { return Ok(Vec::new()) };
+        let Some(limit) = self.page(limit) else { return Ok(SignalPage::default()) };
         let mut params = vec![limit];
         let mut cond = String::new();
         if let Some(a) = after {
@@ -166,19 +181,14 @@ impl SignalInbox for PostgresSignalInbox {
             "SELECT {INBOX_COLUMNS} FROM {} WHERE status = 'pending'{cond} ORDER BY signal_id LIMIT $1::bigint",
             self.t()
         );
-        self.records("scan pending signals", Statement { sql, params }).await
+        self.scan("scan pending signals", Statement { sql, params }).await
     }
 
-    async fn scan_created_before(
-        &self,
-        before: Instant,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<SignalRecord>> {
+    async fn scan_created_before(&self, before: Instant, after: Option<&str>, limit: usize) -> Result<SignalPage> {
         if let Some(a) = after {
             validate::identifier("after", a)?;
         }
-        let Some(limit) = self.page(limit) else { return Ok(Vec::new()) };
+        let Some(limit) = self.page(limit) else { return Ok(SignalPage::default()) };
         let mut params = vec![limit, Param::Int8(before.as_millis())];
         let mut cond = String::new();
         if let Some(a) = after {
@@ -189,7 +199,7 @@ impl SignalInbox for PostgresSignalInbox {
             "SELECT {INBOX_COLUMNS} FROM {} WHERE created_at < $2::bigint{cond} ORDER BY signal_id LIMIT $1::bigint",
             self.t()
         );
-        self.records("scan old signals", Statement { sql, params }).await
+        self.scan("scan old signals", Statement { sql, params }).await
     }
 
     async fn scan_workflow(

@@ -43,6 +43,27 @@ impl SqliteSignalInbox {
         self.db.call(Op::Read, what, move |c| run(c, Op::Read, what, &stmt, codec::signal)?.into_iter().collect()).await
     }
 
+    /// A scan page, decoded row by row: a row that does not decode is reported under its
+    /// `signal_id` (a non-null text primary key, so every row read is a cursor), never an
+    /// error of the page.
+    async fn scan(&self, what: &'static str, stmt: Statement) -> Result<SignalPage> {
+        let rows = self
+            .db
+            .call(Op::Read, what, move |c| {
+                run(c, Op::Read, what, &stmt, |r| (r.get::<_, String>("signal_id"), codec::signal(r)))
+            })
+            .await?;
+        let mut page = SignalPage::default();
+        for (id, decoded) in rows {
+            match (decoded, id) {
+                (Ok(record), _) => page.push(record),
+                (Err(e), Ok(id)) => page.push_undecodable(id, e.to_string(), true),
+                (Err(e), Err(_)) => page.push_undecodable("unreadable".to_string(), e.to_string(), false),
+            }
+        }
+        Ok(page)
+    }
+
     async fn write(&self, what: &'static str, stmt: Statement) -> Result<usize> {
         self.db.call(Op::Write, what, move |c| Ok(run(c, Op::Write, what, &stmt, |_| ())?.len())).await
     }
@@ -168,11 +189,11 @@ impl SignalInbox for SqliteSignalInbox {
         Ok(self.write("mark signal matched", stmt).await? > 0)
     }
 
-    async fn scan_pending(&self, after: Option<&str>, limit: usize) -> Result<Vec<SignalRecord>> {
+    async fn scan_pending(&self, after: Option<&str>, limit: usize) -> Result<SignalPage> {
         if let Some(a) = after {
             validate::identifier("after", a)?;
         }
-        let Some(limit) = self.page(limit) else { return Ok(Vec::new()) };
+        let Some(limit) = self.page(limit) else { return Ok(SignalPage::default()) };
         let mut params = vec![limit];
         let mut cond = String::new();
         if let Some(a) = after {
@@ -182,19 +203,14 @@ impl SignalInbox for SqliteSignalInbox {
         // Served by `signal_inbox_pending`.
         let sql =
             format!("SELECT {INBOX_COLUMNS} FROM {INBOX} WHERE status = 'pending'{cond} ORDER BY signal_id LIMIT ?1");
-        self.records("scan pending signals", Statement { sql, params }).await
+        self.scan("scan pending signals", Statement { sql, params }).await
     }
 
-    async fn scan_created_before(
-        &self,
-        before: Instant,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<SignalRecord>> {
+    async fn scan_created_before(&self, before: Instant, after: Option<&str>, limit: usize) -> Result<SignalPage> {
         if let Some(a) = after {
             validate::identifier("after", a)?;
         }
-        let Some(limit) = self.page(limit) else { return Ok(Vec::new()) };
+        let Some(limit) = self.page(limit) else { return Ok(SignalPage::default()) };
         let mut params = vec![limit, Param::Int8(before.as_millis())];
         let mut cond = String::new();
         if let Some(a) = after {
@@ -203,7 +219,7 @@ impl SignalInbox for SqliteSignalInbox {
         }
         let sql =
             format!("SELECT {INBOX_COLUMNS} FROM {INBOX} WHERE created_at < ?2{cond} ORDER BY signal_id LIMIT ?1");
-        self.records("scan old signals", Statement { sql, params }).await
+        self.scan("scan old signals", Statement { sql, params }).await
     }
 
     async fn scan_workflow(

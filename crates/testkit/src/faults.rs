@@ -550,15 +550,10 @@ impl SignalInbox for CrashPorts {
     async fn mark_matched(&self, signal_id: &str, now: Instant) -> Result<bool> {
         gated!(self, "inbox.mark_matched", true, self.inbox.mark_matched(signal_id, now).await)
     }
-    async fn scan_pending(&self, after: Option<&str>, limit: usize) -> Result<Vec<SignalRecord>> {
+    async fn scan_pending(&self, after: Option<&str>, limit: usize) -> Result<SignalPage> {
         gated!(self, "inbox.scan_pending", false, self.inbox.scan_pending(after, limit).await)
     }
-    async fn scan_created_before(
-        &self,
-        before: Instant,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<SignalRecord>> {
+    async fn scan_created_before(&self, before: Instant, after: Option<&str>, limit: usize) -> Result<SignalPage> {
         gated!(self, "inbox.scan_created_before", false, self.inbox.scan_created_before(before, after, limit).await)
     }
     async fn scan_workflow(

@@ -85,8 +85,8 @@ enveloped!(SignalInbox for DynInbox, "inbox" {
     Read fn get(signal_id: &str) -> Option<SignalRecord>;
     Read fn find_pending(workflow_id: &WorkflowId, signal_type: &str, wait_key: &str, generation: u64) -> Option<SignalRecord>;
     Write fn mark_matched(signal_id: &str, now: Instant) -> bool;
-    Read fn scan_pending(after: Option<&str>, limit: usize) -> Vec<SignalRecord>;
-    Read fn scan_created_before(before: Instant, after: Option<&str>, limit: usize) -> Vec<SignalRecord>;
+    Read fn scan_pending(after: Option<&str>, limit: usize) -> SignalPage;
+    Read fn scan_created_before(before: Instant, after: Option<&str>, limit: usize) -> SignalPage;
     Read fn scan_workflow(workflow_id: &WorkflowId, status: SignalStatus, limit: usize) -> Vec<SignalRecord>;
     Write fn delete_if(signal_ids: &[String], status: SignalStatus) -> u64;
     Read fn count_pending_orphans(workflow_id: Option<&WorkflowId>, limit: u64) -> u64;

@@ -61,6 +61,10 @@ pub struct EngineHealth {
     /// [`QUARANTINE_IDS_MAX`](super::QUARANTINE_IDS_MAX), ordered by id. They need an
     /// operator: the kernel neither runs nor deletes them.
     pub quarantined: Vec<crate::id::WorkflowId>,
+    /// Inbox records (by `signal_id`) this engine found undecodable and skipped, at most
+    /// [`QUARANTINE_IDS_MAX`](super::QUARANTINE_IDS_MAX), ordered by id (K-9.4). They need
+    /// an operator: the kernel neither matches nor deletes them.
+    pub undecodable_signals: Vec<String>,
 }
 
 /// The live figures behind [`EngineHealth`]; updated by the engine, read without waiting on
@@ -95,13 +99,19 @@ impl HealthState {
         RunningClaim(self)
     }
 
-    pub(crate) fn snapshot(&self, stopping: bool, quarantined: Vec<crate::id::WorkflowId>) -> EngineHealth {
+    pub(crate) fn snapshot(
+        &self,
+        stopping: bool,
+        quarantined: Vec<crate::id::WorkflowId>,
+        undecodable_signals: Vec<String>,
+    ) -> EngineHealth {
         EngineHealth {
             wakeup: WakeupState::from_u8(self.wakeup.load(Ordering::SeqCst)),
             last_maintenance: self.last_maintenance.lock().expect("health lock").clone(),
             claims_running: self.claims_running.load(Ordering::SeqCst),
             stopping,
             quarantined,
+            undecodable_signals,
         }
     }
 }

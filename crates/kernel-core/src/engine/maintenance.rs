@@ -13,10 +13,10 @@ fn phase_failed(report: &mut MaintenanceReport, phase: &'static str, e: &Error) 
 impl Engine {
     /// Timer activation (K-9.2), pending-signal repair (K-9.4), one page of inbox retention
     /// and the rebuild scan (K-13), each bounded by `scan_page_size × scan_pages_max`. An
-    /// instance that does not decode is skipped and reported
-    /// ([`MaintenanceReport::quarantined`]), never the end of the pass; after the first
-    /// Redis error the pass makes no more Redis calls
-    /// ([`MaintenanceReport::queue_unavailable`]). The pass is recorded for
+    /// instance or inbox record that does not decode is skipped and reported
+    /// ([`MaintenanceReport::quarantined`], [`MaintenanceReport::undecodable_signals`]),
+    /// never the end of the pass; after the first Redis error the pass makes no more Redis
+    /// calls ([`MaintenanceReport::queue_unavailable`]). The pass is recorded for
     /// [`RunningEngine::health`].
     pub async fn maintain(&self) -> Result<MaintenanceReport> {
         let result = self.maintenance_pass().await;
@@ -77,8 +77,9 @@ impl Engine {
         }
         // A part of the pass that fails as a whole (an inbox page that cannot be read) is
         // skipped and reported; the rest of the pass still runs.
-        let mut repair_quarantined = Vec::new();
-        let repair = signals::repair(inner, inner.config.scan_pages_max, &gate, &mut repair_quarantined).await;
+        let (mut repair_quarantined, mut undecodable) = (Vec::new(), Vec::new());
+        let pages = inner.config.scan_pages_max;
+        let repair = signals::repair(inner, pages, &gate, &mut repair_quarantined, &mut undecodable).await;
         match repair {
             Ok((repaired, failures)) => {
                 report.signals_repaired = repaired;
@@ -91,11 +92,18 @@ impl Engine {
         // and no redelivery can need (K-9.4).
         let cutoff = now.saturating_sub(inner.config.signal_retention_ms);
         let mut retention_quarantined = Vec::new();
-        match signals::retain(inner, cutoff, &mut retention_quarantined).await {
+        match signals::retain(inner, cutoff, &mut retention_quarantined, &mut undecodable).await {
             Ok(n) => report.signals_purged = n,
             Err(e) => phase_failed(&mut report, "signal_retention", &e),
         }
         self.quarantined(&retention_quarantined, &mut report);
+        // Inbox records that do not decode were paged past (and logged once): reported,
+        // each once per pass.
+        for u in undecodable {
+            if !report.undecodable_signals.contains(&u.signal_id) {
+                report.undecodable_signals.push(u.signal_id);
+            }
+        }
         // The side records stay bounded too (K-17.2, K-17.7): expired cache entries and dead
         // letters closed longer than their retention, one page per pass. Best effort: they
         // decide nothing, so a failure is logged and the pass goes on.

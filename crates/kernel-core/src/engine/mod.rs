@@ -144,6 +144,10 @@ pub struct MaintenanceReport {
     /// the pass went on; each is logged once per engine and listed in
     /// [`EngineHealth::quarantined`].
     pub quarantined: Vec<WorkflowId>,
+    /// Inbox records (by `signal_id`) the pass read but could not decode, skipped and
+    /// paged past so the repair and retention scans went on with the others (K-9.4); each
+    /// is logged once per engine and listed in [`EngineHealth::undecodable_signals`].
+    pub undecodable_signals: Vec<String>,
     /// Items the pass skipped because their own write or match failed (a timer activation
     /// write, a signal match): counted and logged, and the pass went on with the others;
     /// the next pass finds them again.
@@ -154,7 +158,8 @@ pub struct MaintenanceReport {
     pub phases_failed: Vec<&'static str>,
 }
 
-/// Most quarantined instance ids an engine remembers (to log each once and report them).
+/// Most quarantined instance ids an engine remembers (to log each once and report them);
+/// the same bound holds for undecodable inbox records.
 pub const QUARANTINE_IDS_MAX: usize = 1_024;
 
 pub(crate) struct Inner {
@@ -176,6 +181,9 @@ pub(crate) struct Inner {
     pub(crate) repair_failed: AtomicBool,
     /// Instances found undecodable, with the reason (bounded by [`QUARANTINE_IDS_MAX`]).
     pub(crate) quarantine: Mutex<std::collections::BTreeMap<WorkflowId, String>>,
+    /// Inbox records found undecodable, by `signal_id`, with the reason (bounded by
+    /// [`QUARANTINE_IDS_MAX`]).
+    pub(crate) undecodable_signals: Mutex<std::collections::BTreeMap<String, String>>,
     pub(crate) shutdown_hooks: Vec<ShutdownHook>,
     pub(crate) health: health::HealthState,
     /// The one heartbeat driver of the engine's claims (K-6.3).
@@ -192,6 +200,19 @@ impl Inner {
         tracing::error!(worker = %self.config.worker_id, %workflow_id, reason, "instance does not decode; skipped (quarantined)");
         if q.len() < QUARANTINE_IDS_MAX {
             q.insert(workflow_id.clone(), reason.to_string());
+        }
+    }
+
+    /// Remember an undecodable inbox record, logging it the first time this engine meets it.
+    pub(crate) fn undecodable_signal(&self, found: &UndecodableSignal) {
+        let mut u = self.undecodable_signals.lock().expect("undecodable signals lock");
+        if u.contains_key(&found.signal_id) {
+            return;
+        }
+        let (signal_id, reason) = (&found.signal_id, &found.reason);
+        tracing::warn!(worker = %self.config.worker_id, %signal_id, %reason, "inbox record does not decode; skipped");
+        if u.len() < QUARANTINE_IDS_MAX {
+            u.insert(signal_id.clone(), reason.clone());
         }
     }
 
@@ -306,6 +327,7 @@ impl EngineBuilder {
                 retention_cursor: Mutex::new(None),
                 repair_failed: AtomicBool::new(false),
                 quarantine: Mutex::new(Default::default()),
+                undecodable_signals: Mutex::new(Default::default()),
                 shutdown_hooks: self.shutdown_hooks,
                 health: health::HealthState::default(),
                 heartbeats: heartbeat::Heartbeats::default(),
@@ -392,7 +414,8 @@ impl RunningEngine {
     pub fn health(&self) -> EngineHealth {
         let inner = &self.engine.inner;
         let quarantined = inner.quarantine.lock().expect("quarantine lock").keys().cloned().collect();
-        inner.health.snapshot(inner.stopping.is_cancelled(), quarantined)
+        let undecodable = inner.undecodable_signals.lock().expect("undecodable signals lock").keys().cloned().collect();
+        inner.health.snapshot(inner.stopping.is_cancelled(), quarantined, undecodable)
     }
 
     /// Graceful shutdown (K-6.6): stop polling and wakeups, let running claims finish

@@ -46,7 +46,8 @@ impl Engine {
             inner
                 .next_repair_at
                 .store(now.saturating_add(inner.config.signal_repair_interval_ms).as_millis(), Ordering::Relaxed);
-            let failed = signals::repair(inner, 1, &QueueGate::default(), &mut Vec::new()).await.is_err();
+            let failed =
+                signals::repair(inner, 1, &QueueGate::default(), &mut Vec::new(), &mut Vec::new()).await.is_err();
             inner.repair_failed.store(failed, Ordering::Relaxed);
         }
         let mut round = Round { won: Vec::with_capacity(slots), stale: 0, drained: false };

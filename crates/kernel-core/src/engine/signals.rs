@@ -187,21 +187,25 @@ async fn try_match_on(p: &SignalPorts<'_>, rec: &SignalRecord, gate: &QueueGate)
 /// Scan up to `pages` pages of pending records from the shared cursor and match what can
 /// be matched. Returns how many were consumed.
 /// A record whose instance does not decode is skipped, its instance added to `quarantined`;
-/// a record whose match fails otherwise is skipped and counted (the second number), so one
-/// record never stops the repair of every other.
+/// a record that does not decode itself is paged past, noted once
+/// ([`Inner::undecodable_signal`]) and added to `undecodable`; a record whose match fails
+/// otherwise is skipped and counted (the second number), so one record never stops the
+/// repair of every other.
 pub(crate) async fn repair(
     inner: &Inner,
     pages: usize,
     gate: &QueueGate,
     quarantined: &mut Vec<Quarantined>,
+    undecodable: &mut Vec<UndecodableSignal>,
 ) -> Result<(usize, usize)> {
     let (mut consumed, mut failures) = (0, 0);
     let ports = inner.signal_ports();
     for _ in 0..pages {
         let after = inner.repair_cursor.lock().expect("cursor lock").clone();
         let page = inner.ports.inbox.scan_pending(after.as_deref(), inner.config.scan_page_size).await?;
-        let full = page.len() == inner.config.scan_page_size;
-        for rec in &page {
+        let full = page.is_full(inner.config.scan_page_size);
+        skip_undecodable(inner, &page, undecodable);
+        for rec in &page.records {
             match try_match_on(&ports, rec, gate).await {
                 Ok(true) => consumed += 1,
                 Ok(false) => {}
@@ -215,8 +219,7 @@ pub(crate) async fn repair(
                 }
             }
         }
-        *inner.repair_cursor.lock().expect("cursor lock") =
-            if full { page.last().map(|r| r.signal_id.clone()) } else { None };
+        *inner.repair_cursor.lock().expect("cursor lock") = if full { page.last } else { None };
         if !full {
             break;
         }
@@ -231,14 +234,21 @@ pub(crate) async fn repair(
 /// not for the current wait's generation or a newer one), or when it is matched beyond the
 /// newest `matched_signals_per_workflow_max` of its live workflow.
 /// Returns how many were deleted; records of an undecodable instance are kept and the
-/// instance added to `quarantined`.
-pub(crate) async fn retain(inner: &Inner, before: Instant, quarantined: &mut Vec<Quarantined>) -> Result<u64> {
+/// instance added to `quarantined`; records that do not decode are kept, paged past and
+/// added to `undecodable`.
+pub(crate) async fn retain(
+    inner: &Inner,
+    before: Instant,
+    quarantined: &mut Vec<Quarantined>,
+    undecodable: &mut Vec<UndecodableSignal>,
+) -> Result<u64> {
     let page_size = inner.config.scan_page_size.min(INBOX_DELETE_IDS_MAX);
     let after = inner.retention_cursor.lock().expect("cursor lock").clone();
     let page = inner.ports.inbox.scan_created_before(before, after.as_deref(), page_size).await?;
-    let full = page.len() == page_size;
+    let full = page.is_full(page_size);
+    skip_undecodable(inner, &page, undecodable);
     let mut by_workflow: std::collections::BTreeMap<&WorkflowId, Vec<&SignalRecord>> = Default::default();
-    for r in &page {
+    for r in &page.records {
         by_workflow.entry(&r.workflow_id).or_default().push(r);
     }
     let (mut pending, mut matched) = (Vec::new(), Vec::new());
@@ -311,7 +321,15 @@ pub(crate) async fn retain(inner: &Inner, before: Instant, quarantined: &mut Vec
     if !matched.is_empty() {
         deleted += inner.ports.inbox.delete_if(&matched, SignalStatus::Matched).await?;
     }
-    *inner.retention_cursor.lock().expect("cursor lock") =
-        if full { page.last().map(|r| r.signal_id.clone()) } else { None };
+    *inner.retention_cursor.lock().expect("cursor lock") = if full { page.last.clone() } else { None };
     Ok(deleted)
+}
+
+/// The records of `page` that do not decode: noted once per engine and added to `found`;
+/// the scan pages past them (K-9.4: one bad record never stops the others).
+fn skip_undecodable(inner: &Inner, page: &SignalPage, found: &mut Vec<UndecodableSignal>) {
+    for u in &page.undecodable {
+        inner.undecodable_signal(u);
+        found.push(u.clone());
+    }
 }

@@ -87,6 +87,65 @@ pub enum InsertOutcome {
     Duplicate(SignalRecord),
 }
 
+/// An inbox record a scan read but could not decode (written by an incompatible version,
+/// or changed outside the kernel): skipped by the scan and reported, so one bad record
+/// never stops the scan over the others (K-9.4).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UndecodableSignal {
+    /// Its `signal_id` when that much is readable, else the store's own key of the record
+    /// (e.g. `_id:<hex>`).
+    pub signal_id: String,
+    /// Why it does not decode (the decoder's message).
+    pub reason: String,
+}
+
+/// One page of an inbox scan ([`SignalInbox::scan_pending`],
+/// [`SignalInbox::scan_created_before`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SignalPage {
+    /// The records decoded, in scan order.
+    pub records: Vec<SignalRecord>,
+    /// The records of the page that could not be decoded, skipped.
+    pub undecodable: Vec<UndecodableSignal>,
+    /// Records the page read: `records` plus `undecodable`. Fewer than the limit means the
+    /// scan is at its end.
+    pub read: usize,
+    /// The `signal_id` of the last record read, decoded or not: the `after` of the next
+    /// page, so an undecodable record is passed instead of read again.
+    pub last: Option<String>,
+}
+
+impl SignalPage {
+    /// A page of decoded records only.
+    pub fn of(records: Vec<SignalRecord>) -> Self {
+        let last = records.last().map(|r| r.signal_id.clone());
+        SignalPage { read: records.len(), records, undecodable: Vec::new(), last }
+    }
+
+    /// Add a record the page read and decoded.
+    pub fn push(&mut self, record: SignalRecord) {
+        self.read += 1;
+        self.last = Some(record.signal_id.clone());
+        self.records.push(record);
+    }
+
+    /// Add a record the page read but could not decode. `is_cursor` says whether
+    /// `signal_id` is the record's own id (then the next page starts after it) or only the
+    /// name it is reported under.
+    pub fn push_undecodable(&mut self, signal_id: String, reason: String, is_cursor: bool) {
+        self.read += 1;
+        if is_cursor {
+            self.last = Some(signal_id.clone());
+        }
+        self.undecodable.push(UndecodableSignal { signal_id, reason });
+    }
+
+    /// Whether this page read `limit` records, so another page may follow.
+    pub fn is_full(&self, limit: usize) -> bool {
+        self.read >= limit && limit > 0
+    }
+}
+
 /// The durable signal inbox (K-9.3, K-9.4).
 #[async_trait::async_trait]
 pub trait SignalInbox: Send + Sync + 'static {
@@ -128,21 +187,21 @@ pub trait SignalInbox: Send + Sync + 'static {
     /// A page of pending records ordered by `signal_id`, strictly after `after`.
     ///
     /// # Contract
-    /// Bounded by `limit`; read-only.
-    async fn scan_pending(&self, after: Option<&str>, limit: usize) -> Result<Vec<SignalRecord>>;
+    /// Bounded by `limit` (`limit = 0` is an empty page); read-only. Records are decoded
+    /// one by one: a record that does not decode is reported in
+    /// [`SignalPage::undecodable`] (under its `signal_id` when that much is readable) and
+    /// counted in [`SignalPage::read`], never an error of the page; [`SignalPage::last`]
+    /// names the last record read, decoded or not, so the next page starts after it.
+    async fn scan_pending(&self, after: Option<&str>, limit: usize) -> Result<SignalPage>;
 
     /// Records created before `before`, ordered by `signal_id`, strictly after `after`:
     /// the candidates of retention, which decides per record from the workflow's state.
     ///
     /// # Contract
     /// Read-only, bounded by `limit` (`limit = 0` is an empty page); pending and matched
-    /// records alike.
-    async fn scan_created_before(
-        &self,
-        before: Instant,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<SignalRecord>>;
+    /// records alike. Undecodable records are reported and paged past as by
+    /// [`SignalInbox::scan_pending`].
+    async fn scan_created_before(&self, before: Instant, after: Option<&str>, limit: usize) -> Result<SignalPage>;
 
     /// Records of one workflow in one status, newest first (`created_at` descending, then
     /// `signal_id` descending).

@@ -1,6 +1,6 @@
 //! The one place that decides whether the Mongo tests run, and their fixtures.
 
-use kernel_core::ports::{DynDeadLetters, DynInbox, DynResultCache, DynStore, DynTaskInbox};
+use kernel_core::ports::{DynDeadLetters, DynInbox, DynResultCache, DynStore, DynTaskInbox, SignalInbox as _};
 use mongodb::{Client, Database};
 use rand::Rng;
 use store_mongo::{
@@ -118,6 +118,22 @@ impl InboxDb {
 impl InboxFixture for InboxDb {
     fn inbox(&self) -> &DynInbox {
         &self.1
+    }
+    /// A record whose `generation` is a string.
+    fn plant_undecodable<'a>(
+        &'a self,
+        signal_id: &'a str,
+        created_at: kernel_core::model::Instant,
+    ) -> futures::future::BoxFuture<'a, bool> {
+        Box::pin(async move {
+            let record = testkit::conformance::inbox::record(signal_id, created_at);
+            self.1.insert(record).await.expect("insert");
+            let coll = self.0.db.collection::<mongodb::bson::Document>(store_mongo::INBOX);
+            let update = mongodb::bson::doc! { "$set": { "generation": "not a number" } };
+            let r = coll.update_one(mongodb::bson::doc! { "signal_id": signal_id }, update).await.expect("plant");
+            assert_eq!(r.modified_count, 1);
+            true
+        })
     }
     fn teardown(self) -> futures::future::BoxFuture<'static, ()> {
         Box::pin(self.0.drop_db())

@@ -193,7 +193,7 @@ async fn inbox_queries_use_an_index() {
     ex.check("inbox find_pending", inbox.find_pending(&wf, "approve", "k3", 1)).await.unwrap();
     ex.check("inbox mark_matched", inbox.mark_matched("sig-000020", mid)).await.unwrap();
     let page = ex.check("inbox scan_pending", inbox.scan_pending(None, 100)).await.unwrap();
-    assert_eq!(page.len(), 100);
+    assert_eq!(page.records.len(), 100);
     ex.check("inbox scan_pending after", inbox.scan_pending(Some("sig-010000"), 100)).await.unwrap();
     ex.check("inbox scan_created_before", inbox.scan_created_before(mid, None, 100)).await.unwrap();
     ex.check("inbox scan_created_before after", inbox.scan_created_before(mid, Some("sig-005000"), 100)).await.unwrap();

@@ -1,6 +1,6 @@
 //! The one place that decides whether the PostgreSQL tests run, and their fixtures.
 
-use kernel_core::ports::{DynDeadLetters, DynInbox, DynResultCache, DynStore, DynTaskInbox};
+use kernel_core::ports::{DynDeadLetters, DynInbox, DynResultCache, DynStore, DynTaskInbox, SignalInbox as _};
 use rand::Rng;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -274,6 +274,26 @@ impl InboxDb {
 impl InboxFixture for InboxDb {
     fn inbox(&self) -> &DynInbox {
         &self.1
+    }
+    /// A record with a negative `generation`, as a version without the column's check
+    /// would have written it.
+    fn plant_undecodable<'a>(
+        &'a self,
+        signal_id: &'a str,
+        created_at: kernel_core::model::Instant,
+    ) -> futures::future::BoxFuture<'a, bool> {
+        Box::pin(async move {
+            let record = testkit::conformance::inbox::record(signal_id, created_at);
+            self.1.insert(record).await.expect("insert");
+            let c = self.0.client().await;
+            let s = format!("\"{}\"", self.0.schema());
+            c.batch_execute(&format!("ALTER TABLE {s}.signal_inbox DROP CONSTRAINT signal_inbox_generation_check"))
+                .await
+                .expect("drop the check");
+            let sql = format!("UPDATE {s}.signal_inbox SET generation = -1 WHERE signal_id = $1");
+            assert_eq!(c.execute(sql.as_str(), &[&signal_id]).await.expect("plant"), 1);
+            true
+        })
     }
     fn teardown(self) -> futures::future::BoxFuture<'static, ()> {
         Box::pin(self.0.drop_schema())

@@ -1,6 +1,6 @@
 //! Fixtures: a fresh SQLite file per test, in a temporary directory removed on drop.
 
-use kernel_core::ports::{DynDeadLetters, DynInbox, DynResultCache, DynStore, DynTaskInbox};
+use kernel_core::ports::{DynDeadLetters, DynInbox, DynResultCache, DynStore, DynTaskInbox, SignalInbox as _};
 use store_sqlite::{
     SqliteConfig, SqliteDb, SqliteDeadLetters, SqliteResultCache, SqliteSignalInbox, SqliteTaskInbox,
     SqliteWorkflowStore, Synchronous,
@@ -100,6 +100,21 @@ impl InboxDb {
 impl InboxFixture for InboxDb {
     fn inbox(&self) -> &DynInbox {
         &self.1
+    }
+    /// A record whose `wait_key` is no longer UTF-8 text.
+    fn plant_undecodable<'a>(
+        &'a self,
+        signal_id: &'a str,
+        created_at: kernel_core::model::Instant,
+    ) -> futures::future::BoxFuture<'a, bool> {
+        Box::pin(async move {
+            let record = testkit::conformance::inbox::record(signal_id, created_at);
+            self.1.insert(record).await.expect("insert");
+            let c = rusqlite::Connection::open(self.0.db.path()).expect("open");
+            let sql = "UPDATE signal_inbox SET wait_key = CAST(x'ff' AS TEXT) WHERE signal_id = ?1";
+            assert_eq!(c.execute(sql, [signal_id]).expect("plant"), 1);
+            true
+        })
     }
     fn teardown(self) -> futures::future::BoxFuture<'static, ()> {
         drop(self.1);

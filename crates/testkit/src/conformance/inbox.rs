@@ -4,7 +4,8 @@
 //! an empty inbox, and [`inbox_conformance!`](crate::inbox_conformance) expanding to one
 //! `#[tokio::test]` per case from a factory `|| async { Option<impl InboxFixture> }`.
 //! Every write is checked by reading the record back and comparing it with the expected
-//! record in full.
+//! record in full. The case on an undecodable record takes the fixture, which plants it
+//! ([`InboxFixture::plant_undecodable`]).
 
 use crate::memory::InMemoryInbox;
 use crate::time::TestTime;
@@ -18,6 +19,20 @@ use std::sync::Arc;
 pub trait InboxFixture: Send + Sync + 'static {
     /// The port under test.
     fn inbox(&self) -> &DynInbox;
+    /// Store a pending record `signal_id`, created at `created_at`, that does not decode:
+    /// its id, `status` and `created_at` readable, another field changed the way a version
+    /// that wrote it differently or an edit outside the kernel would (the id passed as a
+    /// bound parameter, never pasted into a query). Returns `false` when the fixture
+    /// cannot (the default, e.g. a port behind `Arc<dyn SignalInbox>`): the case that
+    /// needs it then checks nothing.
+    fn plant_undecodable<'a>(
+        &'a self,
+        signal_id: &'a str,
+        created_at: Instant,
+    ) -> futures::future::BoxFuture<'a, bool> {
+        let _ = (signal_id, created_at);
+        Box::pin(async { false })
+    }
     /// Drop the fixture's namespace; the default does nothing.
     fn teardown(self) -> futures::future::BoxFuture<'static, ()>
     where
@@ -30,6 +45,14 @@ pub trait InboxFixture: Send + Sync + 'static {
 impl InboxFixture for InMemoryInbox {
     fn inbox(&self) -> &DynInbox {
         self
+    }
+    fn plant_undecodable<'a>(
+        &'a self,
+        signal_id: &'a str,
+        created_at: Instant,
+    ) -> futures::future::BoxFuture<'a, bool> {
+        InMemoryInbox::plant_undecodable(self, signal_id, created_at);
+        Box::pin(async { true })
     }
 }
 
@@ -54,6 +77,12 @@ pub fn record(signal_id: &str, created_at: Instant) -> SignalRecord {
         match_time: None,
         orphan: false,
     }
+}
+
+/// The `signal_id`s of a page's decoded records; the page has no undecodable one.
+fn ids(page: SignalPage) -> Vec<String> {
+    assert_eq!(page.undecodable, vec![], "nothing undecodable");
+    page.records.into_iter().map(|r| r.signal_id).collect()
 }
 
 async fn insert_new(inbox: &DynInbox, r: SignalRecord) -> SignalRecord {
@@ -125,11 +154,12 @@ pub async fn scan_pending_pages(inbox: &DynInbox) {
         insert_new(inbox, record(id, T0)).await;
     }
     assert!(inbox.mark_matched("sig-2", T0).await.unwrap());
-    let ids = |v: Vec<SignalRecord>| v.into_iter().map(|r| r.signal_id).collect::<Vec<_>>();
-    assert_eq!(ids(inbox.scan_pending(None, 2).await.unwrap()), ["sig-1", "sig-3"]);
+    let first = inbox.scan_pending(None, 2).await.unwrap();
+    assert_eq!((first.read, first.last.as_deref(), first.is_full(2)), (2, Some("sig-3"), true));
+    assert_eq!(ids(first), ["sig-1", "sig-3"]);
     assert_eq!(ids(inbox.scan_pending(Some("sig-3"), 2).await.unwrap()), ["sig-4"]);
     assert_eq!(ids(inbox.scan_pending(Some("sig-4"), 2).await.unwrap()), Vec::<String>::new());
-    assert_eq!(inbox.scan_pending(None, 0).await.unwrap(), vec![], "limit 0 is an empty page");
+    assert_eq!(inbox.scan_pending(None, 0).await.unwrap(), SignalPage::default(), "limit 0 is an empty page");
 }
 
 /// Identifier rule (K-2.0): bad ids are `InvalidInput` and nothing is stored; an id shaped
@@ -144,7 +174,7 @@ pub async fn insert_validates_identifiers(inbox: &DynInbox) {
         let got = inbox.insert(r).await;
         assert!(matches!(got, Err(Error::InvalidInput { .. })), "{what}: got {got:?}");
     }
-    assert_eq!(inbox.scan_pending(None, 10).await.unwrap(), vec![], "nothing stored");
+    assert_eq!(inbox.scan_pending(None, 10).await.unwrap(), SignalPage::default(), "nothing stored");
     let evil = insert_new(inbox, record(r#"{"$ne": null}"#, T0)).await;
     assert_eq!(inbox.get(r#"{"$ne": null}"#).await.unwrap(), Some(evil));
     assert_eq!(inbox.get(r#"{"$gt": ""}"#).await.unwrap(), None);
@@ -159,7 +189,11 @@ async fn refused_insert_writes_nothing(inbox: &DynInbox, bad: SignalRecord, fiel
     if kernel_core::validate::identifier("signal_id", &id).is_ok() {
         assert_eq!(inbox.get(&id).await.unwrap(), None, "nothing stored under {id:?}");
     }
-    assert_eq!(inbox.scan_pending(None, 10).await.unwrap(), vec![good], "only the good record is stored");
+    assert_eq!(
+        inbox.scan_pending(None, 10).await.unwrap(),
+        SignalPage::of(vec![good]),
+        "only the good record is stored"
+    );
 }
 
 /// K-2.0: a wait key with NUL is refused; nothing is stored.
@@ -203,12 +237,51 @@ pub async fn scan_created_before_pages(inbox: &DynInbox) {
         insert_new(inbox, record(id, at)).await;
     }
     assert!(inbox.mark_matched("s-2", T0.plus(5)).await.unwrap());
-    let ids = |v: Vec<SignalRecord>| v.into_iter().map(|r| r.signal_id).collect::<Vec<_>>();
     assert_eq!(ids(inbox.scan_created_before(T0.plus(3), None, 2).await.unwrap()), ["s-1", "s-2"]);
     assert_eq!(ids(inbox.scan_created_before(T0.plus(3), Some("s-2"), 2).await.unwrap()), ["s-3"]);
     assert_eq!(ids(inbox.scan_created_before(T0.plus(3), Some("s-3"), 2).await.unwrap()), Vec::<String>::new());
-    assert_eq!(inbox.scan_created_before(T0.plus(3), None, 0).await.unwrap(), vec![], "limit 0 is an empty page");
+    let empty = SignalPage::default();
+    assert_eq!(inbox.scan_created_before(T0.plus(3), None, 0).await.unwrap(), empty, "limit 0 is an empty page");
     assert_eq!(ids(inbox.scan_created_before(T0, None, 10).await.unwrap()), Vec::<String>::new(), "strictly before");
+}
+
+/// K-9.4: a stored record that does not decode is no error of a scan page. `scan_pending`
+/// and `scan_created_before` return the records around it, report it under its
+/// `signal_id` with a reason, count it as read, and name it as the page's last record when
+/// it ends the page, so the next page starts after it and returns the records behind it.
+pub async fn undecodable_record_is_reported_and_paged_past<X: InboxFixture>(fixture: &X) {
+    let inbox = fixture.inbox();
+    for id in ["sig-1", "sig-3", "sig-4"] {
+        insert_new(inbox, record(id, T0)).await;
+    }
+    if !fixture.plant_undecodable("sig-2", T0).await {
+        eprintln!("the fixture cannot plant an undecodable record: nothing checked");
+        return;
+    }
+    let bad = |page: &SignalPage| page.undecodable.iter().map(|u| u.signal_id.clone()).collect::<Vec<_>>();
+    let good = |page: &SignalPage| page.records.iter().map(|r| r.signal_id.clone()).collect::<Vec<_>>();
+    for scan in ["scan_pending", "scan_created_before"] {
+        let page_of = |after: Option<String>, limit: usize| async move {
+            match scan {
+                "scan_pending" => inbox.scan_pending(after.as_deref(), limit).await,
+                _ => inbox.scan_created_before(T0.plus(1), after.as_deref(), limit).await,
+            }
+        };
+        let all = page_of(None, 10).await.unwrap();
+        assert_eq!(good(&all), ["sig-1", "sig-3", "sig-4"], "{scan}: the others are returned");
+        assert_eq!(bad(&all), ["sig-2"], "{scan}: the bad one is reported by its id");
+        assert!(!all.undecodable[0].reason.is_empty(), "{scan}: with a reason");
+        assert_eq!((all.read, all.last.as_deref()), (4, Some("sig-4")), "{scan}: read and last");
+        // A page that ends on the bad record names it as its last: the next starts after it.
+        let first = page_of(None, 2).await.unwrap();
+        assert_eq!((good(&first), bad(&first)), (vec!["sig-1".to_string()], vec!["sig-2".to_string()]), "{scan}");
+        assert_eq!((first.read, first.last.as_deref(), first.is_full(2)), (2, Some("sig-2"), true), "{scan}");
+        let next = page_of(first.last.clone(), 2).await.unwrap();
+        assert_eq!((good(&next), bad(&next)), (vec!["sig-3".to_string(), "sig-4".to_string()], vec![]), "{scan}");
+        assert_eq!(next.last.as_deref(), Some("sig-4"), "{scan}");
+        let end = page_of(next.last.clone(), 2).await.unwrap();
+        assert_eq!(end, SignalPage::default(), "{scan}: the end");
+    }
 }
 
 /// `scan_workflow`: one workflow's records in one status, newest first, bounded.
@@ -306,5 +379,19 @@ macro_rules! inbox_conformance {
             count_pending_orphans_bounded,
             clear_orphans_of_one_workflow,
         );
+        #[::tokio::test]
+        async fn undecodable_record_is_reported_and_paged_past() {
+            use $crate::conformance::store::__futures::FutureExt as _;
+            let Some(fixture) = ($factory)().await else { return };
+            let outcome = ::std::panic::AssertUnwindSafe(
+                $crate::conformance::inbox::undecodable_record_is_reported_and_paged_past(&fixture),
+            )
+            .catch_unwind()
+            .await;
+            $crate::conformance::inbox::InboxFixture::teardown(fixture).await;
+            if let Err(panic) = outcome {
+                ::std::panic::resume_unwind(panic);
+            }
+        }
     };
 }

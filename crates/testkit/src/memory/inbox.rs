@@ -1,7 +1,7 @@
 use kernel_core::model::Instant;
 use kernel_core::ports::*;
 use kernel_core::WorkflowId;
-use kernel_core::{validate, Result};
+use kernel_core::{validate, Error, Result};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
@@ -9,7 +9,13 @@ use std::sync::{Arc, Mutex};
 #[derive(Debug, Default, Clone)]
 pub struct InMemoryInbox {
     records: Arc<Mutex<BTreeMap<String, SignalRecord>>>,
+    /// Pending records that do not decode, by `signal_id`: their `created_at`
+    /// ([`plant_undecodable`](Self::plant_undecodable)).
+    undecodable: Arc<Mutex<BTreeMap<String, Instant>>>,
 }
+
+/// Why a planted record does not decode.
+const PLANTED_REASON: &str = "planted: the record does not decode";
 
 impl InMemoryInbox {
     /// An empty inbox.
@@ -18,11 +24,58 @@ impl InMemoryInbox {
     }
     /// An independent copy.
     pub fn fork(&self) -> Self {
-        InMemoryInbox { records: Arc::new(Mutex::new(self.records.lock().expect("inbox lock").clone())) }
+        InMemoryInbox {
+            records: Arc::new(Mutex::new(self.records.lock().expect("inbox lock").clone())),
+            undecodable: Arc::new(Mutex::new(self.undecodable.lock().expect("inbox lock").clone())),
+        }
     }
-    /// Every record.
+    /// Every record (planted undecodable ones aside).
     pub fn all(&self) -> Vec<SignalRecord> {
         self.records.lock().expect("inbox lock").values().cloned().collect()
+    }
+    /// Store a pending record `signal_id`, created at `created_at`, that does not decode, as
+    /// a record written by an incompatible version or changed outside the kernel reads in
+    /// a real inbox (it replaces a record of that id): the scans report it in
+    /// [`SignalPage::undecodable`] and page past it; `get` and a duplicate `insert` of it
+    /// are [`Error::Corrupt`]; `delete_if` of pending records deletes it; the other calls
+    /// do not see it.
+    pub fn plant_undecodable(&self, signal_id: &str, created_at: Instant) {
+        self.records.lock().expect("inbox lock").remove(signal_id);
+        self.undecodable.lock().expect("inbox lock").insert(signal_id.to_string(), created_at);
+    }
+
+    /// A scan page: the records `keep` selects (by status and `created_at`; a planted
+    /// record is pending) strictly after `after`, by `signal_id`, at most `limit`.
+    fn page(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+        keep: impl Fn(SignalStatus, Instant) -> bool,
+    ) -> Result<SignalPage> {
+        if let Some(a) = after {
+            validate::identifier("after", a)?;
+        }
+        let r = self.records.lock().expect("inbox lock");
+        let u = self.undecodable.lock().expect("inbox lock");
+        let decoded = r.iter().filter(|(_, s)| keep(s.status, s.created_at)).map(|(id, s)| (id, Some(s)));
+        let planted = u.iter().filter(|(_, at)| keep(SignalStatus::Pending, **at)).map(|(id, _)| (id, None));
+        let mut rows: Vec<_> = decoded.chain(planted).filter(|(id, _)| after.is_none_or(|a| id.as_str() > a)).collect();
+        rows.sort_by(|a, b| a.0.cmp(b.0));
+        let mut page = SignalPage::default();
+        for (id, record) in rows.into_iter().take(limit) {
+            match record {
+                Some(rec) => page.push(rec.clone()),
+                None => page.push_undecodable(id.clone(), PLANTED_REASON.to_string(), true),
+            }
+        }
+        Ok(page)
+    }
+
+    fn check_planted(&self, signal_id: &str) -> Result<()> {
+        if self.undecodable.lock().expect("inbox lock").contains_key(signal_id) {
+            return Err(Error::corrupt(format!("signal {signal_id}: {PLANTED_REASON}")));
+        }
+        Ok(())
     }
 }
 
@@ -31,6 +84,7 @@ impl SignalInbox for InMemoryInbox {
     async fn insert(&self, record: SignalRecord) -> Result<InsertOutcome> {
         // The shared K-2.0 rule, so this fake refuses exactly what a real inbox refuses.
         record.validate()?;
+        self.check_planted(&record.signal_id)?;
         let mut r = self.records.lock().expect("inbox lock");
         if let Some(existing) = r.get(&record.signal_id) {
             return Ok(InsertOutcome::Duplicate(existing.clone()));
@@ -41,6 +95,7 @@ impl SignalInbox for InMemoryInbox {
 
     async fn get(&self, signal_id: &str) -> Result<Option<SignalRecord>> {
         validate::identifier("signal_id", signal_id)?;
+        self.check_planted(signal_id)?;
         Ok(self.records.lock().expect("inbox lock").get(signal_id).cloned())
     }
 
@@ -80,33 +135,12 @@ impl SignalInbox for InMemoryInbox {
         }
     }
 
-    async fn scan_pending(&self, after: Option<&str>, limit: usize) -> Result<Vec<SignalRecord>> {
-        if let Some(a) = after {
-            validate::identifier("after", a)?;
-        }
-        let r = self.records.lock().expect("inbox lock");
-        Ok(r.values()
-            .filter(|s| s.status == SignalStatus::Pending && after.is_none_or(|a| s.signal_id.as_str() > a))
-            .take(limit)
-            .cloned()
-            .collect())
+    async fn scan_pending(&self, after: Option<&str>, limit: usize) -> Result<SignalPage> {
+        self.page(after, limit, |status, _| status == SignalStatus::Pending)
     }
 
-    async fn scan_created_before(
-        &self,
-        before: Instant,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<SignalRecord>> {
-        if let Some(a) = after {
-            validate::identifier("after", a)?;
-        }
-        let r = self.records.lock().expect("inbox lock");
-        Ok(r.values()
-            .filter(|s| s.created_at < before && after.is_none_or(|a| s.signal_id.as_str() > a))
-            .take(limit)
-            .cloned()
-            .collect())
+    async fn scan_created_before(&self, before: Instant, after: Option<&str>, limit: usize) -> Result<SignalPage> {
+        self.page(after, limit, |_, created_at| created_at < before)
     }
 
     async fn scan_workflow(
@@ -127,10 +161,13 @@ impl SignalInbox for InMemoryInbox {
     async fn delete_if(&self, signal_ids: &[String], status: SignalStatus) -> Result<u64> {
         validate_delete_ids(signal_ids)?;
         let mut r = self.records.lock().expect("inbox lock");
+        let mut u = self.undecodable.lock().expect("inbox lock");
         let mut deleted = 0;
         for id in signal_ids {
             if r.get(id).is_some_and(|s| s.status == status) {
                 r.remove(id);
+                deleted += 1;
+            } else if status == SignalStatus::Pending && u.remove(id).is_some() {
                 deleted += 1;
             }
         }

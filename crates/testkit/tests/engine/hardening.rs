@@ -510,10 +510,10 @@ impl SignalInbox for HungInbox {
     async fn mark_matched(&self, _signal_id: &str, _now: Instant) -> Result<bool> {
         self.hang().await
     }
-    async fn scan_pending(&self, _after: Option<&str>, _limit: usize) -> Result<Vec<SignalRecord>> {
+    async fn scan_pending(&self, _after: Option<&str>, _limit: usize) -> Result<SignalPage> {
         self.hang().await
     }
-    async fn scan_created_before(&self, _b: Instant, _a: Option<&str>, _l: usize) -> Result<Vec<SignalRecord>> {
+    async fn scan_created_before(&self, _b: Instant, _a: Option<&str>, _l: usize) -> Result<SignalPage> {
         self.hang().await
     }
     async fn scan_workflow(&self, _w: &WorkflowId, _s: SignalStatus, _l: usize) -> Result<Vec<SignalRecord>> {

@@ -44,18 +44,13 @@ impl SignalInbox for FlakyInbox {
     async fn mark_matched(&self, signal_id: &str, now: Instant) -> Result<bool> {
         self.inner.mark_matched(signal_id, now).await
     }
-    async fn scan_pending(&self, after: Option<&str>, limit: usize) -> Result<Vec<SignalRecord>> {
+    async fn scan_pending(&self, after: Option<&str>, limit: usize) -> Result<SignalPage> {
         if self.down.load(Ordering::SeqCst) {
             return Err(Error::unavailable("inbox down"));
         }
         self.inner.scan_pending(after, limit).await
     }
-    async fn scan_created_before(
-        &self,
-        before: Instant,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<SignalRecord>> {
+    async fn scan_created_before(&self, before: Instant, after: Option<&str>, limit: usize) -> Result<SignalPage> {
         self.inner.scan_created_before(before, after, limit).await
     }
     async fn scan_workflow(&self, w: &WorkflowId, status: SignalStatus, limit: usize) -> Result<Vec<SignalRecord>> {
@@ -107,7 +102,8 @@ async fn health_reports_polling_fallback_maintenance_passes_and_running_claims()
             last_maintenance: None,
             claims_running: 0,
             stopping: false,
-            quarantined: vec![]
+            quarantined: vec![],
+            undecodable_signals: vec![],
         }
     );
 

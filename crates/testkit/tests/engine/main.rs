@@ -35,6 +35,7 @@ mod side_ports;
 mod standalone_publisher;
 mod stored_errors;
 mod stream_fencing;
+mod undecodable_signals;
 mod write_budget;
 
 use kernel_core::{ActivityContext, Definition, StepDef, StepOutcome};

@@ -73,15 +73,10 @@ impl SignalInbox for MarkFails {
         }
         self.inner.mark_matched(signal_id, now).await
     }
-    async fn scan_pending(&self, after: Option<&str>, limit: usize) -> Result<Vec<SignalRecord>> {
+    async fn scan_pending(&self, after: Option<&str>, limit: usize) -> Result<SignalPage> {
         self.inner.scan_pending(after, limit).await
     }
-    async fn scan_created_before(
-        &self,
-        before: Instant,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<SignalRecord>> {
+    async fn scan_created_before(&self, before: Instant, after: Option<&str>, limit: usize) -> Result<SignalPage> {
         self.inner.scan_created_before(before, after, limit).await
     }
     async fn scan_workflow(&self, w: &WorkflowId, status: SignalStatus, limit: usize) -> Result<Vec<SignalRecord>> {
