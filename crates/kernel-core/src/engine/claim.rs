@@ -43,6 +43,7 @@ mod drive;
 mod finish;
 mod query_first;
 mod refused;
+mod request;
 mod steps;
 mod wave;
 
@@ -218,21 +219,8 @@ pub(crate) async fn run(inner: Arc<Inner>, mut inst: WorkflowInstance, token: Cl
                 Err(e) => tracing::warn!(error = %e, "claim not observed"),
             }
         }
-        if super::operator_decision::applies_at_claim(&inst, def.plan()) {
-            // K-6.8: a request whose holder did not apply it (its claim is gone): applied
-            // before anything runs — after a half-done signal match is finished (K-9.4), so
-            // a resume the request clears never leaves its record pending.
-            let matched = match &inst.resume {
-                Some(crate::model::Resume { signal_id: Some(id), .. }) => {
-                    inner.ports.inbox.mark_matched(id, inner.ports.clock.now()).await.is_ok()
-                }
-                _ => true,
-            };
-            if matched {
-                if let Some(end) = super::operator_write::apply_request(&inner, &def, &inst, &token).await {
-                    return end;
-                }
-            }
+        if let Some(end) = request::apply_at_start(&inner, &def, &inst, &token).await {
+            return end;
         }
         let (prepared, refusal) = match prepare(&inst, &def, inner.prepare.as_ref()) {
             Ok(p) => (p, None),
@@ -352,25 +340,6 @@ impl Claim {
     /// clock, never runs beside what this one starts.
     fn past_start_limit(&self) -> bool {
         self.now() >= self.lease.until_or_min().saturating_sub(self.inner.config.max_clock_skew_ms)
-    }
-
-    /// After a miss: read the instance once and apply the operator's request addressed to
-    /// this claim, if one replaced its token (K-6.8); `None` when there is none (the claim
-    /// was lost to another worker) or the read failed (the next claimer applies it).
-    async fn apply_own_request(&self) -> Option<ClaimEnd> {
-        let inst = match self.inner.ports.store.get(&self.workflow_id).await {
-            Ok(Some(inst)) => inst,
-            Ok(None) => return None,
-            Err(e) => {
-                tracing::warn!(error = %e, "instance not read after a miss; a pending request is left to the next claimer");
-                return None;
-            }
-        };
-        let current = inst.claim_token.as_ref()?;
-        if inst.operator_request.as_ref().is_none_or(|r| r.holder != self.token) {
-            return None;
-        }
-        super::operator_write::apply_request(&self.inner, &self.def, &inst, current).await
     }
 
     fn doc(&self) -> std::sync::MutexGuard<'_, ClaimDoc> {
