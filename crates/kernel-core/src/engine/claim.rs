@@ -440,10 +440,20 @@ impl Claim {
     /// activities and release the instance until `now + permit_retry_ms`, one attempt; if
     /// the release cannot be written either, the lease is left to expire.
     async fn hand_back(&self, g: G) -> ClaimEnd {
+        self.hand_back_counting(g, None).await
+    }
+
+    /// [`hand_back`](Self::hand_back), recording the run's count of refused plain writes
+    /// when given (K-6.4).
+    async fn hand_back_counting(&self, g: G, refused: Option<u32>) -> ClaimEnd {
         self.cancel.cancel();
         let now = self.now();
         let delay = self.inner.config.permit_retry_ms;
-        let Ok(t) = Transition::release_after(now, delay) else { return ClaimEnd::Uncertain };
+        let t = match refused {
+            Some(n) => Transition::refused_release(n, now, delay),
+            None => Transition::release_after(now, delay),
+        };
+        let Ok(t) = t else { return ClaimEnd::Uncertain };
         match self.inner.ports.store.apply(&self.workflow_id, &self.guard(g), &t).await {
             Ok(WriteOutcome::Applied { revision }) => {
                 self.applied(&t, revision);

@@ -52,6 +52,17 @@ async fn start(engine: &Engine) {
     engine.publisher().start_or_resume(req).await.unwrap();
 }
 
+/// A minute at a time, drive until `wf-1` has ended (ten minutes at most).
+async fn until_ended(world: &World, engine: &Engine) {
+    for _ in 0..10 {
+        if world.store.peek("wf-1").unwrap().status.is_terminal() {
+            break;
+        }
+        world.clock.advance(60_000);
+        world.drive(engine).await.unwrap();
+    }
+}
+
 /// K-17.6 amendment regression: when the failure finalizer failed, every later claim ran
 /// every inverse again (each up to `compensation_attempts` times), without bound.
 #[tokio::test(flavor = "current_thread")]
@@ -62,13 +73,7 @@ async fn a_failing_finalizer_never_runs_a_finished_inverse_again() {
     let engine = world.engine("w", vec![def(&unreserve, &unpost, 0, Some(finalizer.clone()))]);
     start(&engine).await;
     world.drive(&engine).await.unwrap();
-    for _ in 0..10 {
-        if world.store.peek("wf-1").unwrap().status.is_terminal() {
-            break;
-        }
-        world.clock.advance(60_000);
-        world.drive(&engine).await.unwrap();
-    }
+    until_ended(&world, &engine).await;
     let inst = world.store.peek("wf-1").unwrap();
     assert_eq!(inst.status, WorkflowStatus::Failed);
     assert_eq!(finalizer.load(Ordering::SeqCst), 4, "the finalizer failed three times, then completed");
@@ -121,13 +126,7 @@ async fn a_failed_inverse_is_retried_by_a_later_claim_after_its_backoff_and_esca
     if next_try > world.now() {
         assert!(matches!(engine.tick().await.unwrap(), RoundOutcome::Idle { .. }));
     }
-    for _ in 0..10 {
-        if world.store.peek("wf-1").unwrap().status.is_terminal() {
-            break;
-        }
-        world.clock.advance(60_000);
-        world.drive(&engine).await.unwrap();
-    }
+    until_ended(&world, &engine).await;
     let inst = world.store.peek("wf-1").unwrap();
     assert_eq!(inst.status, WorkflowStatus::Failed);
     let cfg = testkit::harness::test_config("w");

@@ -144,25 +144,27 @@ fn order(fx: &Arc<Effects>) -> Definition {
         .unwrap()
 }
 
+/// An activity counted as `name` whose answer `answer` gives from the effects.
+fn counted(
+    fx: &Arc<Effects>,
+    name: &'static str,
+    answer: fn(&Effects) -> std::result::Result<StepOutcome, ActivityError>,
+) -> impl Activity {
+    let f = fx.clone();
+    move |_c: ActivityContext| {
+        let f = f.clone();
+        async move {
+            f.invoked(name);
+            answer(&f)
+        }
+    }
+}
+
 /// `post → charge`: `charge` fails permanently into a dead letter (K-17.2); the workflow
 /// waits for an operator.
 fn dead_lettered(fx: &Arc<Effects>) -> Definition {
-    let f = fx.clone();
-    let post = move |_c: ActivityContext| {
-        let f = f.clone();
-        async move {
-            f.invoked("post");
-            f.complete("post", json!("posted"))
-        }
-    };
-    let f = fx.clone();
-    let charge = move |_c: ActivityContext| {
-        let f = f.clone();
-        async move {
-            f.invoked("charge");
-            Err::<StepOutcome, _>(ActivityError::permanent("vendor unknown"))
-        }
-    };
+    let post = counted(fx, "post", |f| f.complete("post", json!("posted")));
+    let charge = counted(fx, "charge", |_| Err(ActivityError::permanent("vendor unknown")));
     Definition::builder("dead_letter")
         .step(StepDef::new("post", post))
         .step(StepDef::new("charge", charge).depends_on(["post"]).on_failed(OnFailed::DeadLetter))
@@ -173,30 +175,9 @@ fn dead_lettered(fx: &Arc<Effects>) -> Definition {
 /// `post → check`: `check` fails permanently, `post`'s inverse keeps failing, and the
 /// failure path escalates it to a person through the task inbox (K-17.6).
 fn escalating(fx: &Arc<Effects>) -> Definition {
-    let f = fx.clone();
-    let post = move |_c: ActivityContext| {
-        let f = f.clone();
-        async move {
-            f.invoked("post");
-            f.complete("post", json!("posted"))
-        }
-    };
-    let f = fx.clone();
-    let inverse = move |_c: ActivityContext| {
-        let f = f.clone();
-        async move {
-            f.invoked("post.inverse");
-            Err::<StepOutcome, _>(ActivityError::transient("ledger unavailable"))
-        }
-    };
-    let f = fx.clone();
-    let check = move |_c: ActivityContext| {
-        let f = f.clone();
-        async move {
-            f.invoked("check");
-            Err::<StepOutcome, _>(ActivityError::permanent("check failed"))
-        }
-    };
+    let post = counted(fx, "post", |f| f.complete("post", json!("posted")));
+    let inverse = counted(fx, "post.inverse", |_| Err(ActivityError::transient("ledger unavailable")));
+    let check = counted(fx, "check", |_| Err(ActivityError::permanent("check failed")));
     Definition::builder("escalation")
         .step(StepDef::new("post", post).compensate_with(inverse))
         .step(StepDef::new("check", check).depends_on(["post"]))

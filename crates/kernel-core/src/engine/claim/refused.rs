@@ -60,7 +60,7 @@ impl Claim {
             tracing::error!(refused, error = %e, next = ?after, "the store refused this run's plain writes too often");
         }
         match after {
-            AfterRefusedPlain::HandBack => self.hand_back_refused(g, refused).await,
+            AfterRefusedPlain::HandBack => self.hand_back_counting(g, Some(refused)).await,
             AfterRefusedPlain::FailStep(idx) => self.fail_refused(idx, &e, RefusedWrite::Outcome).await,
             AfterRefusedPlain::FailWorkflow => match self.commit(G::Running, Transition::failing(self.now())).await {
                 Ok(()) => self.fail_path().await,
@@ -121,28 +121,6 @@ impl Claim {
             Unwritten::Refused(e) => {
                 tracing::error!(error = %e, "the store refused the workflow's last way out; the lease is left to expire");
                 self.cancel.cancel();
-                ClaimEnd::Uncertain
-            }
-        }
-    }
-
-    /// The hand-back of a refused plain write: released until `now + permit_retry_ms`
-    /// with the run's count of refused writes; if the release cannot be written either,
-    /// the lease is left to expire.
-    async fn hand_back_refused(&self, g: G, refused: u32) -> ClaimEnd {
-        self.cancel.cancel();
-        let now = self.now();
-        let delay = self.inner.config.permit_retry_ms;
-        let Ok(t) = Transition::refused_release(refused, now, delay) else { return ClaimEnd::Uncertain };
-        match self.inner.ports.store.apply(&self.workflow_id, &self.guard(g), &t).await {
-            Ok(WriteOutcome::Applied { revision }) => {
-                self.applied(&t, revision);
-                self.enqueue(self.priority(), now.saturating_add(delay)).await;
-                ClaimEnd::Released
-            }
-            Ok(WriteOutcome::Missed) => ClaimEnd::ClaimLost,
-            Err(e) => {
-                tracing::warn!(error = %e, "hand-back not written; the lease is left to expire");
                 ClaimEnd::Uncertain
             }
         }
