@@ -11,7 +11,7 @@
 //! | `postgres://[user@]host[:port][/database][?schema=<s>&options]`, `postgresql://…` | store | `postgres` | `PostgresWorkflowStore`, `PostgresSignalInbox`, `PostgresDeadLetters`, `PostgresResultCache`, `PostgresOutbox`, `PostgresObservationRepository` (migrated on connect) |
 //! | `sqlite:<path>` | store or queue | `sqlite` | `SqliteWorkflowStore`, `SqliteSignalInbox`, `SqliteDeadLetters`, `SqliteResultCache`, `SqliteOutbox`, `SqliteObservationRepository` (migrated on open); as a queue, coord-local in that file |
 //! | `local` | queue | `local` | coord-local: in the `sqlite:` store's file, else in this process |
-//! | `memory:` | store or queue | `memory` | testkit's in-process adapters (**demos only**: nothing survives the process, and nothing is shared between processes) |
+//! | `memory:` | store or queue | `memory` | kernel-memory's in-process adapters (**demos only**: nothing survives the process, and nothing is shared between processes) |
 //!
 //! The database defaults to [`DEFAULT_DATABASE`], the PostgreSQL schema to [`DEFAULT_SCHEMA`]
 //! and the key prefix to [`DEFAULT_PREFIX`];
@@ -477,7 +477,7 @@ impl StoreSide {
             #[cfg(feature = "sqlite")]
             StoreHandle::Sqlite(db, path) => sqlite::outbox(db, path).await,
             #[cfg(feature = "memory")]
-            StoreHandle::Memory => Ok(Arc::new(testkit::memory::InMemoryOutbox::new())),
+            StoreHandle::Memory => Ok(Arc::new(kernel_memory::InMemoryOutbox::new())),
             // Only in a build without store drivers, where no `StoreSide` exists.
             #[allow(unreachable_patterns)]
             _ => Err(not_offered(Role::Store, self.scheme, "dispatch outbox")),
@@ -632,7 +632,7 @@ impl QueueSide {
             #[cfg(any(feature = "sqlite", feature = "local"))]
             QueueHandle::Local(coord, _) => Ok(Arc::new(coord.dispatch_candidates())),
             #[cfg(feature = "memory")]
-            QueueHandle::Memory => Ok(Arc::new(testkit::memory::InMemoryCandidates::new())),
+            QueueHandle::Memory => Ok(Arc::new(kernel_memory::InMemoryCandidates::new())),
             // Only in a build without queue drivers, where no `QueueSide` exists.
             #[allow(unreachable_patterns)]
             _ => Err(not_offered(Role::Queue, self.scheme, "dispatch candidates")),

@@ -46,7 +46,7 @@ pub enum Scheme {
     Mongo,
     /// Redis (`queue-redis`, `permit-redis`).
     Redis,
-    /// testkit's in-process adapters; demos only.
+    /// kernel-memory's in-process adapters; demos only.
     Memory,
     /// PostgreSQL (`store-postgres`).
     Postgres,

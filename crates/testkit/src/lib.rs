@@ -3,9 +3,9 @@
 //! Everything needed to test workflows and adapters of the durable workflow kernel without
 //! servers:
 //!
-//! - [`memory`]: in-memory store, inbox, ready queue, wakeup and permits with the same
-//!   atomicity as the real adapters, a [`ManualClock`](memory::ManualClock) and
-//!   deterministic ids;
+//! - [`memory`]: the in-memory adapters of the `kernel-memory` crate, re-exported (store,
+//!   inbox, ready queue, wakeup, permits… with the same atomicity as the real adapters, a
+//!   [`ManualClock`](memory::ManualClock) and deterministic ids);
 //! - [`faults`]: decorators that crash before/after any port call (once, or every n-th
 //!   call over an engine's life), lose wakeups, flush the queue, and audit every store
 //!   write; each implements every method of the port it wraps;

@@ -33,7 +33,7 @@ pub const COUNT_MAX: usize = 1_000_000;
 /// The stores the bench can put under the engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StoreKind {
-    /// testkit's in-memory store: stands in for a store that costs nothing.
+    /// kernel-memory's in-memory store: stands in for a store that costs nothing.
     Memory,
     /// store-mongo against the project's Mongo-wire test server (a functional imitation:
     /// its figures are printed, never compared).

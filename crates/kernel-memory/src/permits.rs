@@ -260,7 +260,7 @@ mod tests {
 
     #[tokio::test]
     async fn usage_and_resources_are_bounded_and_usage_purges_nothing() {
-        let clock = Arc::new(crate::memory::ManualClock::new(Instant::from_millis(1_000)));
+        let clock = Arc::new(crate::ManualClock::new(Instant::from_millis(1_000)));
         let p = InMemoryPermits::new(clock.clone(), HashMap::new(), 100);
         for i in 0..=PERMIT_HOLDERS_MAX {
             assert!(matches!(p.acquire("wide", &owner(i)).await.unwrap(), PermitDecision::Granted { .. }));

@@ -56,8 +56,8 @@ struct State {
 }
 
 /// In-memory [`ReadyQueue`] implementing the 4-lane 8:6:4:2 weighted pop with the burst
-/// window of K-13, exactly as the Redis adapter's Lua does (both run
-/// [`conformance::queue`](crate::conformance::queue)).
+/// window of K-13, exactly as the Redis adapter's Lua does (both run testkit's
+/// `conformance::queue`).
 ///
 /// The rotation, precisely:
 /// - a block of lane `i` serves at most `weights[i]` pops, then the next lane's block

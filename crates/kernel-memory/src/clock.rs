@@ -10,7 +10,7 @@ use tokio::sync::watch;
 /// simulated time.
 ///
 /// ```
-/// use testkit::memory::ManualClock;
+/// use kernel_memory::ManualClock;
 /// use kernel_core::ports::Clock;
 /// let c = ManualClock::new(1_000);
 /// c.advance(500);
@@ -67,7 +67,7 @@ impl Clock for ManualClock {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use testkit::memory::{ManualClock, SkewedClock};
+/// use kernel_memory::{ManualClock, SkewedClock};
 /// use kernel_core::ports::Clock;
 /// let base = Arc::new(ManualClock::new(10_000));
 /// let ahead = SkewedClock::new(base.clone(), 250);
