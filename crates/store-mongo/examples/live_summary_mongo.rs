@@ -6,9 +6,9 @@
 //! Run: `MONGODB_URI=mongodb://127.0.0.1:27017 cargo run -p store-mongo --example live_summary_mongo`
 
 use compose::{url_from_args, Role, StoreSide};
-use kernel_examples::story;
 use std::sync::Arc;
 use testkit::harness::{Lister, World};
+use testkit::scenarios::story;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

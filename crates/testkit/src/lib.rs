@@ -16,7 +16,9 @@
 //!   sweep;
 //! - [`dispatch`]: the same for the dispatch paths (K-11);
 //! - [`port_faults`]: a hook in the engine's port envelope that hangs any port's calls
-//!   and counts every call (K-6.8).
+//!   and counts every call (K-6.8);
+//! - [`scenarios`]: the workflows, fake business systems, the live-summary story and the
+//!   crash-sweep scenarios that the stores' integration tests replay.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -38,4 +40,5 @@ pub mod harness;
 pub mod memory;
 pub mod port_faults;
 pub mod protocol_cases;
+pub mod scenarios;
 pub mod time;

@@ -6,7 +6,6 @@ use super::support::TestDb;
 use kernel_core::dispatch::*;
 use kernel_core::ports::*;
 use kernel_core::{Error, WorkflowStatus};
-use kernel_examples::workflows::{order, ORDER};
 use mongodb::Database;
 use queue_redis::test_support::{require_redis, TestKeys};
 use queue_redis::RedisDispatchCandidates;
@@ -16,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use store_mongo::{MongoConfig, MongoOutbox, MongoSignalInbox, MongoWorkflowStore, OutboxSchema};
 use testkit::dispatch::{crash_windows, DispatchEnv};
 use testkit::harness::{BoxFuture, Lister, World};
+use testkit::scenarios::workflows::{order, ORDER};
 
 /// Outbox fixture: a business collection in a fresh database.
 pub struct OutboxDb(TestDb, MongoOutbox);

@@ -2,7 +2,6 @@
 //! about 20 crash points covering every scenario on both sides of its boundaries, same zero
 //! counts as in memory). Every run gets a fresh database.
 
-use kernel_examples::scenarios::*;
 use mongodb::{Client, Database};
 use rand::Rng;
 use std::collections::HashMap;
@@ -10,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use store_mongo::{MongoConfig, MongoSignalInbox, MongoWorkflowStore};
 use testkit::faults::CrashPlan;
 use testkit::harness::{crash_run_on, sweep_on, BoxFuture, Lister, Scenario, SweepSample, World};
+use testkit::scenarios::*;
 
 #[tokio::test]
 async fn crash_sweep_on_mongo() {

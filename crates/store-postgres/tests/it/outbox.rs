@@ -34,7 +34,6 @@ mod conformance {
 mod crash_windows {
     use crate::support::{server_url, SchemaSet};
     use kernel_core::dispatch::AcceptRequest;
-    use kernel_examples::workflows::{order, ORDER};
     use serde_json::json;
     use std::collections::HashMap;
     use std::sync::Arc;
@@ -42,6 +41,7 @@ mod crash_windows {
     use testkit::dispatch::{crash_windows, DispatchEnv};
     use testkit::harness::{BoxFuture, Lister, World};
     use testkit::memory::InMemoryCandidates;
+    use testkit::scenarios::workflows::{order, ORDER};
 
     fn request(i: usize) -> AcceptRequest {
         let object_id = format!("obj-{i}");

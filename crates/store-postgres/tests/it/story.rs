@@ -1,11 +1,11 @@
-//! The live-summary story (the README's first demo, `kernel_examples::story`) with its
+//! The live-summary story (the README's first demo, `testkit::scenarios::story`) with its
 //! durable state on PostgreSQL: instances and the signal inbox in a fresh schema. The story
 //! fails unless every workflow completes with every business result done.
 
 use crate::support::TestSchema;
-use kernel_examples::story;
 use std::sync::Arc;
 use testkit::harness::{Lister, World};
+use testkit::scenarios::story;
 
 #[tokio::test]
 async fn live_summary_story_on_postgres() {

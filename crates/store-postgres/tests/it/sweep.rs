@@ -3,11 +3,11 @@
 //! fresh schema (one pool for all of them); the same zero counts as in memory.
 
 use crate::support::{server_url, SchemaSet};
-use kernel_examples::scenarios::*;
 use std::collections::HashMap;
 use std::sync::Arc;
 use store_postgres::{PostgresConfig, PostgresSignalInbox, PostgresWorkflowStore};
 use testkit::harness::{sweep_on, BoxFuture, Lister, Scenario, SweepSample, World};
+use testkit::scenarios::*;
 
 #[tokio::test]
 async fn crash_sweep_on_postgres() {

@@ -3,11 +3,11 @@
 //! file (`synchronous=NORMAL`); the same zero counts as in memory.
 
 use crate::support::config;
-use kernel_examples::scenarios::*;
 use std::collections::HashMap;
 use std::sync::Arc;
 use store_sqlite::{SqliteDb, SqliteSignalInbox, SqliteWorkflowStore};
 use testkit::harness::{sweep_on, BoxFuture, Lister, Scenario, SweepSample, World};
+use testkit::scenarios::*;
 
 #[tokio::test]
 async fn crash_sweep_on_sqlite() {

@@ -1,7 +1,10 @@
 //! The seed's story as a library, so it can run on any durable store.
 
-use crate::business::{Business, FakeAsr};
-use crate::workflows::{self, CrashHook};
+use super::business::{Business, FakeAsr};
+use super::workflows::{self, CrashHook};
+use crate::faults::{CrashPlan, CrashPorts, CrashSwitch};
+use crate::harness::{test_config, BoxFuture, World};
+use crate::memory::PermitLimits;
 use kernel_core::engine::{Engine, RoundOutcome};
 use kernel_core::ports::Observation;
 use kernel_core::transition::TransitionKind;
@@ -10,9 +13,6 @@ use serde_json::json;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use testkit::faults::{CrashPlan, CrashPorts, CrashSwitch};
-use testkit::harness::{test_config, BoxFuture, World};
-use testkit::memory::PermitLimits;
 
 /// The four workers of the story.
 pub const WORKERS: [&str; 4] = ["A", "B", "C", "D"];

@@ -1,6 +1,6 @@
 //! The workflows of the seed's story and of the crash sweep.
 
-use crate::business::{Business, FakeAsr, FakeSummarizer};
+use super::business::{Business, FakeAsr, FakeSummarizer};
 use kernel_core::model_call::{ModelRequest, OutputSchema};
 use kernel_core::ports::{DynOutbox, Signal};
 use kernel_core::record::VersionRef;

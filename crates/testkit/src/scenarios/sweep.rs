@@ -1,14 +1,14 @@
-//! Scenarios for the crash-window sweep (`testkit::harness::sweep`).
+//! Scenarios for the crash-window sweep ([`harness::sweep`](crate::harness::sweep)).
 
-use crate::business::{Business, FakeAsr};
-use crate::workflows;
+use super::business::{Business, FakeAsr};
+use super::workflows;
+use crate::harness::{BoxFuture, Scenario, ScenarioRun, ScenarioVerdict, World};
+use crate::memory::ManualClock;
 use kernel_core::ports::{Clock, DynStore};
 use kernel_core::{ActivityContext, StepDef, StepOutcome, WorkflowId};
 use kernel_core::{Definition, Engine, Priority, StartRequest, WorkflowInstance, WorkflowStatus};
 use serde_json::json;
 use std::sync::Arc;
-use testkit::harness::{BoxFuture, Scenario, ScenarioRun, ScenarioVerdict, World};
-use testkit::memory::ManualClock;
 
 fn peek<'a>(instances: &'a [WorkflowInstance], id: &str) -> Option<&'a WorkflowInstance> {
     instances.iter().find(|i| i.workflow_id == id)
@@ -499,8 +499,8 @@ pub struct RefundScenario;
 
 struct RefundRun {
     objects: Objects,
-    dead_letters: testkit::memory::MemoryDeadLetters,
-    tasks: testkit::memory::MemoryTaskInbox,
+    dead_letters: crate::memory::MemoryDeadLetters,
+    tasks: crate::memory::MemoryTaskInbox,
 }
 
 impl Scenario for RefundScenario {

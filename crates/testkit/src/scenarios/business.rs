@@ -1,4 +1,4 @@
-//! Fake business systems for the examples: a business collection with fencing tokens
+//! Fake business systems for the scenarios and the examples: a business collection with fencing tokens
 //! (K-11.5, K-12) and an asynchronous speech-recognition service that deduplicates by the
 //! kernel's idempotency key (K-17.1).
 
