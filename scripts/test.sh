@@ -64,6 +64,19 @@ if cargo tree --workspace --exclude soak -e normal,features --prefix none | grep
   cargo tree --workspace -e normal,features -i queue-redis -i observer >&2 || true
   exit 1
 fi
+# No production crate reaches test code: testkit (the harness, the fault and crash
+# decorators, the conformance suites, the scenarios) is in no production crate's normal
+# dependencies, whatever features are on. The demos and harnesses under examples/ may use it.
+testkit_users=$(cargo tree --workspace --all-features -e normal -i testkit --prefix none | awk '{print $1}' | sort -u)
+production_reaching_testkit=$(printf '%s\n' "$testkit_users" | grep -Ex \
+  'compose|coord-local|kernel-core|kernel-memory|kernel-metrics|observer|ops|ops-server|sql-protocol|sse-stream|wfk|store-.+|.*redis.*' \
+  || true)
+if [ -n "$production_reaching_testkit" ]; then
+  echo "production crates depend on testkit (test code) through their normal dependencies:" >&2
+  printf '  %s\n' $production_reaching_testkit >&2
+  cargo tree --workspace --all-features -e normal -i testkit >&2 || true
+  exit 1
+fi
 
 if command -v redis-cli >/dev/null 2>&1 && ! redis-cli -u "$REDIS_URL" ping >/dev/null 2>&1; then
   case "$REDIS_URL" in
