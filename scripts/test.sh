@@ -245,23 +245,24 @@ ws_test queue-redis it redis_outage_engines_complete_through_the_store_and_lanes
 section "Redis Cluster (3 local masters: the Redis adapters' suites, K-13/K-14/K-16)"
 # A throw-away cluster on free ports (scripts/redis-cluster.sh stops exactly what it
 # started). The same tests run on it as on the one server of "cargo test" above: every
-# integration test of queue-redis (queue, wakeup, dispatch-candidates and result-cache
-# conformance suites among them), permit-redis (its conformance suite) and sse-stream, and a
-# worker on a cluster queue URL through compose. Left out: the permit benchmark smoke test
-# (single connections to one node) and the migration of untagged keys (one server only).
+# integration test of redis-conn (the connection), queue-redis (queue, wakeup,
+# dispatch-candidates and result-cache conformance suites among them), permit-redis (its
+# conformance suite) and sse-stream, and a worker on a cluster queue URL through compose.
+# Left out: the permit benchmark smoke test (single connections to one node) and the
+# migration of untagged keys (one server only).
 cluster_out=$(bash scripts/redis-cluster.sh start)
 eval "$(printf '%s\n' "$cluster_out" | grep '^REDIS_CLUSTER_')"
 cluster_skips=(--skip bench_smoke --skip untagged_limits_of_an_earlier_version_migrate)
 cluster_count() { grep -c ': test$' || true; }
 single_node=0
-for pkg in queue-redis permit-redis sse-stream; do
+for pkg in redis-conn queue-redis permit-redis sse-stream; do
   single_node=$((single_node + $(ws_test "$pkg" it "${cluster_skips[@]}" --list | cluster_count)))
 done
 single_node=$((single_node + $(ws_test compose it redis_queue --list | cluster_count)))
 cluster_log=$(mktemp)
 : >"$cluster_log"
 cluster_ok=1
-for pkg in queue-redis permit-redis sse-stream; do
+for pkg in redis-conn queue-redis permit-redis sse-stream; do
   REDIS_URL="$REDIS_CLUSTER_URL" ws_test "$pkg" it "${cluster_skips[@]}" >>"$cluster_log" 2>&1 || cluster_ok=""
 done
 REDIS_URL="$REDIS_CLUSTER_URL" ws_test compose it redis_queue >>"$cluster_log" 2>&1 || cluster_ok=""

@@ -49,7 +49,7 @@ pub(crate) async fn store(target: &Target) -> Result<StoreSide, ComposeError> {
 pub(crate) async fn observation_repository(
     db: &mongodb::Database,
 ) -> Result<Arc<observer::DynRepository>, ComposeError> {
-    let repo = observer::MongoObservationRepository::open(db).await.map_err(|e| ComposeError::Connect {
+    let repo = store_mongo::MongoObservationRepository::open(db).await.map_err(|e| ComposeError::Connect {
         role: Role::Store,
         url: format!("database {}", db.name()),
         what: "open the observation repository",

@@ -18,10 +18,10 @@
 //!   them), and the operator audit log ([`AuditEntry`], appended once per id, paged newest
 //!   first, purged in bounded pages); the writer's retention passes ([`Retention`]) delete
 //!   finished workflows' snapshots and attempt rows and old audit entries, so the
-//!   projection does not grow without bound; [`InMemoryObservationRepository`] and, with the `mongo` feature,
-//!   `MongoObservationRepository`. Both run the
-//!   repository conformance suite (`conformance`, with the `testing` feature, as is the
-//!   fault decorator `faults`).
+//!   projection does not grow without bound; [`InMemoryObservationRepository`] here, and
+//!   one repository beside each store (`store-mongo`'s `MongoObservationRepository`,
+//!   `store-postgres`'s and `store-sqlite`'s). All run the repository conformance suite
+//!   (`conformance`, with the `testing` feature, as is the fault decorator `faults`).
 //! - [`repair_snapshots`] rebuilds snapshots of finished workflows from instances;
 //!   [`OpsView`] answers the ops queries without ever touching `workflow_instances`.
 //!
@@ -46,8 +46,6 @@ pub mod conformance;
 #[cfg(feature = "testing")]
 pub mod faults;
 pub mod model;
-#[cfg(feature = "mongo")]
-mod mongo;
 mod ops;
 mod repair;
 mod repo;
@@ -55,8 +53,6 @@ mod sink;
 
 pub use audit::{AuditEntry, AuditQuery, AuditResult};
 pub use model::{AttemptOutcome, AttemptQuery, AttemptRow, Snapshot, SnapshotQuery, StepSummary};
-#[cfg(feature = "mongo")]
-pub use mongo::{MongoObservationRepository, ATTEMPTS_COLLECTION, AUDIT_COLLECTION, SNAPSHOTS_COLLECTION};
 pub use ops::OpsView;
 pub use repair::{repair_snapshots, RepairReport, REPAIR_IDS_MAX};
 pub use repo::{

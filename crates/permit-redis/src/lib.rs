@@ -73,13 +73,13 @@ use kernel_core::ports::{
     PermitDecision, PermitHolder, PermitOwner, PermitUsage, Permits, PERMIT_HOLDERS_MAX, PERMIT_RESOURCES_MAX,
 };
 use kernel_core::{validate, Error, Result};
-use queue_redis::map_redis_error;
 use redis::Script;
+use redis_conn::map_redis_error;
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
 /// The connection types [`RedisPermits::new`] takes, so callers need no `redis` dependency.
-pub use queue_redis::{ConnectionManager, RedisConn};
+pub use redis_conn::{ConnectionManager, RedisConn};
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/acquire.lua")));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/release.lua")));
@@ -134,7 +134,7 @@ impl RedisPermitsConfig {
 
     /// Check every field.
     pub fn validate(&self) -> Result<()> {
-        queue_redis::check_prefix(&self.prefix)?;
+        redis_conn::check_prefix(&self.prefix)?;
         validate::positive_ms("lease_ms", self.lease_ms)?;
         if self.lease_ms > LEASE_MS_MAX {
             return Err(Error::invalid("lease_ms", format_args!("{} exceeds {LEASE_MS_MAX}", self.lease_ms)));
@@ -194,7 +194,7 @@ impl std::fmt::Debug for RedisPermits {
 /// The shared Redis connection helper and its timeouts: a call that takes longer than
 /// `RESPONSE_TIMEOUT_MS` counts as failed, and the permit then fails closed (the step is
 /// deferred).
-pub use queue_redis::{connect, CONNECT_TIMEOUT_MS, RESPONSE_TIMEOUT_MS};
+pub use redis_conn::{connect, CONNECT_TIMEOUT_MS, RESPONSE_TIMEOUT_MS};
 
 impl RedisPermits {
     /// Permits with `config`.
@@ -629,7 +629,7 @@ mod tests {
             let base = RedisPermits::keys_of(&p.prefix, r);
             let slots: std::collections::BTreeSet<u16> = [base.limits, base.holders, base.starts, base.indexed]
                 .iter()
-                .map(|k| queue_redis::hash_slot(k))
+                .map(|k| redis_conn::hash_slot(k))
                 .collect();
             assert_eq!(slots.len(), 1, "{r}: {slots:?}");
             *slots.first().unwrap()

@@ -1,9 +1,9 @@
 use crate::RedisConn;
-use crate::{check_prefix, map_redis_error};
 use kernel_core::model::{DurationMs, Instant};
 use kernel_core::ports::*;
 use kernel_core::{validate, Error, Result};
 use redis::Script;
+use redis_conn::{check_prefix, map_redis_error};
 use serde_json::{json, Value};
 use std::sync::LazyLock;
 

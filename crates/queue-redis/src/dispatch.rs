@@ -1,9 +1,9 @@
 use crate::RedisConn;
-use crate::{check_prefix, map_redis_error};
 use kernel_core::model::Instant;
 use kernel_core::ObjectId;
 use kernel_core::{validate, Error, Result};
 use redis::Script;
+use redis_conn::{check_prefix, map_redis_error};
 use std::sync::LazyLock;
 
 static POP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/dispatch_pop.lua")));

@@ -1,9 +1,9 @@
 use crate::RedisConn;
-use crate::{check_prefix, map_redis_error};
 use kernel_core::model::{DurationMs, Instant, Priority};
 use kernel_core::ports::{check_enqueue_many, check_pop_max, LaneEntry, LaneStats, ReadyQueue};
 use kernel_core::{validate, Error, Result, WorkflowId};
 use redis::Script;
+use redis_conn::{check_prefix, map_redis_error};
 use std::sync::LazyLock;
 
 static ENQUEUE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/enqueue.lua")));
@@ -230,7 +230,7 @@ mod tests {
         let slots = |prefix: &str| {
             let mut keys = lane_keys(prefix).to_vec();
             keys.push(rotation_key(prefix));
-            keys.iter().map(|k| crate::hash_slot(k)).collect::<std::collections::BTreeSet<u16>>()
+            keys.iter().map(|k| redis_conn::hash_slot(k)).collect::<std::collections::BTreeSet<u16>>()
         };
         assert_eq!(slots("orders").len(), 1);
         let spread: std::collections::BTreeSet<u16> =

@@ -21,13 +21,14 @@
 //! Each adapter is constructible from a URL ([`RedisReadyQueue::from_url`],
 //! [`RedisWakeup::from_url`], [`RedisDispatchCandidates::from_url`]); several adapters on one
 //! connection come from a [`RedisConnection`]. Neither needs the `redis` crate in the
-//! caller's manifest (its connection types are re-exported here).
+//! caller's manifest (the connection types of `redis-conn`, which opens every Redis
+//! connection of the workspace, are re-exported here).
 //!
 //! # Redis Cluster
 //!
 //! Every adapter runs on one server or on a Redis Cluster: a URL that lists several nodes
 //! (`redis://h1:7000,h2:7001`) or says `redis+cluster://` opens a cluster connection
-//! ([`Topology`], [`RedisConn`]). A cluster refuses a script whose keys lie in different
+//! ([`Topology`](redis_conn::Topology), [`RedisConn`]). A cluster refuses a script whose keys lie in different
 //! hash slots (`CROSSSLOT`), so the keys one script touches carry one hash tag (the part
 //! in `{…}`), chosen so that the load spreads over the nodes:
 //!
@@ -60,64 +61,25 @@
 //! ```
 
 mod cache;
-mod conn;
 mod dispatch;
 mod lanes;
-#[cfg(feature = "testing")]
-pub mod test_support;
 mod wakeup;
 
+/// Test support of every Redis-backed test (`redis_conn::test_support`), here for the tests
+/// and harnesses that use the queue adapters with it.
+#[cfg(feature = "testing")]
+pub use redis_conn::test_support;
+
 pub use cache::RedisResultCache;
-pub use conn::{hash_slot, RedisConn, Topology, CLUSTER_SEEDS_MAX, CLUSTER_SLOTS};
 pub use dispatch::{RedisDispatchCandidates, DISPATCH_BATCH_MAX};
 pub use lanes::{LaneWeights, RedisReadyQueue, BURST_MAX, LANE_WEIGHT_MAX};
-/// The connection types the constructors take, so callers need no `redis` dependency.
-pub use redis::{aio::ConnectionManager, Client};
+/// The connection types and helpers the constructors take (from `redis-conn`), so callers
+/// need no further dependency.
+pub use redis_conn::{connect, connect_client, Client, ConnectionManager, RedisConn};
 pub use wakeup::RedisWakeup;
 
-use kernel_core::{validate, Error, Result};
-use redis::aio::ConnectionManagerConfig;
-use std::time::Duration;
-
-/// How long one Redis call may take before it counts as failed.
-pub const RESPONSE_TIMEOUT_MS: u64 = 2_000;
-/// How long one connection attempt may take.
-pub const CONNECT_TIMEOUT_MS: u64 = 2_000;
-
-/// Map a Redis failure into the kernel's error: the one mapping of every Redis-backed adapter
-/// (queue, wakeup, candidates, permits, stream sink). Every Redis failure is
-/// [`Error::Unavailable`] with the driver's error as its cause (`source()`): the data in Redis
-/// only accelerates, so a caller either falls back to the store (queue), fails closed
-/// (permits) or drops a best-effort frame (streams); none needs to know whether a lost reply
-/// had taken effect.
-pub fn map_redis_error(e: redis::RedisError) -> Error {
-    Error::unavailable_with(format!("redis: {e}"), e)
-}
-
-/// Open a reconnecting, multiplexed connection with bounded timeouts, so that a dead Redis
-/// makes calls fail quickly instead of hanging the engine (a queue call falls back to the
-/// store, a permit fails closed): to one server, or to a cluster when the URL says so (see
-/// [`Topology`]). The one connection helper of every Redis-backed adapter: a malformed URL
-/// is [`Error::InvalidInput`] (field `redis url`), an unreachable server
-/// [`Error::Unavailable`], both with the driver's error as their cause.
-pub async fn connect(url: &str) -> Result<RedisConn> {
-    match Topology::parse(url)? {
-        Topology::Single(url) => {
-            let client = redis::Client::open(url).map_err(|e| Error::invalid_with("redis url", e.to_string(), e))?;
-            Ok(RedisConn::Single(connect_client(client).await?))
-        }
-        Topology::Cluster(nodes) => Ok(RedisConn::Cluster(conn::connect_cluster(&nodes).await?)),
-    }
-}
-
-/// [`connect`] for an already opened client.
-pub async fn connect_client(client: redis::Client) -> Result<ConnectionManager> {
-    let config = ConnectionManagerConfig::new()
-        .set_response_timeout(Some(Duration::from_millis(RESPONSE_TIMEOUT_MS)))
-        .set_connection_timeout(Some(Duration::from_millis(CONNECT_TIMEOUT_MS)))
-        .set_number_of_retries(2);
-    ConnectionManager::new_with_config(client, config).await.map_err(map_redis_error)
-}
+use kernel_core::{Error, Result};
+use redis_conn::{check_prefix, connect_cluster, map_redis_error, Topology};
 
 /// One Redis deployment, a server or a cluster: the clients that open the wakeup's
 /// dedicated pub/sub connections (one per seed node of a cluster) and one shared
@@ -138,7 +100,7 @@ impl std::fmt::Debug for RedisConnection {
 impl RedisConnection {
     /// Connect to `url`: `redis://[user:password@]host[:port][/db]` (or `rediss://` where
     /// the driver was built with TLS) for one server, `redis+cluster://host:port[,…]` or
-    /// `redis://host:port,host:port[,…]` for a cluster ([`Topology`]). A malformed URL is
+    /// `redis://host:port,host:port[,…]` for a cluster ([`Topology`](redis_conn::Topology)). A malformed URL is
     /// [`Error::InvalidInput`]; an unreachable server is [`Error::Unavailable`].
     pub async fn open(url: &str) -> Result<Self> {
         let open = |u: &str| Client::open(u).map_err(|e| Error::invalid_with("redis url", e.to_string(), e));
@@ -150,7 +112,7 @@ impl RedisConnection {
             }
             Topology::Cluster(nodes) => {
                 let clients = nodes.iter().map(|n| open(n)).collect::<Result<Vec<_>>>()?;
-                let conn = conn::connect_cluster(&nodes).await?;
+                let conn = connect_cluster(&nodes).await?;
                 Ok(RedisConnection { clients, conn: RedisConn::Cluster(conn) })
             }
         }
@@ -242,14 +204,3 @@ impl RedisConnection {
 
 /// Keys one `SCAN` page of [`RedisConnection::purge_prefix`] asks for (and one `DEL` takes).
 pub const PURGE_PAGE: usize = 500;
-
-/// Check a key prefix: the identifier rule of K-2.0, and no `{` or `}`: the key layouts put
-/// their own hash tags after the prefix (see the crate docs), and a brace in the prefix
-/// would make it the tag of every key, all in one slot of a cluster.
-pub fn check_prefix(prefix: &str) -> Result<()> {
-    validate::identifier("prefix", prefix)?;
-    if prefix.contains(['{', '}']) {
-        return Err(Error::invalid("prefix", "must not contain `{` or `}` (the key layouts set their own hash tags)"));
-    }
-    Ok(())
-}

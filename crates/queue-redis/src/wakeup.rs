@@ -1,8 +1,8 @@
 use crate::RedisConn;
-use crate::{check_prefix, map_redis_error};
 use futures::StreamExt;
 use kernel_core::ports::{Wakeup, WakeupReceiver};
 use kernel_core::Result;
+use redis_conn::{check_prefix, map_redis_error};
 use std::time::Duration;
 
 /// Longest pause between two resubscribe attempts.

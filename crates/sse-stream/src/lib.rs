@@ -46,14 +46,14 @@ pub use writer::RedisStreamSink;
 use kernel_core::model::DurationMs;
 pub use kernel_core::ports::StreamKey;
 use kernel_core::{Error, Result};
-use queue_redis::map_redis_error;
+use redis_conn::map_redis_error;
 /// The connection types [`RedisStreamSink::new`] and [`Forwarder::new`] take (one server or a
 /// cluster), so callers need no `redis` dependency.
-pub use queue_redis::{ConnectionManager, RedisConn};
+pub use redis_conn::{ConnectionManager, RedisConn};
 
 /// The shared Redis connection helper and its timeouts (a frame append that takes longer
 /// than `RESPONSE_TIMEOUT_MS` is dropped; streams are best effort, K-16).
-pub use queue_redis::{connect, CONNECT_TIMEOUT_MS, RESPONSE_TIMEOUT_MS};
+pub use redis_conn::{connect, CONNECT_TIMEOUT_MS, RESPONSE_TIMEOUT_MS};
 
 /// Writer settings. Times in ms.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,7 +100,7 @@ impl StreamConfig {
 
     /// Check the limits.
     pub fn validate(&self) -> Result<()> {
-        queue_redis::check_prefix(&self.prefix)?;
+        redis_conn::check_prefix(&self.prefix)?;
         let positive = |field: &str, v: u64| {
             if v == 0 {
                 Err(Error::invalid(field, "must be positive"))

@@ -6,6 +6,9 @@
 //! [`MongoResultCache`] implements [`ResultCache`](kernel_core::ports::ResultCache).
 //! [`MongoDeadLetters`] implements [`DeadLetters`](kernel_core::ports::DeadLetters).
 //! [`MongoTaskInbox`] implements [`TaskInbox`](kernel_core::ports::TaskInbox).
+//! [`MongoObservationRepository`] is the observer's projection (K-15) on the same database
+//! ([`ObservationRepository`](observer::ObservationRepository), the collections
+//! `observation_attempts`, `observation_snapshots` and `observation_audit`).
 //!
 //! Every port write is **one** single-document `findAndModify`, `update` or `insert` whose
 //! filter is `workflow_id = id AND <guard>` (K-6.4); the update is translated from the typed
@@ -60,6 +63,7 @@ mod codec;
 mod dead_letter;
 pub mod error;
 mod inbox;
+mod observation;
 mod outbox;
 pub mod protocol;
 mod store;
@@ -68,6 +72,7 @@ mod task_inbox;
 pub use cache::{MongoResultCache, RESULT_CACHE};
 pub use dead_letter::MongoDeadLetters;
 pub use inbox::MongoSignalInbox;
+pub use observation::{MongoObservationRepository, ATTEMPTS_COLLECTION, AUDIT_COLLECTION, SNAPSHOTS_COLLECTION};
 pub use outbox::{MongoOutbox, OutboxSchema};
 pub use protocol::Limits;
 pub use store::MongoWorkflowStore;

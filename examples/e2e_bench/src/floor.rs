@@ -83,7 +83,7 @@ pub async fn connect(client: &redis::Client) -> Result<MultiplexedConnection, St
     client.get_multiplexed_async_connection_with_config(&config).await.map_err(rerr("connect"))
 }
 
-/// The engine's Redis call and connect timeout (`queue_redis::RESPONSE_TIMEOUT_MS`), restated
+/// The engine's Redis call and connect timeout (`redis_conn::RESPONSE_TIMEOUT_MS`), restated
 /// so the floor depends on no adapter.
 const RESPONSE_TIMEOUT: Duration = Duration::from_millis(2_000);
 

@@ -5,7 +5,7 @@
 #[path = "../../examples/redis_bench.rs"]
 mod redis_bench;
 
-use queue_redis::test_support::require_redis;
+use redis_conn::test_support::require_redis;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_runs_end_to_end() {

@@ -26,7 +26,7 @@ impl PermitHooks for PermitsFixture {
     async fn flush(&self) {
         // Only this test's keys: the shared server is never flushed.
         // One key per DEL: on a cluster the keys are in different slots.
-        let mut conn = queue_redis::connect(&self.keys.url).await.expect("connect");
+        let mut conn = redis_conn::connect(&self.keys.url).await.expect("connect");
         for key in self.keys.keys() {
             redis::cmd("DEL").arg(key).query_async::<i64>(&mut conn).await.expect("DEL");
         }

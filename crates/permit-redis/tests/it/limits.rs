@@ -9,7 +9,7 @@ use kernel_core::ports::{PermitDecision, PermitOwner, Permits, PERMIT_HOLDERS_MA
 use kernel_core::Error;
 use kernel_core::{ClaimToken, WorkflowId};
 use permit_redis::{RedisPermits, RedisPermitsConfig};
-use queue_redis::test_support::DedicatedRedis;
+use redis_conn::test_support::DedicatedRedis;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -203,7 +203,7 @@ async fn lowering_the_limit_live_affects_new_acquires_only() {
     }
     assert!(matches!(f.permits.acquire(r, &owner(5)).await.unwrap(), PermitDecision::Denied { .. }));
     // What an operator does: HSET on the live hash.
-    let mut admin = queue_redis::connect(&f.keys.url).await.unwrap();
+    let mut admin = redis_conn::connect(&f.keys.url).await.unwrap();
     redis::cmd("HSET")
         .arg(f.permits.keys(r).limits)
         .arg("max_concurrency")
@@ -240,7 +240,7 @@ async fn missing_fields_fall_back_and_garbage_fails_closed() {
         return;
     };
     let tenant = RedisPermits::tenant_resource("acme", "asr").unwrap();
-    let mut admin = queue_redis::connect(&f.keys.url).await.unwrap();
+    let mut admin = redis_conn::connect(&f.keys.url).await.unwrap();
     // Only the starts field set: concurrency still comes from the configured default (1).
     redis::cmd("HSET")
         .arg(f.permits.keys(&tenant).limits)
@@ -268,7 +268,7 @@ async fn missing_fields_fall_back_and_garbage_fails_closed() {
 #[tokio::test]
 async fn redis_loss_fails_closed() {
     let Some(server) = DedicatedRedis::start("redis_loss_fails_closed") else { return };
-    let p = RedisPermits::new(queue_redis::connect(&server.url).await.unwrap(), config()).unwrap();
+    let p = RedisPermits::new(redis_conn::connect(&server.url).await.unwrap(), config()).unwrap();
     assert!(matches!(p.acquire("r", &owner(1)).await.unwrap(), PermitDecision::Granted { .. }));
     drop(server);
     let e = p.acquire("r", &owner(2)).await.expect_err("server is gone");
@@ -287,7 +287,7 @@ async fn script_time_is_redis_time_and_keys_stay_under_prefix() {
     let a = f.permits.acquire_at("res", &owner(1)).await.unwrap();
     let after = f.permits.redis_time_us().await.unwrap();
     assert!(before <= a.redis_time_us && a.redis_time_us <= after);
-    let mut admin = queue_redis::connect(&f.keys.url).await.unwrap();
+    let mut admin = redis_conn::connect(&f.keys.url).await.unwrap();
     // An index only holders wrote expires with them: a second after the lease, plus one
     // lease of headroom so that renewals rarely write it.
     let ttl: i64 = redis::cmd("PTTL").arg(f.permits.index_key()).query_async(&mut admin).await.unwrap();
@@ -333,7 +333,7 @@ async fn renewal_after_a_flush_reregisters_without_a_start() {
     f.permits.set_limits(r, limits(1, 1)).await.unwrap();
     assert!(matches!(f.permits.acquire(r, &owner(1)).await.unwrap(), PermitDecision::Granted { .. }));
     // Lose the holders and the start window (what a flush does to this resource).
-    let mut admin = queue_redis::connect(&f.keys.url).await.unwrap();
+    let mut admin = redis_conn::connect(&f.keys.url).await.unwrap();
     let keys = f.permits.keys(r);
     redis::cmd("DEL").arg(&keys.holders).arg(&keys.starts).query_async::<i64>(&mut admin).await.unwrap();
     assert!(f.permits.holders(r).await.unwrap().is_empty());
@@ -355,7 +355,7 @@ async fn renewal_after_a_flush_reregisters_without_a_start() {
 #[tokio::test]
 async fn operator_calls_cost_a_fixed_number_of_calls() {
     let Some(server) = DedicatedRedis::start("operator_calls_cost_a_fixed_number_of_calls") else { return };
-    let mut conn = queue_redis::connect(&server.url).await.unwrap();
+    let mut conn = redis_conn::connect(&server.url).await.unwrap();
     let p = RedisPermits::new(conn.clone(), config()).unwrap();
     p.load_scripts().await.unwrap();
     assert!(matches!(p.acquire("r", &owner(1)).await.unwrap(), PermitDecision::Granted { .. }));
@@ -413,7 +413,7 @@ async fn resources_prunes_the_index_and_usage_skips_foreign_members() {
     else {
         return;
     };
-    let mut admin = queue_redis::connect(&f.keys.url).await.unwrap();
+    let mut admin = redis_conn::connect(&f.keys.url).await.unwrap();
     for i in 0..5 {
         assert!(matches!(
             f.permits.acquire(&format!("gone-{i}"), &owner(i)).await.unwrap(),
@@ -468,7 +468,7 @@ async fn set_limits_on_one_worker_binds_the_next_acquire_of_another() {
 #[tokio::test]
 async fn steady_acquires_and_renewals_are_one_round_trip_and_list_the_resource_once() {
     let Some(server) = DedicatedRedis::start("steady_acquires_and_renewals_are_one_round_trip") else { return };
-    let mut conn = queue_redis::connect(&server.url).await.unwrap();
+    let mut conn = redis_conn::connect(&server.url).await.unwrap();
     let config = config().lease_ms(30_000).default_limits("r", limits(2, 0));
     let p = RedisPermits::new(conn.clone(), config).unwrap();
     p.load_scripts().await.unwrap();
@@ -502,7 +502,7 @@ async fn untagged_limits_of_an_earlier_version_migrate() {
     let Some(f) = permits_fixture("untagged_limits_of_an_earlier_version_migrate", 30_000, config()).await else {
         return;
     };
-    let mut admin = queue_redis::connect(&f.keys.url).await.unwrap();
+    let mut admin = redis_conn::connect(&f.keys.url).await.unwrap();
     let old = format!("{}:permit:asr:limits", f.permits.config().prefix);
     let _: () = redis::cmd("HSET")
         .arg(&old)

@@ -1,5 +1,5 @@
 //! Integration tests of the Redis permits against a real Redis (`REDIS_URL`, default
-//! `redis://127.0.0.1:6379`; see `queue_redis::test_support`), and the Redis-loss test of
+//! `redis://127.0.0.1:6379`; see `redis_conn::test_support`), and the Redis-loss test of
 //! the engine on both Redis adapters.
 
 mod bench_smoke;
@@ -11,8 +11,8 @@ mod url;
 
 use kernel_core::model::DurationMs;
 use permit_redis::{PermitLimits, RedisPermits, RedisPermitsConfig};
-use queue_redis::connect;
-use queue_redis::test_support::{require_redis, TestKeys};
+use redis_conn::connect;
+use redis_conn::test_support::{require_redis, TestKeys};
 
 /// Permits under a fresh prefix whose keys are deleted on drop.
 pub struct PermitsFixture {

@@ -3,7 +3,7 @@
 use kernel_core::ports::{PermitDecision, PermitOwner, Permits};
 use kernel_core::Error;
 use permit_redis::{RedisPermits, RedisPermitsConfig};
-use queue_redis::test_support::{require_redis, TestKeys};
+use redis_conn::test_support::{require_redis, TestKeys};
 
 #[tokio::test]
 async fn permits_from_a_url_enforce_their_limits() {

@@ -2,7 +2,7 @@
 
 use kernel_core::ports::{Clock, DynClock, Frame, StreamKey, StreamOwner, StreamSink, SystemClock};
 use kernel_core::Error;
-use queue_redis::test_support::{require_redis, TestKeys};
+use redis_conn::test_support::{require_redis, TestKeys};
 use sse_stream::{RedisStreamSink, StreamConfig, StreamSecret};
 use std::sync::Arc;
 

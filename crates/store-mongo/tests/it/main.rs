@@ -8,6 +8,7 @@
 mod bad_input;
 mod conformance;
 mod errors;
+mod observation;
 mod outbox;
 mod protocol;
 mod quarantine;

@@ -26,7 +26,7 @@ pub const CLUSTER_SEEDS_MAX: usize = 64;
 /// nodes are found from it.
 ///
 /// ```
-/// use queue_redis::Topology;
+/// use redis_conn::Topology;
 /// let t = Topology::parse("redis+cluster://127.0.0.1:7000,127.0.0.1:7001/?protocol=resp3").unwrap();
 /// assert_eq!(
 ///     t,
@@ -98,11 +98,11 @@ impl Topology {
 }
 
 /// A reconnecting connection to one Redis server or to a Redis Cluster, with bounded
-/// timeouts; every adapter of this crate (and of `permit-redis` and `sse-stream`) runs on
+/// timeouts; every Redis adapter (`queue-redis`, `permit-redis`, `sse-stream`) runs on
 /// either. Cheap to clone; clones share the connection.
 ///
 /// On a cluster every command is routed by its first key, so each script's keys must share
-/// one hash slot: the adapters' key layouts see to that (see the crate docs).
+/// one hash slot: the adapters' key layouts see to that (see `queue-redis`'s crate docs).
 #[derive(Clone)]
 pub enum RedisConn {
     /// One server ([`ConnectionManager`]: reconnects on its own).
@@ -179,7 +179,7 @@ pub const CLUSTER_SLOTS: u16 = 16_384;
 /// [`CLUSTER_SLOTS`]. Keys with the same slot can share a script on a cluster.
 ///
 /// ```
-/// use queue_redis::hash_slot;
+/// use redis_conn::hash_slot;
 /// assert_eq!(hash_slot("123456789"), 12_739); // the example of the cluster specification
 /// assert_eq!(hash_slot("a:{t}:1"), hash_slot("b:{t}:2"));
 /// assert_eq!(hash_slot("a{}b"), hash_slot("a{}b")); // an empty tag: the whole key
@@ -251,9 +251,11 @@ impl ConnectionLike for RedisConn {
     }
 }
 
-/// Open a cluster connection from its seed URLs, with the timeouts of every connection of
-/// this crate.
-pub(crate) async fn connect_cluster(nodes: &[String]) -> Result<ClusterConnection> {
+/// Open a cluster connection from its seed URLs (as [`Topology::Cluster`] lists them), with
+/// the timeouts of every connection of this crate (see [`connect`](crate::connect)). A seed
+/// list the driver refuses is [`Error::InvalidInput`] (field `redis url`), an unreachable
+/// cluster [`Error::Unavailable`].
+pub async fn connect_cluster(nodes: &[String]) -> Result<ClusterConnection> {
     let client = redis::cluster::ClusterClientBuilder::new(nodes.iter().map(String::as_str))
         .connection_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
         .response_timeout(Duration::from_millis(RESPONSE_TIMEOUT_MS))

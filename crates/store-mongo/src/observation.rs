@@ -1,5 +1,7 @@
-//! The MongoDB repository (feature `mongo`): collections `observation_attempts`,
-//! `observation_snapshots` and `observation_audit`, never `workflow_instances`.
+//! The observer's projection on MongoDB: [`MongoObservationRepository`] implements
+//! [`ObservationRepository`] (and so serves [`OpsView`](observer::OpsView)) on the
+//! collections `observation_attempts`, `observation_snapshots` and `observation_audit`. It
+//! never reads `workflow_instances`.
 //!
 //! Both collections use the same revision rule with one upsert per record:
 //! filter `{_id, revision: {$lte: r}}`, `upsert: true`. When the stored revision is newer
@@ -17,10 +19,6 @@
 //! a paging cursor is `updated_at < t OR (updated_at = t AND _id > key)`. An audit entry is
 //! one insert with `_id = id`; a duplicate key is the entry already being there.
 
-use crate::audit::{check_audit_purge_limit, AuditEntry, AuditQuery};
-use crate::model::{effective_limit, prefix_upper_bound, AttemptQuery, AttemptRow, Snapshot, SnapshotQuery};
-use crate::repo::{check_finished_purge_limit, ObservationRepository, FINISHED_STATUSES};
-use crate::{Error, Result};
 use futures::TryStreamExt;
 use kernel_core::model::Instant;
 use kernel_core::ports::Observation;
@@ -28,6 +26,9 @@ use mongodb::bson::{doc, Bson, Document};
 use mongodb::error::{ErrorKind, WriteFailure};
 use mongodb::options::IndexOptions;
 use mongodb::{Collection, Database, IndexModel};
+use observer::audit::{check_audit_purge_limit, AuditEntry, AuditQuery};
+use observer::model::{effective_limit, prefix_upper_bound, AttemptQuery, AttemptRow, Snapshot, SnapshotQuery};
+use observer::{check_finished_purge_limit, Error, ObservationRepository, Result, FINISHED_STATUSES};
 
 /// Attempt rows.
 pub const ATTEMPTS_COLLECTION: &str = "observation_attempts";

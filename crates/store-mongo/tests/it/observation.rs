@@ -1,29 +1,19 @@
-//! The repository on a Mongo-wire server (`MONGODB_URI`): the conformance suite, the
-//! property test, and a poison record the server itself refuses. Each test uses a fresh
-//! random database, dropped afterwards; the whole file stays well under 1 500 operations.
+//! The observer's repository on a Mongo-wire server (`MONGODB_URI`): the conformance
+//! suite, the property test, and a poison record the server itself refuses. Each test uses
+//! a fresh random database, dropped afterwards; the whole file stays well under 1 500
+//! operations.
 
 use kernel_core::ports::{DynClock, ObservationSink};
 use kernel_core::transition::TransitionKind;
 use mongodb::bson::{doc, Bson};
 use mongodb::{Client, Database};
 use observer::conformance::{obs, poison, RepositoryFixture};
-use observer::{DynRepository, MongoObservationRepository, Observer, ObserverConfig, SNAPSHOTS_COLLECTION};
+use observer::{DynRepository, Observer, ObserverConfig};
 use proptest::prelude::*;
 use rand::Rng;
 use std::sync::Arc;
+use store_mongo::{MongoObservationRepository, ATTEMPTS_COLLECTION, SNAPSHOTS_COLLECTION};
 use testkit::memory::ManualClock;
-
-/// The one place deciding whether the Mongo tests run: `MONGODB_URI`, or a skip with a
-/// printed reason; under CI (`testkit::ci`) a missing server fails.
-fn mongo_uri(test: &str) -> Option<String> {
-    match std::env::var("MONGODB_URI") {
-        Ok(uri) if !uri.trim().is_empty() => Some(uri),
-        _ => testkit::ci::skip_or_fail(
-            test,
-            "MONGODB_URI is not set (eval \"$(scripts/mongo-wire.sh start)\"; export MONGODB_URI)",
-        ),
-    }
-}
 
 pub struct MongoFixture {
     client: Client,
@@ -32,8 +22,8 @@ pub struct MongoFixture {
 }
 
 impl MongoFixture {
-    async fn new(test: &str) -> Option<MongoFixture> {
-        let uri = mongo_uri(test)?;
+    async fn new() -> Option<MongoFixture> {
+        let uri = crate::support::mongo_uri()?;
         let client = Client::with_uri_str(&uri).await.expect("valid MONGODB_URI");
         let db = client.database(&format!("wfk_obs_{:016x}", rand::thread_rng().gen::<u64>()));
         let repo = MongoObservationRepository::open(&db).await.expect("open repository");
@@ -54,8 +44,8 @@ impl RepositoryFixture for MongoFixture {
     }
 }
 
-async fn fixture(case: &str) -> Option<MongoFixture> {
-    MongoFixture::new(case).await
+async fn fixture(_case: &str) -> Option<MongoFixture> {
+    MongoFixture::new().await
 }
 
 observer::repository_conformance!(fixture);
@@ -64,7 +54,7 @@ observer::repository_conformance!(fixture);
 /// raw snapshot update of a `$`-prefixed step path comes back as a write error.
 #[tokio::test]
 async fn server_really_rejects_the_poison_record() {
-    let Some(fx) = MongoFixture::new("server_really_rejects_the_poison_record").await else { return };
+    let Some(fx) = MongoFixture::new().await else { return };
     let reply = fx
         .db
         .run_command(doc! {
@@ -85,7 +75,7 @@ async fn server_really_rejects_the_poison_record() {
 /// 100 observations, one the server refuses: 99 written, 1 isolated by bisection.
 #[tokio::test]
 async fn poison_in_a_batch_of_100_on_mongo() {
-    let Some(fx) = MongoFixture::new("poison_in_a_batch_of_100_on_mongo").await else { return };
+    let Some(fx) = MongoFixture::new().await else { return };
     let clock = Arc::new(ManualClock::default());
     let config = ObserverConfig { queue_capacity: 200, batch_size_max: 100, ..ObserverConfig::default() };
     let (observer, writer) =
@@ -99,8 +89,7 @@ async fn poison_in_a_batch_of_100_on_mongo() {
     assert_eq!((s.written, s.poison), (99, 1), "{s:?}");
     let snapshots = fx.db.collection::<mongodb::bson::Document>(SNAPSHOTS_COLLECTION).count_documents(doc! {}).await;
     assert_eq!(snapshots.unwrap(), 99);
-    let attempts =
-        fx.db.collection::<mongodb::bson::Document>(observer::ATTEMPTS_COLLECTION).count_documents(doc! {}).await;
+    let attempts = fx.db.collection::<mongodb::bson::Document>(ATTEMPTS_COLLECTION).count_documents(doc! {}).await;
     // The poison's attempt row (its step name is only a value there) may exist; its
     // snapshot, where the name is a key, does not.
     assert!(attempts.unwrap() >= 99);
@@ -116,7 +105,7 @@ proptest! {
     fn out_of_order_older_revisions_never_overwrite_newer_snapshots_on_mongo(seed in any::<u64>()) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
-            let Some(fx) = MongoFixture::new("out_of_order_property_on_mongo").await else { return };
+            let Some(fx) = MongoFixture::new().await else { return };
             observer::conformance::out_of_order_revisions_keep_the_newest(&fx.repo, seed, 2).await;
             fx.teardown().await;
         });
