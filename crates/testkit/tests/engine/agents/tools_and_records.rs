@@ -33,10 +33,7 @@ fn pay_agent(world: &World, oracle: &Arc<Oracle>, limits: AgentLimits) -> Agent 
 
 async fn run_pay(world: &World, agent: Agent) -> WorkflowInstance {
     let def = Definition::builder("pay").step(StepDef::agent("pay", agent)).build().unwrap();
-    let engine = world.engine("A", vec![def]);
-    engine.publisher().start_or_resume(StartRequest::new("pay", "pay:1", json!({}))).await.unwrap();
-    world.drive(&engine).await.unwrap();
-    world.instances().await.unwrap().pop().unwrap()
+    world.run_to_rest(def, "pay", "pay:1").await
 }
 
 fn one_agent_step(
@@ -62,10 +59,7 @@ fn one_agent_step(
 }
 
 async fn run_one(world: &World, def: Definition) -> WorkflowInstance {
-    let engine = world.engine("A", vec![def]);
-    engine.publisher().start_or_resume(StartRequest::new("one", "one:1", json!({}))).await.unwrap();
-    world.drive(&engine).await.unwrap();
-    world.instances().await.unwrap().pop().unwrap()
+    world.run_to_rest(def, "one", "one:1").await
 }
 
 /// A tool's permanent error and a call to a tool the agent does not have are recorded as

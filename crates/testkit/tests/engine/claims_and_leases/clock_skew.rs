@@ -79,7 +79,7 @@ async fn a_holder_starts_nothing_a_worker_with_a_faster_clock_may_already_own() 
     b_ports.clock = Arc::new(SkewedClock::new(world.clock.clone(), 400));
     let b = world.engine_on(b_ports, test_config("B"), vec![def()]);
 
-    a.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf")).await.unwrap();
+    world.start_as(&a, "t", "b", "wf").await;
     let t0 = world.now();
     let a_claim = tokio::spawn(async move { a.tick().await });
     settle().await;

@@ -50,7 +50,7 @@ async fn k6_3_heartbeats_go_on_while_an_activity_blocks_its_thread() {
     let def = Definition::builder("t").step(StepDef::new("block", blocking).timeout_ms(3_600_000)).build().unwrap();
     let engine = world.engine("w", vec![def]);
     let (hb, lease_ms) = (engine.config().heartbeat_ms, engine.config().lease_ms);
-    engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf-1")).await.unwrap();
+    world.start_as(&engine, "t", "b", "wf-1").await;
     world.audit.reset_traffic();
     let e = engine.clone();
     let claim = tokio::spawn(async move { e.tick().await });
@@ -258,7 +258,7 @@ fn a_driver_dropped_with_its_runtime_is_replaced_by_the_next_claim() {
     let runtime = || tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let first = runtime();
     first.block_on(async {
-        engine.publisher().start_or_resume(StartRequest::new("t", "one", json!({})).workflow_id("wf-1")).await.unwrap();
+        world.start_as(&engine, "t", "one", "wf-1").await;
         let e = engine.clone();
         tokio::spawn(async move { e.tick().await });
         settle().await;
@@ -267,7 +267,7 @@ fn a_driver_dropped_with_its_runtime_is_replaced_by_the_next_claim() {
     drop(first);
     let second = runtime();
     second.block_on(async {
-        engine.publisher().start_or_resume(StartRequest::new("t", "two", json!({})).workflow_id("wf-2")).await.unwrap();
+        world.start_as(&engine, "t", "two", "wf-2").await;
         let e = engine.clone();
         let claim = tokio::spawn(async move { e.tick().await });
         settle().await;

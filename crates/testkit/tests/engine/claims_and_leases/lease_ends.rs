@@ -139,7 +139,7 @@ async fn a_shutdown_timeout_leaves_the_lease_to_expire() {
     let config = EngineConfig { shutdown_timeout_ms: DurationMs::from_secs(20), ..test_config("w") };
     let engine = world.engine_on(world.ports(), config, vec![def]);
     let hb = engine.config().heartbeat_ms;
-    engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf-3")).await.unwrap();
+    world.start_as(&engine, "t", "b", "wf-3").await;
     let running = engine.spawn();
     settle().await;
     assert_eq!(world.store.peek("wf-3").unwrap().steps[0].status, StepStatus::Running);
@@ -170,7 +170,7 @@ async fn an_uncertain_heartbeat_ends_the_claim_and_cancels_the_activity() {
     let mut ports = world.ports();
     ports.store = store.clone();
     let engine = world.engine_on(ports, test_config("w"), vec![until_cancelled(cancelled.clone(), second.clone())]);
-    engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf-3")).await.unwrap();
+    world.start_as(&engine, "t", "b", "wf-3").await;
     let e = engine.clone();
     let claim = tokio::spawn(async move { e.tick().await });
     settle().await;
@@ -206,7 +206,7 @@ async fn a_shutdown_release_between_waves_enqueues_the_instance() {
         .build()
         .unwrap();
     let engine = world.engine_on(world.ports(), test_config("w"), vec![def]);
-    engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf-9")).await.unwrap();
+    world.start_as(&engine, "t", "b", "wf-9").await;
     let running = engine.spawn();
     settle().await;
     assert_eq!(world.store.peek("wf-9").unwrap().steps[0].status, StepStatus::Running);

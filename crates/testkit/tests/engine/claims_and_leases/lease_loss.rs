@@ -139,7 +139,7 @@ async fn run_case(seed: u64, fault: HeartbeatFault) -> Case {
     b_ports.clock = Arc::new(SkewedClock::new(world.clock.clone(), skew.as_millis()));
     let b = world.engine_on(b_ports, test_config("B"), vec![long_step(seen.clone(), truth.clone())]);
 
-    a.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf")).await.unwrap();
+    world.start_as(&a, "t", "b", "wf").await;
     let lease = a.config().lease_ms;
     let holder = tokio::spawn(async move { a.tick().await });
     settle().await;

@@ -47,11 +47,6 @@ fn def(
     b.build().unwrap()
 }
 
-async fn start(engine: &Engine) {
-    let req = StartRequest::new("inv", "b1", json!({})).workflow_id("wf-1");
-    engine.publisher().start_or_resume(req).await.unwrap();
-}
-
 /// A minute at a time, drive until `wf-1` has ended (ten minutes at most).
 async fn until_ended(world: &World, engine: &Engine) {
     for _ in 0..10 {
@@ -71,7 +66,7 @@ async fn a_failing_finalizer_never_runs_a_finished_inverse_again() {
     let (unreserve, unpost, finalizer) =
         (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
     let engine = world.engine("w", vec![def(&unreserve, &unpost, 0, Some(finalizer.clone()))]);
-    start(&engine).await;
+    world.start_as(&engine, "inv", "b1", "wf-1").await;
     world.drive(&engine).await.unwrap();
     until_ended(&world, &engine).await;
     let inst = world.store.peek("wf-1").unwrap();
@@ -101,7 +96,7 @@ async fn a_failed_inverse_is_retried_by_a_later_claim_after_its_backoff_and_esca
         .port_hook(calls.clone())
         .build()
         .unwrap();
-    start(&engine).await;
+    world.start_as(&engine, "inv", "b1", "wf-1").await;
     // The steps run; `check` fails; the compensation starts with `post`'s inverse.
     let mut ends = Vec::new();
     while let RoundOutcome::Ran { end, .. } = engine.tick().await.unwrap() {
@@ -165,7 +160,7 @@ async fn an_inverse_whose_process_ends_during_every_attempt_is_given_up_and_esca
         .build()
         .unwrap();
     let engine = world.engine("w", vec![def]);
-    start(&engine).await;
+    world.start_as(&engine, "inv", "b1", "wf-1").await;
     let lease = engine.config().lease_ms;
     for _ in 0..10 {
         if world.store.peek("wf-1").unwrap().status.is_terminal() {

@@ -67,7 +67,7 @@ async fn a_panicking_predicate_fails_its_step() {
         .build()
         .unwrap();
     let engine = world.engine("A", vec![def]);
-    start(&engine, "panicky", "p:1").await;
+    world.start(&engine, "panicky", "p:1").await;
     world.drive(&engine).await.unwrap();
     let inst = world.instances().await.unwrap().pop().unwrap();
     assert_eq!(inst.status, WorkflowStatus::Failed);

@@ -40,7 +40,7 @@ async fn a_loop_reruns_its_body_in_a_new_epoch_per_iteration() {
     let world = World::new(11);
     let review = Review::new(4);
     let engine = world.engine("A", vec![review.definition(5, OnFailed::Stop)]);
-    let wf = start(&engine, "review", "file:1").await;
+    let wf = world.start(&engine, "review", "file:1").await;
     world.drive(&engine).await.unwrap();
     let inst = world.instance(wf.as_str()).await.unwrap();
     assert_eq!(inst.status, WorkflowStatus::Completed);
@@ -78,7 +78,7 @@ async fn a_loop_past_its_maximum_stops_by_the_senders_policy() {
         let world = World::new(12);
         let review = Review::new(100);
         let engine = world.engine("A", vec![review.definition(2, policy)]);
-        let wf = start(&engine, "review", "file:2").await;
+        let wf = world.start(&engine, "review", "file:2").await;
         world.drive(&engine).await.unwrap();
         let inst = world.instance(wf.as_str()).await.unwrap();
         assert_eq!(inst.status, status, "{policy:?}");
@@ -149,7 +149,7 @@ async fn an_outer_loop_restarts_the_inner_loops_counter() {
         .build()
         .unwrap();
     let engine = world.engine("A", vec![def]);
-    let wf = start(&engine, "nested", "n:1").await;
+    let wf = world.start(&engine, "nested", "n:1").await;
     world.drive(&engine).await.unwrap();
     let inst = world.instance(wf.as_str()).await.unwrap();
     assert_eq!(inst.status, WorkflowStatus::Completed, "{:?}", inst.steps);
@@ -175,7 +175,7 @@ async fn sibling_loops_stay_bounded() {
         .build()
         .unwrap();
     let engine = world.engine("A", vec![def]);
-    let wf = start(&engine, "siblings", "s:1").await;
+    let wf = world.start(&engine, "siblings", "s:1").await;
     let report = world.drive_until(&engine, 200, &|| false).await.unwrap();
     let inst = world.instance(wf.as_str()).await.unwrap();
     assert_eq!(inst.status, WorkflowStatus::Completed, "{} claims; {:?}", report.claims(), inst.steps);
@@ -191,7 +191,7 @@ async fn an_operator_completion_at_the_maximum_leaves_the_loop() {
     let world = World::new(18);
     let review = Review::new(100);
     let engine = world.engine("A", vec![review.definition(1, OnFailed::DeadLetter)]);
-    let wf = start(&engine, "review", "file:dl").await;
+    let wf = world.start(&engine, "review", "file:dl").await;
     world.drive(&engine).await.unwrap();
     let dls = world.dead_letters.list(Some(DeadLetterStatus::Open), None, 10).await.unwrap();
     assert_eq!(dls.len(), 1);
@@ -231,7 +231,7 @@ async fn a_regenerate_restarts_the_loop_counter() {
         }
     });
     let engine = world.engine("A", vec![review.extended(2, OnFailed::Stop, gate)]);
-    let wf = start(&engine, "review", "file:regen").await;
+    let wf = world.start(&engine, "review", "file:regen").await;
     world.drive(&engine).await.unwrap();
     let before = world.instance(wf.as_str()).await.unwrap();
     assert_eq!((before.status, before.steps[1].iterations), (WorkflowStatus::Waiting, 2));
@@ -280,7 +280,7 @@ async fn a_waiting_sibling_in_the_body_does_not_hold_the_loop_back() {
         .build()
         .unwrap();
     let engine = world.engine("A", vec![def]);
-    let wf = start(&engine, "wave", "w:1").await;
+    let wf = world.start(&engine, "wave", "w:1").await;
     world.drive(&engine).await.unwrap();
     let inst = world.instance(wf.as_str()).await.unwrap();
     assert_eq!(inst.status, WorkflowStatus::Completed, "{:?}", inst.steps);
@@ -310,7 +310,7 @@ async fn a_streaming_step_in_the_body_resets_its_stream_per_iteration() {
         .build()
         .unwrap();
     let engine = world.engine("A", vec![def]);
-    start(&engine, "streamed", "st:1").await;
+    world.start(&engine, "streamed", "st:1").await;
     world.drive(&engine).await.unwrap();
     let key = world.streams.keys().pop().expect("one stream");
     let stream = world.streams.get(&key).unwrap();
@@ -329,7 +329,7 @@ async fn a_loop_iteration_costs_four_writes() {
         let world = World::new(22);
         let review = Review::new(needed);
         let engine = world.engine("A", vec![review.definition(5, OnFailed::Stop)]);
-        start(&engine, "review", "file:writes").await;
+        world.start(&engine, "review", "file:writes").await;
         world.audit.reset_traffic(); // from the claim on: the create is the publisher's
         world.drive(&engine).await.unwrap();
         let inst = world.instances().await.unwrap().pop().unwrap();
@@ -375,7 +375,7 @@ async fn a_stop_at_the_maximum_never_drops_a_siblings_wait() {
         .build()
         .unwrap();
     let engine = world.engine("A", vec![def]);
-    let wf = start(&engine, "two", "two:1").await;
+    let wf = world.start(&engine, "two", "two:1").await;
     world.drive(&engine).await.unwrap();
     let inst = world.instance(wf.as_str()).await.unwrap();
     assert!(
@@ -417,7 +417,7 @@ async fn a_halted_sibling_outside_the_body_keeps_its_wait() {
         .build()
         .unwrap();
     let engine = world.engine("A", vec![def]);
-    let wf = start(&engine, "outside", "o:1").await;
+    let wf = world.start(&engine, "outside", "o:1").await;
     world.drive(&engine).await.unwrap();
     let inst = world.instance(wf.as_str()).await.unwrap();
     // y (outside the body) is waiting; its wait was stored.
@@ -451,7 +451,7 @@ async fn an_operator_completion_survives_a_replay() {
     });
     let def = review.extended(1, OnFailed::DeadLetter, file);
     let engine = world.engine("A", vec![def]);
-    let wf = start(&engine, "review", "file:replay").await;
+    let wf = world.start(&engine, "review", "file:replay").await;
     world.drive(&engine).await.unwrap();
     let dl = world.dead_letters.list(Some(DeadLetterStatus::Open), None, 10).await.unwrap().pop().unwrap();
     let output = json!({ "complete": false, "documents": 2, "waived": true });

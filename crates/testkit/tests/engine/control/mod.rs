@@ -90,16 +90,6 @@ impl Review {
     }
 }
 
-async fn start(engine: &Engine, workflow_type: &str, biz_key: &str) -> WorkflowId {
-    engine
-        .publisher()
-        .start_or_resume(StartRequest::new(workflow_type, biz_key, json!({})))
-        .await
-        .unwrap()
-        .instance
-        .workflow_id
-}
-
 // --- branches ---------------------------------------------------------------------------
 
 /// Invoice or receipt: `classify` records a kind; `invoice` and `receipt` run only for

@@ -343,7 +343,7 @@ async fn control_report() {
         let world = World::new(31);
         let review = Review::new(100);
         let engine = world.engine("A", vec![review.definition(2, policy)]);
-        start(&engine, "review", "file:limit").await;
+        world.start(&engine, "review", "file:limit").await;
         world.drive(&engine).await.unwrap();
         for i in world.instances().await.unwrap() {
             loop_stops += i

@@ -123,7 +123,7 @@ async fn health_reports_polling_fallback_maintenance_passes_and_running_claims()
     inbox.down.store(false, Ordering::SeqCst);
 
     // Without the doorbell, a start is noticed at the next poll.
-    engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf-b")).await.unwrap();
+    world.start_as(&engine, "t", "b", "wf-b").await;
     settle().await;
     assert_eq!(running.health().claims_running, 0, "not noticed before the poll");
     world.clock.advance(config.poll_interval_ms);
@@ -146,7 +146,7 @@ async fn health_reports_a_subscribed_wakeup() {
     let h = running.health();
     assert_eq!((h.wakeup, h.claims_running, h.stopping), (WakeupState::Subscribed, 0, false));
     // The doorbell alone (no clock move) gets a start claimed and run.
-    engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf-b")).await.unwrap();
+    world.start_as(&engine, "t", "b", "wf-b").await;
     settle().await;
     assert_eq!(world.store.peek("wf-b").unwrap().status, WorkflowStatus::Completed);
     assert!(running.shutdown().await);

@@ -129,7 +129,7 @@ async fn retention_deletes_pending_records_of_an_older_generation() {
         .build()
         .unwrap();
     let engine = world.engine("w", vec![def]);
-    engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf-b")).await.unwrap();
+    world.start_as(&engine, "t", "b", "wf-b").await;
     world.drive(&engine).await.unwrap();
     for (id, g) in [("old-1", 1), ("old-2", 2), ("next-4", 4)] {
         assert_eq!(engine.deliver_signal(signal("wf-b", "approved", g, id)).await.unwrap(), DeliverOutcome::Pending);

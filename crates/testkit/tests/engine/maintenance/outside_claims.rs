@@ -177,7 +177,7 @@ async fn an_activated_wait_is_enqueued_even_when_the_inbox_mark_fails() {
     let mut ports = world.ports();
     ports.inbox = inbox.clone();
     let engine = world.engine_on(ports, testkit::harness::test_config("w"), vec![waits_for_approval("t")]);
-    engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf-b")).await.unwrap();
+    world.start_as(&engine, "t", "b", "wf-b").await;
     world.drive(&engine).await.unwrap();
     assert_eq!(world.store.peek("wf-b").unwrap().status, WorkflowStatus::Waiting);
     world.queue.flush();

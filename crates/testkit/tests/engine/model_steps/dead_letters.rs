@@ -2,7 +2,6 @@
 //! step, a lost record is written at the poll, retries are bounded in time, a done query
 //! completes the step, and maintenance purges expired cache entries and closed dead letters.
 
-use super::*;
 use kernel_core::activity::idempotency_key_at;
 use kernel_core::definition::QueryAnswer;
 use kernel_core::model_call::OutputSchema;
@@ -202,7 +201,7 @@ async fn a_done_query_completes_the_step_without_running_it_again() {
     let world = World::new(11);
     let (runs, queries) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let def = lost_reply("q", &runs, &queries, 3, || QueryAnswer::Done(json!({"charged": true})));
-    let inst = run_to_rest(&world, def, "q", "biz:q").await;
+    let inst = world.run_to_rest(def, "q", "biz:q").await;
     assert_eq!(inst.status, WorkflowStatus::Completed);
     assert_eq!((runs.load(Ordering::SeqCst), queries.load(Ordering::SeqCst)), (1, 1));
 }

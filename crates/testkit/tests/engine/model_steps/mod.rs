@@ -18,7 +18,6 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use testkit::harness::World;
 
 /// What the scripted model answers for the n-th sample of a call.
 #[derive(Clone, Debug)]
@@ -93,15 +92,6 @@ impl Model for ScriptedModel {
             Answer::RateLimited => Err(ActivityError::transient("rate limited")),
         }
     }
-}
-
-/// Start one workflow of `def` on a fresh engine and drive it until nothing is left to do;
-/// the stored instance afterwards.
-async fn run_to_rest(world: &World, def: Definition, workflow_type: &str, biz_key: &str) -> WorkflowInstance {
-    let engine = world.engine("A", vec![def]);
-    engine.publisher().start_or_resume(StartRequest::new(workflow_type, biz_key, json!({}))).await.unwrap();
-    world.drive(&engine).await.unwrap();
-    world.instances().await.unwrap().pop().unwrap()
 }
 
 fn summary_schema(version: &str) -> OutputSchema {

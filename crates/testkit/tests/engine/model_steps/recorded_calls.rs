@@ -127,7 +127,7 @@ async fn invalid_answers_exhaust_the_resample_budget_then_fail_for_good() {
         )
         .build()
         .unwrap();
-    let inst = run_to_rest(&world, def, "budget", "biz:b").await;
+    let inst = world.run_to_rest(def, "budget", "biz:b").await;
     assert_eq!(inst.status, WorkflowStatus::Failed);
     let call = inst.steps[0].record.as_ref().unwrap().model_calls().next().unwrap().clone();
     assert_eq!((call.samples.len(), call.exhausted, call.output), (3, true, None), "1 + 2 re-samples, all recorded");
@@ -241,7 +241,7 @@ async fn recorded_values_are_read_back_and_order_is_checked() {
         )
         .build()
         .unwrap();
-    let inst = run_to_rest(&world, def, "vals", "biz:v").await;
+    let inst = world.run_to_rest(def, "vals", "biz:v").await;
     assert_eq!(inst.status, WorkflowStatus::Completed);
     assert_eq!((draws.load(Ordering::SeqCst), inst.output["route"].clone()), (1, json!(4)), "drawn once, read back");
     let rec = inst.steps[0].record.as_ref().unwrap();
@@ -499,7 +499,7 @@ async fn a_record_over_the_limits_is_a_permanent_error_and_nothing_is_written() 
         }))
         .build()
         .unwrap();
-    let inst = run_to_rest(&world, def, "big", "biz:big").await;
+    let inst = world.run_to_rest(def, "big", "biz:big").await;
     assert_eq!(inst.status, WorkflowStatus::Failed);
     let e = inst.steps[0].error.clone().unwrap();
     assert_eq!(e.class, ErrorClass::Permanent);

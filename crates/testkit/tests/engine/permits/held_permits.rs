@@ -46,7 +46,7 @@ async fn a_timed_out_activity_keeps_its_permit_until_it_returns() {
         .unwrap();
     let engine = world.engine("w", vec![def]);
     let every = engine.config().permit_renew_ms;
-    engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf-5")).await.unwrap();
+    world.start_as(&engine, "t", "b", "wf-5").await;
     let e = engine.clone();
     let claim = tokio::spawn(async move { e.tick().await });
     settle().await;

@@ -78,7 +78,7 @@ async fn renewal_errors_are_retried_a_denial_stops_renewing_and_the_activity_kee
     ports.permits = permits.clone();
     let engine = world.engine_on(ports, test_config("w"), vec![def]);
     let every = engine.config().permit_renew_ms;
-    engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf-b")).await.unwrap();
+    world.start_as(&engine, "t", "b", "wf-b").await;
     let e = engine.clone();
     let claim = tokio::spawn(async move { e.tick().await });
     settle().await;

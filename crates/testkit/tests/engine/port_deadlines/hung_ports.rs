@@ -255,7 +255,7 @@ async fn a_hung_store_ends_the_claim_before_its_lease_can_be_taken_over() {
     let mut ports = world.ports();
     ports.store = store.clone();
     let engine = world.engine_on(ports, test_config("w"), vec![until_cancelled(cancelled.clone(), second.clone())]);
-    engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf-10")).await.unwrap();
+    world.start_as(&engine, "t", "b", "wf-10").await;
     let e = engine.clone();
     let claim = tokio::spawn(async move { e.tick().await });
     settle().await;
@@ -281,7 +281,7 @@ async fn a_hung_store_call_returns_at_its_deadline() {
     let mut ports = world.ports();
     ports.store = store.clone();
     let engine = world.engine_on(ports, test_config("w"), vec![crate::linear("t", 1, false)]);
-    engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf-10")).await.unwrap();
+    world.start_as(&engine, "t", "b", "wf-10").await;
     store.set(Trouble::Hung);
     let e = engine.clone();
     let round = tokio::spawn(async move { e.tick().await });

@@ -57,7 +57,7 @@ async fn a_step_found_running_is_queried_before_it_is_entered_again() {
     let die = Arc::new(OnceLock::new());
     let (a, switch) = world.crashing_engine("A", vec![payment(provider.clone(), die.clone())], CrashPlan::Never);
     let _ = die.set(switch.clone());
-    a.publisher().start_or_resume(StartRequest::new("pay", "pay-1", json!({})).workflow_id("wf-pay")).await.unwrap();
+    world.start_as(&a, "pay", "pay-1", "wf-pay").await;
     let zombie = tokio::spawn(async move { a.tick().await });
     switch.wait_crashed().await;
     let b = world.engine("B", vec![payment(provider.clone(), Arc::new(OnceLock::new()))]);

@@ -46,7 +46,7 @@ async fn a_failing_prepare_context_converges_to_failed_without_business_code() {
         }))
         .build()
         .unwrap();
-    engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf-7")).await.unwrap();
+    world.start_as(&engine, "t", "b", "wf-7").await;
     let report = world.drive_until(&engine, 200, &|| false).await.unwrap();
     let i = world.store.peek("wf-7").unwrap();
     assert_eq!(i.status, WorkflowStatus::Failed, "after {} claims", report.claims());
@@ -90,7 +90,7 @@ async fn a_panicking_prepare_context_counts_as_a_failure_and_converges() {
         }))
         .build()
         .unwrap();
-    engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf-7p")).await.unwrap();
+    world.start_as(&engine, "t", "b", "wf-7p").await;
     let report = tokio::spawn({
         let (world, engine) = (world.clone(), engine.clone());
         async move { world.drive_until(&engine, 200, &|| false).await }

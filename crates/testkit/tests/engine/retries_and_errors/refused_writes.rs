@@ -56,7 +56,7 @@ async fn outputs_the_store_cannot_represent_fail_the_step_once() {
         let world = World::new(1);
         let runs = Arc::new(AtomicUsize::new(0));
         let engine = world.engine("w", vec![def(output, runs.clone())]);
-        engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf")).await.unwrap();
+        world.start_as(&engine, "t", "b", "wf").await;
         world.drive_until(&engine, 50, &|| false).await.unwrap();
         let inst = world.store.peek("wf").unwrap();
         assert_eq!(inst.status, WorkflowStatus::Failed, "{what}: {inst:?}");
@@ -102,7 +102,7 @@ async fn run_with(answer: Answer) -> (World, Vec<ClaimEnd>, usize, Vec<Transitio
     let mut ports = world.ports();
     ports.store = refusing(ports.store.clone(), answer);
     let engine = world.engine_on(ports, test_config("w"), vec![def(json!({"ok": true}), runs.clone())]);
-    engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf")).await.unwrap();
+    world.start_as(&engine, "t", "b", "wf").await;
     let report = world.drive_until(&engine, 50, &|| false).await.unwrap();
     let kinds = world.audit.log_of("wf").iter().flat_map(|w| w.kinds.clone()).collect();
     (world, report.ends_of("wf"), runs.load(Ordering::SeqCst), kinds)
@@ -183,7 +183,7 @@ async fn an_unavailable_write_in_a_wave_hands_back_only_after_every_sibling_retu
     ports.store = refusing(ports.store.clone(), Answer::Unavailable);
     let engine = world.engine_on(ports.clone(), test_config("A"), vec![wave_def(gate.clone(), entries.clone())]);
     let other = world.engine_on(ports, test_config("B"), vec![wave_def(gate.clone(), entries.clone())]);
-    engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf")).await.unwrap();
+    world.start_as(&engine, "t", "b", "wf").await;
     let e = engine.clone();
     let claim = tokio::spawn(async move { e.tick().await });
     settle().await;
@@ -274,7 +274,7 @@ async fn an_uncertain_claim_is_enqueued_at_its_lease_end() {
     let mut ports = world.ports();
     ports.store = refusing(ports.store.clone(), Answer::Uncertain);
     let engine = world.engine_on(ports, test_config("w"), vec![def(json!({"ok": true}), runs.clone())]);
-    engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf")).await.unwrap();
+    world.start_as(&engine, "t", "b", "wf").await;
     let out = engine.tick().await.unwrap();
     assert!(matches!(out, RoundOutcome::Ran { end: ClaimEnd::Uncertain, .. }), "{out:?}");
     let lease_until = world.store.peek("wf").unwrap().claimable_time.expect("leased");
@@ -307,7 +307,7 @@ async fn refused_plain_writes_are_bounded_and_fail_the_workflow() {
     ports.store = store;
     let runs = Arc::new(AtomicUsize::new(0));
     let engine = world.engine_on(ports, test_config("w"), vec![def(json!(1), runs.clone())]);
-    engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf")).await.unwrap();
+    world.start_as(&engine, "t", "b", "wf").await;
     for _ in 0..20 {
         if world.store.peek("wf").unwrap().status.is_terminal() {
             break;

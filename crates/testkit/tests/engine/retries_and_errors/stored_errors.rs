@@ -25,7 +25,7 @@ async fn a_transient_error_with_control_characters_is_stored_printable_and_retri
     };
     let def = Definition::builder("t").step(StepDef::new("call", flaky).max_retry(3)).build().unwrap();
     let engine = world.engine("w", vec![def]);
-    engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf")).await.unwrap();
+    world.start_as(&engine, "t", "b", "wf").await;
     engine.tick().await.unwrap();
     let stored = world.store.peek("wf").unwrap().steps[0].error.clone().expect("the retry's error is stored");
     assert_eq!((stored.class, stored.message.as_str()), (ErrorClass::Transient, "gateway said  busy retry"));

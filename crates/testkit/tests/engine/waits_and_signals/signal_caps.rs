@@ -46,7 +46,7 @@ async fn signals_for_an_unknown_workflow_id_are_capped_per_id() {
     assert_eq!(engine.deliver_signal(signal("wf-ghost", "approved", 0, "g-0")).await.unwrap(), DeliverOutcome::Pending);
     assert_eq!(engine.deliver_signal(signal("wf-other", "approved", 0, "o-0")).await.unwrap(), DeliverOutcome::Pending);
     // Signals for an existing workflow are never orphans and never capped this way.
-    engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf-b")).await.unwrap();
+    world.start_as(&engine, "t", "b", "wf-b").await;
     for k in 0..5 {
         engine.deliver_signal(signal("wf-b", "reviewed", 0, &format!("b-{k}"))).await.unwrap();
     }
@@ -85,7 +85,7 @@ async fn early_signals_of_a_workflow_that_now_exists_leave_the_orphan_budget() {
         let out = engine.deliver_signal(signal("wf-x", "reviewed", 0, &format!("x-{k}"))).await.unwrap();
         assert_eq!(out, DeliverOutcome::Pending);
     }
-    engine.publisher().start_or_resume(StartRequest::new("t", "x", json!({})).workflow_id("wf-x")).await.unwrap();
+    world.start_as(&engine, "t", "x", "wf-x").await;
     world.drive(&engine).await.unwrap();
     engine.maintain().await.unwrap();
     assert_eq!(
@@ -108,7 +108,7 @@ async fn pending_signals_of_a_live_workflow_are_capped() {
     let world = World::new(1);
     let config = EngineConfig { pending_signals_per_workflow_max: 2, ..testkit::harness::test_config("w") };
     let engine = world.engine_on(world.ports(), config, vec![waits_for_approval("t")]);
-    engine.publisher().start_or_resume(StartRequest::new("t", "b", json!({})).workflow_id("wf-b")).await.unwrap();
+    world.start_as(&engine, "t", "b", "wf-b").await;
     world.drive(&engine).await.unwrap();
     for k in 0..4 {
         let out = engine.deliver_signal(signal("wf-b", "reviewed", 0, &format!("p-{k}"))).await.unwrap();
