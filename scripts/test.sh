@@ -55,6 +55,17 @@ if ! cargo tree -p kernel-examples -e normal --prefix none | grep -Eq '^(store-s
   echo "the first demo's package must run on store-sqlite and coord-local" >&2
   exit 1
 fi
+# Tests read as the specification: no test file of testkit over 800 lines, and no function
+# named after an issue (`hardening_…`, `<word>_<NN>_…`) instead of the promise it checks.
+long_tests=$(find crates/testkit/tests -name '*.rs' -exec awk 'END { if (NR > 800) print FILENAME ": " NR " lines" }' {} \;)
+if [ -n "$long_tests" ]; then
+  printf 'test files over 800 lines:\n%s\n' "$long_tests" >&2
+  exit 1
+fi
+if grep -rnE --include='*.rs' 'fn (hardening_[a-z0-9_]*|[a-z]+_[0-9]{2,}_[a-z0-9_]*)[(<]' crates examples >&2; then
+  echo "name these tests after the promise they check, not an issue number" >&2
+  exit 1
+fi
 # No production build compiles test support: only dev-dependencies turn on a `testing`
 # feature (queue-redis's test_support, observer's conformance suite and fault decorator).
 # The soak (examples/soak) is itself a test harness: it starts its own redis-server with
