@@ -55,6 +55,17 @@ if ! cargo tree -p kernel-examples -e normal --prefix none | grep -Eq '^(store-s
   echo "the first demo's package must run on store-sqlite and coord-local" >&2
   exit 1
 fi
+# Tests read as the specification: no test file of testkit over 800 lines, and no function
+# named after an issue (`hardening_…`, `<word>_<NN>_…`) instead of the promise it checks.
+long_tests=$(find crates/testkit/tests -name '*.rs' -exec awk 'END { if (NR > 800) print FILENAME ": " NR " lines" }' {} \;)
+if [ -n "$long_tests" ]; then
+  printf 'test files over 800 lines:\n%s\n' "$long_tests" >&2
+  exit 1
+fi
+if grep -rnE --include='*.rs' 'fn (hardening_[a-z0-9_]*|[a-z]+_[0-9]{2,}_[a-z0-9_]*)[(<]' crates examples >&2; then
+  echo "name these tests after the promise they check, not an issue number" >&2
+  exit 1
+fi
 # No production build compiles test support: only dev-dependencies turn on a `testing`
 # feature (queue-redis's test_support, observer's conformance suite and fault decorator).
 # The soak (examples/soak) is itself a test harness: it starts its own redis-server with
@@ -222,22 +233,22 @@ ws_test store-sqlite it --nocapture --exact sweep::crash_sweep_on_sqlite \
   outbox::crash_windows::both_paths_survive_crashes_on_sqlite
 # Model steps (K-17): the invoice story under a crash at every boundary; counts from the
 # scripted models, the query hook, the dead-letter store and the stored instances.
-ws_test testkit engine model_steps::model_steps_report --nocapture --exact \
+ws_test testkit engine model_steps::report::model_steps_report --nocapture --exact \
   | grep -E '^(model-steps:|test result)'
 # Control beyond a DAG (loops, branches, event starts, bounded agents) under a crash at
 # every boundary; counts from the fakes and the stored instances.
-ws_test testkit engine control::control_report --nocapture --exact \
+ws_test testkit engine control::sweep::control_report --nocapture --exact \
   | grep -E '^(control:|control sweep:|test result)'
 # K-6.8: every side port hung in turn, through the engine's port envelope.
-ws_test testkit engine side_ports::a_hung_side_port_holds_no_claim_and_no_maintenance_pass --nocapture --exact \
+ws_test testkit engine port_deadlines::side_ports::a_hung_side_port_holds_no_claim_and_no_maintenance_pass --nocapture --exact \
   | grep -E '^(side-ports:|test result)'
 # K-6.8: operator actions raced against claims, lease expiries and skewed clocks; counts
 # from the activities, the store read before each write, the task inbox and the audit.
-ws_test testkit engine operator_races::operator_actions_raced_against_claims_keep_every_promise --nocapture --exact \
+ws_test testkit engine operator_actions::races::operator_actions_raced_against_claims_keep_every_promise --nocapture --exact \
   | grep -E '^(operator-races:|test result)'
 # The test world produces the faults (K-6.8): every write's reply lost once, and a lease
 # lost mid-activity under skewed clocks; counts from the fakes and the store's audit.
-ws_test testkit engine lost_replies:: lease_loss:: --nocapture \
+ws_test testkit engine retries_and_errors::lost_replies:: claims_and_leases::lease_loss:: --nocapture \
   | grep -E '^(lost-replies:|lease-loss:|test result)'
 # A dedicated redis-server on a free port is killed and restarted (never the shared one).
 ws_test queue-redis it redis_outage_engines_complete_through_the_store_and_lanes_are_rebuilt --nocapture

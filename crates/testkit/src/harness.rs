@@ -33,7 +33,7 @@
 
 use crate::faults::{AuditStore, BoundaryName, CrashPlan, CrashPorts, CrashSwitch};
 use crate::memory::*;
-use kernel_core::engine::{ClaimEnd, Engine, EngineConfig, Ports, RoundOutcome};
+use kernel_core::engine::{ClaimEnd, Engine, EngineConfig, Ports, RoundOutcome, StartOutcome, StartRequest};
 use kernel_core::model::*;
 use kernel_core::ports::*;
 use kernel_core::WorkflowId;
@@ -409,6 +409,35 @@ impl World {
         );
         let ports = gated.wire(p);
         (self.engine_on(ports, test_config(worker_id), defs), switch)
+    }
+
+    /// Start `workflow_type` for `biz_key` on `engine` with the input `{}` and an id the
+    /// engine generates; the instance's id. Panics when the start fails.
+    pub async fn start(&self, engine: &Engine, workflow_type: &str, biz_key: &str) -> WorkflowId {
+        let req = StartRequest::new(workflow_type, biz_key, serde_json::json!({}));
+        engine.publisher().start_or_resume(req).await.unwrap().instance.workflow_id
+    }
+
+    /// [`start`](Self::start) under the workflow id `workflow_id`; the start's outcome.
+    pub async fn start_as(
+        &self,
+        engine: &Engine,
+        workflow_type: &str,
+        biz_key: &str,
+        workflow_id: &str,
+    ) -> StartOutcome {
+        let req = StartRequest::new(workflow_type, biz_key, serde_json::json!({})).workflow_id(workflow_id);
+        engine.publisher().start_or_resume(req).await.unwrap()
+    }
+
+    /// One workflow of `def` on a new engine `A` of this world: [`start`](Self::start)ed,
+    /// [`drive`](Self::drive)n until nothing is left to do; the last stored instance
+    /// afterwards (the workflow's, in a world that held no other).
+    pub async fn run_to_rest(&self, def: Definition, workflow_type: &str, biz_key: &str) -> WorkflowInstance {
+        let engine = self.engine("A", vec![def]);
+        self.start(&engine, workflow_type, biz_key).await;
+        self.drive(&engine).await.unwrap();
+        self.instances().await.unwrap().pop().unwrap()
     }
 
     /// Run `engine` to quiescence: maintenance, scheduling rounds until idle, then move the

@@ -12,12 +12,12 @@ const LEASE_MS: DurationMs = DurationMs::from_millis(30_000);
 
 mod queue_direct {
     use super::*;
-    testkit::queue_conformance!(|_case: &'static str| async { Some(Box::new(InMemoryQueue::default())) });
+    testkit::queue_conformance!(|| async { Some(InMemoryQueue::default()) });
 }
 
 mod queue_dyn {
     use super::*;
-    testkit::queue_conformance!(|_case: &'static str| async {
+    testkit::queue_conformance!(|| async {
         let q: Arc<DynQueue> = Arc::new(InMemoryQueue::default());
         Some(q)
     });
@@ -28,7 +28,7 @@ mod wakeup {
     use testkit::conformance::wakeup::SharedWakeup;
     use testkit::memory::InMemoryWakeup;
     // Clones share the subscriber list: two values on one backing.
-    testkit::wakeup_conformance!(|_case: &'static str| async {
+    testkit::wakeup_conformance!(|| async {
         let w = InMemoryWakeup::new();
         Some(SharedWakeup::new(Arc::new(w.clone()), Arc::new(w)).settle(std::time::Duration::from_millis(20)))
     });
@@ -89,7 +89,7 @@ fn memory_permits() -> (Arc<ManualClock>, InMemoryPermits) {
 
 mod permits_direct {
     use super::*;
-    testkit::permits_conformance!(|_case: &'static str| async {
+    testkit::permits_conformance!(|| async {
         let (clock, raw) = memory_permits();
         Some(MemoryPermits { clock, port: Arc::new(raw.clone()), raw })
     });
@@ -97,7 +97,7 @@ mod permits_direct {
 
 mod permits_dyn {
     use super::*;
-    testkit::permits_conformance!(|_case: &'static str| async {
+    testkit::permits_conformance!(|| async {
         let (clock, raw) = memory_permits();
         let port: Arc<DynPermits> = Arc::new(raw.clone());
         Some(MemoryPermits { clock, port, raw })

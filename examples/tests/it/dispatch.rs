@@ -207,7 +207,7 @@ async fn accept_rejects_a_snapshot_of_another_round() {
 /// failed payment step under a new idempotency key (charge twice), and the user's retry
 /// (round f2) would then be confirmed against the f1 replay with its own input never run.
 #[tokio::test]
-async fn hardening_01_same_round_recovery_settles_a_failed_instance_and_the_next_round_runs() {
+async fn same_round_recovery_settles_a_failed_instance_and_the_next_round_runs() {
     // Every execution of the payment step: (round, idempotency key).
     let charges: Arc<std::sync::Mutex<Vec<(String, String)>>> = Arc::default();
     let defs = {

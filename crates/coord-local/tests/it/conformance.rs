@@ -4,11 +4,12 @@
 use crate::{fresh, Fx};
 use coord_local::{LocalConfig, LocalCoord, LocalPermits, LocalPermitsConfig, LocalQueue};
 use kernel_core::model::{DurationMs, Instant};
-use kernel_core::ports::{Clock, DynCandidates, DynPermits, DynWakeup, SystemClock};
+use kernel_core::ports::{Clock, DynCandidates, DynPermits, DynQueue, DynWakeup, SystemClock};
 use std::sync::Arc;
 use std::time::Duration;
 use testkit::conformance::outbox::CandidatesFixture;
 use testkit::conformance::permits::{configured_defaults, PermitFixture, PermitHooks, FALLBACK_LIMITS};
+use testkit::conformance::queue::QueueFixture;
 use testkit::conformance::wakeup::{SharedWakeup, WakeupFixture};
 use testkit::memory::{ManualClock, PermitLimits};
 
@@ -19,6 +20,12 @@ async fn file_queue(_case: &'static str) -> Option<Fx<LocalQueue>> {
 
 async fn memory_queue(_case: &'static str) -> Option<Box<LocalQueue>> {
     Some(Box::new(LocalCoord::in_memory(LocalConfig::default()).await.expect("in memory").queue()))
+}
+
+impl QueueFixture for Fx<LocalQueue> {
+    fn queue(&self) -> &DynQueue {
+        &self.port
+    }
 }
 
 mod queue_file {

@@ -18,7 +18,7 @@ async fn settle() {
 }
 
 #[tokio::test]
-async fn hardening_13_redis_permits_hold_each_tenant_to_its_ceiling_through_the_engine() {
+async fn redis_permits_hold_each_tenant_to_its_ceiling_through_the_engine() {
     let config = RedisPermitsConfig::new("unused", limits(0, 0)).default_limits("asr", limits(1, 0));
     let Some(fx) = permits_fixture("tenant_ceiling", 30_000, config).await else { return };
     let world = World::new(13);

@@ -26,7 +26,7 @@ fn unkeyed_digest(k: &StreamKey) -> String {
 
 /// Defect 14: keys are keyed by the server's secret, and keep one hash tag per stream.
 #[test]
-fn hardening_14_stream_keys_cannot_be_guessed_from_the_identity() {
+fn stream_keys_cannot_be_guessed_from_the_identity() {
     let keys = StreamKeys::new("wfk", &secret(1), &key());
     let guess = format!("wfk:sse:{{{}}}:frames", unkeyed_digest(&key()));
     assert_ne!(keys.frames, guess, "the frame list's key follows from public identifiers alone");
@@ -48,7 +48,7 @@ fn hardening_14_stream_keys_cannot_be_guessed_from_the_identity() {
 /// Defect 14: the stream endpoint's authorisation hook. A grant opens exactly one stream;
 /// no grant, a forged one, another stream's or another secret's is refused.
 #[test]
-fn hardening_14_the_stream_endpoint_refuses_readers_without_a_grant() {
+fn the_stream_endpoint_refuses_readers_without_a_grant() {
     let grants = ReadGrants::new(secret(1));
     let grant = grants.grant(&key());
     assert!(grants.authorize(&key(), Some(&grant)).is_ok());

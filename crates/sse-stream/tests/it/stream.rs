@@ -308,7 +308,7 @@ async fn text_is_batched_by_size_and_linger_and_flushed_before_control_and_termi
 /// stream's owner, so a zombie (an older lease) can neither wipe its successor's frames
 /// nor delete the terminal reference, and its frames never land.
 #[tokio::test]
-async fn hardening_11_an_older_owner_cannot_reset_append_or_end_the_stream() {
+async fn an_older_owner_cannot_reset_append_or_end_the_stream() {
     let Some(fx) = fixture("hardening_11", unbatched).await else { return };
     let zombie = StreamOwner { lease_until: Instant::from_millis(999_999) };
     let newer = OWNER;
@@ -338,7 +338,7 @@ async fn hardening_11_an_older_owner_cannot_reset_append_or_end_the_stream() {
 /// default). An append beyond it is refused with a typed error and appends nothing; the
 /// workflow, which ignores stream errors, goes on (K-16).
 #[tokio::test]
-async fn hardening_12_frames_of_a_generation_are_capped() {
+async fn frames_of_a_generation_are_capped() {
     assert_eq!(StreamConfig::new("p", secret()).frames_max, 10_000);
     let cap = 100;
     let Some(fx) = fixture("hardening_12_frames", |c| {
@@ -368,7 +368,7 @@ async fn hardening_12_frames_of_a_generation_are_capped() {
 /// poll forever: after `ForwardConfig::idle_ms_max` without a new frame it ends with a
 /// typed, retryable error (the client may reconnect).
 #[tokio::test]
-async fn hardening_12_a_forwarder_gives_up_on_an_abandoned_stream() {
+async fn a_forwarder_gives_up_on_an_abandoned_stream() {
     let Some(fx) = fixture("hardening_12_idle", unbatched).await else { return };
     fx.sink.reset(&fx.key, OWNER).await.unwrap();
     fx.sink.append(&fx.key, OWNER, Frame::Text("only".into())).await.unwrap();

@@ -23,7 +23,7 @@ fn sleeper() -> Definition {
 }
 
 #[tokio::test]
-async fn hardening_04_undecodable_instances_are_quarantined_and_timers_still_fire() {
+async fn undecodable_instances_are_quarantined_and_timers_still_fire() {
     // K-9.2, K-13: an instance with an unknown wait kind and one with an out-of-range
     // priority, written outside the kernel, are skipped by id, counted, reported; the
     // timers of every other instance still fire and the rebuild scan goes on.
@@ -104,7 +104,7 @@ async fn broken_copy(t: &TestDb, from: &str, id: &str, set: Document) {
 }
 
 #[tokio::test]
-async fn hardening_04_undecodable_waits_due_first_do_not_stall_the_timer_scan() {
+async fn undecodable_waits_due_first_do_not_stall_the_timer_scan() {
     // K-9.2: the scan reads longest due first and quarantined documents stay due; with a
     // full page of them sorting first, a pass must page past them to the good timer.
     let Some(t) = TestDb::new().await else { return };
@@ -139,7 +139,7 @@ async fn hardening_04_undecodable_waits_due_first_do_not_stall_the_timer_scan() 
 }
 
 #[tokio::test]
-async fn hardening_04_claims_quarantine_an_undecodable_instance_and_go_on() {
+async fn claims_quarantine_an_undecodable_instance_and_go_on() {
     // K-6.2, K-6.7: the claim writes its lease before the document fails to decode. The
     // queue claim and the store-fallback claim each quarantine it (counted, logged once,
     // in health) and carry on to the next candidate instead of failing the round.
@@ -183,7 +183,7 @@ async fn hardening_04_claims_quarantine_an_undecodable_instance_and_go_on() {
 }
 
 #[tokio::test]
-async fn hardening_04_a_document_without_a_string_id_does_not_skip_ids_in_the_rebuild_scan() {
+async fn a_document_without_a_string_id_does_not_skip_ids_in_the_rebuild_scan() {
     // K-13: paging with `last` visits every claimable instance; an unreadable id must not
     // become a cursor that skips the ids sorting below `_`.
     let Some(t) = TestDb::new().await else { return };

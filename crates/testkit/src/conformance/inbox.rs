@@ -381,7 +381,7 @@ macro_rules! inbox_conformance {
         );
         #[::tokio::test]
         async fn undecodable_record_is_reported_and_paged_past() {
-            use $crate::conformance::store::__futures::FutureExt as _;
+            use $crate::conformance::__futures::FutureExt as _;
             let Some(fixture) = ($factory)().await else { return };
             let outcome = ::std::panic::AssertUnwindSafe(
                 $crate::conformance::inbox::undecodable_record_is_reported_and_paged_past(&fixture),

@@ -64,6 +64,13 @@ pub trait PermitFixture: Send + Sync {
     fn permits(&self) -> &DynPermits;
     /// Its hooks.
     fn hooks(&self) -> &dyn PermitHooks;
+    /// Clean up after the case (it runs also when the case panics); the default does nothing.
+    fn teardown(self) -> futures::future::BoxFuture<'static, ()>
+    where
+        Self: Sized,
+    {
+        Box::pin(async {})
+    }
 }
 
 /// The machine stalled longer than a case's time bound; retry on a fresh resource.
@@ -672,14 +679,12 @@ pub async fn lowering_a_limit_keeps_existing_holders(p: &DynPermits, h: &dyn Per
     .await
 }
 
-/// Expand to one `#[tokio::test]` per permits conformance case.
-///
-/// `$factory` is called with the case name and returns a future of `Option<F>` with
-/// `F: PermitFixture`; `None` skips the case (the factory prints why).
+/// Expand to one `#[tokio::test]` per permits conformance case; each case takes the fixture's
+/// port and hooks (see [`conformance`](crate::conformance) for the factory and the fixture).
 #[macro_export]
 macro_rules! permits_conformance {
     ($factory:expr) => {
-        $crate::permits_conformance!(@cases $factory;
+        $crate::__conformance_cases!(permits, PermitFixture, [permits, hooks], $factory;
             grants_up_to_max_concurrency_then_denies,
             same_owner_renews_without_second_slot,
             owner_is_workflow_step_and_claim_token,
@@ -702,18 +707,7 @@ macro_rules! permits_conformance {
             usage_counts_starts_in_the_window_and_changes_nothing,
             resources_lists_set_and_held_resources,
             operator_calls_refuse_bad_names,
-            lowering_a_limit_keeps_existing_holders
+            lowering_a_limit_keeps_existing_holders,
         );
-    };
-    (@cases $factory:expr; $($case:ident),* $(,)?) => {
-        $(
-            #[::tokio::test]
-            async fn $case() {
-                let factory = $factory;
-                let Some(fixture) = factory(stringify!($case)).await else { return };
-                let fixture: &dyn $crate::conformance::permits::PermitFixture = &fixture;
-                $crate::conformance::permits::$case(fixture.permits(), fixture.hooks()).await;
-            }
-        )*
     };
 }

@@ -8,9 +8,7 @@
 //! adapter's internals.
 //!
 //! ```ignore
-//! testkit::queue_conformance!(|_case: &'static str| async {
-//!     Some(Box::new(testkit::memory::InMemoryQueue::default()))
-//! });
+//! testkit::queue_conformance!(|| async { Some(testkit::memory::InMemoryQueue::default()) });
 //! ```
 //!
 //! [`LaneWeights`]: crate::memory::LaneWeights
@@ -22,6 +20,38 @@ use kernel_core::model::{Instant, Priority};
 use kernel_core::ports::{DynQueue, LaneEntry, LaneStats, ENQUEUE_MANY_MAX, POP_DUE_MAX};
 use kernel_core::Error;
 use kernel_core::WorkflowId;
+use std::sync::Arc;
+
+/// A queue under test plus whatever must be cleaned up after the case.
+pub trait QueueFixture: Send + Sync + 'static {
+    /// The port under test, fresh and empty.
+    fn queue(&self) -> &DynQueue;
+    /// Clean up after the case (it runs also when the case panics); the default does nothing.
+    fn teardown(self) -> futures::future::BoxFuture<'static, ()>
+    where
+        Self: Sized,
+    {
+        Box::pin(async {})
+    }
+}
+
+impl QueueFixture for crate::memory::InMemoryQueue {
+    fn queue(&self) -> &DynQueue {
+        self
+    }
+}
+
+impl QueueFixture for Arc<DynQueue> {
+    fn queue(&self) -> &DynQueue {
+        &**self
+    }
+}
+
+impl<Q: kernel_core::ports::ReadyQueue> QueueFixture for Box<Q> {
+    fn queue(&self) -> &DynQueue {
+        &**self
+    }
+}
 
 /// Base time of every case (ms).
 pub const T0: Instant = Instant::from_millis(1_700_000_000_000);
@@ -542,16 +572,13 @@ pub async fn enqueue_many_refuses_bounds(q: &DynQueue) {
     assert_eq!(depths(q, T0).await, [0, ENQUEUE_MANY_MAX as u64, 0, 0]);
 }
 
-/// Expand to one `#[tokio::test]` per queue conformance case.
-///
-/// `$factory` is called with the case name and returns a future of `Option<Q>`, where `Q`
-/// dereferences to something usable as `&DynQueue` (a `Box<InMemoryQueue>`, an
-/// `Arc<DynQueue>`, an adapter fixture that also cleans up). `None` skips the case (the
-/// factory prints why).
+/// Expand to one `#[tokio::test]` per queue conformance case (see
+/// [`conformance`](crate::conformance) for the factory and the fixture). The cases that
+/// compare a batch call with single calls take two fixtures of the same adapter.
 #[macro_export]
 macro_rules! queue_conformance {
     ($factory:expr) => {
-        $crate::queue_conformance!(@cases $factory;
+        $crate::__conformance_cases!(queue, QueueFixture, queue, $factory;
             pop_on_empty_queue_is_none,
             pop_only_when_due,
             lane_order_is_score_then_member,
@@ -575,34 +602,11 @@ macro_rules! queue_conformance {
             pop_batch_returns_only_due,
             pop_batch_with_nothing_due_is_empty,
             concurrent_batch_pops_never_repeat_a_member,
-            enqueue_many_refuses_bounds
+            enqueue_many_refuses_bounds,
         );
-        $crate::queue_conformance!(@pairs $factory;
+        $crate::__conformance_cases!(@pairs queue, QueueFixture, queue, $factory;
             pop_batch_equals_single_pops,
-            enqueue_many_equals_single_enqueues
+            enqueue_many_equals_single_enqueues,
         );
-    };
-    (@pairs $factory:expr; $($case:ident),* $(,)?) => {
-        $(
-            #[::tokio::test]
-            async fn $case() {
-                let factory = $factory;
-                let Some(first) = factory(stringify!($case)).await else { return };
-                let Some(second) = factory(concat!(stringify!($case), "_twin")).await else { return };
-                let (a, b): (&::kernel_core::ports::DynQueue, &::kernel_core::ports::DynQueue) = (&*first, &*second);
-                $crate::conformance::queue::$case(a, b).await;
-            }
-        )*
-    };
-    (@cases $factory:expr; $($case:ident),* $(,)?) => {
-        $(
-            #[::tokio::test]
-            async fn $case() {
-                let factory = $factory;
-                let Some(fixture) = factory(stringify!($case)).await else { return };
-                let queue: &::kernel_core::ports::DynQueue = &*fixture;
-                $crate::conformance::queue::$case(queue).await;
-            }
-        )*
     };
 }

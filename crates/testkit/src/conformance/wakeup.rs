@@ -11,7 +11,7 @@
 //! connections on one channel, two openings of one SQLite file).
 //!
 //! ```ignore
-//! testkit::wakeup_conformance!(|_case: &'static str| async {
+//! testkit::wakeup_conformance!(|| async {
 //!     let w = testkit::memory::InMemoryWakeup::new();
 //!     Some(testkit::conformance::wakeup::SharedWakeup::new(Arc::new(w.clone()), Arc::new(w)))
 //! });
@@ -36,6 +36,20 @@ pub trait WakeupFixture: Send + Sync {
     /// How long a ring may take to arrive on an idle machine (a poll interval, a pub/sub
     /// hop), with margin: after it, a finished burst has delivered everything it will.
     fn settle(&self) -> Duration;
+    /// What the cases take: the fixture itself.
+    fn as_dyn(&self) -> &dyn WakeupFixture
+    where
+        Self: Sized,
+    {
+        self
+    }
+    /// Clean up after the case (it runs also when the case panics); the default does nothing.
+    fn teardown(self) -> futures::future::BoxFuture<'static, ()>
+    where
+        Self: Sized,
+    {
+        Box::pin(async {})
+    }
 }
 
 /// Two values of any adapter, for fixtures that need nothing else.
@@ -190,32 +204,18 @@ pub async fn notify_crosses_instances(f: &dyn WakeupFixture) {
     arrives(&mut on_a, "a ring from the same value").await;
 }
 
-/// Expand to one `#[tokio::test]` per wakeup conformance case.
-///
-/// `$factory` is called with the case name and returns a future of `Option<F>` with
-/// `F: WakeupFixture`; `None` skips the case (the factory prints why). Cases run on a
-/// multi-threaded runtime, as a worker does.
+/// Expand to one `#[tokio::test]` per wakeup conformance case, on a multi-threaded runtime
+/// as a worker runs (see [`conformance`](crate::conformance) for the factory and the fixture).
 #[macro_export]
 macro_rules! wakeup_conformance {
     ($factory:expr) => {
-        $crate::wakeup_conformance!(@cases $factory;
+        $crate::__conformance_cases!(@multi_thread wakeup, WakeupFixture, as_dyn, $factory;
             notify_reaches_every_subscriber,
             notify_without_subscriber_is_fine,
             dropped_receiver_ends_cleanly,
             many_notifies_coalesce,
             later_subscriber_gets_later_notifies,
-            notify_crosses_instances
+            notify_crosses_instances,
         );
-    };
-    (@cases $factory:expr; $($case:ident),* $(,)?) => {
-        $(
-            #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $case() {
-                let factory = $factory;
-                let Some(fixture) = factory(stringify!($case)).await else { return };
-                let fixture: &dyn $crate::conformance::wakeup::WakeupFixture = &fixture;
-                $crate::conformance::wakeup::$case(fixture).await;
-            }
-        )*
     };
 }

@@ -336,7 +336,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     assert!(world.inbox.all().is_empty(), "nothing signaled");
 
     // A business key taken by a workflow of another type is a conflict, not a signal.
-    let other = super::linear("other", 1, false);
+    let other = crate::linear("other", 1, false);
     let engine = world.engine("w", vec![other, def]);
     engine.publisher().start_or_resume(StartRequest::new("other", "order:o-9", json!({}))).await.unwrap();
     let out = engine.publisher().deliver_event(&r, event("e9", "o-9", "created")).await;

@@ -64,7 +64,7 @@ async fn drive_reports_a_zombies_claim_lost_next_to_the_successors_completion() 
 async fn two_engines_share_the_work_and_the_report_shows_both() {
     let world = World::new(2);
     let (a, b) =
-        (world.engine("A", vec![super::linear("t", 2, false)]), world.engine("B", vec![super::linear("t", 2, false)]));
+        (world.engine("A", vec![crate::linear("t", 2, false)]), world.engine("B", vec![crate::linear("t", 2, false)]));
     for i in 0..6 {
         start(&a, "t", &format!("b{i}")).await;
     }
@@ -82,7 +82,7 @@ async fn two_engines_share_the_work_and_the_report_shows_both() {
 #[tokio::test]
 async fn one_engine_drive_reports_each_end_and_the_old_count() {
     let world = World::new(3);
-    let engine = world.engine("w", vec![super::linear("t", 3, false)]);
+    let engine = world.engine("w", vec![crate::linear("t", 3, false)]);
     start(&engine, "t", "one").await;
     start(&engine, "t", "two").await;
     let report = world.drive(&engine).await.unwrap();
@@ -95,8 +95,8 @@ async fn one_engine_drive_reports_each_end_and_the_old_count() {
 /// lives on, and the workflows still finish with every step completed once (K-3).
 async fn every_nth(n: u64, side: CrashSide) {
     let world = World::new(4);
-    let (engine, switch) = world.crashing_engine("w", vec![super::linear("t", 4, false)], CrashPlan::Every { n, side });
-    let api = world.engine("api", vec![super::linear("t", 4, false)]);
+    let (engine, switch) = world.crashing_engine("w", vec![crate::linear("t", 4, false)], CrashPlan::Every { n, side });
+    let api = world.engine("api", vec![crate::linear("t", 4, false)]);
     for i in 0..3 {
         start(&api, "t", &format!("e{i}")).await;
     }
@@ -289,7 +289,7 @@ async fn audited_run(read_back: bool) -> (u64, u64, AuditStore, WorkflowInstance
     let audit = AuditStore::new(Arc::new(lower)).read_back(read_back);
     let mut ports = world.ports();
     ports.store = Arc::new(CountingGets { inner: Arc::new(audit.clone()), gets: above.clone() });
-    let engine = world.engine_on(ports, testkit::harness::test_config("w"), vec![super::linear("t", 4, false)]);
+    let engine = world.engine_on(ports, testkit::harness::test_config("w"), vec![crate::linear("t", 4, false)]);
     start(&engine, "t", "a").await;
     world.drive(&engine).await.unwrap();
     let inst = world.store.peek("wf-a").unwrap();

@@ -1,42 +1,24 @@
-//! Engine behaviour on the in-memory adapters, in simulated time.
+//! Engine behaviour on the in-memory adapters, in simulated time, one module per behaviour.
 
-mod agent;
-mod bad_input;
-mod behaviour;
-mod bulk_start;
-mod clock_skew;
+mod agents;
+mod claims_and_leases;
 mod compensation;
-mod compensation_progress;
 mod control;
-mod dead_letter_decisions;
-mod dispatch_lease;
+mod costs;
+mod dispatch;
 mod events;
-mod hardening;
 mod harness;
-mod health;
-mod heartbeat_driver;
-mod hot_path_counts;
-mod human;
-mod human_outcomes;
+mod human_tasks;
 mod intercept;
-mod lease_loss;
-mod lost_attempts;
-mod lost_replies;
-mod maintenance_hardening;
-mod mocks;
-mod model;
+mod interleavings;
+mod maintenance;
 mod model_steps;
 mod operator_actions;
-mod operator_races;
-mod refused;
-mod renewal;
-mod round_trips;
-mod side_ports;
-mod standalone_publisher;
-mod stored_errors;
-mod stream_fencing;
-mod undecodable_signals;
-mod write_budget;
+mod permits;
+mod port_deadlines;
+mod retries_and_errors;
+mod starts_and_queues;
+mod waits_and_signals;
 
 use kernel_core::{ActivityContext, Definition, StepDef, StepOutcome};
 use serde_json::json;
