@@ -17,6 +17,7 @@
 
 use kernel_core::ports::*;
 use kernel_core::*;
+use kernel_events::{Event, EventOutcome, EventRoute};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -86,7 +87,7 @@ impl Receiver {
         event.validate()?;
         // The business fact first (K-9.3): the workflow reads the log, never the signal.
         self.log.append(&event);
-        self.publisher.deliver_event(&route(), event).await
+        route().deliver(&self.publisher, event).await
     }
 }
 

@@ -8,7 +8,7 @@
 //! (its output, or a sample at or above the index asked); on every execution a tool reads
 //! the store and counts a *re-execution* when its sub-step's label is already recorded.
 
-use kernel_core::agent::*;
+use kernel_agents::*;
 use kernel_core::model_call::{Model, ModelAnswer, ModelRequest, OutputSchema};
 use kernel_core::ports::*;
 use kernel_core::record::{RecordEntry, StepRecord, Usage, VersionRef};

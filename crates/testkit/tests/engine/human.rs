@@ -3,12 +3,12 @@
 //! timeout never approves, and a sensitive reason stays on the task record.
 
 use kernel_core::engine::RoundOutcome;
-use kernel_core::human::{
+use kernel_core::ports::*;
+use kernel_core::*;
+use kernel_tasks::{
     task_id, Concluded, HumanResult, HumanTask, HumanTaskBuilder, Level, Notice, Notifier, SlaOutcome, TaskDesk,
     HUMAN_TASK_SIGNAL,
 };
-use kernel_core::ports::*;
-use kernel_core::*;
 use serde_json::json;
 use std::io::Write;
 use std::sync::atomic::{AtomicU32, Ordering};
