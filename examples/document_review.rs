@@ -8,7 +8,8 @@
 //! cargo run -p kernel-examples --example document_review
 //! ```
 
-use kernel_core::agent::{Agent, AgentLimits, Tool, ToolCall};
+use kernel_agents::AgentStepDef;
+use kernel_agents::{Agent, AgentLimits, Tool, ToolCall};
 use kernel_core::model_call::{Model, ModelAnswer, ModelRequest};
 use kernel_core::record::{RecordEntry, Usage, VersionRef};
 use kernel_core::*;

@@ -2,7 +2,7 @@
 //! webhook-style receiver takes JSON bodies of order events (created, paid, shipped),
 //! delivered more than once and one of them out of order. For each body it first writes
 //! the event to an event log (the business fact), then hands it to
-//! [`Publisher::deliver_event`]: the first event of an order starts the order's workflow,
+//! [`EventRoute::deliver`](kernel_events::EventRoute::deliver): the first event of an order starts the order's workflow,
 //! a repeat of it starts nothing, every later event is a doorbell to the running workflow
 //! (deduplicated by the inbox), and an event for a finished order is closed. The receiver
 //! is a publisher only — the store, the queue, the wakeup and the inbox, no engine.
@@ -17,6 +17,7 @@
 
 use kernel_core::ports::*;
 use kernel_core::*;
+use kernel_events::{Event, EventOutcome, EventRoute};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -86,7 +87,7 @@ impl Receiver {
         event.validate()?;
         // The business fact first (K-9.3): the workflow reads the log, never the signal.
         self.log.append(&event);
-        self.publisher.deliver_event(&route(), event).await
+        route().deliver(&self.publisher, event).await
     }
 }
 

@@ -362,6 +362,13 @@ impl ActivityContext {
             None => Err(ActivityError::permanent("values are recorded per step; a finalizer cannot record one")),
         }
     }
+    /// The step's record as a loop of recorded calls reads it between calls (a bounded agent,
+    /// the `kernel-agents` crate): the live clock, the record's size and room, the entries
+    /// around the cursor, the step's output schema. `None` in a finalizer, which has no
+    /// record.
+    pub fn record_cursor(&self) -> Option<crate::journal::RecordCursor<'_>> {
+        self.journal.as_deref().map(crate::journal::RecordCursor)
+    }
     /// Checkpoint saved by the last suspend or yield of this step.
     pub fn checkpoint(&self) -> Option<&Value> {
         self.checkpoint.as_ref()

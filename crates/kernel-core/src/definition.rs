@@ -107,7 +107,7 @@ pub struct StepDef {
     pub(crate) query: Option<Arc<dyn OutcomeQuery>>,
     pub(crate) loop_to: Option<LoopSpec>,
     pub(crate) when: Option<BranchSpec>,
-    pub(crate) agent: Option<crate::agent::AgentLimits>,
+    pub(crate) agent: Option<crate::agent_limits::AgentLimits>,
     pub(crate) inverse: Option<Arc<dyn Activity>>,
     pub(crate) irreversible: bool,
     pub(crate) outcome_authority: OutcomeAuthority,
@@ -118,7 +118,7 @@ pub struct StepDef {
 /// an output of their own only when its outcome is not reserved to its own activity.
 ///
 /// A step takes its activity's [`Activity::outcome_authority`] (a
-/// [`HumanTask`](crate::human::HumanTask) declares [`ActivityOnly`](Self::ActivityOnly));
+/// `HumanTask` (the `kernel-tasks` crate) declares [`ActivityOnly`](Self::ActivityOnly));
 /// [`StepDef::outcome_authority`] overrides it, e.g. for a step whose closure wraps a
 /// human task. Policy, like retries: not part of the fingerprint (K-4.2), so declaring it
 /// parks no instance in flight.
@@ -255,6 +255,20 @@ impl StepDef {
             outcome_authority,
         }
     }
+    /// Declare this step an agent step bounded by `limits` (the `kernel-agents` crate's
+    /// `AgentStepDef::agent` sets them from its agent):
+    /// [`DefinitionBuilder::build`] refuses the definition when they do not bound the loop
+    /// (field `steps[i].agent.*`).
+    pub fn agent_limits(mut self, limits: crate::agent_limits::AgentLimits) -> Self {
+        self.agent = Some(limits);
+        self
+    }
+
+    /// The limits of an agent step.
+    pub fn get_agent_limits(&self) -> Option<&crate::agent_limits::AgentLimits> {
+        self.agent.as_ref()
+    }
+
     /// Who may supply this step's outcome (K-17.2 amendment); the default is its activity's
     /// [`Activity::outcome_authority`]. Not part of the fingerprint.
     pub fn outcome_authority(mut self, authority: OutcomeAuthority) -> Self {
@@ -886,7 +900,7 @@ impl DefinitionBuilder {
     /// timeouts and retry delays of at most [`validate::CONFIG_MS_MAX`], resource names;
     /// loops (a known target, not after its sender and upstream of it, a maximum of
     /// 1..=[`LOOP_ITERATIONS_MAX`]), branch conditions (reading known, upstream steps) and
-    /// agent limits ([`AgentLimits`](crate::agent::AgentLimits)). Every refusal is an
+    /// agent limits ([`AgentLimits`](crate::agent_limits::AgentLimits)). Every refusal is an
     /// [`Error::InvalidInput`] naming the field.
     pub fn build(self) -> Result<Definition> {
         let pairs: Vec<(String, Option<Vec<String>>)> =

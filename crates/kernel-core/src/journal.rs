@@ -424,3 +424,44 @@ fn mismatch(n: usize, label: &str, found: &RecordEntry) -> ActivityError {
         found.label()
     ))
 }
+
+/// A read-only view of a step's record between recorded calls
+/// ([`ActivityContext::record_cursor`](crate::activity::ActivityContext::record_cursor)).
+#[derive(Clone, Copy)]
+pub struct RecordCursor<'a>(pub(crate) &'a StepJournal);
+
+impl std::fmt::Debug for RecordCursor<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordCursor").field("key", &self.0.key).finish_non_exhaustive()
+    }
+}
+
+impl RecordCursor<'_> {
+    /// The live clock (not the invocation's start): what a deadline is checked against
+    /// before a new call.
+    pub fn now(&self) -> Instant {
+        self.0.now()
+    }
+
+    /// The serialized size of the step's record as it stands, and the most it may hold
+    /// (the store payload limit). Refused like a recorded call while another is in
+    /// progress or after a failed write.
+    pub fn room(&self) -> Result<(usize, usize), ActivityError> {
+        self.0.record_room()
+    }
+
+    /// `f` of the entry the next recorded call of this invocation will be matched to
+    /// (`None`: the call will be new), and of the entry the last one was matched to.
+    /// Refused like a recorded call while another is in progress or after a failed write.
+    pub fn around<R>(
+        &self,
+        f: impl FnOnce(Option<&RecordEntry>, Option<&RecordEntry>) -> R,
+    ) -> Result<R, ActivityError> {
+        self.0.around_cursor(f)
+    }
+
+    /// The step's own output schema, when it declares one.
+    pub fn output_schema(&self) -> Option<&crate::model_call::OutputSchema> {
+        self.0.settings.schema.as_ref()
+    }
+}

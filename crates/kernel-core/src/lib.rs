@@ -11,15 +11,15 @@
 //! See the repository README for a runnable "define a workflow" example.
 
 pub mod activity;
-pub mod agent;
+pub mod agent_limits;
 pub mod compensation;
 pub mod definition;
 pub mod dispatch;
 pub mod engine;
 pub mod error;
-pub mod human;
 pub mod id;
 mod journal;
+pub use journal::RecordCursor;
 pub mod model;
 pub mod model_call;
 pub mod operator_request;
@@ -36,8 +36,8 @@ pub use definition::{
     StepDef,
 };
 pub use engine::{
-    Acted, CancelOutcome, Engine, EngineConfig, EngineHealth, Event, EventOutcome, EventRoute, Ports, Publisher,
-    PublisherBuilder, StartOutcome, StartRequest,
+    Acted, CancelOutcome, Engine, EngineConfig, EngineHealth, Ports, Publisher, PublisherBuilder, StartOutcome,
+    StartRequest,
 };
 pub use error::{Cause, Error, Result};
 pub use id::{BusinessRound, ClaimToken, FencingToken, LeaseToken, ObjectId, WorkflowId};

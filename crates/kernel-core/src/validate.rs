@@ -235,6 +235,18 @@ pub fn positive_ms(field: &str, ms: DurationMs) -> Result<()> {
     Ok(())
 }
 
+/// `id` when it is within [`IDENTIFIER_BYTES_MAX`], else `#` and its SHA-256 in hex: a
+/// derived identifier (a task record's id, a signal id) that always passes the limit and
+/// stays distinct per input.
+pub fn bounded_identifier(id: String) -> String {
+    if id.len() <= IDENTIFIER_BYTES_MAX {
+        id
+    } else {
+        use sha2::Digest;
+        format!("#{}", hex::encode(sha2::Sha256::digest(id.as_bytes())))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

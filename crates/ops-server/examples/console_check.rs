@@ -20,8 +20,8 @@
 
 use fantoccini::{ClientBuilder, Locator};
 use kernel_core::engine::Engine;
-use kernel_core::human::{HumanTask, Level};
 use kernel_core::*;
+use kernel_tasks::{HumanTask, Level};
 use observer::{Observer, ObserverConfig};
 use ops::{Ops, OpsParts};
 use serde_json::json;

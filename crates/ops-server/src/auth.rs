@@ -108,7 +108,7 @@ impl Auth {
 
     /// A new session for `actor`: its id.
     pub(crate) fn open_session(&self, actor: Actor) -> Result<String, String> {
-        let id = kernel_core::human::secure_token().map_err(|e| e.to_string())?;
+        let id = kernel_core::ports::os_task_token().map_err(|e| e.to_string())?;
         let now = Instant::now();
         let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
         sessions.retain(|_, s| s.expires > now);

@@ -150,8 +150,8 @@ impl ServerConfig {
             Some(s) if s.len() >= SECRET_BYTES_MIN => s.as_bytes().to_vec(),
             Some(_) => return bad(format!("secret: at least {SECRET_BYTES_MIN} bytes")),
             None => {
-                let a = kernel_core::human::secure_token().map_err(|e| Error::Config(format!("secret: {e}")))?;
-                let b = kernel_core::human::secure_token().map_err(|e| Error::Config(format!("secret: {e}")))?;
+                let a = kernel_core::ports::os_task_token().map_err(|e| Error::Config(format!("secret: {e}")))?;
+                let b = kernel_core::ports::os_task_token().map_err(|e| Error::Config(format!("secret: {e}")))?;
                 format!("{a}{b}").into_bytes()
             }
         };

@@ -38,9 +38,9 @@ pub use timeline::{sort_attempts, started, timeline, TimelineBar};
 
 use kernel_core::dispatch::Dispatch;
 use kernel_core::engine::{Engine, Ports};
-use kernel_core::human::TaskDesk;
 use kernel_core::ports::*;
 use kernel_core::{Definition, Instant, Publisher, Wait, WorkflowId, WorkflowInstance, WorkflowStatus};
+use kernel_tasks::TaskDesk;
 use observer::{
     AttemptQuery, AttemptRow, AuditQuery, DynRepository, Observer, ObserverConfig, ObserverWriter, Snapshot,
     SnapshotQuery,

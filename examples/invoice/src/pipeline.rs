@@ -3,12 +3,12 @@
 
 use crate::fakes::*;
 use kernel_core::definition::QueryAnswer;
-use kernel_core::human::{HumanResult, HumanTask, Level, SlaOutcome};
 use kernel_core::model::DurationMs;
 use kernel_core::model_call::{ModelRequest, OutputSchema};
 use kernel_core::ports::{DynIds, DynTaskInbox, Evidence};
 use kernel_core::record::VersionRef;
 use kernel_core::{ActivityContext, ActivityError, Definition, StepDef, StepOutcome};
+use kernel_tasks::{HumanResult, HumanTask, Level, SlaOutcome};
 use serde_json::{json, Value};
 use std::sync::Arc;
 

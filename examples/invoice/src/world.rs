@@ -6,13 +6,13 @@
 use crate::fakes::Timing;
 use crate::pipeline::{self, Business};
 use kernel_core::engine::{Engine, EngineConfig, Ports, RoundOutcome};
-use kernel_core::human::{TaskDesk, HUMAN_TASK_SIGNAL};
 use kernel_core::model::{DurationMs, Instant, WorkflowInstance};
 use kernel_core::ports::{
     Actor, DynIds, DynPermits, DynTaskInbox, PermitDecision, PermitOwner, PermitUsage, Permits, Signal,
     TaskDecideOutcome, TaskOutcome, TaskReason,
 };
 use kernel_core::{StartRequest, WorkflowId};
+use kernel_tasks::{TaskDesk, HUMAN_TASK_SIGNAL};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -5,8 +5,8 @@ use invoice_pipeline::eval::{self, business, Case, FaultClass};
 use invoice_pipeline::fakes::file_hash;
 use invoice_pipeline::pipeline;
 use invoice_pipeline::world::{run_batch, ApproverPlan, StoreKind, Upload};
-use kernel_core::human::{Concluded, HumanResult};
 use kernel_core::model::{StepStatus, WorkflowStatus};
+use kernel_tasks::{Concluded, HumanResult};
 use std::collections::HashMap;
 
 #[tokio::test(flavor = "current_thread")]

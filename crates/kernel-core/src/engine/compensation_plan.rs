@@ -88,13 +88,13 @@ pub(crate) fn inverse_error(message: &str) -> String {
 /// The escalation task id of a step's inverse, from the step's idempotency key: one per
 /// logical attempt.
 pub(crate) fn escalation_task_id(idempotency_key: &str) -> String {
-    crate::human::task_id(&format!("{idempotency_key}|c"), 0)
+    crate::ports::task_id(&format!("{idempotency_key}|c"), 0)
 }
 
 /// The id of the one task that escalates every inverse left when no further inverse may
 /// run, from the first one's idempotency key: distinct from that inverse's own escalation.
 pub(crate) fn remaining_task_id(idempotency_key: &str) -> String {
-    crate::human::task_id(&format!("{idempotency_key}|cr"), 0)
+    crate::ports::task_id(&format!("{idempotency_key}|cr"), 0)
 }
 
 /// The entries of inverses that ended (compensated, failed, escalated) in a recorded

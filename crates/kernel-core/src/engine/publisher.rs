@@ -130,8 +130,16 @@ impl Publisher {
         self.start_with(req, FailedStart::Replay).await
     }
 
+    /// [`start_or_resume`](Self::start_or_resume), except that an existing **failed**
+    /// instance is returned as it is, never replayed (an event about a closed workflow, the
+    /// `kernel-events` crate, must not start it again). Every other case, write and error is
+    /// `start_or_resume`'s.
+    pub async fn start_or_get(&self, req: StartRequest) -> Result<StartOutcome> {
+        self.start_with(req, FailedStart::Keep).await
+    }
+
     /// [`start_or_resume`](Self::start_or_resume), with what a failed instance gets.
-    pub(super) async fn start_with(&self, req: StartRequest, failed: FailedStart) -> Result<StartOutcome> {
+    async fn start_with(&self, req: StartRequest, failed: FailedStart) -> Result<StartOutcome> {
         let Stored { outcome, candidate, now } = self.store_start(req, failed).await?;
         if let Some(LaneEntry { workflow_id, priority, claimable_at }) = &candidate {
             effects::enqueue_and_wake(&*self.queue, &*self.wakeup, workflow_id, *priority, *claimable_at).await;
@@ -222,7 +230,7 @@ impl Publisher {
     /// (identifier rule, [`Error::LimitExceeded`] for too many signals to a workflow id
     /// that does not exist).
     pub async fn deliver_signal(&self, signal: Signal) -> Result<DeliverOutcome> {
-        Ok(self.deliver(signal).await?.outcome)
+        Ok(self.deliver_signal_seen(signal).await?.outcome)
     }
 
     /// Replay the failed instance `workflow_id` with its stored input: a new run (K-5), by
@@ -284,13 +292,14 @@ impl Publisher {
     }
 
     /// A [`SignalSender`] delivering as [`deliver_signal`](Self::deliver_signal) does (a
-    /// [`TaskDesk`](crate::human::TaskDesk) in a process without an engine).
+    /// `TaskDesk` (the `kernel-tasks` crate) in a process without an engine).
     pub fn signal_sender(&self) -> SignalSender {
         SignalSender::new(std::sync::Arc::new(self.clone()))
     }
 
-    /// [`deliver_signal`](Self::deliver_signal), saying whether the inbox held the id.
-    pub(super) async fn deliver(&self, signal: Signal) -> Result<super::signals::Delivered> {
+    /// [`deliver_signal`](Self::deliver_signal), saying also whether the inbox held the
+    /// signal's id already (a redelivery). Errors as `deliver_signal`'s.
+    pub async fn deliver_signal_seen(&self, signal: Signal) -> Result<super::signals::Delivered> {
         let ports = super::signals::SignalPorts {
             store: &*self.store,
             inbox: self.signal_inbox()?,
@@ -305,20 +314,21 @@ impl Publisher {
         super::signals::deliver_on(&ports, signal).await
     }
 
-    /// The inbox signals go to, or the typed refusal of a publisher that has none.
-    pub(super) fn signal_inbox(&self) -> Result<&DynInbox> {
+    /// The inbox signals go to, or the typed refusal of a publisher that has none
+    /// ([`Error::InvalidInput`], field `inbox`).
+    pub fn signal_inbox(&self) -> Result<&DynInbox> {
         self.inbox.as_deref().ok_or_else(|| {
             Error::invalid("inbox", "this publisher has no signal inbox (build it with `PublisherBuilder::inbox`)")
         })
     }
 
     /// Largest serialized input a start accepts.
-    pub(super) fn payload_bytes_max(&self) -> usize {
+    pub fn payload_bytes_max(&self) -> usize {
         self.payload_bytes_max
     }
 
     /// The plans this publisher can start.
-    pub(super) fn plans(&self) -> &PlanRegistry {
+    pub fn plans(&self) -> &PlanRegistry {
         &self.plans
     }
 

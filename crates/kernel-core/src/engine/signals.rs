@@ -64,10 +64,11 @@ impl Inner {
 
 /// What one delivery did, and whether the inbox already held its `signal_id`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Delivered {
-    pub(crate) outcome: DeliverOutcome,
+pub struct Delivered {
+    /// What the delivery did.
+    pub outcome: DeliverOutcome,
     /// The insert found a record with this `signal_id` (a redelivery).
-    pub(crate) seen_before: bool,
+    pub seen_before: bool,
 }
 
 /// Inbox insert → CAS the matching wait → mark matched → enqueue + wakeup (K-9.3).

@@ -100,7 +100,7 @@ pub struct Evidence {
 }
 
 /// What a person decided. Only a person approves: the SLA path of a human-task step has
-/// its own type without an approve variant ([`SlaOutcome`](crate::human::SlaOutcome)).
+/// its own type without an approve variant (`SlaOutcome` (the `kernel-tasks` crate)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskOutcome {
@@ -519,6 +519,13 @@ pub trait TaskInbox: Send + Sync + 'static {
 
 /// `dyn TaskInbox`.
 pub type DynTaskInbox = dyn TaskInbox;
+
+/// The id of a task record: the step's idempotency key and the level (`K|h<level>`), or
+/// `#` and its SHA-256 in hex when that would pass the identifier limit. The engine's
+/// compensation escalation and the human-task layer name their records by it.
+pub fn task_id(idempotency_key: &str, level: u32) -> String {
+    crate::validate::bounded_identifier(format!("{idempotency_key}|h{level}"))
+}
 
 #[cfg(test)]
 mod tests {

@@ -3,6 +3,7 @@
 
 use kernel_core::ports::*;
 use kernel_core::*;
+use kernel_events::{Event, EventOutcome, EventRoute};
 use serde_json::json;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -72,7 +73,7 @@ fn standalone(world: &World, def: &Definition) -> Publisher {
 /// The receiver's order: the fact first, then the delivery.
 async fn receive(publisher: &Publisher, facts: &Facts, e: Event) -> EventOutcome {
     facts.write(&e);
-    publisher.deliver_event(&route(), e).await.unwrap()
+    route().deliver(&publisher, e).await.unwrap()
 }
 
 async fn orders(world: &World) -> Vec<WorkflowInstance> {
@@ -241,12 +242,12 @@ async fn an_event_for_a_terminal_workflow_is_closed() {
     let frail_route = EventRoute::new("fragile", "fragile_event").unwrap();
     let publisher = standalone(&world, &fragile);
     let engine = world.engine("w2", vec![fragile]);
-    let started = publisher.deliver_event(&frail_route, event("f1", "x-1", "created")).await.unwrap();
+    let started = frail_route.deliver(&publisher, event("f1", "x-1", "created")).await.unwrap();
     let EventOutcome::Started { workflow_id: wf3 } = started else { panic!("{started:?}") };
     world.drive(&engine).await.unwrap();
     let failed = world.instance(wf3.as_str()).await.unwrap();
     assert_eq!(failed.status, WorkflowStatus::Failed);
-    let out = publisher.deliver_event(&frail_route, event("f2", "x-1", "retry")).await.unwrap();
+    let out = frail_route.deliver(&publisher, event("f2", "x-1", "retry")).await.unwrap();
     assert_eq!(out, EventOutcome::Closed { workflow_id: wf3.clone(), status: WorkflowStatus::Failed });
     let after = world.instance(wf3.as_str()).await.unwrap();
     assert_eq!((after.status, after.retry_count, after.revision), (WorkflowStatus::Failed, 0, failed.revision));
@@ -313,16 +314,16 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
         (Event::new("e1", "o-1", json!({ "text": "a\u{0}b" })), "event.payload"),
     ];
     for (e, field) in cases {
-        assert_eq!(field_of(small.deliver_event(&r, e.clone()).await), field, "{e:?}");
+        assert_eq!(field_of(r.deliver(&small, e.clone()).await), field, "{e:?}");
     }
     let unknown = EventRoute::new("unknown", "s").unwrap();
-    let out = small.deliver_event(&unknown, event("e1", "o-1", "created")).await;
+    let out = unknown.deliver(&small, event("e1", "o-1", "created")).await;
     assert!(matches!(out, Err(Error::UnregisteredType(ref t)) if t == "unknown"), "{out:?}");
     let no_inbox = Publisher::builder(p.store.clone(), p.queue.clone(), p.wakeup.clone())
         .plan(def.plan().clone())
         .build()
         .unwrap();
-    assert_eq!(field_of(no_inbox.deliver_event(&r, event("e1", "o-1", "created")).await), "inbox");
+    assert_eq!(field_of(r.deliver(&no_inbox, event("e1", "o-1", "created")).await), "inbox");
     let signal = Signal::builder("wf-1", "s").wait_key("k").signal_id("s-1").build().unwrap();
     let out = no_inbox.deliver_signal(signal).await;
     assert!(matches!(out, Err(Error::InvalidInput { ref field, .. }) if field == "inbox"), "{out:?}");
@@ -339,7 +340,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     let other = crate::linear("other", 1, false);
     let engine = world.engine("w", vec![other, def]);
     engine.publisher().start_or_resume(StartRequest::new("other", "order:o-9", json!({}))).await.unwrap();
-    let out = engine.publisher().deliver_event(&r, event("e9", "o-9", "created")).await;
+    let out = r.deliver(&engine.publisher(), event("e9", "o-9", "created")).await;
     assert!(matches!(out, Err(Error::Conflict(_))), "{out:?}");
     assert!(world.inbox.all().is_empty());
 }

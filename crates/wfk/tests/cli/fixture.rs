@@ -5,9 +5,9 @@
 use compose::{Deployment, QueueOptions};
 use kernel_core::dispatch::{AcceptRequest, Dispatch};
 use kernel_core::engine::{Engine, RoundOutcome};
-use kernel_core::human::{HumanTask, Level};
 use kernel_core::ports::*;
 use kernel_core::*;
+use kernel_tasks::{HumanTask, Level};
 use observer::{Observer, ObserverConfig, ObserverWriter};
 use serde_json::json;
 use std::sync::Arc;

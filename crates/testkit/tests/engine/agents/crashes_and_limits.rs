@@ -2,7 +2,7 @@
 //! with a recorded outcome that a re-invocation replays; an agent without limits is refused.
 
 use super::*;
-use kernel_core::agent::*;
+use kernel_agents::*;
 use kernel_core::ports::*;
 use kernel_core::*;
 use serde_json::json;

@@ -11,7 +11,7 @@
 mod crashes_and_limits;
 mod tools_and_records;
 
-use kernel_core::agent::*;
+use kernel_agents::*;
 use kernel_core::model_call::{Model, ModelAnswer, ModelRequest, OutputSchema};
 use kernel_core::ports::*;
 use kernel_core::record::{RecordEntry, StepRecord, Usage, VersionRef};

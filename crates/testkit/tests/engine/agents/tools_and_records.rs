@@ -2,7 +2,7 @@
 //! held to the step's schema, the record is bounded by bytes, a sub-step costs one write.
 
 use super::*;
-use kernel_core::agent::*;
+use kernel_agents::*;
 use kernel_core::record::{RecordEntry, VersionRef};
 use kernel_core::*;
 use serde_json::{json, Value};

@@ -3,9 +3,9 @@
 //! at the next poll, and a canceled workflow's task is closed.
 
 use super::*;
-use kernel_core::human::{task_id, Concluded, Level, Notice, Notifier, SlaOutcome, TaskDesk};
 use kernel_core::ports::*;
 use kernel_core::*;
+use kernel_tasks::{task_id, Concluded, Level, Notice, Notifier, SlaOutcome, TaskDesk};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 use testkit::memory::MemoryTaskInbox;

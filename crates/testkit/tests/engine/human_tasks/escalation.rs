@@ -2,9 +2,9 @@
 //! and never approves, each level has its own token, reminders are sent once each.
 
 use super::*;
-use kernel_core::human::{Concluded, Level, Notice, Notifier, SlaOutcome};
 use kernel_core::ports::*;
 use kernel_core::*;
+use kernel_tasks::{Concluded, Level, Notice, Notifier, SlaOutcome};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 

@@ -8,9 +8,9 @@ mod outcomes;
 mod sensitive_reasons;
 
 use kernel_core::engine::RoundOutcome;
-use kernel_core::human::{HumanResult, HumanTask, HumanTaskBuilder, TaskDesk, HUMAN_TASK_SIGNAL};
 use kernel_core::ports::*;
 use kernel_core::*;
+use kernel_tasks::{HumanResult, HumanTask, HumanTaskBuilder, TaskDesk, HUMAN_TASK_SIGNAL};
 use serde_json::json;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;

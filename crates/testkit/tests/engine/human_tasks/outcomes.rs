@@ -4,9 +4,9 @@
 //! what follows) unless the definition routes the outcome to a branch that reads it.
 
 use kernel_core::engine::RoundOutcome;
-use kernel_core::human::{HumanResult, HumanTask, HumanTaskBuilder, Level, SlaOutcome, TaskDesk};
 use kernel_core::ports::*;
 use kernel_core::*;
+use kernel_tasks::{HumanResult, HumanTask, HumanTaskBuilder, Level, SlaOutcome, TaskDesk};
 use serde_json::json;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;

@@ -2,9 +2,9 @@
 //! the stream or the log, and purged after retention; a plain reason is in the step output.
 
 use super::*;
-use kernel_core::human::{Concluded, Level};
 use kernel_core::ports::*;
 use kernel_core::*;
+use kernel_tasks::{Concluded, Level};
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 

@@ -4,10 +4,10 @@
 //! attempt was superseded is refused. Simulated time on the world's manual clock.
 
 use kernel_core::engine::{RoundOutcome, DEAD_LETTER_SIGNAL};
-use kernel_core::human::{HumanTask, Level, Notice, Notifier};
 use kernel_core::ports::*;
 use kernel_core::record::RecordEntry;
 use kernel_core::*;
+use kernel_tasks::{HumanTask, Level, Notice, Notifier};
 use serde_json::{json, Value};
 use sha2::Digest;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -145,7 +145,7 @@ async fn an_operator_cannot_complete_a_human_task_step_and_the_payment_waits_for
     settle(&engine).await;
     assert_eq!(a.payments.load(Ordering::SeqCst), 0, "the re-opened task waits for a person");
     // The desk closes the task of the superseded attempt (epoch 0) when it lists it.
-    let desk = kernel_core::human::TaskDesk::new(
+    let desk = kernel_tasks::TaskDesk::new(
         Arc::new(a.world.task_inbox.clone()),
         engine.signal_sender(),
         a.world.clock.clone(),
@@ -160,10 +160,10 @@ async fn an_operator_cannot_complete_a_human_task_step_and_the_payment_waits_for
     settle(&engine).await;
     let done = a.world.instance(wf.as_str()).await.unwrap();
     assert_eq!((done.status, a.payments.load(Ordering::SeqCst)), (WorkflowStatus::Completed, 1));
-    let result = kernel_core::human::HumanResult::from_output(&done.output["approve"]).unwrap();
+    let result = kernel_tasks::HumanResult::from_output(&done.output["approve"]).unwrap();
     assert!(result.approved(), "{result:?}");
     assert!(
-        matches!(&result.concluded, kernel_core::human::Concluded::Person { actor, .. } if actor == "alice"),
+        matches!(&result.concluded, kernel_tasks::Concluded::Person { actor, .. } if actor == "alice"),
         "{result:?}"
     );
 }
@@ -203,7 +203,7 @@ async fn a_worker_refuses_a_human_task_completion_decided_without_the_definition
     );
     assert_eq!(a.world.dead_letters.get(&id).await.unwrap().unwrap().status, DeadLetterStatus::Closed);
     let current =
-        kernel_core::human::task_id(&kernel_core::activity::idempotency_key_at(wf.as_str(), "approve", 0, 1), 0);
+        kernel_core::ports::task_id(&kernel_core::activity::idempotency_key_at(wf.as_str(), "approve", 0, 1), 0);
     let task = a.world.task_inbox.get(&current).await.unwrap();
     assert_eq!(task.map(|t| t.status), Some(TaskStatus::Open), "the task is open again for a person");
 }

@@ -19,11 +19,11 @@
 
 use crate::intercept::ApplyHook;
 use kernel_core::engine::RoundOutcome;
-use kernel_core::human::{HumanTask, Level, TaskDesk};
 use kernel_core::operator_request::RequestedAction;
 use kernel_core::ports::*;
 use kernel_core::transition::{Guard, TransitionKind};
 use kernel_core::*;
+use kernel_tasks::{HumanTask, Level, TaskDesk};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use serde_json::json;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -29,7 +29,7 @@
 //! it. One step runs one agent.
 //!
 //! ```
-//! use kernel_core::agent::{Agent, AgentLimits, Tool, ToolCall};
+//! use kernel_agents::{Agent, AgentLimits, AgentStepDef, Tool, ToolCall};
 //! use kernel_core::model_call::{Model, ModelAnswer, ModelRequest};
 //! use kernel_core::record::{Usage, VersionRef};
 //! use kernel_core::{ActivityContext, ActivityError, Definition, DurationMs, StepDef};
@@ -84,58 +84,18 @@
 //! assert!(matches!(refused, Err(kernel_core::Error::InvalidInput { field, .. }) if field == "steps[0].agent.max_sub_steps"));
 //! ```
 
-use crate::activity::{Activity, ActivityContext, ActivityError, StepOutcome};
-use crate::definition::StepDef;
-use crate::error::{Error, Result};
-use crate::model::{DurationMs, ErrorClass, Instant};
-use crate::model_call::{Model, ModelRequest, OutputSchema};
-use crate::record::{RecordEntry, Usage, VersionRef, RECORD_ENTRIES_MAX};
+use kernel_core::activity::{Activity, ActivityContext, ActivityError, StepOutcome};
+use kernel_core::definition::StepDef;
+use kernel_core::error::{Error, Result};
+use kernel_core::model::{DurationMs, ErrorClass, Instant};
+use kernel_core::model_call::{Model, ModelRequest, OutputSchema};
+use kernel_core::record::{RecordEntry, Usage, VersionRef};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock};
 
-/// Upper bound on an agent's declared sub-steps (proposals and tool calls together): the
-/// step's record holds every one of them, within [`RECORD_ENTRIES_MAX`].
-pub const AGENT_SUB_STEPS_MAX: u32 = 200;
-
-/// The limits of a bounded agent, enforced across its whole loop. An agent needs all of a
-/// sub-step bound, a deadline and a budget (tokens or cost, or both): a definition with an
-/// agent step missing one is refused when it is built.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct AgentLimits {
-    /// Most sub-steps (proposals and tool calls together), 1..=[`AGENT_SUB_STEPS_MAX`].
-    pub max_sub_steps: u32,
-    /// Most tokens (input and output, summed over every recorded proposal).
-    pub max_tokens: Option<u64>,
-    /// Most cost in micro-units, summed over every recorded proposal.
-    pub max_cost_micros: Option<u64>,
-    /// Time from the agent's recorded start after which no new sub-step begins.
-    pub deadline_ms: Option<DurationMs>,
-}
-
-impl AgentLimits {
-    /// Refuse limits that do not bound the loop, as [`Error::InvalidInput`] on `field`.
-    pub fn validate(&self, field: &str) -> Result<()> {
-        if self.max_sub_steps == 0 || self.max_sub_steps > AGENT_SUB_STEPS_MAX {
-            return Err(Error::invalid(
-                format!("{field}.max_sub_steps"),
-                format_args!("{} is not within 1..={AGENT_SUB_STEPS_MAX}", self.max_sub_steps),
-            ));
-        }
-        match self.deadline_ms {
-            None => return Err(Error::invalid(format!("{field}.deadline_ms"), "an agent needs a deadline")),
-            Some(d) => crate::validate::config_ms(&format!("{field}.deadline_ms"), d)?,
-        }
-        if self.max_tokens.is_none() && self.max_cost_micros.is_none() {
-            return Err(Error::invalid(format!("{field}.budget"), "an agent needs a token or cost budget"));
-        }
-        if self.max_tokens == Some(0) || self.max_cost_micros == Some(0) {
-            return Err(Error::invalid(format!("{field}.budget"), "a budget of 0 allows nothing"));
-        }
-        Ok(())
-    }
-}
+pub use kernel_core::agent_limits::{AgentLimits, AGENT_SUB_STEPS_MAX};
 
 /// Tools one agent may have.
 pub const AGENT_TOOLS_MAX: usize = 64;
@@ -151,7 +111,6 @@ pub const LABEL_START: &str = "agent.start";
 pub const LABEL_STOP: &str = "agent.stop";
 
 // The start, every sub-step and the stop fit in one record.
-const _: () = assert!(AGENT_SUB_STEPS_MAX as usize + 2 <= RECORD_ENTRIES_MAX);
 
 /// Label of a proposal recorded as sub-step `n`.
 pub fn proposal_label(n: u32) -> String {
@@ -165,13 +124,13 @@ pub fn tool_label(n: u32) -> String {
 
 /// K-17.1 amendment: the idempotency key of sub-step `sub_step` of the agent of the step
 /// whose key is `step_key` — `K ∥ subStep`, encoded `{K}|s{n}`. A step's key
-/// ([`idempotency_key_at`](crate::activity::idempotency_key_at)) ends in its bare run
+/// ([`idempotency_key_at`](kernel_core::activity::idempotency_key_at)) ends in its bare run
 /// number or in `|e<epoch>`, never in `|s<n>`, so no sub-step key is a step key, and `K`
 /// and `n` are read back unambiguously from the last `|s`.
 ///
 /// ```
 /// use kernel_core::activity::idempotency_key_at;
-/// use kernel_core::agent::sub_step_key;
+/// use kernel_agents::sub_step_key;
 /// let k = idempotency_key_at("wf-42", "plan", 0, 0);
 /// assert_eq!(sub_step_key(&k, 3), "5:wf-42|4:plan|0|s3");
 /// assert_eq!(sub_step_key(&idempotency_key_at("wf-42", "plan", 1, 2), 0), "5:wf-42|4:plan|1|e2|s0");
@@ -217,7 +176,7 @@ pub fn proposal_schema() -> Result<OutputSchema> {
                                     "required": ["tool", "args"],
                                     "additionalProperties": false,
                                     "properties": {
-                                        "tool": {"type": "string", "minLength": 1, "maxLength": crate::validate::IDENTIFIER_BYTES_MAX},
+                                        "tool": {"type": "string", "minLength": 1, "maxLength": kernel_core::validate::IDENTIFIER_BYTES_MAX},
                                         "args": {"type": "object"}
                                     }
                                 }
@@ -477,12 +436,12 @@ impl AgentBuilder {
     /// The agent. Refused as [`Error::InvalidInput`]: a prompt id or version or a tool
     /// name that is not a K-2.0 identifier, two tools of one name, more than
     /// [`AGENT_TOOLS_MAX`] tools. The limits are checked where they bound the loop: by
-    /// [`DefinitionBuilder::build`](crate::definition::DefinitionBuilder::build) for a
+    /// [`DefinitionBuilder::build`](kernel_core::definition::DefinitionBuilder::build) for a
     /// [`StepDef::agent`] and by [`Agent::run`].
     pub fn build(self) -> Result<Agent> {
         let a = self.agent;
-        crate::validate::identifier("agent.prompt.id", &a.prompt.id)?;
-        crate::validate::identifier("agent.prompt.version", &a.prompt.version)?;
+        kernel_core::validate::identifier("agent.prompt.id", &a.prompt.id)?;
+        kernel_core::validate::identifier("agent.prompt.version", &a.prompt.version)?;
         if a.tools.len() > AGENT_TOOLS_MAX {
             return Err(Error::invalid(
                 "agent.tools",
@@ -490,7 +449,7 @@ impl AgentBuilder {
             ));
         }
         for (i, t) in a.tools.iter().enumerate() {
-            crate::validate::identifier(&format!("agent.tools[{i}].name"), t.name())?;
+            kernel_core::validate::identifier(&format!("agent.tools[{i}].name"), t.name())?;
             if a.tools[..i].iter().any(|u| u.name() == t.name()) {
                 return Err(Error::invalid(
                     format!("agent.tools[{i}].name"),
@@ -521,7 +480,7 @@ impl Agent {
     /// record of another shape (a changed activity), a finalizer's context.
     pub async fn run(&self, ctx: &ActivityContext, task: Value) -> std::result::Result<AgentRun, AgentError> {
         self.limits.validate("agent").map_err(AgentError::InvalidLimits)?;
-        let Some(journal) = ctx.journal.as_ref() else {
+        let Some(journal) = ctx.record_cursor() else {
             return Err(permanent("an agent runs in a step; a finalizer cannot run one"));
         };
         let schema = proposal_schema().map_err(|e| permanent(e.to_string()))?;
@@ -544,7 +503,7 @@ impl Agent {
             let label = if pending.is_empty() { proposal_label(n) } else { tool_label(n) };
             // The label recorded next, and whether that entry is complete (a proposal whose
             // recorded samples were all invalid goes on sampling within its bound).
-            let next = journal.around_cursor(|next, _| {
+            let next = journal.around(|next, _| {
                 next.map(|e| (e.label().to_string(), !matches!(e, RecordEntry::Model(c) if c.output.is_none())))
             })?;
             match next.as_ref().map(|(l, complete)| (l.as_str(), *complete)) {
@@ -556,7 +515,7 @@ impl Agent {
                     if let Some((limit, used, max)) = self.reached(n, usage, started, journal.now()) {
                         return Err(self.stop(ctx, limit, used, max).await);
                     }
-                    let (bytes, bytes_max) = journal.record_room()?;
+                    let (bytes, bytes_max) = journal.room()?;
                     if bytes.saturating_mul(4) >= bytes_max.saturating_mul(3) {
                         return Err(self.stop(ctx, AgentLimit::RecordBytes, bytes as u64, bytes_max as u64).await);
                     }
@@ -575,7 +534,7 @@ impl Agent {
                         req = req.resamples(r);
                     }
                     let out = ctx.model(&*self.model, req).await?;
-                    let spent = journal.around_cursor(|_, previous| match previous {
+                    let spent = journal.around(|_, previous| match previous {
                         Some(RecordEntry::Model(c)) => c.usage(),
                         _ => Usage::default(),
                     })?;
@@ -587,7 +546,7 @@ impl Agent {
                         Proposal::Done(output) => {
                             // The step's own output schema holds the agent's answer, as it
                             // holds an operator's (K-17.4): a mismatch is a permanent error.
-                            if let Some(schema) = journal.settings.schema.as_ref() {
+                            if let Some(schema) = journal.output_schema() {
                                 let errors = schema.errors(&output);
                                 if !errors.is_empty() {
                                     return Err(permanent(format!(
@@ -608,7 +567,7 @@ impl Agent {
                     // What a result may take of the record: half of what is left after a
                     // little for the entry's own fields, so the next proposal and the stop
                     // still fit; a larger result is recorded as an error.
-                    let (bytes, bytes_max) = journal.record_room()?;
+                    let (bytes, bytes_max) = journal.room()?;
                     let room = bytes_max.saturating_sub(bytes).saturating_sub(1_024) / 2;
                     let result = ctx
                         .record(&label, || async {
@@ -705,29 +664,28 @@ impl Activity for Agent {
     }
 }
 
-impl StepDef {
+/// Agent steps on a [`StepDef`]: bring the trait into scope and write
+/// `StepDef::agent("triage", agent)`.
+pub trait AgentStepDef {
     /// A step running `agent` (see [`Agent`]), its limits declared with the step:
-    /// [`DefinitionBuilder::build`](crate::definition::DefinitionBuilder::build) refuses
+    /// [`DefinitionBuilder::build`](kernel_core::definition::DefinitionBuilder::build) refuses
     /// the definition when they do not bound the loop (field `steps[i].agent.*`). The
     /// step's other settings (timeout, retries, `on_failed`, output schema of the `done`
     /// value) are set as on any step.
-    pub fn agent(name: impl Into<String>, agent: Agent) -> StepDef {
-        let limits = agent.limits;
-        let mut step = StepDef::new(name, agent);
-        step.agent = Some(limits);
-        step
-    }
+    fn agent(name: impl Into<String>, agent: Agent) -> StepDef;
+}
 
-    /// The limits of an agent step.
-    pub fn get_agent_limits(&self) -> Option<&AgentLimits> {
-        self.agent.as_ref()
+impl AgentStepDef for StepDef {
+    fn agent(name: impl Into<String>, agent: Agent) -> StepDef {
+        let limits = agent.limits;
+        StepDef::new(name, agent).agent_limits(limits)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model_call::ModelAnswer;
+    use kernel_core::model_call::ModelAnswer;
 
     struct Silent;
     #[async_trait::async_trait]
@@ -797,7 +755,7 @@ mod tests {
     #[test]
     fn labels_are_identifiers_and_keys_append_the_sub_step() {
         for l in [proposal_label(0), tool_label(199), LABEL_START.into(), LABEL_STOP.into()] {
-            crate::validate::identifier("label", &l).unwrap();
+            kernel_core::validate::identifier("label", &l).unwrap();
         }
         assert_eq!(sub_step_key("3:w-1|1:s|0", 12), "3:w-1|1:s|0|s12");
         assert_ne!(sub_step_key("k", 1), sub_step_key("k|s1", 0));

@@ -3,7 +3,7 @@
 //! workflow (K-5), and a later event about the same entity is delivered as a signal to the
 //! running workflow (K-9.3).
 //!
-//! Events arrive out of order and more than once; [`Publisher::deliver_event`] dedupes both
+//! Events arrive out of order and more than once; [`EventRoute::deliver`] dedupes both
 //! ways:
 //!
 //! - the **first** event delivered for an entity key starts the workflow, its `{id, key,
@@ -31,7 +31,7 @@
 //!
 //! # Doorbells, not payloads (K-9.3)
 //! The signal carries no payload. The caller (a webhook receiver) writes the business fact,
-//! the event's payload, durably **before** calling [`Publisher::deliver_event`], and the
+//! the event's payload, durably **before** calling [`EventRoute::deliver`], and the
 //! woken step re-reads the facts. A wake says only "something about this entity changed":
 //! doorbells are consumed in no particular order relative to the events' business order,
 //! one wake may find several new facts and a later wake none. The step decides from the
@@ -39,14 +39,13 @@
 //! wakes. A delivery that failed (an error) is retried by the caller with the same event:
 //! the start and the signal are both idempotent on it.
 
-use super::publisher::FailedStart;
-use super::{Publisher, StartRequest};
-use crate::activity::{SignalWaitSpec, StepOutcome};
-use crate::error::{Error, Result};
-use crate::id::WorkflowId;
-use crate::model::WorkflowStatus;
-use crate::ports::{DeliverOutcome, Signal};
-use crate::validate;
+use kernel_core::activity::{SignalWaitSpec, StepOutcome};
+use kernel_core::error::{Error, Result};
+use kernel_core::id::WorkflowId;
+use kernel_core::model::WorkflowStatus;
+use kernel_core::ports::{DeliverOutcome, Signal};
+use kernel_core::validate;
+use kernel_core::{Publisher, StartRequest};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -134,10 +133,7 @@ impl EventRoute {
             h.update((part.len() as u32).to_be_bytes());
             h.update(part.as_bytes());
         }
-        derived(
-            "event.id",
-            format!("{}:{}:h{}", self.workflow_type, self.signal_type, crate::model_call::hex(&h.finalize())),
-        )
+        derived("event.id", format!("{}:{}:h{}", self.workflow_type, self.signal_type, hex::encode(h.finalize())))
     }
 
     /// The wait a step returns for the next event about entity `key`: this route's signal
@@ -201,7 +197,7 @@ impl Event {
     }
 }
 
-/// What [`Publisher::deliver_event`] did.
+/// What [`EventRoute::deliver`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EventOutcome {
     /// This delivery created the workflow.
@@ -247,8 +243,8 @@ impl EventOutcome {
     }
 }
 
-impl Publisher {
-    /// Deliver one event on `route` (the module docs give the rules): start the workflow of
+impl EventRoute {
+    /// Deliver one event on this route through `publisher` (the module docs give the rules): start the workflow of
     /// the event's key, or signal it, or report it closed. Write the event's business fact
     /// durably before calling this; on an error, retry with the same event.
     ///
@@ -262,21 +258,21 @@ impl Publisher {
     /// limit or not storable (field `event.payload`), and for a publisher without an inbox
     /// (field `inbox`); [`Error::UnregisteredType`] when the route's workflow type has no
     /// plan here. [`Error::Conflict`] when the business key belongs to a workflow of another
-    /// type. Store and inbox failures as [`start_or_resume`](Self::start_or_resume) and
-    /// [`deliver_signal`](Self::deliver_signal) report them.
+    /// type. Store and inbox failures as [`start_or_resume`](Publisher::start_or_resume) and
+    /// [`deliver_signal`](Publisher::deliver_signal) report them.
     ///
-    /// [`PublisherBuilder::inbox`]: super::PublisherBuilder::inbox
-    pub async fn deliver_event(&self, route: &EventRoute, event: Event) -> Result<EventOutcome> {
+    /// [`PublisherBuilder::inbox`]: kernel_core::PublisherBuilder::inbox
+    pub async fn deliver(&self, publisher: &Publisher, event: Event) -> Result<EventOutcome> {
+        let route = self;
         event.validate()?;
         let biz_key = route.biz_key(&event.key)?;
         let signal_id = route.signal_id(&event.key, &event.id)?;
         let input = event.to_input();
-        validate::payload("event.payload", &input, self.payload_bytes_max())?;
-        self.plans().get(route.workflow_type())?;
-        self.signal_inbox()?;
+        validate::payload("event.payload", &input, publisher.payload_bytes_max())?;
+        publisher.plans().get(route.workflow_type())?;
+        publisher.signal_inbox()?;
 
-        let started =
-            self.start_with(StartRequest::new(route.workflow_type(), biz_key, input), FailedStart::Keep).await?;
+        let started = publisher.start_or_get(StartRequest::new(route.workflow_type(), biz_key, input)).await?;
         let inst = started.instance;
         if started.created {
             return Ok(EventOutcome::Started { workflow_id: inst.workflow_id });
@@ -292,7 +288,7 @@ impl Publisher {
             .generation(0)
             .signal_id(signal_id.clone())
             .build()?;
-        let delivered = self.deliver(signal).await?;
+        let delivered = publisher.deliver_signal_seen(signal).await?;
         Ok(EventOutcome::Signaled {
             workflow_id: inst.workflow_id,
             signal_id,

@@ -2,7 +2,7 @@
 //! never approves.
 //!
 //! [`HumanTask`] is an [`Activity`]: its first invocation opens a task record in the
-//! [`TaskInbox`](crate::ports::TaskInbox) (id: the step's idempotency key and the escalation level; an unguessable
+//! [`TaskInbox`](kernel_core::ports::TaskInbox) (id: the step's idempotency key and the escalation level; an unguessable
 //! token) and waits on the signal [`HUMAN_TASK_SIGNAL`] with a poll fallback at the next
 //! reminder or the SLA deadline — a durable timer, so no worker is held while a person
 //! thinks. [`TaskDesk`] is the other side: it lists the open tasks an actor may decide,
@@ -27,7 +27,7 @@
 //! it after retention while the decision stays.
 //!
 //! ```
-//! use kernel_core::human::{HumanTask, Level, SlaOutcome};
+//! use kernel_tasks::{HumanTask, Level, SlaOutcome};
 //! use kernel_core::model::DurationMs;
 //! # fn inbox() -> std::sync::Arc<kernel_core::ports::DynTaskInbox> { unimplemented!() }
 //! # fn build() -> kernel_core::Result<HumanTask> {
@@ -40,10 +40,10 @@
 //! # Ok(approve) }
 //! ```
 
-use crate::activity::{Activity, ActivityContext, ActivityError, StepOutcome};
-use crate::error::{Error, Result};
-use crate::model::{DurationMs, Instant};
-use crate::ports::{
+use kernel_core::activity::{Activity, ActivityContext, ActivityError, StepOutcome};
+use kernel_core::error::{Error, Result};
+use kernel_core::model::{DurationMs, Instant};
+use kernel_core::ports::{
     task_decision_refused, validate_task_decide, validate_task_list, validate_task_purge, Actor, Clock, DynIds,
     DynTaskInbox, Evidence, Signal, SignalSender, TaskCloseOutcome, TaskDecideOutcome, TaskDecision, TaskOutcome,
     TaskReason, TaskRecord, TaskStatus, TASK_EVIDENCE_MAX,
@@ -65,7 +65,7 @@ pub const REMINDERS_MAX: usize = 16;
 /// approval:
 ///
 /// ```compile_fail
-/// use kernel_core::human::SlaOutcome;
+/// use kernel_tasks::SlaOutcome;
 /// let _ = SlaOutcome::Approve; // there is no such variant: a timeout never approves
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -353,32 +353,16 @@ struct Progress {
 }
 
 /// 128 bits from the operating system's secure random source, in hex: a task token no one
-/// can guess (the default of [`HumanTaskBuilder::ids`]).
+/// can guess (the default of [`HumanTaskBuilder::ids`]); the id port's
+/// [`os_task_token`](kernel_core::ports::os_task_token).
 ///
 /// # Errors
 /// [`Error::Unavailable`] when the source cannot be read.
 pub fn secure_token() -> Result<String> {
-    let mut bytes = [0u8; 16];
-    getrandom::getrandom(&mut bytes)
-        .map_err(|e| Error::unavailable(format!("the secure random source failed: {e}")))?;
-    Ok(hex::encode(bytes))
+    kernel_core::ports::os_task_token()
 }
 
-/// The id of a task record: the step's idempotency key and the level (`K|h<level>`), or
-/// its SHA-256 when that would pass the identifier limit.
-pub fn task_id(idempotency_key: &str, level: u32) -> String {
-    bounded(format!("{idempotency_key}|h{level}"))
-}
-
-/// `id` when it is within the identifier limit, else `#` and its SHA-256 in hex.
-fn bounded(id: String) -> String {
-    if id.len() <= crate::validate::IDENTIFIER_BYTES_MAX {
-        id
-    } else {
-        use sha2::Digest;
-        format!("#{}", hex::encode(sha2::Sha256::digest(id.as_bytes())))
-    }
-}
+pub use kernel_core::ports::task_id;
 
 fn transient(what: &str, e: Error) -> ActivityError {
     ActivityError::transient(format!("task inbox: {what}: {e}"))
@@ -460,8 +444,8 @@ impl HumanTask {
 #[async_trait::async_trait]
 impl Activity for HumanTask {
     /// A human task's outcome comes only from an eligible person or its SLA path (K-17.2).
-    fn outcome_authority(&self) -> crate::OutcomeAuthority {
-        crate::OutcomeAuthority::ActivityOnly
+    fn outcome_authority(&self) -> kernel_core::OutcomeAuthority {
+        kernel_core::OutcomeAuthority::ActivityOnly
     }
 
     async fn run(&self, ctx: ActivityContext) -> Result<StepOutcome, ActivityError> {
@@ -564,7 +548,7 @@ pub struct TaskDesk {
     signals: SignalSender,
     clock: Arc<dyn Clock>,
     rules: HashMap<(String, String), Rule>,
-    store: Option<Arc<crate::ports::DynStore>>,
+    store: Option<Arc<kernel_core::ports::DynStore>>,
 }
 
 impl std::fmt::Debug for TaskDesk {
@@ -574,12 +558,12 @@ impl std::fmt::Debug for TaskDesk {
 }
 
 /// Largest page of [`TaskDesk::open_tasks`] (the inbox's page bound).
-pub use crate::ports::TASK_LIST_MAX as DESK_PAGE_MAX;
+pub use kernel_core::ports::TASK_LIST_MAX as DESK_PAGE_MAX;
 
 impl TaskDesk {
     /// A desk over `inbox` that rings decisions through `signals`
-    /// ([`Engine::signal_sender`](crate::engine::Engine::signal_sender), or
-    /// [`Publisher::signal_sender`](crate::engine::Publisher::signal_sender) in a process
+    /// ([`Engine::signal_sender`](kernel_core::engine::Engine::signal_sender), or
+    /// [`Publisher::signal_sender`](kernel_core::engine::Publisher::signal_sender) in a process
     /// without an engine).
     pub fn new(inbox: Arc<DynTaskInbox>, signals: SignalSender, clock: Arc<dyn Clock>) -> TaskDesk {
         TaskDesk { inbox, signals, clock, rules: HashMap::new(), store: None }
@@ -589,7 +573,7 @@ impl TaskDesk {
     /// workflow ended, or whose step moved on (a replay, a regenerate or a loop started
     /// another logical attempt), is stale — closed on the spot and refused as
     /// [`TaskDecideOutcome::Closed`], never listed. One instance read per task looked at.
-    pub fn with_store(mut self, store: Arc<crate::ports::DynStore>) -> TaskDesk {
+    pub fn with_store(mut self, store: Arc<kernel_core::ports::DynStore>) -> TaskDesk {
         self.store = Some(store);
         self
     }
@@ -599,7 +583,8 @@ impl TaskDesk {
         let Some(store) = &self.store else { return Ok(false) };
         let live = match store.get(&t.workflow_id).await? {
             Some(i) if !i.status.is_terminal() => i.steps.iter().find(|s| s.name == t.step).is_some_and(|s| {
-                let key = crate::activity::idempotency_key_at(t.workflow_id.as_str(), &s.name, i.retry_count, s.epoch);
+                let key =
+                    kernel_core::activity::idempotency_key_at(t.workflow_id.as_str(), &s.name, i.retry_count, s.epoch);
                 task_id(&key, t.level) == t.id
             }),
             _ => false,
@@ -628,7 +613,7 @@ impl TaskDesk {
     }
 
     /// A page of the open tasks `actor` may decide, ordered by id (see
-    /// [`TaskInbox::list_open`](crate::ports::TaskInbox::list_open)); the desk's rules are
+    /// [`TaskInbox::list_open`](kernel_core::ports::TaskInbox::list_open)); the desk's rules are
     /// applied too, so a page may hold fewer than `limit` tasks — go on from the last id
     /// the inbox returned, which is the second value.
     pub async fn open_tasks(
@@ -701,7 +686,7 @@ impl TaskDesk {
 
     /// Ring the signal of a decided task again (idempotent: the same signal id).
     pub async fn ring(&self, task: &TaskRecord) -> Result<()> {
-        let signal_id = bounded(format!("{}|decided", task.id));
+        let signal_id = kernel_core::validate::bounded_identifier(format!("{}|decided", task.id));
         let s = Signal::builder(task.workflow_id.clone(), HUMAN_TASK_SIGNAL)
             .wait_key(task.id.clone())
             .signal_id(signal_id)
@@ -759,7 +744,10 @@ mod tests {
         assert_eq!(tokens.len(), 64);
         for t in &tokens {
             assert_eq!(t.len(), 32);
-            assert!(t.len() >= crate::ports::TASK_TOKEN_BYTES_MIN && t.chars().all(|c| c.is_ascii_hexdigit()), "{t}");
+            assert!(
+                t.len() >= kernel_core::ports::TASK_TOKEN_BYTES_MIN && t.chars().all(|c| c.is_ascii_hexdigit()),
+                "{t}"
+            );
         }
     }
 }
