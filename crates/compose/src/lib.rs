@@ -78,8 +78,8 @@ mod url;
 
 pub use url::{redact, Role, Scheme, SchemeInfo, Target, DEFAULT_DATABASE, DEFAULT_PREFIX, DEFAULT_SCHEMA, SCHEMES};
 
+use kernel_core::domain::DurationMs;
 use kernel_core::engine::{MissingPort, PortsBuilder};
-use kernel_core::model::DurationMs;
 #[cfg(feature = "redis")]
 use kernel_core::ports::DynClock;
 use kernel_core::ports::{

@@ -1,5 +1,5 @@
 use crate::db::{self, Db, Kind};
-use kernel_core::model::Instant;
+use kernel_core::domain::Instant;
 use kernel_core::ports::DispatchCandidates;
 use kernel_core::{validate, ObjectId, Result};
 use rusqlite::params;

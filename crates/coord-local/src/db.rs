@@ -1,7 +1,7 @@
 //! The one connection of a [`LocalCoord`](crate::LocalCoord), its pragmas, its migrations,
 //! the deadline of every call and the mapping of SQLite errors into the kernel's.
 
-use kernel_core::model::DurationMs;
+use kernel_core::domain::DurationMs;
 use kernel_core::{Error, Result};
 use rusqlite::{Connection, ErrorCode, InterruptHandle, OptionalExtension, Transaction, TransactionBehavior};
 use std::path::{Path, PathBuf};

@@ -10,7 +10,7 @@
 //! adapters (`queue-redis`, `permit-redis`); the same conformance suites run on both.
 //!
 //! ```
-//! use kernel_core::model::{Instant, Priority};
+//! use kernel_core::domain::{Instant, Priority};
 //! use kernel_core::ports::{ReadyQueue, Wakeup};
 //! use coord_local::{LocalConfig, LocalCoord};
 //!
@@ -120,7 +120,7 @@ pub use wakeup::{LocalWakeup, SUBSCRIBERS_MAX};
 
 pub use kernel_core::ports::{LaneWeights, PermitLimits};
 
-use kernel_core::model::DurationMs;
+use kernel_core::domain::DurationMs;
 use kernel_core::ports::Clock;
 use kernel_core::{validate, Error, Result};
 use std::path::Path;

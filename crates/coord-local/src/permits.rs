@@ -1,5 +1,5 @@
 use crate::db::{self, Db, Kind};
-use kernel_core::model::{DurationMs, Instant};
+use kernel_core::domain::{DurationMs, Instant};
 use kernel_core::ports::{
     tenant_base, Clock, PermitDecision, PermitHolder, PermitLimits, PermitOwner, PermitUsage, Permits,
     PERMIT_HOLDERS_MAX, PERMIT_RESOURCES_MAX,

@@ -1,5 +1,5 @@
 use crate::db::{self, Db, Kind};
-use kernel_core::model::{DurationMs, Instant, Priority};
+use kernel_core::domain::{DurationMs, Instant, Priority};
 use kernel_core::ports::{check_enqueue_many, check_pop_max, LaneEntry, LaneStats, LaneWeights, ReadyQueue};
 use kernel_core::{validate, Result, WorkflowId};
 use rusqlite::{params, OptionalExtension, Transaction};

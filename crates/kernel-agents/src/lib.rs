@@ -86,8 +86,8 @@
 
 use kernel_core::activity::{Activity, ActivityContext, ActivityError, StepOutcome};
 use kernel_core::definition::StepDef;
+use kernel_core::domain::{DurationMs, ErrorClass, Instant};
 use kernel_core::error::{Error, Result};
-use kernel_core::model::{DurationMs, ErrorClass, Instant};
 use kernel_core::model_call::{Model, ModelRequest, OutputSchema};
 use kernel_core::record::{RecordEntry, Usage, VersionRef};
 use serde::{Deserialize, Serialize};

@@ -1,8 +1,8 @@
 //! The one activity entry point's types: [`Activity`], [`ActivityContext`], [`StepOutcome`],
 //! [`ActivityError`].
 
+use crate::domain::{DurationMs, ErrorClass, Instant, Resume, StepError};
 use crate::id::BusinessRound;
-use crate::model::{DurationMs, ErrorClass, Instant, Resume, StepError};
 use crate::ports::{SignalSender, StreamHandle};
 use serde_json::Value;
 use std::collections::BTreeMap;

@@ -1,8 +1,8 @@
 //! Compensation on the failure path (K-17.6): what the engine records on an instance after
 //! running the inverses of its completed side-effecting steps.
 
+use crate::domain::Instant;
 use crate::error::{Error, Result};
-use crate::model::Instant;
 use serde::{Deserialize, Serialize};
 
 /// Longest error message kept per inverse, in bytes.

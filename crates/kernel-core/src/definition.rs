@@ -5,8 +5,8 @@
 //! Publishers register plans, workers register definitions (K-4.1).
 
 use crate::activity::Activity;
+use crate::domain::{DurationMs, Step, StepStatus};
 use crate::error::{Error, Result};
-use crate::model::{DurationMs, Step, StepStatus};
 use crate::validate;
 use serde_json::Value;
 use sha2::{Digest, Sha256};

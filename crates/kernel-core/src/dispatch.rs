@@ -3,10 +3,10 @@
 //! re-read rules), the recovery dispatcher (candidates + a low-frequency scan under a
 //! store-kept mutex, per-object leases, revert on failure) and new rounds after failure.
 
+use crate::domain::{DurationMs, Priority, WorkflowStatus};
 use crate::engine::{DeadlineOutbox, Publisher, StartRequest};
 use crate::error::{Error, Result};
 use crate::id::{BusinessRound, FencingToken, LeaseToken, ObjectId};
-use crate::model::{DurationMs, Priority, WorkflowStatus};
 use crate::ports::*;
 use crate::validate;
 use serde_json::Value;

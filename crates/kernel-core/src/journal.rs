@@ -6,7 +6,7 @@
 //! after it can happen unless the record is durable.
 
 use crate::activity::{ActivityContext, ActivityError};
-use crate::model::Instant;
+use crate::domain::Instant;
 use crate::model_call::{Model, ModelRequest, OutputSchema};
 use crate::ports::{CacheKey, CacheVersions, DynClock, DynResultCache};
 use crate::record::*;
@@ -53,7 +53,7 @@ pub(crate) struct JournalState {
 impl JournalState {
     /// The state for an invocation of `step` in run `run`: its record when it belongs to
     /// the current logical attempt, else a fresh one (a stale record goes to history).
-    pub(crate) fn of(step: &crate::model::Step, run: u32, limits: &HistoryLimits, now: Instant) -> JournalState {
+    pub(crate) fn of(step: &crate::domain::Step, run: u32, limits: &HistoryLimits, now: Instant) -> JournalState {
         match &step.record {
             Some(r) if r.is_of(run, step.epoch) => JournalState { record: r.clone(), pending_history: None, cursor: 0 },
             Some(stale) => {

@@ -20,7 +20,7 @@ pub mod error;
 pub mod id;
 mod journal;
 pub use journal::RecordCursor;
-pub mod model;
+pub mod domain;
 pub mod model_call;
 pub mod operator_request;
 pub mod ports;
@@ -35,10 +35,10 @@ pub use definition::{
     BranchInputs, Definition, OnFailed, OutcomeAuthority, Plan, PlanRegistry, ResourceFn, RetryPolicy, StepControl,
     StepDef,
 };
+pub use domain::*;
 pub use engine::{
     Acted, CancelOutcome, Engine, EngineConfig, EngineHealth, Ports, Publisher, PublisherBuilder, StartOutcome,
     StartRequest,
 };
 pub use error::{Cause, Error, Result};
 pub use id::{BusinessRound, ClaimToken, FencingToken, LeaseToken, ObjectId, WorkflowId};
-pub use model::*;

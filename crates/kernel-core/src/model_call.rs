@@ -109,7 +109,7 @@ pub struct CacheUse {
     /// Version of the data the call reads.
     pub data_version: String,
     /// How long a cached answer stays valid.
-    pub ttl: crate::model::DurationMs,
+    pub ttl: crate::domain::DurationMs,
 }
 
 impl ModelRequest {
@@ -149,7 +149,7 @@ impl ModelRequest {
         mut self,
         tool_version: impl Into<String>,
         data_version: impl Into<String>,
-        ttl: impl Into<crate::model::DurationMs>,
+        ttl: impl Into<crate::domain::DurationMs>,
     ) -> Self {
         self.cache =
             Some(CacheUse { tool_version: tool_version.into(), data_version: data_version.into(), ttl: ttl.into() });

@@ -8,8 +8,8 @@
 //! it back and never call the model again. A record belongs to one logical attempt,
 //! `(run, epoch)` (K-17.1): a record of another attempt is history, never replayed.
 
+use crate::domain::{Instant, StepError};
 use crate::error::{Error, Result};
-use crate::model::{Instant, StepError};
 use crate::validate;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -458,7 +458,7 @@ impl HistoryLimits {
     ///
     /// ```
     /// use kernel_core::record::{HistoryEntry, HistoryLimits, HistoryReason};
-    /// use kernel_core::model::Instant;
+    /// use kernel_core::domain::Instant;
     /// let e = |epoch| HistoryEntry { run: 0, epoch, reason: HistoryReason::Regenerate, output: None, error: None, record: None, at: Instant::ZERO };
     /// let limits = HistoryLimits { entries_max: 2, bytes_max: 1 << 20 };
     /// let h = limits.push(limits.push(limits.push(vec![], e(0)), e(1)), e(2));

@@ -6,9 +6,9 @@
 //! uses them directly, the engine uses them to keep its local copy in step with the store,
 //! and the conformance suite checks every other adapter against them.
 
+use crate::domain::*;
 use crate::error::{Error, Result};
 use crate::id::{BusinessRound, ClaimToken, FencingToken};
-use crate::model::*;
 use crate::record::{HistoryEntry, StepRecord};
 use crate::validate;
 use serde::{Deserialize, Serialize};
@@ -725,7 +725,7 @@ impl Transition {
     /// [`Error::InvalidInput`] and nothing is written.
     ///
     /// ```
-    /// use kernel_core::model::{DurationMs, Instant};
+    /// use kernel_core::domain::{DurationMs, Instant};
     /// use kernel_core::transition::Transition;
     /// use kernel_core::validate::STORE_PAYLOAD_BYTES_MAX;
     /// let ok = Transition::complete_step(0, "fetch", serde_json::json!(1), DurationMs::ZERO, Instant::ZERO, false);
@@ -819,7 +819,7 @@ impl Transition {
     /// revision it last saw plus one; a write that bumps no revision completes nothing.
     ///
     /// ```
-    /// use kernel_core::model::{DurationMs, Instant};
+    /// use kernel_core::domain::{DurationMs, Instant};
     /// use kernel_core::transition::{Patch, Transition};
     /// let mut t = Transition::complete_step(2, "post", serde_json::json!(1), DurationMs::ZERO, Instant::ZERO, false);
     /// t.stamp_completions(8);

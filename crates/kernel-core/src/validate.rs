@@ -4,7 +4,7 @@
 //! payload sizes. The records that cross a port check themselves with them, and every
 //! adapter (in memory or on a server) calls those checks before it writes, so all adapters
 //! refuse exactly the same inputs:
-//! [`WorkflowInstance::validate`](crate::model::WorkflowInstance::validate) (store `create`),
+//! [`WorkflowInstance::validate`](crate::domain::WorkflowInstance::validate) (store `create`),
 //! [`Transition::validate`](crate::transition::Transition::validate) and
 //! [`Guard::validate`](crate::transition::Guard::validate) (store `apply`),
 //! [`ClaimSpec::validate`](crate::ports::ClaimSpec::validate) (store `claim`),
@@ -269,8 +269,8 @@ mod tests {
     /// field at a time and accepts the fixture it was derived from.
     mod records {
         use super::super::*;
+        use crate::domain::*;
         use crate::id::{ClaimToken, ObjectId, WorkflowId};
-        use crate::model::*;
         use crate::ports::*;
         use crate::transition::{Guard, Patch, Transition};
         use serde_json::json;

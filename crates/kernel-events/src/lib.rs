@@ -40,9 +40,9 @@
 //! the start and the signal are both idempotent on it.
 
 use kernel_core::activity::{SignalWaitSpec, StepOutcome};
+use kernel_core::domain::WorkflowStatus;
 use kernel_core::error::{Error, Result};
 use kernel_core::id::WorkflowId;
-use kernel_core::model::WorkflowStatus;
 use kernel_core::ports::{DeliverOutcome, Signal};
 use kernel_core::validate;
 use kernel_core::{Publisher, StartRequest};

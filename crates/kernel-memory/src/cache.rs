@@ -1,4 +1,4 @@
-use kernel_core::model::{DurationMs, Instant};
+use kernel_core::domain::{DurationMs, Instant};
 use kernel_core::ports::*;
 use kernel_core::Result;
 use serde_json::Value;

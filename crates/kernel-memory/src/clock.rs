@@ -1,4 +1,4 @@
-use kernel_core::model::{DurationMs, Instant};
+use kernel_core::domain::{DurationMs, Instant};
 use kernel_core::ports::{Clock, IdGenerator};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use std::sync::atomic::{AtomicU64, Ordering};

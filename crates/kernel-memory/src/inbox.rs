@@ -1,4 +1,4 @@
-use kernel_core::model::Instant;
+use kernel_core::domain::Instant;
 use kernel_core::ports::*;
 use kernel_core::WorkflowId;
 use kernel_core::{validate, Error, Result};

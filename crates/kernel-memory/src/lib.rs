@@ -33,7 +33,7 @@
 //! # async fn main() {
 //! use kernel_core::engine::Ports;
 //! use kernel_core::ports::{Clock, ReadyQueue};
-//! use kernel_core::model::DurationMs;
+//! use kernel_core::domain::DurationMs;
 //! use kernel_core::Priority;
 //! use kernel_memory::{InMemoryInbox, InMemoryPermits, InMemoryQueue, InMemoryStore, InMemoryWakeup};
 //! use kernel_memory::{ManualClock, SeqIds};

@@ -1,4 +1,4 @@
-use kernel_core::model::{DurationMs, Instant, Priority};
+use kernel_core::domain::{DurationMs, Instant, Priority};
 use kernel_core::ports::*;
 use kernel_core::WorkflowId;
 use kernel_core::{validate, Error, Result};

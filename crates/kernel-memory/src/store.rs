@@ -1,4 +1,4 @@
-use kernel_core::model::*;
+use kernel_core::domain::*;
 use kernel_core::ports::*;
 use kernel_core::transition::{Guard, Transition};
 use kernel_core::WorkflowId;

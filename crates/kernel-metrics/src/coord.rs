@@ -2,7 +2,7 @@
 //! [`MeteredPermits`].
 
 use crate::registry::{Metrics, PortOpLabels, ResourceLabels};
-use kernel_core::model::{Instant, Priority};
+use kernel_core::domain::{Instant, Priority};
 use kernel_core::ports::{
     DynPermits, DynQueue, DynWakeup, LaneEntry, LaneStats, PermitDecision, PermitLimits, PermitOwner, PermitUsage,
     Permits, ReadyQueue, Wakeup, WakeupReceiver,

@@ -2,7 +2,7 @@
 //! engine emits (K-15).
 
 use crate::registry::{KindLabels, Metrics, OutcomeLabels};
-use kernel_core::model::{DurationMs, Instant};
+use kernel_core::domain::{DurationMs, Instant};
 use kernel_core::ports::{DynObservationSink, Observation, ObservationSink};
 use kernel_core::transition::TransitionKind;
 use kernel_core::WorkflowId;

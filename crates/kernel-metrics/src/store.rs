@@ -1,7 +1,7 @@
 //! [`MeteredStore`]: the workflow store, measured.
 
 use crate::registry::{Metrics, OpLabels, ResultLabels};
-use kernel_core::model::{Instant, WorkflowInstance};
+use kernel_core::domain::{Instant, WorkflowInstance};
 use kernel_core::ports::{
     Candidate, ClaimSpec, CreateOutcome, DueCursor, DueWait, DynStore, ScanPage, WorkflowStore, WriteOutcome,
 };

@@ -28,7 +28,7 @@
 //!
 //! ```
 //! use kernel_tasks::{HumanTask, Level, SlaOutcome};
-//! use kernel_core::model::DurationMs;
+//! use kernel_core::domain::DurationMs;
 //! # fn inbox() -> std::sync::Arc<kernel_core::ports::DynTaskInbox> { unimplemented!() }
 //! # fn build() -> kernel_core::Result<HumanTask> {
 //! let approve = HumanTask::builder("Approve the invoice")
@@ -41,8 +41,8 @@
 //! ```
 
 use kernel_core::activity::{Activity, ActivityContext, ActivityError, StepOutcome};
+use kernel_core::domain::{DurationMs, Instant};
 use kernel_core::error::{Error, Result};
-use kernel_core::model::{DurationMs, Instant};
 use kernel_core::ports::{
     task_decision_refused, validate_task_decide, validate_task_list, validate_task_purge, Actor, Clock, DynIds,
     DynTaskInbox, Evidence, Signal, SignalSender, TaskCloseOutcome, TaskDecideOutcome, TaskDecision, TaskOutcome,

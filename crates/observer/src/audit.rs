@@ -7,9 +7,9 @@
 //! inputs; [`AuditQuery::matches`] and [`AuditQuery::order`] are the reference semantics of
 //! `find_audit`.
 
-use crate::model::{after_cursor, input, reason_of};
+use crate::projection::{after_cursor, input, reason_of};
 use crate::{Error, Result};
-use kernel_core::model::Instant;
+use kernel_core::domain::Instant;
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
 
@@ -56,7 +56,7 @@ impl AuditResult {
 /// One operator action, appended once per `id`.
 ///
 /// ```
-/// use kernel_core::model::Instant;
+/// use kernel_core::domain::Instant;
 /// use observer::{AuditEntry, AuditResult};
 /// let e = AuditEntry {
 ///     id: "op-1".into(),
@@ -146,7 +146,7 @@ pub struct AuditQuery {
     /// Keyset paging: `(at, id)` of the last entry of the previous page; only entries
     /// strictly after it in the newest-first order are returned.
     pub before: Option<(Instant, String)>,
-    /// Most entries (capped at [`QUERY_LIMIT_MAX`](crate::model::QUERY_LIMIT_MAX); 0 means
+    /// Most entries (capped at [`QUERY_LIMIT_MAX`](crate::projection::QUERY_LIMIT_MAX); 0 means
     /// the cap).
     pub limit: usize,
 }

@@ -4,10 +4,10 @@
 //! and PostgreSQL.
 
 use crate::audit::{AuditEntry, AuditQuery, AuditResult, AUDIT_DETAIL_BYTES_MAX, AUDIT_PURGE_MAX};
-use crate::model::{AttemptOutcome, AttemptQuery, Snapshot, SnapshotQuery};
+use crate::projection::{AttemptOutcome, AttemptQuery, Snapshot, SnapshotQuery};
 use crate::repo::{DynRepository, FINISHED_PURGE_MAX};
 use crate::Error;
-use kernel_core::model::{DurationMs, ErrorClass, Instant, WorkflowStatus};
+use kernel_core::domain::{DurationMs, ErrorClass, Instant, WorkflowStatus};
 use kernel_core::ports::Observation;
 use kernel_core::transition::TransitionKind;
 use rand::rngs::SmallRng;

@@ -2,10 +2,10 @@
 //! saw, so tests can prove that the kept batch is written after the outage.
 
 use crate::audit::{AuditEntry, AuditQuery};
-use crate::model::{AttemptQuery, AttemptRow, Snapshot, SnapshotQuery};
+use crate::projection::{AttemptQuery, AttemptRow, Snapshot, SnapshotQuery};
 use crate::repo::{DynRepository, ObservationRepository};
 use crate::{Error, Result};
-use kernel_core::model::Instant;
+use kernel_core::domain::Instant;
 use kernel_core::ports::Observation;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -45,15 +45,15 @@ pub mod audit;
 pub mod conformance;
 #[cfg(feature = "testing")]
 pub mod faults;
-pub mod model;
 mod ops;
+pub mod projection;
 mod repair;
 mod repo;
 mod sink;
 
 pub use audit::{AuditEntry, AuditQuery, AuditResult};
-pub use model::{AttemptOutcome, AttemptQuery, AttemptRow, Snapshot, SnapshotQuery, StepSummary};
 pub use ops::OpsView;
+pub use projection::{AttemptOutcome, AttemptQuery, AttemptRow, Snapshot, SnapshotQuery, StepSummary};
 pub use repair::{repair_snapshots, RepairReport, REPAIR_IDS_MAX};
 pub use repo::{
     check_finished_purge_limit, check_step_key, DynRepository, InMemoryObservationRepository, ObservationRepository,

@@ -3,10 +3,10 @@
 //! `workflow_instances`.
 
 use crate::audit::{AuditEntry, AuditQuery};
-use crate::model::{AttemptOutcome, AttemptQuery, AttemptRow, Snapshot, SnapshotQuery};
+use crate::projection::{AttemptOutcome, AttemptQuery, AttemptRow, Snapshot, SnapshotQuery};
 use crate::repo::DynRepository;
 use crate::{Error, Result};
-use kernel_core::model::{Instant, WorkflowStatus};
+use kernel_core::domain::{Instant, WorkflowStatus};
 use kernel_core::ports::{DynClock, DynQueue, LaneStats};
 use std::sync::Arc;
 

@@ -1,6 +1,6 @@
 //! Repair: rebuild snapshots of finished workflows from their instances (K-15).
 
-use crate::model::Snapshot;
+use crate::projection::Snapshot;
 use crate::repo::DynRepository;
 use crate::{Error, Result};
 use kernel_core::ports::DynStore;

@@ -1,9 +1,9 @@
 //! The repository port of the projection and its in-memory implementation.
 
 use crate::audit::{check_audit_purge_limit, AuditEntry, AuditQuery};
-use crate::model::{effective_limit, AttemptQuery, AttemptRow, Snapshot, SnapshotQuery};
+use crate::projection::{effective_limit, AttemptQuery, AttemptRow, Snapshot, SnapshotQuery};
 use crate::{Error, Result};
-use kernel_core::model::{Instant, WorkflowStatus};
+use kernel_core::domain::{Instant, WorkflowStatus};
 use kernel_core::ports::Observation;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -103,7 +103,7 @@ pub const FINISHED_STATUSES: [WorkflowStatus; 3] =
 /// `1..=`[`FINISHED_PURGE_MAX`], else [`Error::InvalidInput`].
 pub fn check_finished_purge_limit(limit: usize) -> Result<()> {
     kernel_core::validate::limit_in("limit", limit, FINISHED_PURGE_MAX)
-        .map_err(|e| Error::InvalidInput { field: "limit".into(), reason: crate::model::reason_of(e) })
+        .map_err(|e| Error::InvalidInput { field: "limit".into(), reason: crate::projection::reason_of(e) })
 }
 
 /// `dyn ObservationRepository`.

@@ -3,7 +3,7 @@
 use crate::audit::AUDIT_PURGE_MAX;
 use crate::repo::{DynRepository, FINISHED_PURGE_MAX};
 use crate::{Error, Result};
-use kernel_core::model::{DurationMs, Instant};
+use kernel_core::domain::{DurationMs, Instant};
 use kernel_core::ports::{DynClock, Observation, ObservationSink};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -41,7 +41,7 @@ pub struct ObserverConfig {
 /// harmlessly.
 ///
 /// ```
-/// use kernel_core::model::DurationMs;
+/// use kernel_core::domain::DurationMs;
 /// use observer::{ObserverConfig, Retention};
 ///
 /// let config = ObserverConfig {

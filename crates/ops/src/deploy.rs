@@ -127,7 +127,7 @@ pub(crate) async fn check(
                     .find_snapshots(&SnapshotQuery {
                         status: Some(status),
                         before: before.clone(),
-                        limit: observer::model::QUERY_LIMIT_MAX,
+                        limit: observer::projection::QUERY_LIMIT_MAX,
                         ..Default::default()
                     })
                     .await?;
@@ -153,7 +153,7 @@ pub(crate) async fn check(
                     *groups.entry((inst.workflow_type.clone(), inst.definition_fingerprint.clone())).or_default() += 1;
                 }
                 match page.last() {
-                    Some(last) if page.len() == observer::model::QUERY_LIMIT_MAX => {
+                    Some(last) if page.len() == observer::projection::QUERY_LIMIT_MAX => {
                         before = Some((last.updated_at, last.biz_key.clone()))
                     }
                     _ => break,

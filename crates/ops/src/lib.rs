@@ -106,7 +106,7 @@ impl Actor {
 
 /// Most rows of one page of [`Ops::list`]: one less than the projection's query cap, so a
 /// page can ask for one row more and know whether another page follows.
-pub const LIST_LIMIT_MAX: usize = observer::model::QUERY_LIMIT_MAX - 1;
+pub const LIST_LIMIT_MAX: usize = observer::projection::QUERY_LIMIT_MAX - 1;
 /// Rows of a page when the filter names no limit.
 pub const LIST_LIMIT_DEFAULT: usize = 50;
 /// Attempt rows [`Ops::show`] reads for the timeline.

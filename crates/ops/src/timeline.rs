@@ -3,7 +3,7 @@
 //! (traffic, K-14), for something outside (a timer, a signal, a person) and the time its
 //! activity ran. Computed from the projection's attempt rows and the instance alone.
 
-use kernel_core::model::{Instant, WorkflowInstance};
+use kernel_core::domain::{Instant, WorkflowInstance};
 use observer::{AttemptOutcome, AttemptRow};
 use serde::Serialize;
 
@@ -110,7 +110,7 @@ pub fn timeline(inst: &WorkflowInstance, attempts: &[AttemptRow], truncated: boo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kernel_core::model::DurationMs;
+    use kernel_core::domain::DurationMs;
 
     fn row(
         step: &str,

@@ -13,7 +13,7 @@
 //! alternating, and the better run counts.
 
 use compose::{url_from_args, QueueOptions, QueueSide, Role};
-use kernel_core::model::Priority;
+use kernel_core::domain::Priority;
 use kernel_core::ports::{PermitOwner, Permits, ReadyQueue};
 use permit_redis::{PermitLimits, RedisPermits, RedisPermitsConfig};
 use queue_redis::{connect_client, LaneWeights, RedisReadyQueue};

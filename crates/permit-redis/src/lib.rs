@@ -68,7 +68,7 @@
 //! # }
 //! ```
 
-use kernel_core::model::{DurationMs, Instant};
+use kernel_core::domain::{DurationMs, Instant};
 use kernel_core::ports::{
     PermitDecision, PermitHolder, PermitOwner, PermitUsage, Permits, PERMIT_HOLDERS_MAX, PERMIT_RESOURCES_MAX,
 };

@@ -1,5 +1,5 @@
 use crate::RedisConn;
-use kernel_core::model::{DurationMs, Instant};
+use kernel_core::domain::{DurationMs, Instant};
 use kernel_core::ports::*;
 use kernel_core::{validate, Error, Result};
 use redis::Script;

@@ -1,5 +1,5 @@
 use crate::RedisConn;
-use kernel_core::model::Instant;
+use kernel_core::domain::Instant;
 use kernel_core::ObjectId;
 use kernel_core::{validate, Error, Result};
 use redis::Script;

@@ -1,5 +1,5 @@
 use crate::RedisConn;
-use kernel_core::model::{DurationMs, Instant, Priority};
+use kernel_core::domain::{DurationMs, Instant, Priority};
 use kernel_core::ports::{check_enqueue_many, check_pop_max, LaneEntry, LaneStats, ReadyQueue};
 use kernel_core::{validate, Error, Result, WorkflowId};
 use redis::Script;

@@ -15,7 +15,7 @@
 //!
 //! ```
 //! use kernel_core::transition::{Guard, Transition};
-//! use kernel_core::model::Instant;
+//! use kernel_core::domain::Instant;
 //! use sql_protocol::{Binds, Dialect, Limits, Param};
 //!
 //! let mut b = Binds::new(Dialect::Sqlite);
@@ -40,7 +40,7 @@
 //! business field) is data in both dialects: PostgreSQL binds it as a key, SQLite binds a
 //! JSON path in which it is escaped ([`sqlite_json_path`]).
 
-use kernel_core::model::*;
+use kernel_core::domain::*;
 use kernel_core::transition::{AttemptChange, Guard, Patch, StepPatch, Transition};
 use kernel_core::{validate, Error, Result};
 use serde_json::Value;

@@ -5,7 +5,7 @@
 //! writes; update it (`UPDATE_SNAPSHOTS=1 cargo test -p sql-protocol --test protocol`) only
 //! together with docs/store-sqlite.md.
 
-use kernel_core::model::*;
+use kernel_core::domain::*;
 use kernel_core::record::*;
 use kernel_core::transition::{Guard, Patch, Transition};
 use serde_json::json;

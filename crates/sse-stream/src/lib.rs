@@ -43,7 +43,7 @@ pub use forward::{ForwardConfig, ForwardEvent, Forwarder, ReadHook};
 pub use keys::{ReadGrants, StreamAuthorizer, StreamKeys, StreamSecret};
 pub use writer::RedisStreamSink;
 
-use kernel_core::model::DurationMs;
+use kernel_core::domain::DurationMs;
 pub use kernel_core::ports::StreamKey;
 use kernel_core::{Error, Result};
 use redis_conn::map_redis_error;

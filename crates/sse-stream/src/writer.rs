@@ -3,7 +3,7 @@
 use crate::codec::{encode, Record};
 use crate::keys::StreamKeys;
 use crate::{map_redis_error, StreamConfig};
-use kernel_core::model::Instant;
+use kernel_core::domain::Instant;
 use kernel_core::ports::{DynClock, Frame, StreamKey, StreamOwner, StreamSink};
 use kernel_core::{Error, Result};
 use redis::Script;

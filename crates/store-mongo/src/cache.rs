@@ -4,7 +4,7 @@ use crate::codec;
 use crate::error::{map, Op};
 use crate::MongoConfig;
 use futures::TryStreamExt;
-use kernel_core::model::{DurationMs, Instant};
+use kernel_core::domain::{DurationMs, Instant};
 use kernel_core::ports::*;
 use kernel_core::Result;
 use mongodb::bson::{doc, Bson, RawDocumentBuf};

@@ -5,7 +5,7 @@
 //! BSON values, which would make user data change meaning. The converters below map JSON
 //! to BSON one node at a time and keep every key verbatim.
 
-use kernel_core::model::*;
+use kernel_core::domain::*;
 use kernel_core::operator_request::{OperatorRequest, RequestedAction};
 use kernel_core::{Error, Result};
 use mongodb::bson::{self, Bson, Document, RawDocumentBuf};

@@ -1,7 +1,7 @@
 use crate::error::{self, map, Op};
 use crate::{codec, MongoConfig, DEAD_LETTERS};
 use futures::TryStreamExt;
-use kernel_core::model::Instant;
+use kernel_core::domain::Instant;
 use kernel_core::ports::*;
 use kernel_core::{validate, Error, Result};
 use mongodb::bson::{doc, Bson, Document, RawDocumentBuf};

@@ -1,7 +1,7 @@
 use crate::error::{self, map, Op};
 use crate::{codec, MongoConfig, INBOX};
 use futures::TryStreamExt;
-use kernel_core::model::Instant;
+use kernel_core::domain::Instant;
 use kernel_core::ports::*;
 use kernel_core::{validate, Result, WorkflowId};
 use mongodb::bson::{doc, Document, RawDocumentBuf};

@@ -20,14 +20,14 @@
 //! one insert with `_id = id`; a duplicate key is the entry already being there.
 
 use futures::TryStreamExt;
-use kernel_core::model::Instant;
+use kernel_core::domain::Instant;
 use kernel_core::ports::Observation;
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::error::{ErrorKind, WriteFailure};
 use mongodb::options::IndexOptions;
 use mongodb::{Collection, Database, IndexModel};
 use observer::audit::{check_audit_purge_limit, AuditEntry, AuditQuery};
-use observer::model::{effective_limit, prefix_upper_bound, AttemptQuery, AttemptRow, Snapshot, SnapshotQuery};
+use observer::projection::{effective_limit, prefix_upper_bound, AttemptQuery, AttemptRow, Snapshot, SnapshotQuery};
 use observer::{check_finished_purge_limit, Error, ObservationRepository, Result, FINISHED_STATUSES};
 
 /// Attempt rows.

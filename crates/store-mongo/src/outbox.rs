@@ -25,7 +25,7 @@
 use crate::error::{self, map, Op};
 use crate::{codec, MongoConfig};
 use futures::TryStreamExt;
-use kernel_core::model::{Instant, Priority};
+use kernel_core::domain::{Instant, Priority};
 use kernel_core::ports::*;
 use kernel_core::{validate, Error, FencingToken, LeaseToken, ObjectId, Result};
 use mongodb::bson::{doc, Bson, Document, RawDocumentBuf};

@@ -40,7 +40,7 @@
 //! by field, so a field added to them is a compile error here, never a dropped write.
 
 use crate::codec::{self, dt, i32_of, i64_of, json_to_bson};
-use kernel_core::model::*;
+use kernel_core::domain::*;
 use kernel_core::transition::{AttemptChange, Guard, Patch, StepPatch, Transition};
 use kernel_core::{validate, Error, Result};
 use mongodb::bson::{doc, Bson, Document};

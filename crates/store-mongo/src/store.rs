@@ -2,7 +2,7 @@ use crate::error::{self, map, Op};
 use crate::protocol::{self, guard_filter, transition_update};
 use crate::{codec, MongoConfig, INSTANCES};
 use futures::TryStreamExt;
-use kernel_core::model::*;
+use kernel_core::domain::*;
 use kernel_core::ports::*;
 use kernel_core::transition::{Guard, Transition};
 use kernel_core::{validate, Error, Result, WorkflowId};

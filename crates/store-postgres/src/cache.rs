@@ -3,7 +3,7 @@
 use crate::error::Op;
 use crate::protocol::{storable_in_postgres, table, Param, Statement};
 use crate::{codec, Db, Pool, PostgresConfig};
-use kernel_core::model::{DurationMs, Instant};
+use kernel_core::domain::{DurationMs, Instant};
 use kernel_core::ports::*;
 use kernel_core::Result;
 use serde_json::Value;

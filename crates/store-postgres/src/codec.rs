@@ -1,7 +1,7 @@
 //! Rows → port records. A row that does not decode is [`Error::Corrupt`] naming the column;
 //! scans quarantine it instead (see `store.rs`).
 
-use kernel_core::model::*;
+use kernel_core::domain::*;
 use kernel_core::ports::{SignalRecord, SignalStatus};
 use kernel_core::{Error, Result};
 use serde::de::DeserializeOwned;

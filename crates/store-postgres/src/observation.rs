@@ -28,10 +28,10 @@
 use crate::error::Op;
 use crate::protocol::{table, Param, Statement};
 use crate::{Db, PostgresConfig};
-use kernel_core::model::Instant;
+use kernel_core::domain::Instant;
 use kernel_core::ports::Observation;
 use observer::audit::check_audit_purge_limit;
-use observer::model::{effective_limit, prefix_upper_bound};
+use observer::projection::{effective_limit, prefix_upper_bound};
 use observer::{check_finished_purge_limit, FINISHED_STATUSES};
 use observer::{
     check_step_key, AttemptQuery, AttemptRow, AuditEntry, AuditQuery, Error, ObservationRepository, Result, Snapshot,
@@ -181,7 +181,7 @@ impl Filter {
         }
     }
 
-    fn window(&mut self, from: Option<kernel_core::model::Instant>, to: Option<kernel_core::model::Instant>) {
+    fn window(&mut self, from: Option<kernel_core::domain::Instant>, to: Option<kernel_core::domain::Instant>) {
         if let Some(f) = from {
             self.push("updated_at", ">=", Param::Int8(f.as_millis()));
         }

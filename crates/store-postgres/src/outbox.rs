@@ -26,7 +26,7 @@
 use crate::error::Op;
 use crate::protocol::{storable_in_postgres, Param, Statement};
 use crate::{codec, Db, Pool, PostgresConfig};
-use kernel_core::model::Instant;
+use kernel_core::domain::Instant;
 use kernel_core::ports::*;
 use kernel_core::{validate, Error, FencingToken, LeaseToken, ObjectId, Result};
 use serde_json::Value;

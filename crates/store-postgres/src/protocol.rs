@@ -46,7 +46,7 @@
 //! field by field in `sql-protocol`, so a field added to them is a compile error there,
 //! never a dropped write; [`insert_statement`] does the same with [`WorkflowInstance`].
 
-use kernel_core::model::*;
+use kernel_core::domain::*;
 use kernel_core::transition::{Guard, Transition};
 use kernel_core::{validate, Error, Result};
 use serde_json::Value;

@@ -1,7 +1,7 @@
 use crate::error::Op;
 use crate::protocol::{self, table, ClaimSpecParts, Param, Statement, CLAIMABLE_SQL, INSTANCE_COLUMNS};
 use crate::{codec, Db, Pool, PostgresConfig, INSTANCES};
-use kernel_core::model::*;
+use kernel_core::domain::*;
 use kernel_core::ports::*;
 use kernel_core::transition::{Guard, Transition};
 use kernel_core::{validate, Error, Result, WorkflowId};

@@ -1,7 +1,7 @@
 use crate::error::Op;
 use crate::protocol::{table, Param, Statement};
 use crate::{codec, Db, Pool, PostgresConfig, TASK_INBOX};
-use kernel_core::model::Instant;
+use kernel_core::domain::Instant;
 use kernel_core::ports::*;
 use kernel_core::{validate, Error, Result};
 use sql_protocol::{check_size, jsonb, task_params, Dialect};

@@ -3,7 +3,7 @@
 use crate::error::Op;
 use crate::protocol::{Param, Statement};
 use crate::{codec, run, SqliteDb};
-use kernel_core::model::{DurationMs, Instant};
+use kernel_core::domain::{DurationMs, Instant};
 use kernel_core::ports::*;
 use kernel_core::Result;
 use serde_json::Value;

@@ -27,10 +27,10 @@
 use crate::error::{self, Op};
 use crate::protocol::{Param, Statement};
 use crate::{run, SqliteDb};
-use kernel_core::model::Instant;
+use kernel_core::domain::Instant;
 use kernel_core::ports::Observation;
 use observer::audit::check_audit_purge_limit;
-use observer::model::{effective_limit, prefix_upper_bound};
+use observer::projection::{effective_limit, prefix_upper_bound};
 use observer::{check_finished_purge_limit, FINISHED_STATUSES};
 use observer::{
     check_step_key, AttemptQuery, AttemptRow, AuditEntry, AuditQuery, Error, ObservationRepository, Result, Snapshot,
@@ -228,7 +228,7 @@ impl Filter {
         }
     }
 
-    fn window(&mut self, from: Option<kernel_core::model::Instant>, to: Option<kernel_core::model::Instant>) {
+    fn window(&mut self, from: Option<kernel_core::domain::Instant>, to: Option<kernel_core::domain::Instant>) {
         if let Some(f) = from {
             self.push("updated_at", ">=", Param::Int8(f.as_millis()));
         }

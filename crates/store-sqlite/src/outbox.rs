@@ -31,7 +31,7 @@ use crate::error::Op;
 use crate::protocol::{Param, Statement};
 use crate::store::one;
 use crate::{codec, run, SqliteDb};
-use kernel_core::model::Instant;
+use kernel_core::domain::Instant;
 use kernel_core::ports::*;
 use kernel_core::{validate, Error, FencingToken, LeaseToken, ObjectId, Result};
 use serde_json::Value;

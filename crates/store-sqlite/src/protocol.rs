@@ -12,7 +12,7 @@
 //! value is a bound parameter, never text spliced into the statement. Statuses are SQL
 //! literals, so the planner matches the partial indexes whose predicates name them.
 
-use kernel_core::model::*;
+use kernel_core::domain::*;
 use kernel_core::ports::DueCursor;
 use kernel_core::transition::{Guard, Transition};
 use kernel_core::{validate, Error, Result};

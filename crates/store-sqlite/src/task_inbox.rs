@@ -2,7 +2,7 @@ use crate::error::Op;
 use crate::protocol::{Param, Statement};
 use crate::store::one;
 use crate::{codec, run, SqliteDb, TASK_INBOX};
-use kernel_core::model::Instant;
+use kernel_core::domain::Instant;
 use kernel_core::ports::*;
 use kernel_core::{validate, Error, Result};
 use sql_protocol::{check_size, jsonb, task_params, Dialect};

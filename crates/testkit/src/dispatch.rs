@@ -5,7 +5,7 @@
 use crate::faults::{CrashPlan, CrashPorts, CrashSwitch};
 use crate::harness::{test_config, BoxFuture, World};
 use kernel_core::dispatch::*;
-use kernel_core::model::DurationMs;
+use kernel_core::domain::DurationMs;
 use kernel_core::ports::*;
 use kernel_core::ObjectId;
 use kernel_core::{Definition, Result};

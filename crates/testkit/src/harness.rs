@@ -33,8 +33,8 @@
 
 use crate::faults::{AuditStore, BoundaryName, CrashPlan, CrashPorts, CrashSwitch};
 use crate::memory::*;
+use kernel_core::domain::*;
 use kernel_core::engine::{ClaimEnd, Engine, EngineConfig, Ports, RoundOutcome, StartOutcome, StartRequest};
-use kernel_core::model::*;
 use kernel_core::ports::*;
 use kernel_core::WorkflowId;
 use kernel_core::{Definition, Result};

@@ -70,8 +70,8 @@
 //! # }
 //! ```
 
+use kernel_core::domain::{DurationMs, Instant};
 use kernel_core::engine::{CallEnd, PortCall, PortHook};
-use kernel_core::model::{DurationMs, Instant};
 use kernel_core::ports::DynClock;
 use kernel_core::{Error, Result};
 use std::collections::{BTreeMap, BTreeSet};

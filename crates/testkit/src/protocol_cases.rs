@@ -3,7 +3,7 @@
 //! snapshot test renders them in both dialects and store-postgres's renders them inside its
 //! statements; one list keeps the two snapshots about the same cases (K-6.4).
 
-use kernel_core::model::*;
+use kernel_core::domain::*;
 use kernel_core::operator_request::{OperatorRequest, RequestedAction};
 use kernel_core::record::*;
 use kernel_core::transition::{Guard, Patch, Transition, TransitionKind};

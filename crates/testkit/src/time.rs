@@ -4,13 +4,13 @@
 //! [`Instant::try_add`] and handles the overflow; a test's times are small offsets from a
 //! constant origin, where an overflow is a bug in the test, so these panic instead.
 
-use kernel_core::model::{DurationMs, Instant};
+use kernel_core::domain::{DurationMs, Instant};
 
 /// `t.plus(ms)` / `t.minus(ms)` for test times; panics when the result is not
 /// representable.
 ///
 /// ```
-/// use kernel_core::model::Instant;
+/// use kernel_core::domain::Instant;
 /// use testkit::time::TestTime;
 /// let t0 = Instant::from_millis(1_000);
 /// assert_eq!(t0.plus(500), Instant::from_millis(1_500));

@@ -2,7 +2,7 @@
 //! and permits both directly and through `Arc<dyn …>`), so the suites themselves are
 //! checked on every run.
 
-use kernel_core::model::{DurationMs, Instant};
+use kernel_core::domain::{DurationMs, Instant};
 use kernel_core::ports::{Clock, DynPermits, DynQueue};
 use std::sync::Arc;
 use testkit::conformance::permits::{configured_defaults, PermitFixture, PermitHooks, FALLBACK_LIMITS};

@@ -20,7 +20,7 @@
 //! the URL says otherwise (`?options=-c%20synchronous_commit%3Doff` isolates the index and
 //! plan from the disk's commit latency); the line states what the connection ran with.
 
-use kernel_core::model::{DurationMs, Instant, Step, StepStatus, Wait, WorkflowStatus};
+use kernel_core::domain::{DurationMs, Instant, Step, StepStatus, Wait, WorkflowStatus};
 use kernel_core::ports::{ClaimSpec, WorkflowStore};
 use kernel_core::WorkflowId;
 use serde_json::json;

@@ -1,7 +1,7 @@
 //! A store decorator that counts what the engine wrote and sees each terminal write: the
 //! bench's oracle of completion, independent of the engine's own counters.
 
-use kernel_core::model::{Instant, WorkflowInstance, WorkflowStatus};
+use kernel_core::domain::{Instant, WorkflowInstance, WorkflowStatus};
 use kernel_core::ports::{
     Candidate, ClaimSpec, CreateOutcome, DueCursor, DueWait, DynStore, ScanPage, WorkflowStore, WriteOutcome,
 };

@@ -5,8 +5,8 @@ use crate::args::{BenchArgs, StoreKind};
 use crate::counting::{CountingStore, Tally};
 use crate::Burst;
 use compose::{QueueOptions, QueueSide, StoreSide};
+use kernel_core::domain::{StepStatus, WorkflowStatus};
 use kernel_core::engine::{RunningEngine, WakeupState};
-use kernel_core::model::{StepStatus, WorkflowStatus};
 use kernel_core::ports::DynStore;
 use kernel_core::{
     ActivityContext, Definition, Engine, EngineConfig, Ports, Publisher, StartRequest, StepDef, StepOutcome, WorkflowId,

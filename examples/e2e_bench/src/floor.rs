@@ -12,7 +12,7 @@ use crate::counting::Tally;
 use crate::engine_side::STEPS;
 use crate::Burst;
 use futures::StreamExt;
-use kernel_core::model::WorkflowStatus;
+use kernel_core::domain::WorkflowStatus;
 use redis::aio::MultiplexedConnection;
 use redis::Script;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -6,7 +6,7 @@ use crate::fakes::*;
 use crate::pipeline::{self, Business};
 use crate::world::{run_batch, ApproverPlan, BatchRun, StoreKind, Upload};
 use kernel_core::compensation::CompensationOutcome;
-use kernel_core::model::{StepStatus, WorkflowInstance, WorkflowStatus};
+use kernel_core::domain::{StepStatus, WorkflowInstance, WorkflowStatus};
 use kernel_tasks::{Concluded, HumanResult};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};

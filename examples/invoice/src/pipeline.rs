@@ -3,7 +3,7 @@
 
 use crate::fakes::*;
 use kernel_core::definition::QueryAnswer;
-use kernel_core::model::DurationMs;
+use kernel_core::domain::DurationMs;
 use kernel_core::model_call::{ModelRequest, OutputSchema};
 use kernel_core::ports::{DynIds, DynTaskInbox, Evidence};
 use kernel_core::record::VersionRef;

@@ -5,7 +5,7 @@ use crate::eval::{business, Case, CLOSED_PERIOD, OPEN_PERIOD};
 use crate::fakes::{file_hash, Document, Line};
 use crate::pipeline;
 use crate::world::{run_batch, ApproverPlan, BatchRun, StoreKind, Upload};
-use kernel_core::model::{StepStatus, WorkflowInstance};
+use kernel_core::domain::{StepStatus, WorkflowInstance};
 use kernel_core::record::RecordEntry;
 use kernel_tasks::{Concluded, HumanResult};
 use std::collections::HashMap;

@@ -5,8 +5,8 @@
 
 use crate::fakes::Timing;
 use crate::pipeline::{self, Business};
+use kernel_core::domain::{DurationMs, Instant, WorkflowInstance};
 use kernel_core::engine::{Engine, EngineConfig, Ports, RoundOutcome};
-use kernel_core::model::{DurationMs, Instant, WorkflowInstance};
 use kernel_core::ports::{
     Actor, DynIds, DynPermits, DynTaskInbox, PermitDecision, PermitOwner, PermitUsage, Permits, Signal,
     TaskDecideOutcome, TaskOutcome, TaskReason,

@@ -5,7 +5,7 @@ use invoice_pipeline::eval::{self, business, Case, FaultClass};
 use invoice_pipeline::fakes::file_hash;
 use invoice_pipeline::pipeline;
 use invoice_pipeline::world::{run_batch, ApproverPlan, StoreKind, Upload};
-use kernel_core::model::{StepStatus, WorkflowStatus};
+use kernel_core::domain::{StepStatus, WorkflowStatus};
 use kernel_tasks::{Concluded, HumanResult};
 use std::collections::HashMap;
 

@@ -20,8 +20,8 @@ pub mod oracle;
 pub mod steps;
 
 use compose::{Deployment, QueueOptions, Urls};
+use kernel_core::domain::DurationMs;
 use kernel_core::engine::EngineConfig;
-use kernel_core::model::DurationMs;
 use kernel_core::ports::{
     Candidate, ClaimSpec, CreateOutcome, DueCursor, DueWait, DynStore, Observation, ObservationSink, ScanPage,
     WorkflowStore, WriteOutcome,

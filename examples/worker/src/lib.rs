@@ -12,8 +12,8 @@
 //! sink (drained by a shutdown hook, K-6.6) and stops gracefully on SIGTERM or Ctrl-C
 //! (K-6.6): it exits 0 when every running claim finished within the shutdown timeout.
 
+use kernel_core::domain::DurationMs;
 use kernel_core::engine::EngineConfig;
-use kernel_core::model::DurationMs;
 use kernel_core::PlanRegistry;
 use kernel_core::{ActivityContext, Definition, StepDef, StepOutcome};
 use serde_json::json;

@@ -1,8 +1,8 @@
 //! `memory:` for demos: one process, the wall clock, a workflow from start to completion.
 
 use compose::{Deployment, QueueOptions, Scheme};
+use kernel_core::domain::DurationMs;
 use kernel_core::engine::{Engine, EngineConfig};
-use kernel_core::model::DurationMs;
 use kernel_core::{Definition, StartRequest, StepDef, StepOutcome, WorkflowStatus};
 use serde_json::json;
 use std::sync::Arc;

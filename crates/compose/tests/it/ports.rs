@@ -3,8 +3,8 @@
 //! deployment's ports (the round trip helpers here are shared by every scheme's tests).
 
 use compose::{Deployment, QueueOptions};
+use kernel_core::domain::{DurationMs, ErrorClass, Instant, StepError};
 use kernel_core::engine::{MissingPort, Ports};
-use kernel_core::model::{DurationMs, ErrorClass, Instant, StepError};
 use kernel_core::ports::{
     CacheKey, CacheVersions, CachedResult, DeadLetter, DeadLetterStatus, DynDeadLetters, DynResultCache,
 };

@@ -5,8 +5,8 @@
 //! reason printed) when `REDIS_URL` is unset, except under CI (`testkit::ci`).
 
 use compose::{Deployment, QueueOptions, Scheme};
+use kernel_core::domain::DurationMs;
 use kernel_core::engine::{Engine, EngineConfig};
-use kernel_core::model::DurationMs;
 use kernel_core::ports::{IdGenerator, RandomIds};
 use kernel_core::{Definition, StartRequest, StepDef, StepOutcome, WorkflowStatus};
 use serde_json::json;

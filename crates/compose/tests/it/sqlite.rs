@@ -3,8 +3,8 @@
 //! process.
 
 use compose::{ComposeError, Deployment, QueueOptions, QueueSide, Scheme, StoreSide};
+use kernel_core::domain::DurationMs;
 use kernel_core::engine::{Engine, EngineConfig};
-use kernel_core::model::DurationMs;
 use kernel_core::{Definition, ObjectId, StartRequest, StepDef, StepOutcome, WorkflowStatus};
 use serde_json::json;
 

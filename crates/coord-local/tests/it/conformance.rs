@@ -3,7 +3,7 @@
 
 use crate::{fresh, Fx};
 use coord_local::{LocalConfig, LocalCoord, LocalPermits, LocalPermitsConfig, LocalQueue};
-use kernel_core::model::{DurationMs, Instant};
+use kernel_core::domain::{DurationMs, Instant};
 use kernel_core::ports::{Clock, DynCandidates, DynPermits, DynQueue, DynWakeup, SystemClock};
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 
 use crate::fresh;
 use coord_local::{LocalConfig, LocalCoord, SCHEMA_VERSION, SUBSCRIBERS_MAX};
-use kernel_core::model::{DurationMs, Instant, Priority};
+use kernel_core::domain::{DurationMs, Instant, Priority};
 use kernel_core::ports::{ReadyQueue, Wakeup};
 use kernel_core::Error;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 
 use crate::fresh;
 use coord_local::{LocalConfig, LocalCoord, LocalPermitsConfig};
-use kernel_core::model::{Instant, Priority};
+use kernel_core::domain::{Instant, Priority};
 use kernel_core::ports::{
     PermitDecision, PermitLimits, PermitOwner, Permits, ReadyQueue, PERMIT_HOLDERS_MAX, PERMIT_RESOURCES_MAX,
 };

@@ -5,7 +5,7 @@
 //! counts only.
 
 use coord_local::{LocalConfig, LocalCoord, LocalPermitsConfig};
-use kernel_core::model::{Instant, Priority};
+use kernel_core::domain::{Instant, Priority};
 use kernel_core::ports::{
     LaneEntry, PermitDecision, PermitLimits, PermitOwner, Permits, ReadyQueue, SystemClock, Wakeup,
 };

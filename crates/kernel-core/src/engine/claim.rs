@@ -27,8 +27,8 @@ use super::{signals, ClaimEnd, Inner, PrepareContext};
 use crate::activity::{Activity, ActivityContext, ActivityError, StepOutcome};
 use crate::compensation::{CompensationReport, InverseResult, InverseRun};
 use crate::definition::Definition;
+use crate::domain::*;
 use crate::id::{ClaimToken, WorkflowId};
-use crate::model::*;
 use crate::ports::*;
 use crate::transition::{Guard, Transition};
 use crate::validate;
@@ -229,7 +229,7 @@ pub(crate) async fn run(inner: Arc<Inner>, mut inst: WorkflowInstance, token: Cl
         let cancel = inner.killed.child_token();
         let lease = Arc::new(Lease::new(inst.workflow_id.clone(), token.clone(), inst.claimable_time, cancel.clone()));
         let lost_attempts = (inst.steps.iter().enumerate())
-            .filter(|(_, s)| s.status == crate::model::StepStatus::Running)
+            .filter(|(_, s)| s.status == crate::domain::StepStatus::Running)
             .map(|(i, _)| i)
             .collect();
         let claim = Arc::new_cyclic(|me| Claim {

@@ -8,8 +8,8 @@ use crate::compensation::{
 };
 use crate::definition::Definition;
 use crate::definition::RetryPolicy;
+use crate::domain::{ErrorClass, Instant, Step, StepStatus};
 use crate::id::WorkflowId;
-use crate::model::{ErrorClass, Instant, Step, StepStatus};
 use crate::ports::{TaskRecord, TaskStatus, TASK_TEXT_BYTES_MAX};
 
 /// A completed step whose inverse will run, with what the ordering rule reads.
@@ -121,7 +121,7 @@ pub(crate) fn escalation_task(
     roles: Vec<String>,
     token: String,
     now: Instant,
-    sla: crate::model::DurationMs,
+    sla: crate::domain::DurationMs,
 ) -> TaskRecord {
     let title = format!("Undo step `{}` by hand: its inverse kept failing ({})", e.step, e.error);
     task(e, title, roles, token, now, sla)
@@ -142,7 +142,7 @@ pub(crate) fn no_context_task(
     roles: Vec<String>,
     token: String,
     now: Instant,
-    sla: crate::model::DurationMs,
+    sla: crate::domain::DurationMs,
 ) -> TaskRecord {
     let title = format!("Undo {count} step(s) by hand, starting with `{}`: no inverse ran ({})", e.step, e.error);
     task(e, title, roles, token, now, sla)
@@ -154,7 +154,7 @@ fn task(
     roles: Vec<String>,
     token: String,
     now: Instant,
-    sla: crate::model::DurationMs,
+    sla: crate::domain::DurationMs,
 ) -> TaskRecord {
     TaskRecord {
         id: e.id,

@@ -2,8 +2,8 @@
 
 use super::*;
 use crate::compensation::CompensationOutcome;
+use crate::domain::DurationMs;
 use crate::engine::test_fixtures::{at, def, step, NOW};
-use crate::model::DurationMs;
 
 fn inverse() -> impl crate::activity::Activity {
     |_ctx: crate::activity::ActivityContext| async {
@@ -301,7 +301,7 @@ fn k17_6_what_happens_to_each_inverse_given_the_progress_row_by_row() {
 #[test]
 fn k17_6_when_a_failed_inverse_is_tried_again_row_by_row() {
     use crate::definition::RetryPolicy;
-    use crate::model::{DurationMs, ErrorClass as C};
+    use crate::domain::{DurationMs, ErrorClass as C};
     let now = Instant::from_millis(10_000);
     let policy =
         RetryPolicy::Exponential { base_ms: DurationMs::from_millis(1_000), cap_ms: DurationMs::from_millis(60_000) };

@@ -1,5 +1,5 @@
+use crate::domain::DurationMs;
 use crate::error::{Error, Result};
-use crate::model::DurationMs;
 use crate::validate;
 
 /// Engine settings. Every limit is explicit; units are in the name.

@@ -5,7 +5,7 @@
 
 use super::outcome::Halt;
 use crate::definition::{BranchInputs, Definition, StepDef};
-use crate::model::{DurationMs, Instant, Step, StepError, StepStatus, WorkflowInstance};
+use crate::domain::{DurationMs, Instant, Step, StepError, StepStatus, WorkflowInstance};
 use crate::record::{HistoryEntry, HistoryLimits, HistoryReason, RecordEntry};
 use crate::transition::{Transition, TransitionKind};
 use serde_json::Value;

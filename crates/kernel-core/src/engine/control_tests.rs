@@ -2,8 +2,8 @@
 //! and superseded halts, row by row.
 
 use super::*;
+use crate::domain::{ErrorClass, Resume, ResumeKind};
 use crate::engine::test_fixtures::{at, def, instance, outputs, step, NOW};
-use crate::model::{ErrorClass, Resume, ResumeKind};
 use crate::transition::Patch;
 use serde_json::json;
 

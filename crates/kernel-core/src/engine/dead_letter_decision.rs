@@ -4,7 +4,7 @@
 //! claim reads the record, calls these functions and performs the writes they describe.
 
 use crate::definition::{OnFailed, OutcomeAuthority, StepDef};
-use crate::model::{DurationMs, ErrorClass, Instant, Step, StepError};
+use crate::domain::{DurationMs, ErrorClass, Instant, Step, StepError};
 use crate::ports::{DeadLetter, DeadLetterAction, DeadLetterDecision, DeadLetterStatus};
 use crate::record::{
     HistoryEntry, HistoryLimits, HistoryReason, OperatorAction, OperatorEntry, RecordEntry, StepRecord,

@@ -2,8 +2,8 @@
 //! applied to a copy of the instance and the resulting step is read back.
 
 use super::*;
+use crate::domain::{StepStatus, WorkflowInstance};
 use crate::engine::test_fixtures::{at, def, instance, step, NOW};
-use crate::model::{StepStatus, WorkflowInstance};
 use crate::record::RecordEntry;
 use serde_json::{json, Value};
 

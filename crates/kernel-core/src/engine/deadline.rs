@@ -8,8 +8,8 @@
 //! cannot renew its lease ends the claim before the lease can be taken over.
 
 use super::enveloped::Enveloped;
+use crate::domain::DurationMs;
 use crate::error::{Error, Result};
-use crate::model::DurationMs;
 use crate::ports::*;
 use std::future::Future;
 

@@ -2,8 +2,8 @@
 //! wakeup (K-13) and the stream key of an instance (K-16). They take the ports they use, so
 //! the publisher (which has no engine) and the engine's modules call the same code.
 
+use crate::domain::{DurationMs, Instant, Priority, WorkflowInstance};
 use crate::id::{BusinessRound, ClaimToken, WorkflowId};
-use crate::model::{DurationMs, Instant, Priority, WorkflowInstance};
 use crate::ports::{DynObservationSink, DynQueue, DynWakeup, LaneEntry, Observation, StreamKey, ENQUEUE_MANY_MAX};
 use crate::transition::{KindAt, Transition, TransitionKind};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

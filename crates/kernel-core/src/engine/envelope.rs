@@ -21,8 +21,8 @@
 //! synchronous and non-blocking by contract (K-1.2), so neither needs one.
 
 use super::ports::Ports;
+use crate::domain::DurationMs;
 use crate::error::{Error, Result};
-use crate::model::DurationMs;
 use crate::ports::DynClock;
 use std::future::Future;
 use std::sync::Arc;
@@ -80,7 +80,7 @@ struct Pending<'a> {
     hook: Option<&'a dyn PortHook>,
     call: PortCall,
     clock: &'a DynClock,
-    started: crate::model::Instant,
+    started: crate::domain::Instant,
 }
 
 impl Drop for Pending<'_> {

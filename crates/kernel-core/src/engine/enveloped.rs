@@ -9,9 +9,9 @@
 //! `=>`: the heartbeat's store write is `heartbeat.apply` ([`PortCall::port`]).
 
 use super::envelope::{Effect, PortCall, PortEnvelope};
+use crate::domain::{DurationMs, Instant, Priority, WorkflowInstance};
 use crate::error::Result;
 use crate::id::{FencingToken, LeaseToken, ObjectId, WorkflowId};
-use crate::model::{DurationMs, Instant, Priority, WorkflowInstance};
 use crate::ports::*;
 use crate::transition::{Guard, Transition, TransitionKind};
 use serde_json::Value;

@@ -3,7 +3,7 @@
 //! [`RunningEngine::health`](super::RunningEngine::health); never drives execution.
 
 use super::MaintenanceReport;
-use crate::model::Instant;
+use crate::domain::Instant;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::Mutex;
 

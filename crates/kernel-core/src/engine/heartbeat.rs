@@ -16,9 +16,9 @@
 //! heartbeat: the driver goes on scheduling while writes are in flight.
 
 use super::{deadline, ClaimEnd, Inner};
+use crate::domain::Instant;
 use crate::error::Error;
 use crate::id::{ClaimToken, WorkflowId};
-use crate::model::Instant;
 use crate::ports::WriteOutcome;
 use crate::transition::{Guard, Transition};
 use std::collections::BTreeMap;

@@ -4,7 +4,7 @@
 //! result means.
 
 use crate::activity::{Activity, ActivityContext, ActivityError, StepOutcome};
-use crate::model::DurationMs;
+use crate::domain::DurationMs;
 use crate::ports::{DynClock, DynPermits, PermitDecision, PermitOwner};
 use futures::FutureExt;
 use std::panic::AssertUnwindSafe;

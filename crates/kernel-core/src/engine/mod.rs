@@ -59,9 +59,9 @@ pub use signals::Delivered;
 pub use terminal::REFUSED_WRITES_MAX;
 
 use crate::definition::{Definition, DefinitionRegistry};
+use crate::domain::{Instant, WorkflowInstance};
 use crate::error::{Error, Result};
 use crate::id::{ClaimToken, WorkflowId};
-use crate::model::{Instant, WorkflowInstance};
 use crate::ports::*;
 use crate::transition::{Guard, Transition};
 use effects::{QueueGate, Writer};
@@ -102,7 +102,7 @@ pub enum RoundOutcome {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimEnd {
     /// Reached completed / failed / canceled.
-    Terminal(crate::model::WorkflowStatus),
+    Terminal(crate::domain::WorkflowStatus),
     /// Suspended on a timer or a signal.
     Suspended,
     /// Yielded.

@@ -9,8 +9,8 @@
 
 use super::Engine;
 use crate::definition::OutcomeAuthority;
+use crate::domain::*;
 use crate::error::{Error, Result};
-use crate::model::*;
 use crate::ports::*;
 use serde_json::Value;
 

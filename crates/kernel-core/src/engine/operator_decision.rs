@@ -9,9 +9,9 @@
 
 use super::operator::Regenerated;
 use crate::definition::Plan;
+use crate::domain::*;
 use crate::error::{Error, Result};
 use crate::id::ClaimToken;
-use crate::model::*;
 use crate::operator_request::{OperatorRequest, RequestedAction};
 use crate::record::{HistoryEntry, HistoryLimits, HistoryReason};
 use crate::transition::Transition;

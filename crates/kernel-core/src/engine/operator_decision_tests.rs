@@ -2,8 +2,8 @@
 //! row by row.
 
 use super::operator_decision::*;
+use crate::domain::{StepStatus as S, WorkflowStatus};
 use crate::engine::test_fixtures::{at, def, instance, step, NOW};
-use crate::model::{StepStatus as S, WorkflowStatus};
 use crate::operator_request::{OperatorRequest, RequestedAction};
 use crate::record::HistoryLimits;
 use crate::transition::{Guard, Patch, TransitionKind};
@@ -50,7 +50,7 @@ fn k6_8_where_an_action_goes_row_by_row() {
     }
 }
 
-use crate::model::WorkflowInstance;
+use crate::domain::WorkflowInstance;
 
 #[test]
 fn k6_8_a_second_action_while_one_is_pending_row_by_row() {

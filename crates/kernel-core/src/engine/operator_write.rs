@@ -14,9 +14,9 @@
 use super::operator_decision::{self, ActionEffect, RequestEnd, Route, WhilePending};
 use super::{effects, ClaimEnd, Engine, Inner};
 use crate::definition::Definition;
+use crate::domain::*;
 use crate::error::{Error, Result};
 use crate::id::{ClaimToken, WorkflowId};
-use crate::model::*;
 use crate::operator_request::{OperatorRequest, RequestedAction};
 use crate::ports::*;
 use crate::transition::{Guard, Transition};

@@ -5,7 +5,7 @@
 
 use crate::activity::{ActivityError, StepOutcome};
 use crate::definition::{OnFailed, RetryPolicy, StepDef};
-use crate::model::{DurationMs, ErrorClass, Instant, StepError, Wait};
+use crate::domain::{DurationMs, ErrorClass, Instant, StepError, Wait};
 use crate::transition::Transition;
 use crate::validate;
 use serde_json::Value;

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::activity::SignalWaitSpec;
-use crate::model::StepStatus;
+use crate::domain::StepStatus;
 use crate::transition::{AttemptChange, Patch, TransitionKind};
 use serde_json::json;
 use std::cell::Cell;

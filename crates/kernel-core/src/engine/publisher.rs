@@ -1,9 +1,9 @@
 use super::effects::{self, Writer};
 use super::{EngineConfig, Ports};
 use crate::definition::PlanRegistry;
+use crate::domain::*;
 use crate::error::{Error, Result};
 use crate::id::WorkflowId;
-use crate::model::*;
 use crate::ports::*;
 use crate::transition::{Guard, Transition, TransitionKind};
 use crate::validate;

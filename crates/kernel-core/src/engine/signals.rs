@@ -2,9 +2,9 @@
 
 use super::effects::{self, QueueGate, Writer};
 use super::Inner;
+use crate::domain::*;
 use crate::error::Result;
 use crate::id::WorkflowId;
-use crate::model::*;
 use crate::ports::*;
 use crate::transition::{Guard, Transition};
 use crate::validate;

@@ -6,7 +6,7 @@
 
 use super::outcome::AfterWave;
 use crate::compensation::CompensationReport;
-use crate::model::{ErrorClass, Instant, StepError, WorkflowStatus};
+use crate::domain::{ErrorClass, Instant, StepError, WorkflowStatus};
 use crate::transition::Transition;
 use serde_json::Value;
 

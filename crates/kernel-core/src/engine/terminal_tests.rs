@@ -2,8 +2,8 @@
 
 use super::*;
 use crate::compensation::{CompensationOutcome, InverseResult, InverseRun};
+use crate::domain::Wait;
 use crate::engine::test_fixtures::NOW;
-use crate::model::Wait;
 use crate::transition::{Patch, TransitionKind};
 use serde_json::json;
 

@@ -3,7 +3,7 @@
 
 use crate::activity::{ActivityContext, ActivityError, StepOutcome};
 use crate::definition::{Definition, StepDef};
-use crate::model::{Instant, Priority, Step, StepStatus, WorkflowInstance, WorkflowStatus};
+use crate::domain::{Instant, Priority, Step, StepStatus, WorkflowInstance, WorkflowStatus};
 use serde_json::Value;
 use std::collections::BTreeMap;
 

@@ -1,4 +1,4 @@
-use crate::model::Instant;
+use crate::domain::Instant;
 
 /// Time source. Leases, backoffs, timers and scans read it; tests drive a manual one.
 #[async_trait::async_trait]

@@ -7,9 +7,9 @@
 //! applying a decision are the engine's. Listing dead letters reads these records and
 //! never scans instances.
 
+use crate::domain::{Instant, StepError};
 use crate::error::{Error, Result};
 use crate::id::WorkflowId;
-use crate::model::{Instant, StepError};
 use crate::validate;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -83,7 +83,7 @@ impl DeadLetterDecision {
     /// [`Error::InvalidInput`] and nothing is written.
     ///
     /// ```
-    /// use kernel_core::model::Instant;
+    /// use kernel_core::domain::Instant;
     /// use kernel_core::ports::{DeadLetterAction, DeadLetterDecision};
     /// let mut d = DeadLetterDecision {
     ///     action: DeadLetterAction::Retry, actor: "ops:alice".into(), reason: None,
@@ -164,7 +164,7 @@ impl DeadLetter {
     /// naming the field, and nothing is written.
     ///
     /// ```
-    /// use kernel_core::model::{ErrorClass, Instant, StepError};
+    /// use kernel_core::domain::{ErrorClass, Instant, StepError};
     /// use kernel_core::ports::{DeadLetter, DeadLetterStatus};
     /// let mut dl = DeadLetter {
     ///     id: "wf-1:charge:0".into(), workflow_id: "wf-1".into(), workflow_type: "order".into(),

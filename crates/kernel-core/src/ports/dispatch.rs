@@ -1,6 +1,6 @@
+use crate::domain::{Instant, Priority};
 use crate::error::{Error, Result};
 use crate::id::{FencingToken, LeaseToken, ObjectId};
-use crate::model::{Instant, Priority};
 use crate::validate;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -131,7 +131,7 @@ impl OutboxAccept<'_> {
     /// own schema are refused by that adapter in addition.)
     ///
     /// ```
-    /// use kernel_core::model::{Instant, Priority};
+    /// use kernel_core::domain::{Instant, Priority};
     /// use kernel_core::ports::{OutboxAccept, DispatchIntent};
     /// use kernel_core::validate::STORE_PAYLOAD_BYTES_MAX;
     /// let intent = DispatchIntent::pending("summary", "biz:1", &"f1".into(), serde_json::json!({}), Priority::P2, Instant::ZERO);

@@ -1,6 +1,6 @@
+use crate::domain::Instant;
 use crate::error::Result;
 use crate::id::WorkflowId;
-use crate::model::Instant;
 use crate::validate;
 use serde::{Deserialize, Serialize};
 
@@ -48,7 +48,7 @@ impl SignalRecord {
     /// nothing is written.
     ///
     /// ```
-    /// use kernel_core::model::Instant;
+    /// use kernel_core::domain::Instant;
     /// use kernel_core::ports::{SignalRecord, SignalStatus};
     /// let mut r = SignalRecord {
     ///     signal_id: "sig-1".into(), workflow_id: "wf-1".into(), signal_type: "approved".into(),

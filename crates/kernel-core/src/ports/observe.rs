@@ -1,5 +1,5 @@
+use crate::domain::{DurationMs, ErrorClass, Instant, WorkflowStatus};
 use crate::id::{ClaimToken, WorkflowId};
-use crate::model::{DurationMs, ErrorClass, Instant, WorkflowStatus};
 use crate::transition::TransitionKind;
 use serde::{Deserialize, Serialize};
 

@@ -1,6 +1,6 @@
+use crate::domain::{DurationMs, Instant};
 use crate::error::{Error, Result};
 use crate::id::{ClaimToken, WorkflowId};
-use crate::model::{DurationMs, Instant};
 use crate::validate;
 
 /// Who holds a permit: `workflow_id + step + claim_token` (K-14).

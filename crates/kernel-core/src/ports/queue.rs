@@ -1,6 +1,6 @@
+use crate::domain::{DurationMs, Instant, Priority};
 use crate::error::{Error, Result};
 use crate::id::WorkflowId;
-use crate::model::{DurationMs, Instant, Priority};
 
 /// Per-lane statistics (K-13).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

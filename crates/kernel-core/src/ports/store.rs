@@ -1,6 +1,6 @@
+use crate::domain::{DurationMs, Instant, Priority, ResumeKind, WorkflowInstance};
 use crate::error::Result;
 use crate::id::{ClaimToken, WorkflowId};
-use crate::model::{DurationMs, Instant, Priority, ResumeKind, WorkflowInstance};
 use crate::transition::{Guard, Transition};
 use crate::validate;
 use serde::{Deserialize, Serialize};

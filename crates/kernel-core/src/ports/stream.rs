@@ -1,6 +1,6 @@
+use crate::domain::Instant;
 use crate::error::Result;
 use crate::id::{FencingToken, ObjectId, WorkflowId};
-use crate::model::Instant;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::sync::Arc;
@@ -28,7 +28,7 @@ pub struct StreamKey {
 /// store.
 ///
 /// ```
-/// use kernel_core::model::Instant;
+/// use kernel_core::domain::Instant;
 /// use kernel_core::ports::StreamOwner;
 /// let zombie = StreamOwner { lease_until: Instant::from_millis(30_000) };
 /// let successor = StreamOwner { lease_until: Instant::from_millis(60_001) };

@@ -14,9 +14,9 @@
 //! ([`TaskInbox::purge_sensitive_reasons`]) has one place to reach; the decision stays.
 
 use super::dead_letter::text;
+use crate::domain::Instant;
 use crate::error::{Error, Result};
 use crate::id::WorkflowId;
-use crate::model::Instant;
 use crate::validate;
 use serde::{Deserialize, Serialize};
 
@@ -228,7 +228,7 @@ impl TaskRecord {
     /// A refusal is [`Error::InvalidInput`] naming the field, and nothing is written.
     ///
     /// ```
-    /// use kernel_core::model::Instant;
+    /// use kernel_core::domain::Instant;
     /// use kernel_core::ports::{TaskRecord, TaskStatus};
     /// let mut t = TaskRecord {
     ///     id: "inv-7|approve|h0".into(), workflow_id: "inv-7".into(), workflow_type: "invoice".into(),

@@ -3,7 +3,7 @@
 //! metric names and label keys is pinned.
 
 use crate::support::*;
-use kernel_core::model::{StepStatus, WorkflowStatus};
+use kernel_core::domain::{StepStatus, WorkflowStatus};
 use kernel_core::ports::{DynQueue, DynStore};
 use kernel_core::WorkflowId;
 use kernel_metrics::{poll_lanes, MeteredQueue, MeteredStore, Metrics, LANES, RESOURCE_LABELS_MAX};
@@ -136,10 +136,10 @@ async fn lane_and_observer_gauges_follow_their_sources() {
     let metrics = Arc::new(Metrics::new());
     let queue: Arc<DynQueue> = Arc::new(MeteredQueue::new(Arc::new(world.queue.clone()), metrics.clone()));
     let now = world.now();
-    queue.enqueue(&"a".into(), kernel_core::model::Priority::P0, now).await.unwrap();
-    queue.enqueue(&"b".into(), kernel_core::model::Priority::P3, now).await.unwrap();
-    queue.enqueue(&"c".into(), kernel_core::model::Priority::P3, now).await.unwrap();
-    world.clock.advance(kernel_core::model::DurationMs::from_millis(2_500));
+    queue.enqueue(&"a".into(), kernel_core::domain::Priority::P0, now).await.unwrap();
+    queue.enqueue(&"b".into(), kernel_core::domain::Priority::P3, now).await.unwrap();
+    queue.enqueue(&"c".into(), kernel_core::domain::Priority::P3, now).await.unwrap();
+    world.clock.advance(kernel_core::domain::DurationMs::from_millis(2_500));
     poll_lanes(&metrics, &*queue, &*world.clock).await.unwrap();
     let text = metrics.render();
     assert_eq!(value(&text, "wfk_lane_depth", &[("lane", LANES[0])]), 1.0);

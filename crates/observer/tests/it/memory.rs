@@ -41,7 +41,7 @@ proptest! {
         prefix in prop::collection::vec(prop::sample::select(ALPHABET.to_vec()), 1..4),
     ) {
         let (key, prefix): (String, String) = (key.into_iter().collect(), prefix.into_iter().collect());
-        let upper = observer::model::prefix_upper_bound(&prefix);
+        let upper = observer::projection::prefix_upper_bound(&prefix);
         let in_range = key >= prefix && upper.as_ref().is_none_or(|u| key < *u);
         prop_assert_eq!(in_range, key.starts_with(&prefix), "key {:?} prefix {:?} bound {:?}", key, prefix, upper);
         // Strings compare as their UTF-8 bytes do, the order of SQLite, PostgreSQL "C" and MongoDB.

@@ -1,8 +1,8 @@
 //! The sink and its writer in simulated time (ManualClock) over a fault-injecting
 //! repository (K-15, K-1.2), repair and the ops view.
 
-use kernel_core::model::DurationMs;
-use kernel_core::model::WorkflowStatus;
+use kernel_core::domain::DurationMs;
+use kernel_core::domain::WorkflowStatus;
 use kernel_core::ports::{DynClock, Observation, ObservationSink};
 use kernel_core::transition::TransitionKind;
 use kernel_core::{Definition, Priority, StartRequest, StepDef, StepOutcome};

@@ -5,8 +5,8 @@
 use axum::body::Body;
 use axum::http::{header, Method, Request, StatusCode};
 use axum::Router;
+use kernel_core::domain::ResumeKind;
 use kernel_core::engine::{Engine, RoundOutcome};
-use kernel_core::model::ResumeKind;
 use kernel_core::*;
 use kernel_tasks::{HumanTask, Level};
 use observer::{Observer, ObserverConfig, ObserverWriter};

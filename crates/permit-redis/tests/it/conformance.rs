@@ -1,7 +1,7 @@
 //! The shared permits conformance suite on Redis, timed by Redis `TIME`.
 
 use crate::{permits_fixture, PermitsFixture};
-use kernel_core::model::{DurationMs, Instant};
+use kernel_core::domain::{DurationMs, Instant};
 use kernel_core::ports::DynPermits;
 use permit_redis::{PermitLimits as RedisLimits, RedisPermitsConfig};
 use testkit::conformance::permits::{configured_defaults, PermitFixture, PermitHooks, FALLBACK_LIMITS};

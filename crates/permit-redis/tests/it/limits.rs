@@ -4,7 +4,7 @@
 
 use crate::{limits, permits_fixture};
 use futures::future::join_all;
-use kernel_core::model::DurationMs;
+use kernel_core::domain::DurationMs;
 use kernel_core::ports::{PermitDecision, PermitOwner, Permits, PERMIT_HOLDERS_MAX, PERMIT_RESOURCES_MAX};
 use kernel_core::Error;
 use kernel_core::{ClaimToken, WorkflowId};

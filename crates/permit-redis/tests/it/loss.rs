@@ -7,8 +7,8 @@
 
 use crate::limits;
 use futures::future::join_all;
+use kernel_core::domain::{DurationMs, Priority, WorkflowStatus};
 use kernel_core::engine::{EngineConfig, RoundOutcome};
-use kernel_core::model::{DurationMs, Priority, WorkflowStatus};
 use kernel_core::ports::{Clock, PermitOwner, ReadyQueue, WorkflowStore};
 use kernel_core::WorkflowId;
 use kernel_core::{ActivityContext, ActivityError, Definition, Engine, Ports, StartRequest, StepDef, StepOutcome};

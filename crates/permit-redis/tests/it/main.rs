@@ -9,7 +9,7 @@ mod loss;
 mod tenants;
 mod url;
 
-use kernel_core::model::DurationMs;
+use kernel_core::domain::DurationMs;
 use permit_redis::{PermitLimits, RedisPermits, RedisPermitsConfig};
 use redis_conn::connect;
 use redis_conn::test_support::{require_redis, TestKeys};

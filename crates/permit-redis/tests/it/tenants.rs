@@ -3,8 +3,8 @@
 //! the limits configured for `asr`.
 
 use crate::{limits, permits_fixture};
+use kernel_core::domain::WorkflowStatus;
 use kernel_core::engine::EngineConfig;
-use kernel_core::model::WorkflowStatus;
 use kernel_core::{ActivityContext, Definition, Engine, StartRequest, StepDef, StepOutcome};
 use permit_redis::RedisPermitsConfig;
 use serde_json::{json, Value};

@@ -1,7 +1,7 @@
 //! The result cache on Redis: the shared conformance suite, plus what only Redis does (the
 //! server's own expiry as a backstop, and purges of entries it already expired).
 
-use kernel_core::model::{DurationMs, Instant};
+use kernel_core::domain::{DurationMs, Instant};
 use kernel_core::ports::{CacheKey, CacheVersions, DynResultCache, ResultCache};
 use queue_redis::test_support::{require_redis, TestKeys};
 use queue_redis::{connect, RedisResultCache};

@@ -1,7 +1,7 @@
 //! The recovery dispatcher's candidate ZSET (K-11.3).
 
 use futures::future::join_all;
-use kernel_core::model::Instant;
+use kernel_core::domain::Instant;
 use kernel_core::Error;
 use kernel_core::ObjectId;
 use queue_redis::test_support::{require_redis, TestKeys};

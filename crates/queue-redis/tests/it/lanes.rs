@@ -3,7 +3,7 @@
 
 use crate::queue_fixture;
 use futures::future::join_all;
-use kernel_core::model::{Instant, Priority};
+use kernel_core::domain::{Instant, Priority};
 use kernel_core::ports::{LaneEntry, ReadyQueue};
 use kernel_core::Error;
 use kernel_core::WorkflowId;

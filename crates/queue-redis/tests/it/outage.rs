@@ -7,8 +7,8 @@
 //! oracle independent of the engines: the store read after the run, the audit of every
 //! store write, and the lanes read from Redis.
 
+use kernel_core::domain::*;
 use kernel_core::engine::{Engine, EngineConfig, Ports, RunningEngine};
-use kernel_core::model::*;
 use kernel_core::ports::*;
 use kernel_core::{ActivityContext, Definition, StartRequest, StepDef, StepOutcome};
 use queue_redis::test_support::{unique_prefix, DedicatedRedis};

@@ -2,7 +2,7 @@
 //! whose keys are deleted afterwards.
 
 use futures::FutureExt;
-use kernel_core::model::{DurationMs, Instant};
+use kernel_core::domain::{DurationMs, Instant};
 use kernel_core::ports::{DynClock, Frame, StreamKey, StreamOwner, StreamSink};
 use kernel_core::Error;
 use redis::AsyncCommands;

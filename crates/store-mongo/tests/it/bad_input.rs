@@ -2,7 +2,7 @@
 //! shaped like operators are data.
 
 use crate::support::{InboxDb, StoreDb};
-use kernel_core::model::*;
+use kernel_core::domain::*;
 use kernel_core::ports::{SignalInbox, WorkflowStore, WriteOutcome};
 use kernel_core::transition::{Guard, Transition};
 use kernel_core::Error;

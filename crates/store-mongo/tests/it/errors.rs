@@ -1,6 +1,6 @@
 //! Driver failures map to the kernel's error semantics (no server needed).
 
-use kernel_core::model::Instant;
+use kernel_core::domain::Instant;
 use kernel_core::ports::WorkflowStore;
 use kernel_core::transition::{Guard, Transition};
 use kernel_core::Error;

@@ -2,7 +2,7 @@
 //! `Transition` constructor. A change here changes what is stored; update the expectation
 //! only together with docs/store-mongo.md and a migration note. No server needed.
 
-use kernel_core::model::*;
+use kernel_core::domain::*;
 use kernel_core::record::*;
 use kernel_core::transition::{Guard, Patch, Transition, TransitionKind};
 use mongodb::bson::{doc, Bson, DateTime, Document};

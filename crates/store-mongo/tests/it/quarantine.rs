@@ -78,7 +78,7 @@ async fn undecodable_instances_are_quarantined_and_timers_still_fire() {
     }
     for k in 0..4 {
         let i = store.get(&format!("wf-{k}").into()).await.unwrap().unwrap();
-        assert_eq!(i.status, model::WorkflowStatus::Completed, "wf-{k}");
+        assert_eq!(i.status, domain::WorkflowStatus::Completed, "wf-{k}");
     }
     // The next pass reports them again (they are still there); they are logged once.
     let again = engine.maintain().await.unwrap();
@@ -164,7 +164,7 @@ async fn claims_quarantine_an_undecodable_instance_and_go_on() {
         broken_copy(&t, "wf-0", id, doc! { "claimable_time": earlier, "business_priority": 9 }).await;
     }
     // The queue path: the bad id is popped first.
-    world.queue.enqueue(&"wf-bad-q".into(), model::Priority::P0, model::Instant::ZERO).await.unwrap();
+    world.queue.enqueue(&"wf-bad-q".into(), domain::Priority::P0, domain::Instant::ZERO).await.unwrap();
     let out = engine.tick().await.expect("a round survives an undecodable claim");
     assert!(
         matches!(out, engine::RoundOutcome::Ran { ref workflow_id, .. } if workflow_id.as_str() != "wf-bad-q"),

@@ -1,14 +1,14 @@
 //! Issue acceptance 2: races decided by the server, not by the client.
 
 use crate::support::StoreDb;
-use kernel_core::model::DurationMs;
+use kernel_core::domain::DurationMs;
 use kernel_core::ports::{ClaimSpec, WorkflowStore, WriteOutcome};
 use kernel_core::transition::{Guard, Transition};
 use kernel_core::WorkflowId;
 use testkit::conformance::store::{self as cases, instance, seed, LEASE_MS, T0, TYPE};
 use testkit::time::TestTime;
 
-fn spec(token: String, now: kernel_core::model::Instant) -> ClaimSpec {
+fn spec(token: String, now: kernel_core::domain::Instant) -> ClaimSpec {
     ClaimSpec { now, lease_ms: LEASE_MS, token: token.into(), types: vec![TYPE.to_string()] }
 }
 
@@ -65,7 +65,7 @@ async fn stale_claim_token_after_reclaim_is_missed() {
 async fn signal_and_poll_race_on_one_wait_has_one_winner() {
     let Some(StoreDb(db, store)) = StoreDb::new().await else { return };
     seed(&store, cases::waiting("wf-1", Some(2), Some(T0))).await;
-    let id = kernel_core::model::WaitIdentity {
+    let id = kernel_core::domain::WaitIdentity {
         signal_type: "approved".into(),
         wait_key: "doc:42".into(),
         generation: 2,
@@ -73,7 +73,7 @@ async fn signal_and_poll_race_on_one_wait_has_one_winner() {
     };
     let (due, poll) = (
         Guard::DueWait { now: T0, step_index: 1 },
-        Transition::timer_activation(1, kernel_core::model::ResumeKind::Poll, T0),
+        Transition::timer_activation(1, kernel_core::domain::ResumeKind::Poll, T0),
     );
     let (sig, activation) = (Guard::SignalWait(id), Transition::signal_activation(1, "sig-1", T0));
     let id = WorkflowId::from("wf-1");

@@ -6,8 +6,8 @@
 //! `refused-writes: cases=<n> executions_per_case_max=<n> typed_failures=<n>`.
 
 use crate::support::{mongo_uri, TestDb};
+use kernel_core::domain::*;
 use kernel_core::engine::ClaimEnd;
-use kernel_core::model::*;
 use kernel_core::ports::DynStore;
 use kernel_core::{ActivityContext, Definition, StartRequest, StepDef, StepOutcome};
 use mongodb::bson::doc;

@@ -123,7 +123,7 @@ impl InboxFixture for InboxDb {
     fn plant_undecodable<'a>(
         &'a self,
         signal_id: &'a str,
-        created_at: kernel_core::model::Instant,
+        created_at: kernel_core::domain::Instant,
     ) -> futures::future::BoxFuture<'a, bool> {
         Box::pin(async move {
             let record = testkit::conformance::inbox::record(signal_id, created_at);

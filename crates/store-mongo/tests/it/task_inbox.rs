@@ -2,7 +2,7 @@
 //! stored record that does not decode, and collection names it refuses.
 
 use crate::support::TestDb;
-use kernel_core::model::Instant;
+use kernel_core::domain::Instant;
 use kernel_core::ports::*;
 use kernel_core::Error;
 use mongodb::bson::{doc, Bson, Document};

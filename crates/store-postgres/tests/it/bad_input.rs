@@ -3,7 +3,7 @@
 //! runs first (the conformance suites check that part).
 
 use crate::support::TestSchema;
-use kernel_core::model::*;
+use kernel_core::domain::*;
 use kernel_core::ports::*;
 use kernel_core::transition::{Guard, Patch, Transition, TransitionKind};
 use kernel_core::Error;

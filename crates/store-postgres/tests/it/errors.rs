@@ -200,7 +200,7 @@ async fn killed_connections_recover_and_no_write_applies_twice() {
     let store = db.store();
     let seeded = claimed("wf-1", "a");
     store.create(seeded.clone()).await.unwrap();
-    let t = Transition::heartbeat(T0, kernel_core::model::DurationMs::from_millis(1)).unwrap();
+    let t = Transition::heartbeat(T0, kernel_core::domain::DurationMs::from_millis(1)).unwrap();
     let mut bumping = Transition::failing(T0);
     bumping.status = None; // a revision bump that can repeat under the same guard
     let mut applied = 0u64;

@@ -7,7 +7,7 @@
 use crate::support::TestSchema;
 use futures::future::BoxFuture;
 use futures::StreamExt;
-use kernel_core::model::{DurationMs, WorkflowStatus};
+use kernel_core::domain::{DurationMs, WorkflowStatus};
 use kernel_core::ports::{
     Actor, ClaimSpec, DispatchOutbox, DueCursor, SignalInbox, SignalStatus, TaskCloseOutcome, TaskDecideOutcome,
     TaskDecision, TaskInbox, TaskOutcome, TaskStatus, WorkflowStore,

@@ -4,7 +4,7 @@
 //! (`UPDATE_SNAPSHOTS=1 cargo test -p store-postgres --test it protocol`) only together
 //! with the crate docs and, for a schema change, a new migration. No server needed.
 
-use kernel_core::model::*;
+use kernel_core::domain::*;
 use kernel_core::ports::DueCursor;
 use kernel_core::transition::{Guard, Patch, Transition};
 use serde_json::json;

@@ -3,7 +3,7 @@
 //! and claims the server applied (logged by triggers of the test schema), not rows.
 
 use crate::support::TestSchema;
-use kernel_core::model::*;
+use kernel_core::domain::*;
 use kernel_core::ports::*;
 use kernel_core::transition::{Guard, Transition};
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! columns derived from the decision, and concurrent decisions racing a close.
 
 use crate::support::TestSchema;
-use kernel_core::model::Instant;
+use kernel_core::domain::Instant;
 use kernel_core::ports::*;
 use std::sync::Arc;
 use testkit::conformance::task_inbox_extra::{decision, lifecycle, races, task, T0};

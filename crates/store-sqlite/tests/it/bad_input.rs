@@ -3,7 +3,7 @@
 //! SQLite cannot hold. Each refusal is typed and leaves the file as it was.
 
 use crate::support::{config, TestDb};
-use kernel_core::model::*;
+use kernel_core::domain::*;
 use kernel_core::ports::{
     ClaimSpec, CreateOutcome, SignalInbox, SignalRecord, SignalStatus, WorkflowStore, WriteOutcome,
 };

@@ -9,7 +9,7 @@
 //! every committed write back: the revision, the step statuses, the output, the lease.
 
 use crate::support::TestDb;
-use kernel_core::model::*;
+use kernel_core::domain::*;
 use kernel_core::ports::{ClaimSpec, CreateOutcome, WorkflowStore, WriteOutcome};
 use kernel_core::transition::{Guard, Transition};
 use serde_json::json;

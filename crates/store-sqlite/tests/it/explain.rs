@@ -2,7 +2,7 @@
 //! (after `ANALYZE`): each uses an index, none scans a whole table.
 
 use crate::support::TestDb;
-use kernel_core::model::*;
+use kernel_core::domain::*;
 use kernel_core::ports::{ClaimSpec, DueCursor};
 use kernel_core::transition::{Guard, Transition};
 use store_sqlite::protocol::{self, Limits, Param, Statement};

@@ -101,7 +101,7 @@ async fn same_state_as_the_in_memory_reference() {
     let db = ObsDb::new().await.unwrap();
     let reference = observer::InMemoryObservationRepository::new();
     let mut late = obs("t", 8, TransitionKind::Completed, None, 0);
-    late.at = late.at.checked_add(kernel_core::model::DurationMs::from_secs(60)).unwrap();
+    late.at = late.at.checked_add(kernel_core::domain::DurationMs::from_secs(60)).unwrap();
     let batches: Vec<Vec<kernel_core::ports::Observation>> = vec![
         vec![obs("t", 1, TransitionKind::Create, None, 0), obs("t", 2, TransitionKind::MarkRunning, Some("a"), 1)],
         vec![obs("t", 3, TransitionKind::RetryRelease, Some("a"), 1), obs("u", 1, TransitionKind::Create, None, 0)],

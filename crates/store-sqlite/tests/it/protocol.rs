@@ -4,7 +4,7 @@
 //! snapshot (`UPDATE_SNAPSHOTS=1 cargo test -p store-sqlite --test it protocol`) only
 //! together with docs/store-sqlite.md and, for a schema change, a new migration.
 
-use kernel_core::model::*;
+use kernel_core::domain::*;
 use kernel_core::ports::DueCursor;
 use kernel_core::transition::{Guard, Transition};
 use std::fmt::Write as _;

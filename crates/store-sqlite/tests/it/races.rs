@@ -4,7 +4,7 @@
 //! file.
 
 use crate::support::{config, TestDb};
-use kernel_core::model::*;
+use kernel_core::domain::*;
 use kernel_core::ports::{ClaimSpec, CreateOutcome, WorkflowStore, WriteOutcome};
 use kernel_core::transition::{Guard, Transition};
 use std::collections::HashSet;

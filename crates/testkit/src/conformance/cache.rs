@@ -16,7 +16,7 @@
 
 use crate::memory::MemoryResultCache;
 use crate::time::TestTime;
-use kernel_core::model::{DurationMs, Instant};
+use kernel_core::domain::{DurationMs, Instant};
 use kernel_core::ports::*;
 use kernel_core::{validate, Error};
 use serde_json::{json, Value};

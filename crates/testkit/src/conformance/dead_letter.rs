@@ -9,7 +9,7 @@
 use super::store::{assert_invalid_field, oversize_payload};
 use crate::memory::MemoryDeadLetters;
 use crate::time::TestTime;
-use kernel_core::model::{ErrorClass, Instant, StepError};
+use kernel_core::domain::{ErrorClass, Instant, StepError};
 use kernel_core::ports::*;
 use serde_json::json;
 use std::sync::Arc;

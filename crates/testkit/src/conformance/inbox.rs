@@ -9,7 +9,7 @@
 
 use crate::memory::InMemoryInbox;
 use crate::time::TestTime;
-use kernel_core::model::Instant;
+use kernel_core::domain::Instant;
 use kernel_core::ports::*;
 use kernel_core::Error;
 use kernel_core::WorkflowId;

@@ -3,7 +3,7 @@
 
 use crate::memory::{InMemoryCandidates, InMemoryOutbox};
 use crate::time::TestTime;
-use kernel_core::model::{Instant, Priority};
+use kernel_core::domain::{Instant, Priority};
 use kernel_core::ports::*;
 use kernel_core::{FencingToken, ObjectId};
 use serde_json::json;

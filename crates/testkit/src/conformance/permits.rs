@@ -18,7 +18,7 @@
 
 use crate::memory::{InMemoryPermits, PermitLimits};
 use futures::future::join_all;
-use kernel_core::model::{DurationMs, Instant};
+use kernel_core::domain::{DurationMs, Instant};
 use kernel_core::ports::{DynPermits, PermitDecision, PermitOwner, PermitUsage, PERMIT_RESOURCES_MAX};
 use kernel_core::Error;
 use kernel_core::WorkflowId;

@@ -15,8 +15,8 @@
 
 use crate::time::TestTime;
 use futures::future::join_all;
-use kernel_core::model::DurationMs;
-use kernel_core::model::{Instant, Priority};
+use kernel_core::domain::DurationMs;
+use kernel_core::domain::{Instant, Priority};
 use kernel_core::ports::{DynQueue, LaneEntry, LaneStats, ENQUEUE_MANY_MAX, POP_DUE_MAX};
 use kernel_core::Error;
 use kernel_core::WorkflowId;

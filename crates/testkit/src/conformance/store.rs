@@ -25,7 +25,7 @@
 
 use crate::memory::InMemoryStore;
 use crate::time::TestTime;
-use kernel_core::model::*;
+use kernel_core::domain::*;
 use kernel_core::operator_request::{OperatorRequest, RequestedAction};
 use kernel_core::ports::*;
 use kernel_core::record::*;

@@ -14,7 +14,7 @@
 use super::store::assert_invalid_field;
 use crate::memory::MemoryTaskInbox;
 use crate::time::TestTime;
-use kernel_core::model::Instant;
+use kernel_core::domain::Instant;
 use kernel_core::ports::*;
 use std::future::Future;
 use std::sync::Arc;

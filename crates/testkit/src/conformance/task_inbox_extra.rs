@@ -3,7 +3,7 @@
 //! separate tasks ([`races`]). Ids `t-a`, `t-b`, `t-c` and `race-<n>`: run them on a fresh
 //! inbox.
 
-use kernel_core::model::Instant;
+use kernel_core::domain::Instant;
 use kernel_core::ports::*;
 use kernel_core::Error;
 use std::sync::Arc;

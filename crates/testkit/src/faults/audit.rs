@@ -1,6 +1,6 @@
 //! `AuditStore`: a store that counts writes and duplicate completions and keeps a per-write log.
 
-use kernel_core::model::*;
+use kernel_core::domain::*;
 use kernel_core::ports::*;
 use kernel_core::transition::TransitionKind;
 use kernel_core::transition::{Guard, KindAt, Patch, Transition};

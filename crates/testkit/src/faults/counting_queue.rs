@@ -1,6 +1,6 @@
 //! `CountingQueue`: a ready queue that counts its lane and doorbell calls.
 
-use kernel_core::model::*;
+use kernel_core::domain::*;
 use kernel_core::ports::*;
 use kernel_core::Result;
 use kernel_core::WorkflowId;

@@ -2,7 +2,7 @@
 //! persistence boundary where the plan may crash the process.
 
 use super::*;
-use kernel_core::model::*;
+use kernel_core::domain::*;
 use kernel_core::ports::*;
 use kernel_core::transition::TransitionKind;
 use kernel_core::transition::{Guard, Transition};

@@ -1,6 +1,6 @@
 //! `TakeoverPause`: a store that pauses the first successful takeover until it is resumed.
 
-use kernel_core::model::*;
+use kernel_core::domain::*;
 use kernel_core::ports::*;
 use kernel_core::Result;
 use kernel_core::WorkflowId;

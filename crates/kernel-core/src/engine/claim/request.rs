@@ -17,7 +17,7 @@ pub(super) async fn apply_at_start(
     if !super::super::operator_decision::applies_at_claim(inst, def.plan()) {
         return None;
     }
-    if let Some(crate::model::Resume { signal_id: Some(id), .. }) = &inst.resume {
+    if let Some(crate::domain::Resume { signal_id: Some(id), .. }) = &inst.resume {
         if inner.ports.inbox.mark_matched(id, inner.ports.clock.now()).await.is_err() {
             return None;
         }

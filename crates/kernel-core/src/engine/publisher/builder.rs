@@ -3,8 +3,8 @@
 
 use super::Publisher;
 use crate::definition::{Plan, PlanRegistry};
+use crate::domain::DurationMs;
 use crate::error::{Error, Result};
-use crate::model::DurationMs;
 use crate::ports::*;
 use std::sync::Arc;
 

@@ -1,7 +1,7 @@
 //! What a start asks (`StartRequest`) and what it answers (`StartOutcome`), K-5.
 
+use crate::domain::*;
 use crate::id::WorkflowId;
-use crate::model::*;
 use crate::trace::TraceParent;
 use serde_json::Value;
 

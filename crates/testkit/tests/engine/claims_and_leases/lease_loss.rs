@@ -10,8 +10,8 @@
 //! its own executions on the true clock, and the store's audit log gives every claim's
 //! lease end and every write under its token.
 
+use kernel_core::domain::DurationMs;
 use kernel_core::engine::{CallEnd, ClaimEnd, Engine, RoundOutcome};
-use kernel_core::model::DurationMs;
 use kernel_core::ports::DynClock;
 use kernel_core::*;
 use serde_json::json;

@@ -6,8 +6,8 @@
 //! through [`Engine::tick`] on a manual clock that never moves, so no heartbeat falls due
 //! and no maintenance pass runs: only the claims' own work is counted.
 
+use kernel_core::domain::instance_clones_on_this_thread;
 use kernel_core::engine::{ClaimEnd, Engine, RoundOutcome};
-use kernel_core::model::instance_clones_on_this_thread;
 use kernel_core::ports::*;
 use kernel_core::transition::{Guard, Transition};
 use kernel_core::*;

@@ -7,8 +7,8 @@
 //! the store saw comes from the world's audit log (every write with the writer's clock), an
 //! oracle independent of the engine's own account.
 
+use kernel_core::domain::{DurationMs, Instant};
 use kernel_core::engine::{CallEnd, Engine};
-use kernel_core::model::{DurationMs, Instant};
 use kernel_core::transition::TransitionKind;
 use kernel_core::*;
 use serde_json::{json, Value};

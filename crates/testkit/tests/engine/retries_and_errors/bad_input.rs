@@ -1,7 +1,7 @@
 //! Every bad input is a typed error and writes nothing.
 
+use kernel_core::domain::DurationMs;
 use kernel_core::engine::EngineConfig;
-use kernel_core::model::DurationMs;
 use kernel_core::ports::Signal;
 use kernel_core::{ActivityContext, Definition, Error, RetryPolicy, StartRequest, StepDef, StepOutcome};
 use serde_json::json;

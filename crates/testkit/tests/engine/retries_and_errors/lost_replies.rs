@@ -10,8 +10,8 @@
 //! dead-letter and task records are read after the run. The faults come from [`PortFaults`]
 //! in the engine's one port envelope.
 
+use kernel_core::domain::DurationMs;
 use kernel_core::engine::{CallEnd, Engine, PortCall, PortHook};
-use kernel_core::model::DurationMs;
 use kernel_core::model_call::{Model, ModelAnswer, ModelRequest};
 use kernel_core::ports::Signal;
 use kernel_core::record::{Usage, VersionRef};

@@ -3,8 +3,8 @@
 //! failure path; an unavailable store hands the claim back with a delay.
 
 use crate::intercept::{ApplyHook, Intercepted};
+use kernel_core::domain::*;
 use kernel_core::engine::{ClaimEnd, RoundOutcome};
-use kernel_core::model::*;
 use kernel_core::ports::*;
 use kernel_core::transition::TransitionKind;
 use kernel_core::{ActivityContext, Definition, Error, StartRequest, StepDef, StepOutcome, WorkflowId};

@@ -2,7 +2,7 @@
 //! repositories implement.
 
 use crate::{Error, Result};
-use kernel_core::model::{DurationMs, ErrorClass, Instant, WorkflowInstance, WorkflowStatus};
+use kernel_core::domain::{DurationMs, ErrorClass, Instant, WorkflowInstance, WorkflowStatus};
 use kernel_core::ports::Observation;
 use kernel_core::transition::TransitionKind;
 use kernel_core::WorkflowId;
@@ -144,7 +144,7 @@ impl AttemptRow {
     /// changes nothing, its start included.
     ///
     /// ```
-    /// use kernel_core::model::Instant;
+    /// use kernel_core::domain::Instant;
     /// # use observer::{AttemptOutcome, AttemptRow};
     /// # let row = |revision: u64, outcome, started: Option<i64>, at: i64| AttemptRow {
     /// #     biz_key: "k".into(), workflow_run: 0, step_name: "s".into(), attempt: 1,
@@ -399,7 +399,7 @@ pub fn after_cursor(row: (Instant, &str), cursor: (Instant, &str)) -> bool {
 /// no wildcard to escape.
 ///
 /// ```
-/// use observer::model::prefix_upper_bound;
+/// use observer::projection::prefix_upper_bound;
 /// assert_eq!(prefix_upper_bound("a%b").as_deref(), Some("a%c"));
 /// assert_eq!(prefix_upper_bound("a\u{d7ff}").as_deref(), Some("a\u{e000}"));
 /// assert_eq!(prefix_upper_bound("a\u{10ffff}").as_deref(), Some("b"));

@@ -285,7 +285,7 @@ pub enum WaitKind {
 /// generation 0), so the enum changes no stored byte.
 ///
 /// ```
-/// use kernel_core::model::{Instant, ResumeKind, Wait, WaitKind};
+/// use kernel_core::domain::{Instant, ResumeKind, Wait, WaitKind};
 /// let t = Wait::Timer { step_index: 1, due: Some(Instant::from_millis(5_000)) };
 /// assert_eq!((t.kind(), t.poll_time(), t.due_resume()), (WaitKind::Timer, Some(Instant::from_millis(5_000)), ResumeKind::Timer));
 /// assert_eq!(
@@ -614,7 +614,7 @@ std::thread_local! {
 /// two readings.
 ///
 /// ```
-/// use kernel_core::model::instance_clones_on_this_thread;
+/// use kernel_core::domain::instance_clones_on_this_thread;
 /// let before = instance_clones_on_this_thread();
 /// // ... run the engine on this thread ...
 /// assert!(instance_clones_on_this_thread() >= before);
