@@ -28,7 +28,7 @@
 //!
 //! Every adapter runs on one server or on a Redis Cluster: a URL that lists several nodes
 //! (`redis://h1:7000,h2:7001`) or says `redis+cluster://` opens a cluster connection
-//! ([`Topology`](redis_conn::Topology), [`RedisConn`]). A cluster refuses a script whose keys lie in different
+//! ([`Topology`], [`RedisConn`]). A cluster refuses a script whose keys lie in different
 //! hash slots (`CROSSSLOT`), so the keys one script touches carry one hash tag (the part
 //! in `{…}`), chosen so that the load spreads over the nodes:
 //!
@@ -100,7 +100,7 @@ impl std::fmt::Debug for RedisConnection {
 impl RedisConnection {
     /// Connect to `url`: `redis://[user:password@]host[:port][/db]` (or `rediss://` where
     /// the driver was built with TLS) for one server, `redis+cluster://host:port[,…]` or
-    /// `redis://host:port,host:port[,…]` for a cluster ([`Topology`](redis_conn::Topology)). A malformed URL is
+    /// `redis://host:port,host:port[,…]` for a cluster ([`Topology`]). A malformed URL is
     /// [`Error::InvalidInput`]; an unreachable server is [`Error::Unavailable`].
     pub async fn open(url: &str) -> Result<Self> {
         let open = |u: &str| Client::open(u).map_err(|e| Error::invalid_with("redis url", e.to_string(), e));
