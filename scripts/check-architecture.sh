@@ -73,7 +73,33 @@ while read -r lines file; do
   [ "$lines" -le 500 ] || fail "$file has $lines lines (an engine file stays under 500: split it)"
 done < <(find crates/kernel-core/src/engine -name '*.rs' -print0 | xargs -0 wc -l)
 
+# 6. The first demo runs durably on SQLite (bundled) with local coordination: no server
+#    crate in its package.
+demo_deps=$(deps kernel-examples)
+bad=$(printf '%s\n' "$demo_deps" | grep -Ex 'mongodb|bson|redis|tokio-postgres|deadpool-postgres|postgres-types' || true)
+[ -z "$bad" ] || fail "the first demo's package depends on $(echo $bad)"
+for c in store-sqlite coord-local; do
+  printf '%s\n' "$demo_deps" | grep -qx "$c" || fail "the first demo's package must run on $c"
+done
+
+# 7. Only dev-dependencies turn on a `testing` feature (redis-conn's and queue-redis's test
+#    support, observer's conformance suite and fault decorator). The soak (examples/soak)
+#    is itself a test harness that starts its own redis-server, so it is left out.
+if cargo tree --workspace --exclude soak -e normal,features --prefix none | grep -q 'feature "testing"'; then
+  fail "a production dependency enables a crate's \`testing\` feature (cargo tree -e normal,features -i redis-conn -i queue-redis -i observer)"
+fi
+
+# 8. Tests read as the specification: no test file of testkit over 800 lines, and no function
+#    named after an issue (`hardening_…`, `<word>_<NN>_…`) instead of the promise it checks.
+while read -r file; do
+  [ -n "$file" ] && fail "$file is over 800 lines (split it by behaviour)"
+done < <(find crates/testkit/tests -name '*.rs' -exec awk 'END { if (NR > 800) print FILENAME }' {} \;)
+if named=$(grep -rnE --include='*.rs' 'fn (hardening_[a-z0-9_]*|[a-z]+_[0-9]{2,}_[a-z0-9_]*)[(<]' crates examples); then
+  fail "tests named after an issue, not the promise they check:
+$named"
+fi
+
 if [ "$failed" != 0 ]; then
   exit 1
 fi
-echo "architecture: ok (kernel-core pure; layers on kernel-core; no production crate reaches testkit; randomness from the id port; engine files under 500 lines)"
+echo "architecture: ok (kernel-core pure; layers on kernel-core; no production crate reaches testkit; randomness from the id port; engine files under 500 lines; the demo without servers; testing features from dev-dependencies; test files and names)"

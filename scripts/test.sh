@@ -41,53 +41,9 @@ section() {
   log "$*"
 }
 
-# Architecture invariant: kernel-core depends on no database or Redis crate.
-if cargo tree -p kernel-core -e normal --prefix none | grep -Eq '^(mongodb|redis|bson) '; then
-  echo "kernel-core must not depend on mongodb/redis/bson" >&2
-  exit 1
-fi
-# The first demo runs durably on SQLite (bundled) with local coordination: no server crate.
-if cargo tree -p kernel-examples -e normal --prefix none | grep -Eq '^(mongodb|redis|bson) '; then
-  echo "the first demo's package must not depend on mongodb/redis/bson" >&2
-  exit 1
-fi
-if ! cargo tree -p kernel-examples -e normal --prefix none | grep -Eq '^(store-sqlite|coord-local) '; then
-  echo "the first demo's package must run on store-sqlite and coord-local" >&2
-  exit 1
-fi
-# Tests read as the specification: no test file of testkit over 800 lines, and no function
-# named after an issue (`hardening_…`, `<word>_<NN>_…`) instead of the promise it checks.
-long_tests=$(find crates/testkit/tests -name '*.rs' -exec awk 'END { if (NR > 800) print FILENAME ": " NR " lines" }' {} \;)
-if [ -n "$long_tests" ]; then
-  printf 'test files over 800 lines:\n%s\n' "$long_tests" >&2
-  exit 1
-fi
-if grep -rnE --include='*.rs' 'fn (hardening_[a-z0-9_]*|[a-z]+_[0-9]{2,}_[a-z0-9_]*)[(<]' crates examples >&2; then
-  echo "name these tests after the promise they check, not an issue number" >&2
-  exit 1
-fi
-# No production build compiles test support: only dev-dependencies turn on a `testing`
-# feature (queue-redis's test_support, observer's conformance suite and fault decorator).
-# The soak (examples/soak) is itself a test harness: it starts its own redis-server with
-# queue-redis's test support, so it is left out of this check.
-if cargo tree --workspace --exclude soak -e normal,features --prefix none | grep -q 'feature "testing"'; then
-  echo "a production dependency enables a crate's \`testing\` feature:" >&2
-  cargo tree --workspace -e normal,features -i queue-redis -i observer >&2 || true
-  exit 1
-fi
-# No production crate reaches test code: testkit (the harness, the fault and crash
-# decorators, the conformance suites, the scenarios) is in no production crate's normal
-# dependencies, whatever features are on. The demos and harnesses under examples/ may use it.
-testkit_users=$(cargo tree --workspace --all-features -e normal -i testkit --prefix none | awk '{print $1}' | sort -u)
-production_reaching_testkit=$(printf '%s\n' "$testkit_users" | grep -Ex \
-  'compose|coord-local|kernel-core|kernel-memory|kernel-metrics|observer|ops|ops-server|sql-protocol|sse-stream|wfk|store-.+|.*redis.*' \
-  || true)
-if [ -n "$production_reaching_testkit" ]; then
-  echo "production crates depend on testkit (test code) through their normal dependencies:" >&2
-  printf '  %s\n' $production_reaching_testkit >&2
-  cargo tree --workspace --all-features -e normal -i testkit >&2 || true
-  exit 1
-fi
+# The architecture invariants a machine can check (dependency arrows, no production crate
+# reaching test code, randomness from the id port, file sizes, test names): one script.
+bash scripts/check-architecture.sh
 
 if command -v redis-cli >/dev/null 2>&1 && ! redis-cli -u "$REDIS_URL" ping >/dev/null 2>&1; then
   case "$REDIS_URL" in
