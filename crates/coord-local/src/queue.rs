@@ -43,7 +43,7 @@ pub(crate) const POPS: &str = "SELECT lane, pops FROM coord_lane_pops";
 /// the per-lane pop counters `coord_lane_pops` that a batch pop bumps in its own
 /// transaction ([`LaneStats::pops`]).
 ///
-/// Semantics are exactly those of `testkit::memory::InMemoryQueue` and the Redis adapter;
+/// Semantics are exactly those of `kernel_memory::InMemoryQueue` and the Redis adapter;
 /// all three run the same conformance suite. Each call is one transaction: `enqueue` (one
 /// upsert), `enqueue_many` (its entries' upserts in order) and `pop_due` are one `BEGIN
 /// IMMEDIATE` transaction each (so a batch pop sees no other writer between its pops, in

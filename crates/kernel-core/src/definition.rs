@@ -255,10 +255,12 @@ impl StepDef {
             outcome_authority,
         }
     }
-    /// Declare this step an agent step bounded by `limits` (the `kernel-agents` crate's
-    /// `AgentStepDef::agent` sets them from its agent):
-    /// [`DefinitionBuilder::build`] refuses the definition when they do not bound the loop
-    /// (field `steps[i].agent.*`).
+    /// Declare this step an agent step bounded by `limits`: what the `kernel-agents`
+    /// crate's `AgentStepDef::agent` sets from its agent, so the limits the definition
+    /// validates and fingerprints are the ones the loop enforces. Not for direct use (set on
+    /// another step, nothing enforces them). [`DefinitionBuilder::build`] refuses the
+    /// definition when they do not bound the loop (field `steps[i].agent.*`).
+    #[doc(hidden)]
     pub fn agent_limits(mut self, limits: crate::agent_limits::AgentLimits) -> Self {
         self.agent = Some(limits);
         self

@@ -444,15 +444,16 @@ impl RecordCursor<'_> {
     }
 
     /// The serialized size of the step's record as it stands, and the most it may hold
-    /// (the store payload limit). Refused like a recorded call while another is in
-    /// progress or after a failed write.
+    /// (the store payload limit). Refused like a recorded call — a permanent error, as for
+    /// any recorded call — while a recorded call of this invocation is in progress or after
+    /// a failed write: read the cursor between recorded calls, never beside one.
     pub fn room(&self) -> Result<(usize, usize), ActivityError> {
         self.0.record_room()
     }
 
     /// `f` of the entry the next recorded call of this invocation will be matched to
     /// (`None`: the call will be new), and of the entry the last one was matched to.
-    /// Refused like a recorded call while another is in progress or after a failed write.
+    /// Refused like [`room`](Self::room).
     pub fn around<R>(
         &self,
         f: impl FnOnce(Option<&RecordEntry>, Option<&RecordEntry>) -> R,

@@ -270,7 +270,7 @@ impl EventRoute {
         let input = event.to_input();
         validate::payload("event.payload", &input, publisher.payload_bytes_max())?;
         publisher.plans().get(route.workflow_type())?;
-        publisher.signal_inbox()?;
+        publisher.require_inbox()?;
 
         let started = publisher.start_or_get(StartRequest::new(route.workflow_type(), biz_key, input)).await?;
         let inst = started.instance;

@@ -20,7 +20,7 @@ pub use kernel_core::ports::{LaneWeights, BURST_MAX, LANE_WEIGHT_MAX};
 /// reports as [`LaneStats::pops`]). The five keys share the hash tag `{<prefix>:lane}`, so
 /// on a Redis Cluster they live in one slot and every script stays one atomic call.
 ///
-/// Semantics are exactly those of `testkit::memory::InMemoryQueue`; both run the same
+/// Semantics are exactly those of `kernel_memory::InMemoryQueue`; both run the same
 /// conformance suite. Cheap to clone; clones share the connection.
 ///
 /// Every [`ReadyQueue`] call is **one round trip**: one `EVALSHA` of a static script

@@ -314,9 +314,14 @@ impl Publisher {
         super::signals::deliver_on(&ports, signal).await
     }
 
-    /// The inbox signals go to, or the typed refusal of a publisher that has none
-    /// ([`Error::InvalidInput`], field `inbox`).
-    pub fn signal_inbox(&self) -> Result<&DynInbox> {
+    /// `Ok` when this publisher can deliver signals, else the typed refusal of a publisher
+    /// built without an inbox ([`Error::InvalidInput`], field `inbox`), before any call.
+    pub fn require_inbox(&self) -> Result<()> {
+        self.signal_inbox().map(|_| ())
+    }
+
+    /// The inbox signals go to, or the typed refusal of a publisher that has none.
+    fn signal_inbox(&self) -> Result<&DynInbox> {
         self.inbox.as_deref().ok_or_else(|| {
             Error::invalid("inbox", "this publisher has no signal inbox (build it with `PublisherBuilder::inbox`)")
         })

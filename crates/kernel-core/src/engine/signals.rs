@@ -64,6 +64,7 @@ impl Inner {
 
 /// What one delivery did, and whether the inbox already held its `signal_id`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Delivered {
     /// What the delivery did.
     pub outcome: DeliverOutcome,
