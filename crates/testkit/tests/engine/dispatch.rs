@@ -1,6 +1,7 @@
 //! The recovery dispatcher's lease under store trouble (K-11.3, defect 10): a dispatcher
 //! that cannot renew its lease stops before the lease can be taken over.
 
+use crate::support::settle;
 use kernel_core::dispatch::{AcceptRequest, Dispatch, DispatchConfig, Processed};
 use kernel_core::ports::*;
 use kernel_core::transition::{Guard, Transition};
@@ -10,12 +11,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use testkit::harness::World;
 use testkit::memory::{InMemoryCandidates, InMemoryOutbox};
-
-async fn settle() {
-    for _ in 0..50 {
-        tokio::task::yield_now().await;
-    }
-}
 
 /// A workflow store whose every call hangs (the publisher's start never answers).
 struct HungStore;

@@ -73,7 +73,7 @@ fn standalone(world: &World, def: &Definition) -> Publisher {
 /// The receiver's order: the fact first, then the delivery.
 async fn receive(publisher: &Publisher, facts: &Facts, e: Event) -> EventOutcome {
     facts.write(&e);
-    route().deliver(&publisher, e).await.unwrap()
+    route().deliver(publisher, e).await.unwrap()
 }
 
 async fn orders(world: &World) -> Vec<WorkflowInstance> {

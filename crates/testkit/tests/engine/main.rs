@@ -18,6 +18,7 @@ mod permits;
 mod port_deadlines;
 mod retries_and_errors;
 mod starts_and_queues;
+mod support;
 mod waits_and_signals;
 
 use kernel_core::{ActivityContext, Definition, StepDef, StepOutcome};

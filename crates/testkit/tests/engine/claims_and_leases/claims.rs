@@ -1,28 +1,14 @@
 //! A claim's life (K-4.3, K-6.3, K-6.6): a fingerprint mismatch pushes back, the heartbeat
 //! extends the lease, PrepareContext is rebuilt per claim, a graceful shutdown lets claims finish.
 
+use crate::support::{one_step, start, tick_end};
 use kernel_core::engine::{ClaimEnd, RoundOutcome};
 use kernel_core::ports::*;
 use kernel_core::*;
-use serde_json::{json, Value};
+use serde_json::json;
 use std::sync::{Arc, Mutex};
 use testkit::harness::World;
 use testkit::time::TestTime;
-
-fn one_step(t: &str, a: impl Activity, f: impl FnOnce(StepDef) -> StepDef) -> Definition {
-    Definition::builder(t).step(f(StepDef::new("only", a))).build().unwrap()
-}
-
-async fn start(engine: &Engine, t: &str, biz: &str, input: Value) -> StartOutcome {
-    engine.publisher().start_or_resume(StartRequest::new(t, biz, input).workflow_id(format!("wf-{biz}"))).await.unwrap()
-}
-
-async fn tick_end(engine: &Engine) -> ClaimEnd {
-    match engine.tick().await.unwrap() {
-        RoundOutcome::Ran { end, .. } => end,
-        other => panic!("expected a claim, got {other:?}"),
-    }
-}
 
 #[tokio::test]
 async fn fingerprint_mismatch_pushes_back_without_touching_steps() {

@@ -4,6 +4,7 @@
 //! end — never runs a step beside it.
 
 use crate::intercept::{ApplyHook, Intercepted};
+use crate::support::settle;
 use kernel_core::transition::TransitionKind;
 use kernel_core::*;
 use serde_json::json;
@@ -12,12 +13,6 @@ use std::sync::{Arc, Mutex};
 use testkit::harness::{test_config, World};
 use testkit::memory::SkewedClock;
 use tokio::sync::Notify;
-
-async fn settle() {
-    for _ in 0..50 {
-        tokio::task::yield_now().await;
-    }
-}
 
 /// What the steps saw: `second` entries in flight now and at most.
 #[derive(Default)]

@@ -2,6 +2,7 @@
 //! also from an activity that blocks its thread.
 
 use crate::intercept::{ApplyHook, Intercepted};
+use crate::support::settle;
 use kernel_core::engine::{ClaimEnd, RoundOutcome};
 use kernel_core::ports::*;
 use kernel_core::transition::TransitionKind;
@@ -299,10 +300,4 @@ async fn claim_two_apart(
         settle().await;
     }
     claims
-}
-
-async fn settle() {
-    for _ in 0..50 {
-        tokio::task::yield_now().await;
-    }
 }

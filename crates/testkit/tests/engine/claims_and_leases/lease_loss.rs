@@ -10,6 +10,7 @@
 //! its own executions on the true clock, and the store's audit log gives every claim's
 //! lease end and every write under its token.
 
+use crate::support::settle;
 use kernel_core::domain::DurationMs;
 use kernel_core::engine::{CallEnd, ClaimEnd, Engine, RoundOutcome};
 use kernel_core::ports::DynClock;
@@ -21,12 +22,6 @@ use testkit::faults::{AuditOutcome, WriteOp};
 use testkit::harness::{test_config, World};
 use testkit::memory::SkewedClock;
 use testkit::port_faults::PortFaults;
-
-async fn settle() {
-    for _ in 0..50 {
-        tokio::task::yield_now().await;
-    }
-}
 
 /// One execution of the step, on the true clock.
 #[derive(Debug, Clone)]

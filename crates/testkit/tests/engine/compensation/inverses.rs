@@ -2,6 +2,7 @@
 //! inverse, a step that nothing can undo is marked irreversible, and a definition that lets
 //! an irreversible step run before a compensable one is refused when it is built.
 
+use crate::support::refused;
 use kernel_core::*;
 use serde_json::json;
 
@@ -11,13 +12,6 @@ fn step(name: &str) -> StepDef {
 
 fn inverse() -> impl Activity {
     |_: ActivityContext| async { Ok(StepOutcome::complete(json!("reversed"))) }
-}
-
-fn refused(b: kernel_core::definition::DefinitionBuilder) -> (String, String) {
-    match b.build() {
-        Err(Error::InvalidInput { field, reason, .. }) => (field, reason),
-        other => panic!("expected InvalidInput, got {other:?}"),
-    }
 }
 
 /// The invoice shape passes: post (compensable) → notify (irreversible, last).

@@ -2,6 +2,7 @@
 //! shapes refused at build, the shape in the fingerprint (K-4.2 amendment).
 
 use super::*;
+use crate::support::refused;
 use kernel_core::*;
 use serde_json::{json, Value};
 use testkit::harness::World;
@@ -10,13 +11,6 @@ use testkit::harness::World;
 
 fn noop(name: &str) -> StepDef {
     StepDef::new(name, |_: ActivityContext| async { Ok(StepOutcome::complete(json!(null))) })
-}
-
-fn refused(b: kernel_core::definition::DefinitionBuilder) -> (String, String) {
-    match b.build() {
-        Err(Error::InvalidInput { field, reason, .. }) => (field, reason),
-        other => panic!("expected InvalidInput, got {other:?}"),
-    }
 }
 
 const GOLDEN_LOOP: &str = "09adb7947466a6e8d9c0074b78a387c3d3acfd5701bfed2174ee435b770d2232";

@@ -1,6 +1,7 @@
 //! `RunningEngine::health`: wakeup or polling, the last maintenance pass, running claims,
 //! in simulated time.
 
+use crate::support::settle;
 use kernel_core::engine::{EngineHealth, MaintenancePass, MaintenanceReport, WakeupState};
 use kernel_core::ports::*;
 use kernel_core::WorkflowId;
@@ -64,12 +65,6 @@ impl SignalInbox for FlakyInbox {
     }
     async fn clear_orphans(&self, w: &WorkflowId) -> Result<u64> {
         self.inner.clear_orphans(w).await
-    }
-}
-
-async fn settle() {
-    for _ in 0..50 {
-        tokio::task::yield_now().await;
     }
 }
 

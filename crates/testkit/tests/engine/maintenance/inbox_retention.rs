@@ -1,22 +1,11 @@
 //! Inbox retention (K-9): the pass deletes only terminal, absent, stale and over-cap records,
 //! never the pending signals or the duplicate memory of live workflows.
 
+use crate::support::waits_for_approval;
 use kernel_core::ports::*;
 use kernel_core::*;
 use serde_json::json;
 use testkit::harness::World;
-
-fn waits_for_approval(name: &str) -> Definition {
-    Definition::builder(name)
-        .step(StepDef::new("ask", |c: ActivityContext| async move {
-            if c.resume().is_some() {
-                return Ok(StepOutcome::complete(json!("approved")));
-            }
-            Ok(StepOutcome::wait_for_signal("approved", "doc:1").into())
-        }))
-        .build()
-        .unwrap()
-}
 
 const DAY_MS: i64 = 24 * 3_600_000;
 

@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use testkit::harness::World;
 
+use crate::support::waits_for_approval;
 use testkit::memory::InMemoryInbox;
 
 fn failing(name: &str) -> Definition {
@@ -76,18 +77,6 @@ impl SignalInbox for MarkFails {
     async fn clear_orphans(&self, w: &WorkflowId) -> Result<u64> {
         self.inner.clear_orphans(w).await
     }
-}
-
-fn waits_for_approval(name: &str) -> Definition {
-    Definition::builder(name)
-        .step(StepDef::new("ask", |c: ActivityContext| async move {
-            if c.resume().is_some() {
-                return Ok(StepOutcome::complete(json!("approved")));
-            }
-            Ok(StepOutcome::wait_for_signal("approved", "doc:1").into())
-        }))
-        .build()
-        .unwrap()
 }
 
 /// Redis during an outage with a reconnecting client: every call takes `delay_ms` of the

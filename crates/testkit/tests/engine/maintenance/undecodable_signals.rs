@@ -2,23 +2,12 @@
 //! repair and retention scans page past it, the pass reports it once, and the records
 //! behind it are repaired or purged in the same pass.
 
+use crate::support::waits_for_approval;
 use kernel_core::engine::EngineConfig;
 use kernel_core::ports::*;
 use kernel_core::*;
 use serde_json::json;
 use testkit::harness::{test_config, World};
-
-fn waits_for_approval(name: &str) -> Definition {
-    Definition::builder(name)
-        .step(StepDef::new("ask", |c: ActivityContext| async move {
-            if c.resume().is_some() {
-                return Ok(StepOutcome::complete(json!("approved")));
-            }
-            Ok(StepOutcome::wait_for_signal("approved", "doc:1").into())
-        }))
-        .build()
-        .unwrap()
-}
 
 /// A pending record for the wait of `workflow_id`, as a delivery that stopped after its
 /// insert leaves it: only the repair scan can match it.

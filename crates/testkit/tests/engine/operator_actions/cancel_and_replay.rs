@@ -1,59 +1,14 @@
 //! Cancel and replay (K-8, K-10): a cancel is idempotent and a late signal does not revive,
 //! an activity's cancellation cancels the workflow, a failed replay keeps completed steps.
 
-use kernel_core::engine::{ClaimEnd, RoundOutcome};
+use crate::support::{sig, signal_waiter, start, tick_end};
+use kernel_core::engine::ClaimEnd;
 use kernel_core::ports::*;
 use kernel_core::*;
-use serde_json::{json, Value};
+use serde_json::json;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use testkit::harness::World;
-
-fn one_step(t: &str, a: impl Activity, f: impl FnOnce(StepDef) -> StepDef) -> Definition {
-    Definition::builder(t).step(f(StepDef::new("only", a))).build().unwrap()
-}
-
-async fn start(engine: &Engine, t: &str, biz: &str, input: Value) -> StartOutcome {
-    engine.publisher().start_or_resume(StartRequest::new(t, biz, input).workflow_id(format!("wf-{biz}"))).await.unwrap()
-}
-
-async fn tick_end(engine: &Engine) -> ClaimEnd {
-    match engine.tick().await.unwrap() {
-        RoundOutcome::Ran { end, .. } => end,
-        other => panic!("expected a claim, got {other:?}"),
-    }
-}
-
-fn signal_waiter(fact: Arc<Mutex<bool>>, generation: u64, poll: Option<i64>) -> Definition {
-    one_step(
-        "sig",
-        move |c: ActivityContext| {
-            let fact = fact.clone();
-            async move {
-                if *fact.lock().unwrap() {
-                    return Ok(StepOutcome::complete(json!({ "resume": c.resume().map(|r| format!("{:?}", r.kind)) })));
-                }
-                let mut w =
-                    StepOutcome::wait_for_signal("go", "key-1").generation(generation).checkpoint(json!({ "n": 1 }));
-                if let Some(p) = poll {
-                    w = w.poll_after_ms(p);
-                }
-                Ok(w.into())
-            }
-        },
-        |s| s,
-    )
-}
-
-fn sig(id: &str, generation: u64) -> Signal {
-    Signal {
-        signal_id: id.into(),
-        workflow_id: "wf-b".into(),
-        signal_type: "go".into(),
-        wait_key: "key-1".into(),
-        generation,
-    }
-}
 
 #[tokio::test]
 async fn cancel_is_idempotent_and_a_late_signal_does_not_revive() {

@@ -3,6 +3,7 @@
 //! the holder applies once its activities have returned, or the next claimer applies
 //! before it starts anything. Simulated time on the world's manual clock.
 
+use crate::support::settle;
 use kernel_core::engine::{ClaimEnd, RoundOutcome};
 use kernel_core::*;
 use serde_json::json;
@@ -49,12 +50,6 @@ fn gated(gate: &Arc<Gate>) -> Definition {
 
 fn new_gate() -> Arc<Gate> {
     Arc::new(Gate { open: Some(Arc::new(Semaphore::new(0))), ..Default::default() })
-}
-
-async fn settle() {
-    for _ in 0..50 {
-        tokio::task::yield_now().await;
-    }
 }
 
 /// Start `wf-1` and let worker A enter `slow`, its claim still running.

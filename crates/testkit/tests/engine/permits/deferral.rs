@@ -1,20 +1,17 @@
 //! Permits before each activity entry (K-14): a denial defers without counting an attempt,
 //! by the retry interval, and a permit error fails closed.
 
-use kernel_core::engine::{ClaimEnd, RoundOutcome};
+use crate::support::{one_step, start, tick_end};
+use kernel_core::engine::ClaimEnd;
 use kernel_core::ports::*;
 use kernel_core::*;
-use serde_json::{json, Value};
+use serde_json::json;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use testkit::harness::World;
 use testkit::memory::PermitLimits;
 use testkit::time::TestTime;
-
-fn one_step(t: &str, a: impl Activity, f: impl FnOnce(StepDef) -> StepDef) -> Definition {
-    Definition::builder(t).step(f(StepDef::new("only", a))).build().unwrap()
-}
 
 /// A one-step workflow `t` on `resource` whose activity counts its entries.
 fn counting_step_on(resource: &str) -> (Definition, Arc<AtomicU32>) {
@@ -28,17 +25,6 @@ fn counting_step_on(resource: &str) -> (Definition, Arc<AtomicU32>) {
         }
     };
     (one_step("t", activity, |s| s.resource(resource)), runs)
-}
-
-async fn start(engine: &Engine, t: &str, biz: &str, input: Value) -> StartOutcome {
-    engine.publisher().start_or_resume(StartRequest::new(t, biz, input).workflow_id(format!("wf-{biz}"))).await.unwrap()
-}
-
-async fn tick_end(engine: &Engine) -> ClaimEnd {
-    match engine.tick().await.unwrap() {
-        RoundOutcome::Ran { end, .. } => end,
-        other => panic!("expected a claim, got {other:?}"),
-    }
 }
 
 /// A world whose resource `asr` (one slot) another owner holds, an engine whose one step

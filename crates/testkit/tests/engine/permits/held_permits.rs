@@ -1,6 +1,7 @@
 //! A permit lives exactly as long as the work it covers, and a step's resource can be derived
 //! per workflow and per tenant (K-14, K-2.3).
 
+use crate::support::settle;
 use kernel_core::engine::RoundOutcome;
 use kernel_core::ports::*;
 use kernel_core::*;
@@ -9,12 +10,6 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use testkit::harness::{test_config, World};
-
-async fn settle() {
-    for _ in 0..50 {
-        tokio::task::yield_now().await;
-    }
-}
 
 fn limits(pairs: &[(&str, u32)]) -> HashMap<String, PermitLimits> {
     pairs.iter().map(|(r, n)| (r.to_string(), PermitLimits { max_concurrency: *n, max_starts_per_second: 0 })).collect()

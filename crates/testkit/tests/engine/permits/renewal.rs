@@ -1,5 +1,6 @@
 //! What the engine does with a permit renewal's answer while the activity runs (K-14).
 
+use crate::support::settle;
 use kernel_core::engine::{ClaimEnd, RoundOutcome};
 use kernel_core::ports::*;
 use kernel_core::*;
@@ -39,12 +40,6 @@ impl Permits for ScriptedPermits {
     }
     async fn set_limits(&self, resource: &str, limits: PermitLimits) -> Result<()> {
         UnlimitedPermits.set_limits(resource, limits).await
-    }
-}
-
-async fn settle() {
-    for _ in 0..50 {
-        tokio::task::yield_now().await;
     }
 }
 

@@ -1,130 +1,14 @@
 //! Store, inbox and outbox calls have deadlines on the clock (K-6.8): a hung call returns at
 //! its deadline, and a claim on a hung store ends before its lease can be taken over.
 
+use crate::support::{settle, until_cancelled, Trouble, TroubledStore};
 use kernel_core::engine::{ClaimEnd, RoundOutcome};
 use kernel_core::ports::*;
-use kernel_core::transition::{Guard, Transition, TransitionKind};
 use kernel_core::*;
 use serde_json::json;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use testkit::harness::{test_config, World};
-
-async fn settle() {
-    for _ in 0..50 {
-        tokio::task::yield_now().await;
-    }
-}
-
-/// How a [`TroubledStore`] answers.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Trouble {
-    None,
-    /// A heartbeat write's outcome is unknown (a timeout, a lost connection).
-    HeartbeatUncertain,
-    /// Every call hangs forever: a primary that stopped answering.
-    Hung,
-}
-
-/// A store decorator whose calls fail or hang on demand, counting the calls made since the
-/// trouble started.
-struct TroubledStore {
-    inner: Arc<DynStore>,
-    trouble: std::sync::Mutex<Trouble>,
-    calls_in_trouble: AtomicU32,
-    writes_after_uncertain: AtomicU32,
-}
-
-impl TroubledStore {
-    fn new(inner: Arc<DynStore>) -> Arc<Self> {
-        Arc::new(TroubledStore {
-            inner,
-            trouble: std::sync::Mutex::new(Trouble::None),
-            calls_in_trouble: AtomicU32::new(0),
-            writes_after_uncertain: AtomicU32::new(0),
-        })
-    }
-    fn set(&self, t: Trouble) {
-        *self.trouble.lock().unwrap() = t;
-    }
-    /// Hang if the store is hung; count the call otherwise in trouble.
-    async fn gate(&self) {
-        let t = *self.trouble.lock().unwrap();
-        if t != Trouble::None {
-            self.calls_in_trouble.fetch_add(1, Ordering::SeqCst);
-        }
-        if t == Trouble::Hung {
-            std::future::pending::<()>().await;
-        }
-    }
-}
-
-#[async_trait::async_trait]
-impl WorkflowStore for TroubledStore {
-    async fn create(&self, instance: WorkflowInstance) -> Result<CreateOutcome> {
-        self.gate().await;
-        self.inner.create(instance).await
-    }
-    async fn get(&self, workflow_id: &WorkflowId) -> Result<Option<WorkflowInstance>> {
-        self.gate().await;
-        self.inner.get(workflow_id).await
-    }
-    async fn get_by_biz_key(&self, biz_key: &str) -> Result<Option<WorkflowInstance>> {
-        self.gate().await;
-        self.inner.get_by_biz_key(biz_key).await
-    }
-    async fn claim(&self, workflow_id: &WorkflowId, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
-        self.gate().await;
-        self.inner.claim(workflow_id, spec).await
-    }
-    async fn claim_any(&self, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
-        self.gate().await;
-        self.inner.claim_any(spec).await
-    }
-    async fn apply(&self, workflow_id: &WorkflowId, guard: &Guard, transition: &Transition) -> Result<WriteOutcome> {
-        self.gate().await;
-        if *self.trouble.lock().unwrap() == Trouble::HeartbeatUncertain {
-            if transition.kinds().any(|k| k == TransitionKind::Heartbeat) {
-                return Err(Error::uncertain("heartbeat: connection lost after send"));
-            }
-            self.writes_after_uncertain.fetch_add(1, Ordering::SeqCst);
-        }
-        self.inner.apply(workflow_id, guard, transition).await
-    }
-    async fn scan_due_waits(&self, now: Instant, after: Option<&DueCursor>, limit: usize) -> Result<ScanPage<DueWait>> {
-        self.gate().await;
-        self.inner.scan_due_waits(now, after, limit).await
-    }
-    async fn scan_claimable(&self, after: Option<&WorkflowId>, limit: usize) -> Result<ScanPage<Candidate>> {
-        self.gate().await;
-        self.inner.scan_claimable(after, limit).await
-    }
-}
-
-/// A one-step workflow whose activity runs until it is cancelled, counting cancellations;
-/// a second step counts its entries.
-fn until_cancelled(cancelled: Arc<AtomicU32>, second: Arc<AtomicU32>) -> Definition {
-    let first = move |c: ActivityContext| {
-        let cancelled = cancelled.clone();
-        async move {
-            c.cancellation().cancelled().await;
-            cancelled.fetch_add(1, Ordering::SeqCst);
-            Err(ActivityError::transient("cancelled"))
-        }
-    };
-    let next = move |_c: ActivityContext| {
-        let second = second.clone();
-        async move {
-            second.fetch_add(1, Ordering::SeqCst);
-            Ok(StepOutcome::complete(json!(2)))
-        }
-    };
-    Definition::builder("t")
-        .step(StepDef::new("long", first).timeout_ms(3_600_000).max_retry(3))
-        .step(StepDef::new("after", next))
-        .build()
-        .unwrap()
-}
 
 /// An inbox whose every call hangs (a primary that stopped answering), counting calls.
 #[derive(Default)]

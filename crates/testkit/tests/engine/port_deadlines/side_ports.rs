@@ -7,6 +7,7 @@
 //! the store saw comes from the world's audit log (every write with the writer's clock), an
 //! oracle independent of the engine's own account.
 
+use crate::support::settle;
 use kernel_core::domain::{DurationMs, Instant};
 use kernel_core::engine::{CallEnd, Engine};
 use kernel_core::transition::TransitionKind;
@@ -14,12 +15,6 @@ use kernel_core::*;
 use serde_json::{json, Value};
 use testkit::harness::{test_config, World};
 use testkit::port_faults::PortFaults;
-
-async fn settle() {
-    for _ in 0..50 {
-        tokio::task::yield_now().await;
-    }
-}
 
 fn done(v: Value) -> std::result::Result<StepOutcome, ActivityError> {
     Ok(StepOutcome::complete(v))

@@ -3,6 +3,7 @@
 //! failure path; an unavailable store hands the claim back with a delay.
 
 use crate::intercept::{ApplyHook, Intercepted};
+use crate::support::settle;
 use kernel_core::domain::*;
 use kernel_core::engine::{ClaimEnd, RoundOutcome};
 use kernel_core::ports::*;
@@ -131,12 +132,6 @@ async fn an_unavailable_store_hands_the_claim_back() {
     assert_eq!(ends.last(), Some(&ClaimEnd::Terminal(WorkflowStatus::Completed)), "{ends:?}");
     assert_eq!(runs, 2, "the lost output is produced again, once");
     assert_eq!(world.store.peek("wf").unwrap().status, WorkflowStatus::Completed);
-}
-
-async fn settle() {
-    for _ in 0..50 {
-        tokio::task::yield_now().await;
-    }
 }
 
 /// A wave of two parallel steps: `fast` (index 0) completes (the first time, as soon as

@@ -1,27 +1,13 @@
 //! Retries and errors (K-7.3, K-7.4, K-8, K-17.2): persisted retries with backoff, permanent
 //! errors, timeouts, panics, the most severe outcome of a wave, a failing instance's finalizer.
 
+use crate::support::{one_step, start, tick_end};
 use kernel_core::engine::{ClaimEnd, RoundOutcome};
 use kernel_core::*;
-use serde_json::{json, Value};
+use serde_json::json;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use testkit::harness::World;
-
-fn one_step(t: &str, a: impl Activity, f: impl FnOnce(StepDef) -> StepDef) -> Definition {
-    Definition::builder(t).step(f(StepDef::new("only", a))).build().unwrap()
-}
-
-async fn start(engine: &Engine, t: &str, biz: &str, input: Value) -> StartOutcome {
-    engine.publisher().start_or_resume(StartRequest::new(t, biz, input).workflow_id(format!("wf-{biz}"))).await.unwrap()
-}
-
-async fn tick_end(engine: &Engine) -> ClaimEnd {
-    match engine.tick().await.unwrap() {
-        RoundOutcome::Ran { end, .. } => end,
-        other => panic!("expected a claim, got {other:?}"),
-    }
-}
 
 #[tokio::test]
 async fn retries_are_persisted_with_backoff_and_unknown_outcomes_query_first() {

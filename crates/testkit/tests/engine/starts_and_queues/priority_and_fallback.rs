@@ -1,14 +1,11 @@
 //! Starts and the ready lanes (K-5, K-13): a priority is promote-only, a queue outage falls
 //! back to the store and a flushed queue is rebuilt.
 
+use crate::support::start;
 use kernel_core::engine::RoundOutcome;
 use kernel_core::*;
-use serde_json::{json, Value};
+use serde_json::json;
 use testkit::harness::World;
-
-async fn start(engine: &Engine, t: &str, biz: &str, input: Value) -> StartOutcome {
-    engine.publisher().start_or_resume(StartRequest::new(t, biz, input).workflow_id(format!("wf-{biz}"))).await.unwrap()
-}
 
 #[tokio::test]
 async fn priority_is_promote_only() {
