@@ -49,6 +49,7 @@ use std::fmt::Write as _;
 pub mod cache;
 pub mod dead_letter;
 pub mod inbox;
+pub mod observation;
 pub mod outbox;
 pub mod row;
 pub mod store;

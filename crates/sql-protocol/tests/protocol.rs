@@ -1,5 +1,6 @@
 //! Snapshots of the SQL of every `Guard`, every `Transition` constructor and every
-//! statement of every port module (store, inbox, outbox, dead letters, task inbox, cache),
+//! statement of every port module (store, inbox, outbox, dead letters, task inbox, cache,
+//! observation),
 //! in both dialects (`tests/snapshots/postgres.txt`, `tests/snapshots/sqlite.txt`). The
 //! stores' own snapshots check that each of their sections is one of these, byte for byte:
 //! the two stores send this protocol. A change here changes what the stores write; update
@@ -190,6 +191,68 @@ fn render_statements(dialect: Dialect, out: &mut String) {
     r("cache get", cache::get(d, &t, &key, NOW));
     r("cache put", cache::put(d, &t, &key, &json!({"doc": 42}), NOW, DurationMs::from_millis(60_000)).unwrap());
     r("cache purge_expired", cache::purge_expired(d, &t, NOW, 100).unwrap());
+
+    // The observation projection.
+    let o = sql_protocol::observation::ObservationSql::new(d, prefix);
+    let ob = observer::conformance::obs(
+        "order-7",
+        3,
+        kernel_core::transition::TransitionKind::MarkRunning,
+        Some("fetch"),
+        1,
+    );
+    let row = observer::AttemptRow::from_observation(&ob).expect("an attempt");
+    r("observation attempt_get", o.attempt_get(&row).unwrap());
+    r("observation attempt_upsert", o.attempt_upsert(&row).unwrap());
+    r("observation snapshot_get", o.snapshot_get("order-7"));
+    if pg {
+        r("observation snapshot_upsert", o.snapshot_upsert(&ob).unwrap());
+    } else {
+        assert!(o.snapshot_upsert(&ob).is_err(), "SQLite merges in its transaction");
+    }
+    let snap = observer::Snapshot::from_observation(&ob);
+    r("observation snapshot_put", o.snapshot_put(&snap).unwrap());
+    r(
+        "observation snapshots_query",
+        o.snapshots_query(&observer::SnapshotQuery { limit: 50, ..Default::default() }).unwrap(),
+    );
+    let q = observer::SnapshotQuery {
+        workflow_type: Some("summary".into()),
+        status: Some(WorkflowStatus::Waiting),
+        step_name: Some("fetch".into()),
+        updated_from: Some(NOW),
+        updated_to: Some(NOW.plus(60_000)),
+        biz_key_prefix: Some("order-".into()),
+        waiting_on: Some("approved".into()),
+        before: Some((NOW.plus(30_000), "order-9".into())),
+        limit: 50,
+    };
+    r("observation snapshots_query every filter", o.snapshots_query(&q).unwrap());
+    let q = observer::AttemptQuery {
+        biz_key: Some("order-7".into()),
+        workflow_type: Some("summary".into()),
+        step_name: Some("fetch".into()),
+        outcome: Some(observer::AttemptOutcome::Failed),
+        updated_from: Some(NOW),
+        updated_to: Some(NOW.plus(60_000)),
+        limit: 50,
+    };
+    r("observation attempts_query every filter", o.attempts_query(&q));
+    let q = observer::AuditQuery {
+        actor: Some("ann".into()),
+        action: Some("retry".into()),
+        target: Some("wf-1".into()),
+        before: Some((NOW, "op-9".into())),
+        limit: 50,
+    };
+    r("observation audit_query every filter", o.audit_query(&q).unwrap());
+    r(
+        "observation audit_insert",
+        o.audit_insert(&observer::conformance::audit_entry("op-1", 0, "ann", "retry", "wf-1")).unwrap(),
+    );
+    r("observation audit_purge", o.audit_purge(NOW, 100).unwrap());
+    r("observation finished_purge", o.finished_purge(NOW, 100).unwrap());
+    r("observation attempts_delete", o.attempts_delete("order-7"));
 }
 
 /// The snapshot of `dialect`: its header, every guard, every transition, every statement.
