@@ -486,3 +486,138 @@ impl OutboxSql {
         Ok(b.statement(sql))
     }
 }
+
+/// The [`DispatchOutbox`](kernel_core::ports::DispatchOutbox) of a SQL store, written once:
+/// `sql_protocol::dispatch_outbox!(MyOutbox, Op::Read, Op::Write)` implements the port for
+/// `MyOutbox`, which has a field `sql: OutboxSql`, a method `async fn update(&self, what:
+/// &'static str, stmt: Statement) -> Result<bool>` (one conditional write; `true` when it
+/// matched) and a field `db` with `row`, `rows` (by `$read`/`$write` operation, statement
+/// and row decoder) and `page` (the scan page of a requested limit). Every method renders
+/// its statement with [`OutboxSql`] and decodes with [`row`](crate::row).
+#[macro_export]
+macro_rules! dispatch_outbox {
+    ($outbox:ty, $read:expr, $write:expr) => {
+        #[async_trait::async_trait]
+        impl kernel_core::ports::DispatchOutbox for $outbox {
+            async fn accept(
+                &self,
+                object_id: &kernel_core::ObjectId,
+                fields: serde_json::Value,
+                initial_status: &str,
+                intent: kernel_core::ports::DispatchIntent,
+            ) -> kernel_core::Result<kernel_core::ports::AcceptOutcome> {
+                use kernel_core::ports::AcceptOutcome;
+                let stmt = self.sql.accept(object_id, fields, initial_status, &intent)?;
+                Ok(if self.update("accept", stmt).await? { AcceptOutcome::Accepted } else { AcceptOutcome::Exists })
+            }
+
+            async fn get(
+                &self,
+                object_id: &kernel_core::ObjectId,
+            ) -> kernel_core::Result<Option<kernel_core::ports::DispatchRecord>> {
+                let stmt = self.sql.get(object_id)?;
+                self.db.row($read, "get object", stmt, |r| $crate::row::dispatch_record(r)).await
+            }
+
+            async fn confirm_dispatched(
+                &self,
+                object_id: &kernel_core::ObjectId,
+                f: &kernel_core::FencingToken,
+            ) -> kernel_core::Result<bool> {
+                self.update("confirm dispatched", self.sql.confirm_dispatched(object_id, f)?).await
+            }
+
+            async fn defer_pending(
+                &self,
+                object_id: &kernel_core::ObjectId,
+                f: &kernel_core::FencingToken,
+                at: kernel_core::model::Instant,
+            ) -> kernel_core::Result<bool> {
+                self.update("defer intent", self.sql.defer_pending(object_id, f, at)?).await
+            }
+
+            async fn try_lease(
+                &self,
+                object_id: &kernel_core::ObjectId,
+                now: kernel_core::model::Instant,
+                lease: &kernel_core::LeaseToken,
+                until: kernel_core::model::Instant,
+            ) -> kernel_core::Result<Option<kernel_core::ports::DispatchRecord>> {
+                let stmt = self.sql.try_lease(object_id, now, lease, until)?;
+                self.db.row($write, "take dispatch lease", stmt, |r| $crate::row::dispatch_record(r)).await
+            }
+
+            async fn renew_lease(
+                &self,
+                object_id: &kernel_core::ObjectId,
+                f: &kernel_core::FencingToken,
+                lease: &kernel_core::LeaseToken,
+                until: kernel_core::model::Instant,
+            ) -> kernel_core::Result<bool> {
+                self.update("renew dispatch lease", self.sql.renew_lease(object_id, f, lease, until)?).await
+            }
+
+            async fn confirm_leased(
+                &self,
+                object_id: &kernel_core::ObjectId,
+                f: &kernel_core::FencingToken,
+                lease: &kernel_core::LeaseToken,
+            ) -> kernel_core::Result<bool> {
+                self.update("confirm leased intent", self.sql.confirm_leased(object_id, f, lease)?).await
+            }
+
+            async fn revert_leased(
+                &self,
+                object_id: &kernel_core::ObjectId,
+                f: &kernel_core::FencingToken,
+                lease: &kernel_core::LeaseToken,
+                at: kernel_core::model::Instant,
+            ) -> kernel_core::Result<bool> {
+                self.update("revert leased intent", self.sql.revert_leased(object_id, f, lease, at)?).await
+            }
+
+            async fn scan_due(
+                &self,
+                now: kernel_core::model::Instant,
+                after: Option<&kernel_core::ObjectId>,
+                limit: usize,
+            ) -> kernel_core::Result<Vec<(kernel_core::ObjectId, kernel_core::model::Instant)>> {
+                let Some(stmt) = self.sql.scan_due(now, after, self.db.page(limit))? else { return Ok(vec![]) };
+                self.db.rows($read, "scan due intents", stmt, |r| $crate::row::due_object(r)).await
+            }
+
+            async fn retry_failed(
+                &self,
+                object_id: &kernel_core::ObjectId,
+                prev: &kernel_core::FencingToken,
+                next: kernel_core::ports::DispatchIntent,
+                initial_status: &str,
+            ) -> kernel_core::Result<bool> {
+                self.update("install new round", self.sql.retry_failed(object_id, prev, &next, initial_status)?).await
+            }
+
+            async fn fenced_update(
+                &self,
+                object_id: &kernel_core::ObjectId,
+                f: &kernel_core::FencingToken,
+                fields: serde_json::Value,
+                status: Option<&str>,
+            ) -> kernel_core::Result<bool> {
+                match self.sql.fenced_update(object_id, f, fields, status)? {
+                    Some(stmt) => self.update("fenced business write", stmt).await,
+                    None => Ok(false),
+                }
+            }
+
+            async fn try_lock(
+                &self,
+                name: &str,
+                holder: &str,
+                now: kernel_core::model::Instant,
+                until: kernel_core::model::Instant,
+            ) -> kernel_core::Result<bool> {
+                self.update("take scan lock", self.sql.try_lock(name, holder, now, until)?).await
+            }
+        }
+    };
+}

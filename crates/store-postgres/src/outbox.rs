@@ -4,19 +4,16 @@
 //! schema and name, the `text` primary-key column (default `object_id`), the business
 //! status column (default `business_status`), the `jsonb` column holding the user's fields
 //! (default `fields`), the `jsonb` column holding the intent (default `workflow_dispatch`,
-//! in the serde form of [`DispatchIntent`]), the path inside the fields a new round
+//! in the serde form of [`DispatchIntent`](kernel_core::ports::DispatchIntent)), the path inside the fields a new round
 //! clears (default `previous_error`) and the failed status (default `failed`). Every write
 //! is one autocommit statement, rendered by [`sql_protocol::outbox`] (the table of
 //! conditions and assignments is there); this adapter binds, runs and decodes them.
 
 use crate::error::Op;
 use crate::{Db, Pool, PostgresConfig, PG};
-use kernel_core::model::Instant;
-use kernel_core::ports::*;
-use kernel_core::{Error, FencingToken, LeaseToken, ObjectId, Result};
-use serde_json::Value;
+use kernel_core::{Error, Result};
 use sql_protocol::outbox::{OutboxColumns, OutboxSql};
-use sql_protocol::{row, Statement};
+use sql_protocol::Statement;
 
 /// Where the outbox lives in the user's business table.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,7 +61,7 @@ impl OutboxTable {
     }
 }
 
-/// [`DispatchOutbox`] on a PostgreSQL business table. Cheap to clone.
+/// [`DispatchOutbox`](kernel_core::ports::DispatchOutbox) on a PostgreSQL business table. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct PostgresOutbox {
     db: Db,
@@ -122,96 +119,4 @@ impl PostgresOutbox {
     }
 }
 
-#[async_trait::async_trait]
-impl DispatchOutbox for PostgresOutbox {
-    async fn accept(
-        &self,
-        object_id: &ObjectId,
-        fields: Value,
-        initial_status: &str,
-        intent: DispatchIntent,
-    ) -> Result<AcceptOutcome> {
-        let stmt = self.sql.accept(object_id, fields, initial_status, &intent)?;
-        Ok(if self.update("accept", stmt).await? { AcceptOutcome::Accepted } else { AcceptOutcome::Exists })
-    }
-
-    async fn get(&self, object_id: &ObjectId) -> Result<Option<DispatchRecord>> {
-        let stmt = self.sql.get(object_id)?;
-        self.db.row(Op::Read, "get object", stmt, |r| row::dispatch_record(r)).await
-    }
-
-    async fn confirm_dispatched(&self, object_id: &ObjectId, f: &FencingToken) -> Result<bool> {
-        self.update("confirm dispatched", self.sql.confirm_dispatched(object_id, f)?).await
-    }
-
-    async fn defer_pending(&self, object_id: &ObjectId, f: &FencingToken, at: Instant) -> Result<bool> {
-        self.update("defer intent", self.sql.defer_pending(object_id, f, at)?).await
-    }
-
-    async fn try_lease(
-        &self,
-        object_id: &ObjectId,
-        now: Instant,
-        lease: &LeaseToken,
-        until: Instant,
-    ) -> Result<Option<DispatchRecord>> {
-        let stmt = self.sql.try_lease(object_id, now, lease, until)?;
-        self.db.row(Op::Write, "take dispatch lease", stmt, |r| row::dispatch_record(r)).await
-    }
-
-    async fn renew_lease(
-        &self,
-        object_id: &ObjectId,
-        f: &FencingToken,
-        lease: &LeaseToken,
-        until: Instant,
-    ) -> Result<bool> {
-        self.update("renew dispatch lease", self.sql.renew_lease(object_id, f, lease, until)?).await
-    }
-
-    async fn confirm_leased(&self, object_id: &ObjectId, f: &FencingToken, lease: &LeaseToken) -> Result<bool> {
-        self.update("confirm leased intent", self.sql.confirm_leased(object_id, f, lease)?).await
-    }
-
-    async fn revert_leased(
-        &self,
-        object_id: &ObjectId,
-        f: &FencingToken,
-        lease: &LeaseToken,
-        at: Instant,
-    ) -> Result<bool> {
-        self.update("revert leased intent", self.sql.revert_leased(object_id, f, lease, at)?).await
-    }
-
-    async fn scan_due(&self, now: Instant, after: Option<&ObjectId>, limit: usize) -> Result<Vec<(ObjectId, Instant)>> {
-        let Some(stmt) = self.sql.scan_due(now, after, self.db.page(limit))? else { return Ok(vec![]) };
-        self.db.rows(Op::Read, "scan due intents", stmt, |r| row::due_object(r)).await
-    }
-
-    async fn retry_failed(
-        &self,
-        object_id: &ObjectId,
-        prev: &FencingToken,
-        next: DispatchIntent,
-        initial_status: &str,
-    ) -> Result<bool> {
-        self.update("install new round", self.sql.retry_failed(object_id, prev, &next, initial_status)?).await
-    }
-
-    async fn fenced_update(
-        &self,
-        object_id: &ObjectId,
-        f: &FencingToken,
-        fields: Value,
-        status: Option<&str>,
-    ) -> Result<bool> {
-        match self.sql.fenced_update(object_id, f, fields, status)? {
-            Some(stmt) => self.update("fenced business write", stmt).await,
-            None => Ok(false),
-        }
-    }
-
-    async fn try_lock(&self, name: &str, holder: &str, now: Instant, until: Instant) -> Result<bool> {
-        self.update("take scan lock", self.sql.try_lock(name, holder, now, until)?).await
-    }
-}
+sql_protocol::dispatch_outbox!(PostgresOutbox, Op::Read, Op::Write);
