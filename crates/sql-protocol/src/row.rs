@@ -252,3 +252,24 @@ pub fn scan_page<T>(rows: impl ExactSizeIterator<Item = (WorkflowId, Result<T>)>
     }
     page
 }
+
+/// A scanned inbox row: its `signal_id` (read on its own, so an undecodable row is still
+/// named) and its record ([`signal`]).
+pub fn scanned_signal(row: &impl SqlRow) -> Result<(Result<String>, Result<SignalRecord>)> {
+    Ok((row.text("signal_id"), signal(row)))
+}
+
+/// A scan page of [`scanned_signal`] rows: a row that does not decode is reported under
+/// its `signal_id` (a non-null text primary key, so every row read is a cursor), never an
+/// error of the page.
+pub fn signal_page(rows: Vec<(Result<String>, Result<SignalRecord>)>) -> kernel_core::ports::SignalPage {
+    let mut page = kernel_core::ports::SignalPage::default();
+    for (id, decoded) in rows {
+        match (decoded, id) {
+            (Ok(record), _) => page.push(record),
+            (Err(e), Ok(id)) => page.push_undecodable(id, e.to_string(), true),
+            (Err(e), Err(_)) => page.push_undecodable("unreadable".to_string(), e.to_string(), false),
+        }
+    }
+    page
+}

@@ -3,7 +3,7 @@ use crate::{codec, one, run, SqliteDb, D, INBOX};
 use kernel_core::model::Instant;
 use kernel_core::ports::*;
 use kernel_core::{Error, Result, WorkflowId};
-use sql_protocol::{inbox, row, SqlRow, Statement};
+use sql_protocol::{inbox, row, Statement};
 
 /// [`SignalInbox`] on the `signal_inbox` table (K-9.3, K-9.4), its statements rendered by
 /// [`sql_protocol::inbox`].
@@ -22,21 +22,10 @@ impl SqliteSignalInbox {
         SqliteSignalInbox { db }
     }
 
-    /// A scan page, decoded row by row: a row that does not decode is reported under its
-    /// `signal_id` (a non-null text primary key, so every row read is a cursor), never an
-    /// error of the page.
+    /// A scan page, decoded row by row ([`row::signal_page`]).
     async fn scan(&self, what: &'static str, stmt: Option<Statement>) -> Result<SignalPage> {
         let Some(stmt) = stmt else { return Ok(SignalPage::default()) };
-        let rows = self.db.rows(Op::Read, what, stmt, |r| Ok((r.text("signal_id"), row::signal(r)))).await?;
-        let mut page = SignalPage::default();
-        for (id, decoded) in rows {
-            match (decoded, id) {
-                (Ok(record), _) => page.push(record),
-                (Err(e), Ok(id)) => page.push_undecodable(id, e.to_string(), true),
-                (Err(e), Err(_)) => page.push_undecodable("unreadable".to_string(), e.to_string(), false),
-            }
-        }
-        Ok(page)
+        Ok(row::signal_page(self.db.rows(Op::Read, what, stmt, |r| row::scanned_signal(r)).await?))
     }
 }
 
