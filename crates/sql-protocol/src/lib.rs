@@ -46,6 +46,17 @@ use kernel_core::{validate, Error, Result};
 use serde_json::Value;
 use std::fmt::Write as _;
 
+pub mod cache;
+pub mod dead_letter;
+pub mod inbox;
+pub mod observation;
+pub mod outbox;
+pub mod row;
+pub mod store;
+pub mod task_inbox;
+
+pub use row::SqlRow;
+
 /// Which SQL the functions render.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
@@ -62,6 +73,117 @@ impl Dialect {
             Dialect::Postgres => "PostgreSQL",
             Dialect::Sqlite => "SQLite",
         }
+    }
+
+    /// The member `key` (a fixed name, never caller data) of the JSON column `col` as
+    /// text: `col ->> 'key'` (PostgreSQL), `col ->> '$.key'` (SQLite).
+    pub fn get_text(self, col: &str, key: &str) -> String {
+        match self {
+            Dialect::Postgres => format!("{col} ->> '{key}'"),
+            Dialect::Sqlite => format!("{col} ->> '$.{key}'"),
+        }
+    }
+
+    /// The member `key` of the JSON column `col` as an integer: `(col ->> 'key')::bigint`
+    /// (PostgreSQL), `col ->> '$.key'` (SQLite, where `->>` yields a JSON integer as one).
+    pub fn get_int(self, col: &str, key: &str) -> String {
+        match self {
+            Dialect::Postgres => format!("({col} ->> '{key}')::bigint"),
+            Dialect::Sqlite => format!("{col} ->> '$.{key}'"),
+        }
+    }
+
+    /// `col` with the members `keys` (fixed names) removed.
+    pub fn json_remove(self, col: &str, keys: &[&str]) -> String {
+        match self {
+            Dialect::Postgres => {
+                let mut e = format!("({col}");
+                for k in keys {
+                    let _ = write!(e, " - '{k}'");
+                }
+                e.push(')');
+                e
+            }
+            Dialect::Sqlite => {
+                let paths: Vec<String> = keys.iter().map(|k| format!("'$.{k}'")).collect();
+                format!("json_remove({col}, {})", paths.join(", "))
+            }
+        }
+    }
+
+    /// `col` with the members of `pairs` (fixed names, SQL values) set:
+    /// `col || jsonb_build_object('k', v, …)` (PostgreSQL), `json_set(col, '$.k', v, …)` (SQLite).
+    pub fn json_merge(self, col: &str, pairs: &[(&str, &str)]) -> String {
+        match self {
+            Dialect::Postgres => {
+                let kv: Vec<String> = pairs.iter().map(|(k, v)| format!("'{k}', {v}")).collect();
+                format!("{col} || jsonb_build_object({})", kv.join(", "))
+            }
+            Dialect::Sqlite => {
+                let kv: Vec<String> = pairs.iter().map(|(k, v)| format!("'$.{k}', {v}")).collect();
+                format!("json_set({col}, {})", kv.join(", "))
+            }
+        }
+    }
+
+    /// `col` with its integer member `key` set to the SQL value `v`.
+    pub fn json_set_int(self, col: &str, key: &str, v: &str) -> String {
+        match self {
+            Dialect::Postgres => format!("jsonb_set({col}, '{{{key}}}', to_jsonb({v}))"),
+            Dialect::Sqlite => format!("json_set({col}, '$.{key}', {v})"),
+        }
+    }
+
+    /// `col` with its string member `key` set to the fixed string `lit`.
+    pub fn json_set_str(self, col: &str, key: &str, lit: &str) -> String {
+        match self {
+            Dialect::Postgres => format!("jsonb_set({col}, '{{{key}}}', '\"{lit}\"')"),
+            Dialect::Sqlite => format!("json_set({col}, '$.{key}', '{lit}')"),
+        }
+    }
+
+    /// `expr` is one of the strings of the bound text array `arr`: `expr = ANY(arr)`
+    /// (PostgreSQL), `expr IN (SELECT value FROM json_each(arr))` (SQLite).
+    pub fn in_array(self, expr: &str, arr: &str) -> String {
+        match self {
+            Dialect::Postgres => format!("{expr} = ANY({arr})"),
+            Dialect::Sqlite => format!("{expr} IN (SELECT value FROM json_each({arr}))"),
+        }
+    }
+
+    /// A boolean column as a condition: `col` (PostgreSQL), `col = 1` (SQLite).
+    pub fn is_true(self, col: &str) -> String {
+        match self {
+            Dialect::Postgres => col.to_string(),
+            Dialect::Sqlite => format!("{col} = 1"),
+        }
+    }
+
+    /// The literal `false`: `false` (PostgreSQL), `0` (SQLite).
+    pub fn false_lit(self) -> &'static str {
+        match self {
+            Dialect::Postgres => "false",
+            Dialect::Sqlite => "0",
+        }
+    }
+
+    /// A write that reports how many rows it changed. `dml` ends in `RETURNING 1`.
+    /// PostgreSQL counts in the statement (`WITH d AS (<dml>) SELECT count(*) AS n FROM d`,
+    /// one row); SQLite cannot put a write in a `WITH`, so the rows are counted as read.
+    /// [`affected`] reads the count either way.
+    pub fn counted(self, dml: String) -> String {
+        match self {
+            Dialect::Postgres => format!("WITH d AS ({dml}) SELECT count(*) AS n FROM d"),
+            Dialect::Sqlite => dml,
+        }
+    }
+}
+
+/// How many rows a [`Dialect::counted`] statement changed, from the rows it returned.
+pub fn affected<R: SqlRow>(dialect: Dialect, rows: &[R]) -> Result<u64> {
+    match dialect {
+        Dialect::Postgres => row::count(rows.first()),
+        Dialect::Sqlite => Ok(rows.len() as u64),
     }
 }
 

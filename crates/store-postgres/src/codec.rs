@@ -1,17 +1,17 @@
-//! Rows → port records. A row that does not decode is [`Error::Corrupt`] naming the column;
-//! scans quarantine it instead (see `store.rs`).
+//! The driver's rows as [`SqlRow`]: the decoders themselves are written once in
+//! [`sql_protocol::row`]. A value that does not read is [`Error::Corrupt`] naming the
+//! column; scans quarantine the row instead (see `store.rs`).
 
-use kernel_core::domain::*;
-use kernel_core::ports::{SignalRecord, SignalStatus};
 use kernel_core::{Error, Result};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tokio_postgres::types::FromSql;
+use sql_protocol::row::corrupt_with;
+use sql_protocol::SqlRow;
+use tokio_postgres::types::{FromSql, Type};
 use tokio_postgres::Row;
 
-pub(crate) fn corrupt(column: &str, why: impl std::fmt::Display) -> Error {
-    Error::corrupt(format!("column `{column}`: {why}"))
-}
+/// A tokio-postgres row read by column name; JSON columns are `jsonb`, text arrays `text[]`.
+pub(crate) struct R<'a>(pub(crate) &'a Row);
 
 pub(crate) fn col<'a, T: FromSql<'a>>(row: &'a Row, column: &str) -> Result<T> {
     row.try_get::<_, T>(column).map_err(|e| Error::Corrupt {
@@ -21,135 +21,48 @@ pub(crate) fn col<'a, T: FromSql<'a>>(row: &'a Row, column: &str) -> Result<T> {
     })
 }
 
-fn json<T: DeserializeOwned>(column: &str, v: Value) -> Result<T> {
-    serde_json::from_value(v).map_err(|e| Error::Corrupt {
-        message: format!("column `{column}`: {e}"),
-        workflow_id: None,
-        cause: Some(e.into()),
-    })
+impl R<'_> {
+    fn ty(&self, column: &str) -> Option<&Type> {
+        self.0.columns().iter().find(|c| c.name() == column).map(|c| c.type_())
+    }
 }
 
-fn opt_json<T: DeserializeOwned>(row: &Row, column: &str) -> Result<Option<T>> {
-    col::<Option<Value>>(row, column)?.map(|v| json(column, v)).transpose()
-}
+impl SqlRow for R<'_> {
+    fn text(&self, column: &str) -> Result<String> {
+        col(self.0, column)
+    }
 
-fn u32_of(column: &str, v: i64) -> Result<u32> {
-    u32::try_from(v).map_err(|_| corrupt(column, format_args!("{v} is not a u32")))
-}
+    fn opt_text(&self, column: &str) -> Result<Option<String>> {
+        col(self.0, column)
+    }
 
-pub(crate) fn priority_of(row: &Row) -> Result<Priority> {
-    let p: i16 = col(row, "business_priority")?;
-    u8::try_from(p)
-        .map_err(|_| corrupt("business_priority", format_args!("{p} is not 0..=3")))
-        .and_then(|p| Priority::try_from(p).map_err(|e| corrupt("business_priority", e)))
-}
+    fn int(&self, column: &str) -> Result<i64> {
+        match self.ty(column) {
+            Some(&Type::INT2) => col::<i16>(self.0, column).map(i64::from),
+            Some(&Type::INT4) => col::<i32>(self.0, column).map(i64::from),
+            _ => col(self.0, column),
+        }
+    }
 
-pub(crate) fn status_of<T: DeserializeOwned>(row: &Row, column: &str) -> Result<T> {
-    json(column, Value::String(col::<String>(row, column)?))
-}
+    fn opt_int(&self, column: &str) -> Result<Option<i64>> {
+        match self.ty(column) {
+            Some(&Type::INT2) => col::<Option<i16>>(self.0, column).map(|v| v.map(i64::from)),
+            Some(&Type::INT4) => col::<Option<i32>>(self.0, column).map(|v| v.map(i64::from)),
+            _ => col(self.0, column),
+        }
+    }
 
-fn time(row: &Row, column: &str) -> Result<Instant> {
-    Ok(Instant::from_millis(col::<i64>(row, column)?))
-}
+    fn boolean(&self, column: &str) -> Result<bool> {
+        col(self.0, column)
+    }
 
-fn opt_time(row: &Row, column: &str) -> Result<Option<Instant>> {
-    Ok(col::<Option<i64>>(row, column)?.map(Instant::from_millis))
-}
+    fn opt_json<T: DeserializeOwned>(&self, column: &str) -> Result<Option<T>> {
+        col::<Option<Value>>(self.0, column)?
+            .map(|v| serde_json::from_value(v).map_err(|e| corrupt_with(column, e)))
+            .transpose()
+    }
 
-/// A row of every instance column ([`INSTANCE_COLUMNS`](crate::protocol::INSTANCE_COLUMNS)).
-pub(crate) fn instance(row: &Row) -> Result<WorkflowInstance> {
-    let revision: i64 = col(row, "revision")?;
-    Ok(WorkflowInstance {
-        workflow_id: col::<String>(row, "workflow_id")?.into(),
-        workflow_type: col(row, "workflow_type")?,
-        biz_key: col(row, "biz_key")?,
-        status: status_of(row, "status")?,
-        steps: json("steps", col(row, "steps")?)?,
-        input: col(row, "input")?,
-        output: json("output", col(row, "output")?)?,
-        claimable_time: opt_time(row, "claimable_time")?,
-        claim_token: col::<Option<String>>(row, "claim_token")?.map(Into::into),
-        wait: opt_json(row, "wait")?,
-        resume: opt_json(row, "resume")?,
-        definition_fingerprint: col(row, "definition_fingerprint")?,
-        fingerprint_mismatch: opt_json(row, "fingerprint_mismatch")?,
-        business_priority: priority_of(row)?,
-        retry_count: u32_of("retry_count", col(row, "retry_count")?)?,
-        prepare_failures: u32_of("prepare_failures", col(row, "prepare_failures")?)?,
-        refused_writes: u32_of("refused_writes", col(row, "refused_writes")?)?,
-        revision: u64::try_from(revision).map_err(|_| corrupt("revision", format_args!("{revision} < 0")))?,
-        created_at: time(row, "created_at")?,
-        updated_at: time(row, "updated_at")?,
-        finished_at: opt_time(row, "finished_at")?,
-        compensation: opt_json(row, "compensation")?,
-        trace_parent: col(row, "trace_parent")?,
-        operator_request: opt_json(row, "operator_request")?,
-    })
-}
-
-/// The wait of a due-wait scan row.
-pub(crate) fn wait(row: &Row) -> Result<Wait> {
-    opt_json::<Wait>(row, "wait")?.ok_or_else(|| corrupt("wait", "missing"))
-}
-
-/// A row of every inbox column ([`INBOX_COLUMNS`](crate::inbox::INBOX_COLUMNS)).
-pub(crate) fn signal(row: &Row) -> Result<SignalRecord> {
-    let generation: i64 = col(row, "generation")?;
-    Ok(SignalRecord {
-        signal_id: col(row, "signal_id")?,
-        workflow_id: col::<String>(row, "workflow_id")?.into(),
-        signal_type: col(row, "signal_type")?,
-        wait_key: col(row, "wait_key")?,
-        generation: u64::try_from(generation).map_err(|_| corrupt("generation", format_args!("{generation} < 0")))?,
-        status: status_of::<SignalStatus>(row, "status")?,
-        created_at: time(row, "created_at")?,
-        match_time: opt_time(row, "match_time")?,
-        orphan: col(row, "orphan")?,
-    })
-}
-
-/// A row of every dead-letter column ([`DEAD_LETTER_COLUMNS`](crate::dead_letter::DEAD_LETTER_COLUMNS)).
-pub(crate) fn dead_letter(row: &Row) -> Result<kernel_core::ports::DeadLetter> {
-    let counter = |column: &str| -> Result<u32> { u32_of(column, col::<i64>(row, column)?) };
-    Ok(kernel_core::ports::DeadLetter {
-        id: col(row, "id")?,
-        workflow_id: col::<String>(row, "workflow_id")?.into(),
-        workflow_type: col(row, "workflow_type")?,
-        step: col(row, "step")?,
-        step_index: counter("step_index")?,
-        run: counter("run")?,
-        epoch: counter("epoch")?,
-        error: json("error", col::<Value>(row, "error")?)?,
-        inputs: col(row, "inputs")?,
-        created_at: time(row, "created_at")?,
-        status: status_of(row, "status")?,
-        decision: opt_json(row, "decision")?,
-        closed_at: opt_time(row, "closed_at")?,
-    })
-}
-
-/// A row of every task column ([`TASK_COLUMNS`](crate::task_inbox::TASK_COLUMNS)).
-pub(crate) fn task(row: &Row) -> Result<kernel_core::ports::TaskRecord> {
-    Ok(kernel_core::ports::TaskRecord {
-        id: col(row, "id")?,
-        workflow_id: col::<String>(row, "workflow_id")?.into(),
-        workflow_type: col(row, "workflow_type")?,
-        step: col(row, "step")?,
-        level: u32_of("level", col(row, "level")?)?,
-        title: col(row, "title")?,
-        assignee: col(row, "assignee")?,
-        roles: col(row, "roles")?,
-        evidence: json("evidence", col::<Value>(row, "evidence")?)?,
-        token: col(row, "token")?,
-        created_at: time(row, "created_at")?,
-        due_at: time(row, "due_at")?,
-        status: status_of(row, "status")?,
-        decision: task_decision(row)?,
-        closed_at: opt_time(row, "closed_at")?,
-    })
-}
-
-/// The `decision` column of a task row.
-pub(crate) fn task_decision(row: &Row) -> Result<Option<kernel_core::ports::TaskDecision>> {
-    opt_json(row, "decision")
+    fn text_array(&self, column: &str) -> Result<Vec<String>> {
+        col(self.0, column)
+    }
 }

@@ -128,6 +128,10 @@ pub use task_inbox::{PostgresTaskInbox, TASK_COLUMNS};
 
 use error::Op;
 use kernel_core::{Error, Result};
+use sql_protocol::Dialect;
+
+/// The dialect every statement of this crate is rendered in.
+pub(crate) const PG: Dialect = Dialect::Postgres;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio_postgres::Row;
@@ -353,6 +357,50 @@ impl Db {
             return Err(Error::corrupt(format!("{what}: {} rows where at most one was expected", rows.len())));
         }
         Ok(rows.pop())
+    }
+
+    /// Run one statement, decoding every row with `f` (a row that does not decode fails
+    /// the call).
+    pub(crate) async fn rows<T>(
+        &self,
+        op: Op,
+        what: &str,
+        stmt: sql_protocol::Statement,
+        f: impl Fn(&codec::R<'_>) -> Result<T>,
+    ) -> Result<Vec<T>> {
+        self.query(op, what, &stmt.into()).await?.iter().map(|r| f(&codec::R(r))).collect()
+    }
+
+    /// [`rows`](Self::rows) of a statement that returns at most one row.
+    pub(crate) async fn row<T>(
+        &self,
+        op: Op,
+        what: &str,
+        stmt: sql_protocol::Statement,
+        f: impl Fn(&codec::R<'_>) -> Result<T>,
+    ) -> Result<Option<T>> {
+        self.query_opt(op, what, &stmt.into()).await?.as_ref().map(|r| f(&codec::R(r))).transpose()
+    }
+
+    /// Run a write; whether it returned a row.
+    pub(crate) async fn write(&self, what: &str, stmt: sql_protocol::Statement) -> Result<bool> {
+        Ok(self.query_opt(Op::Write, what, &stmt.into()).await?.is_some())
+    }
+
+    /// Run a counting statement ([`row::count`](sql_protocol::row::count) of its one row).
+    pub(crate) async fn count(&self, op: Op, what: &str, stmt: sql_protocol::Statement) -> Result<u64> {
+        sql_protocol::row::count(self.query_opt(op, what, &stmt.into()).await?.as_ref().map(codec::R).as_ref())
+    }
+
+    /// Run a [`counted`](sql_protocol::Dialect::counted) write: how many rows it changed.
+    pub(crate) async fn affected(&self, what: &str, stmt: sql_protocol::Statement) -> Result<u64> {
+        let rows = self.query(Op::Write, what, &stmt.into()).await?;
+        sql_protocol::affected(PG, &rows.iter().map(codec::R).collect::<Vec<_>>())
+    }
+
+    /// `"<schema>".`: the qualification of this crate's tables.
+    pub(crate) fn prefix(&self) -> String {
+        format!("\"{}\".", self.config.schema)
     }
 
     /// A scan limit: `None` for an empty page, else `limit` capped by `scan_page_max`.

@@ -48,16 +48,13 @@
 
 use kernel_core::domain::*;
 use kernel_core::transition::{Guard, Transition};
-use kernel_core::{validate, Error, Result};
+use kernel_core::Result;
 use serde_json::Value;
-use sql_protocol::{check_size, guard_sql, set_sql, steps_exist_sql, Binds, Dialect};
-use std::fmt::Write as _;
 use tokio_postgres::types::ToSql;
 
 pub use sql_protocol::{Limits, Param};
 
-/// The dialect every statement of this crate is rendered in.
-const PG: Dialect = Dialect::Postgres;
+use crate::PG;
 
 /// A [`Param`] as the driver binds it: `param.as_sql()` with this trait in scope.
 pub trait AsSql {
@@ -110,8 +107,6 @@ pub fn table(schema: &str, table: &str) -> String {
 
 pub use sql_protocol::INSTANCE_COLUMNS;
 
-pub(crate) use sql_protocol::CLAIMABLE_SQL;
-
 /// PostgreSQL refuses NUL in `text` and in any string of a `jsonb` value (`\u0000`); a
 /// value holding one is refused here, before anything is sent, naming `field`
 /// ([`sql_protocol::storable`] in the PostgreSQL dialect).
@@ -121,7 +116,8 @@ pub fn storable_in_postgres(field: &str, value: &Value) -> Result<()> {
 
 /// The one statement of [`WorkflowStore::apply`](kernel_core::ports::WorkflowStore::apply):
 /// `UPDATE … SET <transition> WHERE workflow_id = $1 AND <guard> [AND <steps exist>]
-/// RETURNING revision`. Also returns the highest patched step index, if any.
+/// RETURNING revision` ([`sql_protocol::store::apply`]). Also returns the highest patched
+/// step index, if any.
 pub fn apply_statement(
     schema: &str,
     workflow_id: &str,
@@ -129,62 +125,27 @@ pub fn apply_statement(
     t: &Transition,
     limits: &Limits,
 ) -> Result<(Statement, Option<u32>)> {
-    validate::identifier("workflow_id", workflow_id)?;
-    let mut b = Binds::new(PG);
-    let id = b.bind(Param::Text(workflow_id.to_string()));
-    let cond = guard_sql(&mut b, guard)?;
-    let sets = set_sql(&mut b, t, limits)?;
-    let step_max = t.steps.iter().map(|p| p.index).max();
-    let mut sql = format!("UPDATE {} SET {sets} WHERE workflow_id = {id} AND {cond}", table(schema, crate::INSTANCES));
-    if let Some(i) = step_max {
-        let _ = write!(sql, " AND {}", steps_exist_sql(&mut b, i));
-    }
-    sql.push_str(" RETURNING revision");
-    check_size("transition", b.params(), limits)?;
-    Ok((b.statement(sql).into(), step_max))
+    let (stmt, step_max) = sql_protocol::store::apply(PG, &prefix(schema), workflow_id, guard, t, limits)?;
+    Ok((stmt.into(), step_max))
 }
 
 /// The one statement of a claim of `workflow_id`, or of any due instance when `None`
-/// (`claim_any`: the longest-due instance a concurrent claimer has not locked, picked and
-/// written in one statement). Returns every column of the claimed row.
+/// ([`sql_protocol::store::claim`]: `claim_any` takes its candidate from the function
+/// `claim_candidate` of migration 4, the longest-due instance a concurrent claimer has not
+/// locked, and writes it in one statement). Returns every column of the claimed row.
 pub fn claim_statement(
     schema: &str,
     workflow_id: Option<&str>,
     spec: &ClaimSpecParts<'_>,
     limits: &Limits,
 ) -> Result<Statement> {
-    let mut b = Binds::new(PG);
-    let t = table(schema, crate::INSTANCES);
-    let sql = match workflow_id {
-        Some(id) => {
-            validate::identifier("workflow_id", id)?;
-            let id = b.bind(Param::Text(id.to_string()));
-            let cond = guard_sql(&mut b, spec.guard)?;
-            let sets = set_sql(&mut b, spec.transition, limits)?;
-            format!("UPDATE {t} SET {sets} WHERE workflow_id = {id} AND {cond} RETURNING {INSTANCE_COLUMNS}")
-        }
-        None => {
-            // Only the candidate's pre-filter reads the guard here; the whole guard is
-            // rendered by `guard_sql` and re-checked on the candidate row.
-            let Guard::Claimable { now, types, .. } = spec.guard else {
-                return Err(Error::invalid("guard", "claim_any takes the Claimable guard"));
-            };
-            let cond = guard_sql(&mut b, spec.guard)?;
-            let sets = set_sql(&mut b, spec.transition, limits)?;
-            let now = b.bind(Param::Int8(now.as_millis()));
-            let types = b.bind(Param::TextArray(types.clone()));
-            // `claim_candidate` (migration 4): per claimed type, its longest-due instance not
-            // locked by another claimer (`workflow_instances_claim_by_type`, one index range
-            // per type), locked; of those, the longest due. The guard is re-checked on the
-            // locked row by the UPDATE; SKIP LOCKED sends concurrent claimers to different
-            // instances instead of queueing them.
-            format!(
-                "UPDATE {t} SET {sets} WHERE workflow_id = (SELECT \"{schema}\".claim_candidate({now}, {types})) \
-                 AND {cond} RETURNING {INSTANCE_COLUMNS}"
-            )
-        }
-    };
-    Ok(b.statement(sql).into())
+    sql_protocol::store::claim(PG, &prefix(schema), workflow_id, spec.guard, spec.transition, limits)
+        .map(Statement::from)
+}
+
+/// `"<schema>".`, the qualification of the store's tables.
+pub(crate) fn prefix(schema: &str) -> String {
+    format!("\"{schema}\".")
 }
 
 /// The guard and transition of a claim ([`ClaimSpec::guard`](kernel_core::ports::ClaimSpec::guard),
@@ -200,7 +161,7 @@ pub struct ClaimSpecParts<'a> {
 /// The insert of a new instance: [`sql_protocol::insert_instance`] into
 /// `<schema>.workflow_instances`.
 pub fn insert_statement(schema: &str, w: &WorkflowInstance, limits: &Limits) -> Result<Statement> {
-    sql_protocol::insert_instance(PG, &table(schema, crate::INSTANCES), w, limits).map(Statement::from)
+    sql_protocol::store::insert(PG, &prefix(schema), w, limits).map(Statement::from)
 }
 
 pub use crate::store::{claimable_statement, due_waits_statement};

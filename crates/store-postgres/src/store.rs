@@ -1,11 +1,11 @@
 use crate::error::Op;
-use crate::protocol::{self, table, ClaimSpecParts, Param, Statement, CLAIMABLE_SQL, INSTANCE_COLUMNS};
-use crate::{codec, Db, Pool, PostgresConfig, INSTANCES};
+use crate::protocol::{self, ClaimSpecParts, Statement};
+use crate::{codec, Db, Pool, PostgresConfig, PG};
 use kernel_core::domain::*;
 use kernel_core::ports::*;
 use kernel_core::transition::{Guard, Transition};
 use kernel_core::{validate, Error, Result, WorkflowId};
-use tokio_postgres::Row;
+use sql_protocol::{row, store, SqlRow};
 
 /// [`WorkflowStore`] on the `workflow_instances` table.
 ///
@@ -32,25 +32,12 @@ impl PostgresWorkflowStore {
     /// Not a port method: the engine never lists instances.
     pub async fn list(&self, limit: usize) -> Result<Vec<WorkflowInstance>> {
         let Some(limit) = self.db.page(limit) else { return Ok(vec![]) };
-        let stmt = Statement {
-            sql: format!(
-                "SELECT {INSTANCE_COLUMNS} FROM {} ORDER BY workflow_id LIMIT $1::bigint",
-                table(self.db.schema(), INSTANCES)
-            ),
-            params: vec![Param::Int8(limit)],
-        };
-        self.db.query(Op::Read, "list instances", &stmt).await?.iter().map(codec::instance).collect()
+        self.db.rows(Op::Read, "list instances", store::list(PG, &self.db.prefix(), limit), |r| row::instance(r)).await
     }
 
     async fn find_one(&self, column: &str, value: &str) -> Result<Option<WorkflowInstance>> {
-        let stmt = Statement {
-            sql: format!(
-                "SELECT {INSTANCE_COLUMNS} FROM {} WHERE {column} = $1::text",
-                table(self.db.schema(), INSTANCES)
-            ),
-            params: vec![Param::Text(value.to_string())],
-        };
-        self.db.query_opt(Op::Read, "read instance", &stmt).await?.as_ref().map(codec::instance).transpose()
+        let stmt = store::find(PG, &self.db.prefix(), column, value);
+        self.db.row(Op::Read, "read instance", stmt, |r| row::instance(r)).await
     }
 
     async fn claim_with(&self, workflow_id: Option<&str>, spec: &ClaimSpec) -> Result<Option<WorkflowInstance>> {
@@ -60,12 +47,9 @@ impl PostgresWorkflowStore {
         let stmt = protocol::claim_statement(self.db.schema(), workflow_id, &parts, &self.db.config.limits)?;
         let row = self.db.query_opt(Op::Write, "claim", &stmt).await?;
         // The lease is written: name the instance, so the caller can skip it (quarantine).
-        row.as_ref().map(|r| codec::instance(r).map_err(|e| e.of_instance(row_id(r)))).transpose()
+        let r = row.as_ref().map(codec::R);
+        r.map(|r| row::instance(&r).map_err(|e| e.of_instance(row::row_id(&r)))).transpose()
     }
-}
-
-fn row_id(r: &Row) -> WorkflowId {
-    r.try_get::<_, String>("workflow_id").map_or_else(|_| WorkflowId::from("unreadable"), WorkflowId::from)
 }
 
 #[async_trait::async_trait]
@@ -112,9 +96,7 @@ impl WorkflowStore for PostgresWorkflowStore {
             &self.db.config.limits,
         )?;
         if let Some(row) = self.db.query_opt(Op::Write, "apply", &stmt).await? {
-            let r: i64 = codec::col(&row, "revision")?;
-            let revision = u64::try_from(r).map_err(|_| codec::corrupt("revision", format_args!("{r} < 0")))?;
-            return Ok(WriteOutcome::Applied { revision });
+            return Ok(WriteOutcome::Applied { revision: row::revision(&codec::R(&row))? });
         }
         if let Some(max) = step_max {
             // Tell a bad step index apart from a lost guard; nothing was written either way.
@@ -134,16 +116,9 @@ impl WorkflowStore for PostgresWorkflowStore {
         let Some(limit) = self.db.page(limit) else { return Ok(ScanPage::default()) };
         let stmt = due_waits_statement(self.db.schema(), now, after, limit);
         let rows = self.db.query(Op::Read, "scan due waits", &stmt).await?;
-        let mut page = page_of(&rows, |r| {
-            let w = codec::wait(r)?;
-            Ok(DueWait {
-                workflow_id: codec::col::<String>(r, "workflow_id")?.into(),
-                step_index: w.step_index(),
-                resume: w.due_resume(),
-                priority: codec::priority_of(r)?,
-            })
-        });
-        page.last_time = rows.last().and_then(|r| r.try_get::<_, i64>("claimable_time").ok()).map(Instant::from_millis);
+        let rows: Vec<_> = rows.iter().map(codec::R).collect();
+        let mut page = row::scan_page(rows.iter().map(|r| row::scanned(r, row::due_wait)));
+        page.last_time = rows.last().and_then(|r| r.int("claimable_time").ok()).map(Instant::from_millis);
         Ok(page)
     }
 
@@ -154,65 +129,16 @@ impl WorkflowStore for PostgresWorkflowStore {
         let Some(limit) = self.db.page(limit) else { return Ok(ScanPage::default()) };
         let stmt = claimable_statement(self.db.schema(), after.map(WorkflowId::as_str), limit);
         let rows = self.db.query(Op::Read, "scan claimable", &stmt).await?;
-        Ok(page_of(&rows, |r| {
-            Ok(Candidate {
-                workflow_id: codec::col::<String>(r, "workflow_id")?.into(),
-                priority: codec::priority_of(r)?,
-                claimable_time: Instant::from_millis(codec::col::<i64>(r, "claimable_time")?),
-            })
-        }))
+        Ok(row::scan_page(rows.iter().map(|r| row::scanned(&codec::R(r), row::candidate))))
     }
 }
 
-/// The due-wait scan: waiting instances due at `now`, strictly after the cursor in
-/// `(claimable_time, workflow_id)` order (served by `workflow_instances_due_wait`).
+/// The due-wait scan ([`sql_protocol::store::due_waits`]).
 pub fn due_waits_statement(schema: &str, now: Instant, after: Option<&DueCursor>, limit: i64) -> Statement {
-    let mut params = vec![Param::Int8(now.as_millis())];
-    let mut sql = format!(
-        "SELECT workflow_id, claimable_time, wait, business_priority FROM {} \
-         WHERE status = 'waiting' AND claimable_time <= $1::bigint AND wait IS NOT NULL",
-        table(schema, INSTANCES)
-    );
-    if let Some(a) = after {
-        params.push(Param::Int8(a.claimable_time.as_millis()));
-        params.push(Param::Text(a.workflow_id.to_string()));
-        sql.push_str(" AND (claimable_time, workflow_id) > ($2::bigint, $3::text)");
-    }
-    params.push(Param::Int8(limit));
-    sql.push_str(&format!(" ORDER BY claimable_time, workflow_id LIMIT ${}::bigint", params.len()));
-    Statement { sql, params }
+    store::due_waits(PG, &protocol::prefix(schema), now, after, limit).into()
 }
 
-/// The rebuild scan: claimable instances with a `claimable_time`, strictly after `after` by
-/// `workflow_id` (served by `workflow_instances_rebuild`).
+/// The rebuild scan ([`sql_protocol::store::claimable`]).
 pub fn claimable_statement(schema: &str, after: Option<&str>, limit: i64) -> Statement {
-    let mut params = Vec::new();
-    let mut sql = format!(
-        "SELECT workflow_id, business_priority, claimable_time FROM {} \
-         WHERE {CLAIMABLE_SQL} AND claimable_time IS NOT NULL",
-        table(schema, INSTANCES)
-    );
-    if let Some(a) = after {
-        params.push(Param::Text(a.to_string()));
-        sql.push_str(" AND workflow_id > $1::text");
-    }
-    params.push(Param::Int8(limit));
-    sql.push_str(&format!(" ORDER BY workflow_id LIMIT ${}::bigint", params.len()));
-    Statement { sql, params }
-}
-
-/// Decode a scan page row by row: a row that does not decode is quarantined (skipped and
-/// reported), never an error of the page. `workflow_id` is a non-null text primary key,
-/// so every row read is a cursor.
-fn page_of<T>(rows: &[Row], row: impl Fn(&Row) -> Result<T>) -> ScanPage<T> {
-    let mut page = ScanPage { read: rows.len(), ..ScanPage::default() };
-    for r in rows {
-        let id = row_id(r);
-        match row(r) {
-            Ok(v) => page.rows.push(v),
-            Err(e) => page.quarantined.push(Quarantined { workflow_id: id.clone(), reason: e.to_string() }),
-        }
-        page.last = Some(id);
-    }
-    page
+    store::claimable(PG, &protocol::prefix(schema), after, limit).into()
 }

@@ -135,6 +135,10 @@ pub use task_inbox::{SqliteTaskInbox, TASK_COLUMNS};
 
 use error::Op;
 use kernel_core::{Error, Result};
+use sql_protocol::Dialect;
+
+/// The dialect every statement of this crate is rendered in.
+pub(crate) const D: Dialect = Dialect::Sqlite;
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -382,6 +386,58 @@ impl SqliteDb {
             }
         }
     }
+}
+
+impl SqliteDb {
+    /// Run one statement to completion, decoding every row with `f` (a row that does not
+    /// decode fails the call).
+    pub(crate) async fn rows<T: Send + 'static>(
+        &self,
+        op: Op,
+        what: &'static str,
+        stmt: protocol::Statement,
+        f: fn(&codec::R<'_, '_>) -> Result<T>,
+    ) -> Result<Vec<T>> {
+        self.call(op, what, move |c| run(c, op, what, &stmt, |r| f(&codec::R(r)))?.into_iter().collect()).await
+    }
+
+    /// [`rows`](Self::rows) of a statement that returns at most one row.
+    pub(crate) async fn row<T: Send + 'static>(
+        &self,
+        op: Op,
+        what: &'static str,
+        stmt: protocol::Statement,
+        f: fn(&codec::R<'_, '_>) -> Result<T>,
+    ) -> Result<Option<T>> {
+        one(self.rows(op, what, stmt, f).await?, what)
+    }
+
+    /// Run a counting statement ([`row::count`](sql_protocol::row::count) of its one row).
+    pub(crate) async fn count(&self, op: Op, what: &'static str, stmt: protocol::Statement) -> Result<u64> {
+        self.call(op, what, move |c| {
+            let n = run(c, op, what, &stmt, |r| sql_protocol::row::count(Some(&codec::R(r))))?;
+            Ok(one(n, what)?.transpose()?.unwrap_or(0))
+        })
+        .await
+    }
+
+    /// Run a [`counted`](Dialect::counted) write: how many rows it changed.
+    pub(crate) async fn affected(&self, what: &'static str, stmt: protocol::Statement) -> Result<u64> {
+        Ok(self.write(what, stmt).await? as u64)
+    }
+
+    /// Run a write; how many rows it returned.
+    pub(crate) async fn write(&self, what: &'static str, stmt: protocol::Statement) -> Result<usize> {
+        self.call(Op::Write, what, move |c| Ok(run(c, Op::Write, what, &stmt, |_| ())?.len())).await
+    }
+}
+
+/// At most one row.
+pub(crate) fn one<T>(mut rows: Vec<T>, what: &str) -> Result<Option<T>> {
+    if rows.len() > 1 {
+        return Err(Error::corrupt(format!("{what}: {} rows where at most one was expected", rows.len())));
+    }
+    Ok(rows.pop())
 }
 
 /// Where a call's blocking task is, as its deadline sees it.

@@ -100,3 +100,20 @@ fn user_values_are_bound_never_spliced() {
     assert!(!s.sql.contains("DROP"), "{}", s.sql);
     assert!(s.params.iter().filter(|p| format!("{p:?}").contains("DROP")).count() >= 3);
 }
+
+/// The store sends the shared protocol: every section of this snapshot (guards,
+/// transitions, statements) is, byte for byte, the section of the same name in
+/// sql-protocol's `tests/snapshots/sqlite.txt`, which pins every statement of every port.
+#[test]
+fn k6_4_every_section_is_pinned_in_sql_protocol() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mine = std::fs::read_to_string(dir.join(SNAPSHOT)).expect("the store's snapshot");
+    let shared =
+        std::fs::read_to_string(dir.join("../sql-protocol/tests/snapshots/sqlite.txt")).expect("the shared snapshot");
+    let sections: Vec<&str> = mine.split("\n## ").skip(1).collect();
+    assert!(!sections.is_empty());
+    for s in sections {
+        let s = s.trim_end();
+        assert!(shared.contains(&format!("\n## {s}\n")), "not in sql-protocol's snapshot:\n## {s}");
+    }
+}
