@@ -16,7 +16,7 @@
 //!
 //! Field names are data (K-2.0 amendment): a dotted path is split by the one K-2.0 rule
 //! ([`validate::field_path`]) and each segment is bound, as a key (PostgreSQL) or inside a
-//! JSON path in which it is escaped ([`sqlite_json_path`](crate::sqlite_json_path)).
+//! JSON path in which it is escaped ([`sqlite_json_path`]).
 //!
 //! The scan mutex lives in `<table>_locks`: one `INSERT … ON CONFLICT (name) DO UPDATE …
 //! WHERE holder = $holder OR until <= $now RETURNING 1`.

@@ -35,7 +35,7 @@
 //! The one addition to the guard is structural: a write that patches `steps[i]` also
 //! requires `jsonb_array_length(steps) > max i`, because `jsonb_set` would otherwise
 //! *append* a step past the end. The store reports such a write as
-//! [`Error::InvalidInput`] after a re-read.
+//! [`Error::InvalidInput`](kernel_core::Error::InvalidInput) after a re-read.
 //!
 //! What is refused is decided by kernel-core first, the one K-2.0 rule every adapter
 //! shares: [`Guard::validate`], [`Transition::validate`] and [`WorkflowInstance::validate`]

@@ -1,8 +1,8 @@
 //! The engine: wires the pure core to the ports (K-5 … K-10, K-13).
 //!
 //! - [`Publisher::start_or_resume`]: the idempotent entry (K-5);
-//!   [`Publisher::deliver_event`]: an event starts a workflow or signals the running one
-//!   (`events.rs`).
+//!   the `kernel-events` crate builds event routes on it (an event starts a workflow or
+//!   signals the running one).
 //! - [`Engine::tick`]: one scheduling round (K-6.7) that runs the claim it wins to its end
 //!   (`scheduling.rs`, with the spawned run loop).
 //! - [`Engine::maintain`]: timer activation, signal repair, inbox retention and the rebuild

@@ -48,7 +48,7 @@ impl std::fmt::Debug for Publisher {
 impl Publisher {
     /// A publisher on an engine's `ports` knowing `plans`; the permits are not used, the
     /// inbox only by [`deliver_signal`](Self::deliver_signal) and
-    /// [`deliver_event`](Self::deliver_event) (with the default orphan-signal bounds of
+    /// the `kernel-events` crate's `EventRoute::deliver` (with the default orphan-signal bounds of
     /// [`EngineConfig`]; an engine's own [`publisher`](super::Engine::publisher) has the
     /// engine's).
     pub fn new(ports: Ports, plans: PlanRegistry, payload_bytes_max: usize) -> Self {

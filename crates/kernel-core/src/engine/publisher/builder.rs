@@ -74,7 +74,7 @@ impl PublisherBuilder {
         self
     }
     /// The signal inbox, so the publisher can also deliver signals
-    /// ([`Publisher::deliver_signal`], [`Publisher::deliver_event`]) with no engine in the
+    /// ([`Publisher::deliver_signal`], and the `kernel-events` crate's event routes) with no engine in the
     /// process. Its calls get the same deadline as the store's.
     pub fn inbox(mut self, inbox: Arc<DynInbox>) -> Self {
         self.publisher.inbox = Some(inbox);
