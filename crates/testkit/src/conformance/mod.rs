@@ -74,7 +74,11 @@ macro_rules! __conformance_cases {
                 let factory = $factory;
                 let make = |name| $crate::conformance::CaseFactory::make(&factory, name);
                 let Some(first) = make(stringify!($case)).await else { return };
-                let Some(second) = make(concat!(stringify!($case), "_twin")).await else { return };
+                let Some(second) = make(concat!(stringify!($case), "_twin")).await else {
+                    // The twin is not available: the first fixture is still cleaned up.
+                    $crate::conformance::$module::$fixture::teardown(first).await;
+                    return;
+                };
                 let outcome = ::std::panic::AssertUnwindSafe($crate::conformance::$module::$case(
                     $crate::conformance::$module::$fixture::$port(&first),
                     $crate::conformance::$module::$fixture::$port(&second),
